@@ -1,0 +1,134 @@
+// Command qasync runs the queue-async runtime locally: `qasync serve`
+// starts the HTTP API, an in-process worker pool and the sweeper in one
+// process, on the providers the configuration names.
+//
+//	qasync serve [--addr 127.0.0.1:8080] [--lease-ms 30000] ...
+//	qasync keys          # print every configuration key as a Markdown table
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/qasync/qasync/pipelines"
+	"github.com/qasync/qasync/shared/config"
+	"github.com/qasync/qasync/shared/httpapi"
+	"github.com/qasync/qasync/shared/providers"
+)
+
+// drainTimeout bounds how long shutdown waits for in-flight steps before
+// cancelling them (their leases are then released for another worker).
+const drainTimeout = 20 * time.Second
+
+func main() {
+	if len(os.Args) < 2 {
+		usage(os.Stderr)
+		os.Exit(2)
+	}
+	switch os.Args[1] {
+	case "serve":
+		os.Exit(serve(os.Args[2:]))
+	case "keys":
+		fmt.Print(config.MarkdownTable())
+	case "help", "-h", "--help":
+		usage(os.Stdout)
+	default:
+		fmt.Fprintf(os.Stderr, "qasync: unknown command %q\n", os.Args[1])
+		usage(os.Stderr)
+		os.Exit(2)
+	}
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `usage:
+  qasync serve [flags]   serve the HTTP API, workers and sweeper in one process
+  qasync keys            list the configuration keys, their environment variables and defaults
+
+Every key pipeline.orchestrator.K is read from the environment variable
+PIPELINE_ORCHESTRATOR_K (upper-case, non-alphanumerics as _) and from the
+flag --K, which wins. See 'qasync keys'.
+`)
+}
+
+func serve(args []string) int {
+	cfg, _, err := config.Load(os.LookupEnv, args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Print(config.MarkdownTable())
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "qasync: %v\n", err)
+		return 2
+	}
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.LogLevel)) // validated by config
+	log := slog.New(slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{Level: level}))
+
+	reg, err := pipelines.Registry()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "qasync: %v\n", err)
+		return 1
+	}
+	set, err := providers.Open(cfg, reg, log)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "qasync: %v\n", err)
+		return 2
+	}
+	tenant := httpapi.TenantFromHeader
+	if cfg.TenantSource == "none" {
+		tenant = httpapi.FixedTenant("default")
+	}
+	handler := httpapi.New(set.Runtime, httpapi.Options{
+		MaxBodyBytes: cfg.MaxBodyBytes, AdminToken: cfg.AdminToken, TenantFunc: tenant, Logger: log,
+	})
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "qasync: %shttp.addr: %v\n", config.KeyPrefix, err)
+		_ = set.Close(context.Background())
+		return 1
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	sweepCtx, stopSweep := context.WithCancel(ctx)
+	swept := make(chan struct{})
+	go func() { defer close(swept); set.Runtime.RunSweeper(sweepCtx, cfg.SweepInterval) }()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+
+	log.Info("server_started", slog.String("event", "server_started"), slog.String("addr", ln.Addr().String()),
+		slog.Any("config", cfg), slog.Any("pipelines", reg.IDs()))
+	fmt.Fprintf(os.Stderr, "qasync serving on http://%s (pipelines: %v)\ntry:\n  curl -si -X POST http://%s/v1/pipelines/diag.drill/executions -H 'Content-Type: application/json' -d '{\"echo\":\"hello\"}'\n",
+		ln.Addr(), reg.IDs(), ln.Addr())
+
+	code := 0
+	select {
+	case <-ctx.Done():
+	case err := <-served:
+		log.Error("server_failed", slog.String("event", "server_failed"), slog.String("error", err.Error()))
+		code = 1
+	}
+	stop()
+	log.Info("shutdown_started", slog.String("event", "shutdown_started"))
+	drain, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	defer cancel()
+	_ = srv.Shutdown(drain) // stop accepting; finish in-flight requests
+	stopSweep()
+	<-swept
+	if err := set.Close(drain); err != nil {
+		log.Warn("shutdown_drain_timeout", slog.String("event", "shutdown_drain_timeout"), slog.String("error", err.Error()))
+	}
+	log.Info("shutdown_completed", slog.String("event", "shutdown_completed"))
+	return code
+}

@@ -1,0 +1,180 @@
+// Package diag is a fault drill operators run against a deployment:
+// prepare -> work -> finish. The input scripts how long work sleeps, how
+// many of its attempts fail and how, and how large the result is, so that
+// retries, dead-lettering, lease renewal, cancellation and chunked
+// payloads can be exercised end to end.
+package diag
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/qasync/qasync/shared/pipeline"
+)
+
+// ID is the pipeline id.
+const ID = "diag.drill"
+
+// Step names, in order.
+const (
+	StepPrepare = "prepare"
+	StepWork    = "work"
+	StepFinish  = "finish"
+)
+
+// Error codes.
+const (
+	// CodeInvalidDrill is the non-retryable code of a drill that fails validation.
+	CodeInvalidDrill = "invalid_drill"
+	// CodeDrillFailure is the code of a scripted failure of work.
+	CodeDrillFailure = "drill_failure"
+)
+
+// Failure modes of Drill.FailMode; empty means FailModeRetryable.
+const (
+	// FailModeRetryable fails with a retryable error: the runtime retries.
+	FailModeRetryable = "retryable"
+	// FailModeNonRetryable fails with a non-retryable error: straight to the DLQ.
+	FailModeNonRetryable = "non_retryable"
+)
+
+// Limits of a Drill.
+const (
+	// MaxSleepMs is the longest sleep: 15 minutes, the Lambda maximum.
+	MaxSleepMs = 900_000
+	// MaxResultBytes is the largest Result.Data: 16 MiB.
+	MaxResultBytes = 16 << 20
+)
+
+// Drill is the pipeline's input. Every field is optional.
+type Drill struct {
+	// SleepMs is how long work sleeps before deciding to fail (0..MaxSleepMs).
+	SleepMs int `json:"sleepMs,omitempty"`
+	// FailAttempts is how many attempts of work fail (attempts 1..FailAttempts).
+	FailAttempts int `json:"failAttempts,omitempty"`
+	// FailMode is FailModeRetryable (default) or FailModeNonRetryable.
+	FailMode string `json:"failMode,omitempty"`
+	// ResultBytes is the length of Result.Data (0..MaxResultBytes).
+	ResultBytes int `json:"resultBytes,omitempty"`
+	// Echo is returned in Result.Echo as the same JSON value (compacted,
+	// numbers kept digit for digit).
+	Echo json.RawMessage `json:"echo,omitempty"`
+}
+
+// Result is the pipeline's final output.
+type Result struct {
+	// Echo is Drill.Echo; omitted when the drill had none.
+	Echo json.RawMessage `json:"echo,omitempty"`
+	// WorkAttempt is the attempt of work that succeeded.
+	WorkAttempt int `json:"workAttempt"`
+	// Data is exactly Drill.ResultBytes bytes of deterministic ASCII text.
+	Data string `json:"data"`
+}
+
+// state is what prepare hands to work and work to finish.
+type state struct {
+	Drill
+	WorkAttempt int `json:"workAttempt,omitempty"`
+}
+
+// Pipeline returns the drill pipeline.
+func Pipeline() pipeline.Pipeline {
+	return pipeline.Pipeline{ID: ID, Steps: []pipeline.Step{
+		pipeline.NewStep(StepPrepare, prepare),
+		pipeline.NewStep(StepWork, work),
+		pipeline.NewStep(StepFinish, finish),
+	}}
+}
+
+func prepare(ctx context.Context, _ pipeline.StepInfo, d Drill) (state, error) {
+	if err := ctx.Err(); err != nil {
+		return state{}, context.Cause(ctx)
+	}
+	if err := d.validate(); err != nil {
+		return state{}, err
+	}
+	return state{Drill: d}, nil
+}
+
+func work(ctx context.Context, info pipeline.StepInfo, s state) (state, error) {
+	if err := sleep(ctx, time.Duration(s.SleepMs)*time.Millisecond); err != nil {
+		return state{}, err
+	}
+	failing := s.FailAttempts > 0 && info.Attempt <= s.FailAttempts
+	log := info.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	log.LogAttrs(ctx, slog.LevelInfo, "drill_work", slog.String("event", "drill_work"),
+		slog.Int("sleep_ms", s.SleepMs), slog.Bool("scripted_failure", failing))
+	if failing {
+		err := fmt.Errorf("drill failure on attempt %d of %d scripted", info.Attempt, s.FailAttempts)
+		if s.FailMode == FailModeNonRetryable {
+			return state{}, pipeline.NonRetryable(CodeDrillFailure, err)
+		}
+		return state{}, pipeline.Retryable(CodeDrillFailure, err)
+	}
+	s.WorkAttempt = info.Attempt
+	return s, nil
+}
+
+func finish(ctx context.Context, _ pipeline.StepInfo, s state) (Result, error) {
+	if err := ctx.Err(); err != nil {
+		return Result{}, context.Cause(ctx)
+	}
+	if err := s.validate(); err != nil { // the bounds text relies on
+		return Result{}, err
+	}
+	return Result{Echo: s.Echo, WorkAttempt: s.WorkAttempt, Data: text(s.ResultBytes)}, nil
+}
+
+func (d Drill) validate() error {
+	var msg string
+	switch {
+	case d.SleepMs < 0 || d.SleepMs > MaxSleepMs:
+		msg = fmt.Sprintf("sleepMs must be 0..%d", MaxSleepMs)
+	case d.FailAttempts < 0:
+		msg = "failAttempts must not be negative"
+	case d.FailMode != "" && d.FailMode != FailModeRetryable && d.FailMode != FailModeNonRetryable:
+		msg = fmt.Sprintf("failMode must be %q or %q", FailModeRetryable, FailModeNonRetryable)
+	case d.ResultBytes < 0 || d.ResultBytes > MaxResultBytes:
+		msg = fmt.Sprintf("resultBytes must be 0..%d", MaxResultBytes)
+	default:
+		return nil
+	}
+	return pipeline.NonRetryable(CodeInvalidDrill, errors.New(msg))
+}
+
+// sleep waits for d or until ctx ends, returning ctx's cause in that case.
+func sleep(ctx context.Context, d time.Duration) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		return nil
+	}
+}
+
+// pattern is the text Result.Data repeats.
+const pattern = "qasync-drill-0123456789\n"
+
+// text returns exactly n bytes of pattern repeated and truncated.
+func text(n int) string {
+	if n <= 0 {
+		return ""
+	}
+	return strings.Repeat(pattern, n/len(pattern)+1)[:n]
+}

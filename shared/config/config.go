@@ -1,0 +1,557 @@
+// Package config holds the runtime's configuration: defaults, then the
+// environment, then command-line flags on top.
+//
+// Every setting has a key under KeyPrefix ("pipeline.orchestrator."). Its
+// environment variable is EnvName(key) (PIPELINE_ORCHESTRATOR_LEASE_MS) and
+// its flag is the key without the prefix (--lease-ms). A single table of
+// keys drives loading, validation, String, LogValue and the documentation
+// (Keys, MarkdownTable), so a key is defined exactly once.
+//
+// Durations accept Go syntax (250ms, 1m30s) and ISO-8601 (PT10S, P1D); see
+// ParseDuration. The admin token is a secret: String, LogValue and every fmt
+// verb print only whether it is set.
+package config
+
+import (
+	"cmp"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// KeyPrefix prefixes every configuration key.
+const KeyPrefix = "pipeline.orchestrator."
+
+// Config is the runtime configuration. Build one with Default or Load; each
+// field's comment names its key (under KeyPrefix) and default. Enumerated
+// values are stored in the canonical case shown; Load normalizes input.
+type Config struct {
+	// Mode is key "mode", default QUEUE_ASYNC, the only supported mode.
+	Mode string
+	// StateProvider is key "state-provider": memory (default) or dynamo.
+	StateProvider string
+	// DispatcherProvider is key "dispatcher-provider": event (default, an
+	// in-process worker pool) or sqs.
+	DispatcherProvider string
+	// DLQProvider is key "dlq-provider": log (default) or sqs.
+	DLQProvider string
+	// IdempotencyPolicy is key "idempotency-policy": OPTIONAL_CLIENT_KEY
+	// (default), CLIENT_KEY_REQUIRED or SERVER_KEY_ONLY.
+	IdempotencyPolicy string
+	// StrictStartup is key "strict-startup", default false. When true,
+	// startup refuses a provider whose backing resources cannot be verified
+	// and a durable mode that keeps the non-durable default
+	// OPTIONAL_CLIENT_KEY idempotency policy.
+	StrictStartup bool
+	// Lease is key "lease-ms" (integer milliseconds), default 30000, at
+	// least 100.
+	Lease time.Duration
+	// MaxRetries is key "max-retries", default 3, at least 0.
+	MaxRetries int
+	// RetryDelay is key "retry-delay", default 1s, greater than 0.
+	RetryDelay time.Duration
+	// RetryMultiplier is key "retry-multiplier", default 2, at least 1.
+	RetryMultiplier float64
+	// RetryMaxDelay is key "retry-max-delay", default 5m, at least RetryDelay.
+	RetryMaxDelay time.Duration
+	// SweepInterval is key "sweep-interval", default 1s, greater than 0.
+	SweepInterval time.Duration
+	// SweepLimit is key "sweep-limit", default 100, between 1 and 10000.
+	SweepLimit int
+	// SweepGrace is key "sweep-grace", default 10s, at least 0: how long a
+	// due row may wait for its queued work item before the sweeper
+	// re-dispatches it.
+	SweepGrace time.Duration
+	// ExecutionTTLDays is key "execution-ttl-days", default 30, at least 1.
+	ExecutionTTLDays int
+	// WorkerConcurrency is key "worker-concurrency", default 8, between 1
+	// and 1024: workers of the in-process event dispatcher.
+	WorkerConcurrency int
+	// InlineBudgetBytes is key "payload.inline-budget-bytes", default 65536,
+	// between 0 and 196608 (192 KiB, so two inline payloads fit a DynamoDB
+	// 400 KiB row).
+	InlineBudgetBytes int
+	// AdminToken is key "admin.token", default empty, which disables the
+	// admin redrive route. It is never printed or marshaled.
+	AdminToken string `json:"-"`
+	// HTTPAddr is key "http.addr" (flag alias --addr), default
+	// 127.0.0.1:8080.
+	HTTPAddr string
+	// MaxBodyBytes is key "http.max-body-bytes", default 6291456 (6 MiB),
+	// between 1 and 67108864 (64 MiB).
+	MaxBodyBytes int64
+	// TenantSource is key "http.tenant-source": header (default; the
+	// X-Tenant-Id header, else tenant "default") or none (always "default").
+	TenantSource string
+	// QueueURL is key "queue-url", default empty; required when
+	// DispatcherProvider is sqs.
+	QueueURL string
+	// DLQURL is key "dlq-url", default empty; required when DLQProvider is
+	// sqs.
+	DLQURL string
+	// LogLevel is key "log-level": debug, info (default), warn or error.
+	LogLevel string
+}
+
+// Default returns the built-in configuration.
+func Default() Config {
+	return Config{
+		Mode:               "QUEUE_ASYNC",
+		StateProvider:      "memory",
+		DispatcherProvider: "event",
+		DLQProvider:        "log",
+		IdempotencyPolicy:  "OPTIONAL_CLIENT_KEY",
+		Lease:              30 * time.Second,
+		MaxRetries:         3,
+		RetryDelay:         time.Second,
+		RetryMultiplier:    2,
+		RetryMaxDelay:      5 * time.Minute,
+		SweepInterval:      time.Second,
+		SweepLimit:         100,
+		SweepGrace:         10 * time.Second,
+		ExecutionTTLDays:   30,
+		WorkerConcurrency:  8,
+		InlineBudgetBytes:  64 << 10,
+		HTTPAddr:           "127.0.0.1:8080",
+		MaxBodyBytes:       6 << 20,
+		TenantSource:       "header",
+		LogLevel:           "info",
+	}
+}
+
+// entry is one row of the key table.
+type entry struct {
+	key    string // without KeyPrefix
+	doc    string
+	secret bool // never displayed
+	isBool bool // flag may be given without a value
+	set    func(*Config, string) error
+	get    func(Config) any // display value (typed, for slog)
+	check  func(Config) error
+}
+
+// field builds an entry for the Config field that p points at.
+func field[T any](key, doc string, p func(*Config) *T, parse func(string) (T, error), check func(Config, T) error) entry {
+	_, isBool := any(*new(T)).(bool)
+	return entry{
+		key: key, doc: doc, isBool: isBool,
+		set: func(c *Config, s string) error {
+			v, err := parse(s)
+			if err == nil {
+				*p(c) = v
+			}
+			return err
+		},
+		get: func(c Config) any { return *p(&c) },
+		check: func(c Config) error {
+			if check == nil {
+				return nil
+			}
+			return check(c, *p(&c))
+		},
+	}
+}
+
+// entries is the key table, in documentation order.
+var entries = []entry{
+	field("mode", "Execution mode; only QUEUE_ASYNC is supported.",
+		func(c *Config) *string { return &c.Mode }, upper,
+		func(_ Config, v string) error {
+			if v != "QUEUE_ASYNC" {
+				return fmt.Errorf("only QUEUE_ASYNC is supported, got %q", v)
+			}
+			return nil
+		}),
+	field("state-provider", "Execution state store: memory or dynamo.",
+		func(c *Config) *string { return &c.StateProvider }, lower, oneOf("memory", "dynamo")),
+	field("dispatcher-provider", "Work dispatcher: event (in-process workers) or sqs.",
+		func(c *Config) *string { return &c.DispatcherProvider }, lower, oneOf("event", "sqs")),
+	field("dlq-provider", "Dead-letter sink: log or sqs.",
+		func(c *Config) *string { return &c.DLQProvider }, lower, oneOf("log", "sqs")),
+	field("idempotency-policy", "Idempotency keys: OPTIONAL_CLIENT_KEY, CLIENT_KEY_REQUIRED or SERVER_KEY_ONLY (case-insensitive).",
+		func(c *Config) *string { return &c.IdempotencyPolicy }, upper,
+		oneOf("OPTIONAL_CLIENT_KEY", "CLIENT_KEY_REQUIRED", "SERVER_KEY_ONLY")),
+	field("strict-startup", "Refuse to start unless every provider's resources are verified and a durable mode uses a durable idempotency policy.",
+		func(c *Config) *bool { return &c.StrictStartup }, parseBool, nil),
+	millis(field("lease-ms", "Execution lease in integer milliseconds; at least 100.",
+		func(c *Config) *time.Duration { return &c.Lease }, parseMillis,
+		func(_ Config, v time.Duration) error {
+			if v < 100*time.Millisecond {
+				return fmt.Errorf("must be at least 100, got %d", v.Milliseconds())
+			}
+			return nil
+		})),
+	field("max-retries", "Retries after the first attempt; at least 0.",
+		func(c *Config) *int { return &c.MaxRetries }, parseInt[int], atLeast(0)),
+	field("retry-delay", "First retry delay (duration); greater than 0.",
+		func(c *Config) *time.Duration { return &c.RetryDelay }, parseDuration, positive),
+	field("retry-multiplier", "Backoff multiplier between retries; at least 1.",
+		func(c *Config) *float64 { return &c.RetryMultiplier }, parseFloat,
+		func(c Config, v float64) error {
+			if math.IsInf(v, 0) {
+				return fmt.Errorf("must be finite, got %v", v)
+			}
+			return atLeast(1.0)(c, v)
+		}),
+	field("retry-max-delay", "Cap on the retry delay (duration); at least retry-delay.",
+		func(c *Config) *time.Duration { return &c.RetryMaxDelay }, parseDuration,
+		func(c Config, v time.Duration) error {
+			if v < c.RetryDelay {
+				return fmt.Errorf("must be at least %sretry-delay (%v), got %v", KeyPrefix, c.RetryDelay, v)
+			}
+			return nil
+		}),
+	field("sweep-interval", "How often the sweeper scans for due executions (duration); greater than 0.",
+		func(c *Config) *time.Duration { return &c.SweepInterval }, parseDuration, positive),
+	field("sweep-limit", "Due executions handled per sweep; 1 to 10000.",
+		func(c *Config) *int { return &c.SweepLimit }, parseInt[int], between(1, 10000)),
+	field("sweep-grace", "How long a due execution may wait for its queued work item before the sweeper re-dispatches it (duration); at least 0.",
+		func(c *Config) *time.Duration { return &c.SweepGrace }, parseDuration, atLeast[time.Duration](0)),
+	field("execution-ttl-days", "Days an execution (row, key and payload chunks) is kept after submission, via TTL; at least 1.",
+		func(c *Config) *int { return &c.ExecutionTTLDays }, parseInt[int], atLeast(1)),
+	field("worker-concurrency", "Workers of the in-process event dispatcher; 1 to 1024.",
+		func(c *Config) *int { return &c.WorkerConcurrency }, parseInt[int], between(1, 1024)),
+	field("payload.inline-budget-bytes", "Largest payload stored inline in the execution row; 0 to 196608 (two must fit a 400 KiB DynamoDB row).",
+		func(c *Config) *int { return &c.InlineBudgetBytes }, parseInt[int], between(0, 192<<10)),
+	secret(field("admin.token", "Token for the admin redrive route; empty disables the route. Never printed.",
+		func(c *Config) *string { return &c.AdminToken }, verbatim, nil)),
+	field("http.addr", "HTTP listen address, host:port (flag alias --addr).",
+		func(c *Config) *string { return &c.HTTPAddr }, verbatim,
+		func(_ Config, v string) error {
+			if _, _, err := net.SplitHostPort(v); err != nil {
+				return fmt.Errorf("must be host:port, got %q", v)
+			}
+			return nil
+		}),
+	field("http.max-body-bytes", "Largest accepted request body; 1 to 67108864 (64 MiB).",
+		func(c *Config) *int64 { return &c.MaxBodyBytes }, parseInt[int64], between[int64](1, 64<<20)),
+	field("http.tenant-source", "Tenant of a request: header (X-Tenant-Id, else \"default\") or none (always \"default\").",
+		func(c *Config) *string { return &c.TenantSource }, lower, oneOf("header", "none")),
+	field("queue-url", "SQS work queue URL; required when dispatcher-provider is sqs.",
+		func(c *Config) *string { return &c.QueueURL }, verbatim,
+		requiredWhen("dispatcher-provider", func(c Config) bool { return c.DispatcherProvider == "sqs" })),
+	field("dlq-url", "SQS dead-letter queue URL; required when dlq-provider is sqs.",
+		func(c *Config) *string { return &c.DLQURL }, verbatim,
+		requiredWhen("dlq-provider", func(c Config) bool { return c.DLQProvider == "sqs" })),
+	field("log-level", "Log level: debug, info, warn or error.",
+		func(c *Config) *string { return &c.LogLevel }, lower, oneOf("debug", "info", "warn", "error")),
+}
+
+// flagAliases maps extra flag names to keys.
+var flagAliases = map[string]string{"addr": "http.addr"}
+
+func millis(e entry) entry {
+	get := e.get
+	e.get = func(c Config) any { return get(c).(time.Duration).Milliseconds() }
+	return e
+}
+
+func secret(e entry) entry { e.secret = true; return e }
+
+// Parsers. Their errors quote the value and omit the key; Load adds it.
+
+func verbatim(s string) (string, error) { return s, nil }
+func lower(s string) (string, error)    { return strings.ToLower(strings.TrimSpace(s)), nil }
+func upper(s string) (string, error)    { return strings.ToUpper(strings.TrimSpace(s)), nil }
+
+func parseBool(s string) (bool, error) {
+	b, err := strconv.ParseBool(strings.TrimSpace(s))
+	if err != nil {
+		return false, fmt.Errorf("%q is not a boolean (want true or false)", s)
+	}
+	return b, nil
+}
+
+func parseInt[T int | int64](s string) (T, error) {
+	bits := 64
+	if _, ok := any(T(0)).(int); ok {
+		bits = strconv.IntSize
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, bits)
+	if errors.Is(err, strconv.ErrRange) {
+		return 0, fmt.Errorf("%q is out of range", s)
+	} else if err != nil {
+		return 0, fmt.Errorf("%q is not an integer", s)
+	}
+	return T(n), nil
+}
+
+func parseMillis(s string) (time.Duration, error) {
+	n, err := parseInt[int64](s)
+	if err != nil {
+		return 0, err
+	}
+	if n > math.MaxInt64/int64(time.Millisecond) || n < math.MinInt64/int64(time.Millisecond) {
+		return 0, fmt.Errorf("%q is out of range", s)
+	}
+	return time.Duration(n) * time.Millisecond, nil
+}
+
+func parseFloat(s string) (float64, error) {
+	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, fmt.Errorf("%q is not a finite number", s)
+	}
+	return f, nil
+}
+
+// Checks. Their errors omit the key; Validate adds it.
+
+func oneOf(allowed ...string) func(Config, string) error {
+	return func(_ Config, v string) error {
+		for _, a := range allowed {
+			if v == a {
+				return nil
+			}
+		}
+		return fmt.Errorf("must be one of %s, got %q", strings.Join(allowed, ", "), v)
+	}
+}
+
+func atLeast[T cmp.Ordered](lo T) func(Config, T) error {
+	return func(_ Config, v T) error {
+		if !(v >= lo) { // also refuses NaN
+			return fmt.Errorf("must be at least %v, got %v", lo, v)
+		}
+		return nil
+	}
+}
+
+func between[T cmp.Ordered](lo, hi T) func(Config, T) error {
+	return func(_ Config, v T) error {
+		if v < lo || v > hi {
+			return fmt.Errorf("must be between %v and %v, got %v", lo, hi, v)
+		}
+		return nil
+	}
+}
+
+func positive(_ Config, v time.Duration) error {
+	if v <= 0 {
+		return fmt.Errorf("must be greater than 0, got %v", v)
+	}
+	return nil
+}
+
+func requiredWhen(key string, cond func(Config) bool) func(Config, string) error {
+	return func(c Config, v string) error {
+		if v == "" && cond(c) {
+			return fmt.Errorf("required when %s%s is sqs", KeyPrefix, key)
+		}
+		return nil
+	}
+}
+
+// EnvName returns the environment variable for key: upper-cased, with every
+// character other than an ASCII letter or digit replaced by '_'.
+func EnvName(key string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z':
+			return r - 'a' + 'A'
+		case r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+			return r
+		}
+		return '_'
+	}, key)
+}
+
+// KeyDoc documents one configuration key.
+type KeyDoc struct {
+	Key     string // full key, e.g. pipeline.orchestrator.lease-ms
+	Env     string // environment variable, e.g. PIPELINE_ORCHESTRATOR_LEASE_MS
+	Default string // default value as accepted by Load; empty if none
+	Doc     string // meaning and accepted values
+}
+
+// Keys lists every configuration key in documentation order. The flag for a
+// key is "--" followed by the key without KeyPrefix.
+func Keys() []KeyDoc {
+	def := Default()
+	docs := make([]KeyDoc, len(entries))
+	for i, e := range entries {
+		docs[i] = KeyDoc{KeyPrefix + e.key, EnvName(KeyPrefix + e.key), format(e.get(def)), e.doc}
+	}
+	return docs
+}
+
+// MarkdownTable renders Keys as a Markdown table for the README.
+func MarkdownTable() string {
+	esc := strings.NewReplacer("|", `\|`).Replace
+	var b strings.Builder
+	b.WriteString("| Key | Env var | Default | Meaning |\n|---|---|---|---|\n")
+	for _, k := range Keys() {
+		def := "(empty)"
+		if k.Default != "" {
+			def = "`" + k.Default + "`"
+		}
+		fmt.Fprintf(&b, "| `%s` | `%s` | %s | %s |\n", k.Key, k.Env, esc(def), esc(k.Doc))
+	}
+	return b.String()
+}
+
+// format renders a value the way Load accepts it.
+func format(v any) string {
+	if d, ok := v.(time.Duration); ok {
+		return d.String()
+	}
+	return fmt.Sprint(v)
+}
+
+// display is e's value in c for humans, with secrets reduced to set/unset.
+func (e *entry) display(c Config) any {
+	if !e.secret {
+		return e.get(c)
+	}
+	if format(e.get(c)) == "" {
+		return "unset"
+	}
+	return "set"
+}
+
+// Load returns Default overridden by the environment (read through
+// lookupEnv; nil means an empty environment) and then by the flags in args.
+// It also returns the positional arguments left after the flags.
+//
+// A value that does not parse yields an error naming its source and key;
+// all environment errors are reported together. A flag error (including
+// flag.ErrHelp for -h, which callers can test with errors.Is) stops parsing.
+// Otherwise the result is validated, and on a validation error the loaded
+// Config is returned with the error, whose messages say which environment
+// variable or flag supplied each wrong value.
+func Load(lookupEnv func(string) (string, bool), args []string) (Config, []string, error) {
+	c := Default()
+	from := map[string]string{} // key -> env var or flag that last set it
+	var errs []error
+	if lookupEnv == nil {
+		lookupEnv = func(string) (string, bool) { return "", false }
+	}
+	for i := range entries {
+		e := &entries[i]
+		name := EnvName(KeyPrefix + e.key)
+		if s, ok := lookupEnv(name); ok {
+			if err := e.set(&c, s); err != nil {
+				errs = append(errs, fmt.Errorf("config: %s (%s%s): %w", name, KeyPrefix, e.key, err))
+			}
+			from[e.key] = name
+		}
+	}
+
+	fs := flag.NewFlagSet("qasync", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var setErr error
+	for i := range entries {
+		e := &entries[i]
+		fs.Var(&flagValue{e, &c, e.key, from, &setErr}, e.key, e.doc)
+	}
+	for alias, key := range flagAliases {
+		for i := range entries {
+			if entries[i].key == key {
+				fs.Var(&flagValue{&entries[i], &c, alias, from, &setErr}, alias, "alias of --"+key)
+			}
+		}
+	}
+	if err := fs.Parse(args); err != nil {
+		if setErr == nil {
+			setErr = fmt.Errorf("config: %w", err)
+		}
+		errs = append(errs, setErr)
+	}
+	if len(errs) > 0 {
+		return Config{}, nil, errors.Join(errs...)
+	}
+	return c, fs.Args(), c.validate(from)
+}
+
+// flagValue is the flag.Value of one key.
+type flagValue struct {
+	e    *entry
+	c    *Config
+	name string
+	from map[string]string
+	err  *error // the first Set error, with key and flag named
+}
+
+func (v *flagValue) String() string {
+	if v == nil || v.c == nil || v.e.secret {
+		return ""
+	}
+	return format(v.e.get(*v.c))
+}
+
+func (v *flagValue) Set(s string) error {
+	if err := v.e.set(v.c, s); err != nil {
+		*v.err = fmt.Errorf("config: --%s (%s%s): %w", v.name, KeyPrefix, v.e.key, err)
+		return *v.err
+	}
+	v.from[v.e.key] = "--" + v.name
+	return nil
+}
+
+func (v *flagValue) IsBoolFlag() bool { return v.e.isBool }
+
+// Validate checks every key and returns all problems joined with
+// errors.Join, each message starting with the full key.
+func (c Config) Validate() error { return c.validate(nil) }
+
+func (c Config) validate(from map[string]string) error {
+	var errs []error
+	for i := range entries {
+		e := &entries[i]
+		if err := e.check(c); err != nil {
+			src := ""
+			if from[e.key] != "" {
+				src = " (from " + from[e.key] + ")"
+			}
+			errs = append(errs, fmt.Errorf("%s%s: %w%s", KeyPrefix, e.key, err, src))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// String lists the effective values as key=value pairs (keys without
+// KeyPrefix), with the admin token shown only as set or unset.
+func (c Config) String() string {
+	var b strings.Builder
+	b.WriteString("config{")
+	for i := range entries {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		v := entries[i].display(c)
+		s := format(v)
+		if _, ok := v.(string); ok && (s == "" || strings.ContainsAny(s, " \"")) {
+			s = strconv.Quote(s)
+		}
+		b.WriteString(entries[i].key + "=" + s)
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+// Format implements fmt.Formatter so that every verb, including %#v and
+// %d, prints String and never the admin token.
+func (c Config) Format(f fmt.State, _ rune) { io.WriteString(f, c.String()) }
+
+// LogValue implements slog.LogValuer: a group of the effective values named
+// in snake_case (lease_ms, payload_inline_budget_bytes, ...), with
+// admin_token reduced to "set" or "unset".
+func (c Config) LogValue() slog.Value {
+	attrs := make([]slog.Attr, len(entries))
+	for i := range entries {
+		name := strings.ToLower(EnvName(entries[i].key))
+		v := entries[i].display(c)
+		if d, ok := v.(time.Duration); ok {
+			v = d.String() // "1s", not nanoseconds
+		}
+		attrs[i] = slog.Any(name, v)
+	}
+	return slog.GroupValue(attrs...)
+}

@@ -1,0 +1,44 @@
+// Package dispatch defines the work dispatcher seam: how the runtime hands
+// "run the next transition of this execution" to a worker. Delivery is
+// at-least-once; duplicates are harmless because every claim is
+// OCC-guarded. Implementations (localdispatch now, SQS next) pass the one
+// conformance suite in dispatchtest.
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// WorkItem is the body of one dispatched message. It carries no payload:
+// a worker reads everything else from the state store.
+type WorkItem struct {
+	TenantID    string `json:"tenantId"`
+	ExecutionID string `json:"executionId"`
+	// PipelineID is routing information only.
+	PipelineID string `json:"pipelineId,omitempty"`
+}
+
+// Message is a work item with its delivery delay.
+type Message struct {
+	Item WorkItem
+	// Delay postpones delivery (retry backoff). Implementations may cap it
+	// (SQS: 900 s); longer waits are left to the row's NextDueAt and the
+	// sweeper.
+	Delay time.Duration
+}
+
+// Dispatcher sends work items to workers.
+type Dispatcher interface {
+	// Dispatch enqueues the messages. It returns once they are accepted by
+	// the transport; an error means some may not have been.
+	Dispatch(ctx context.Context, msgs ...Message) error
+}
+
+// Handler processes one delivered work item. A nil return acknowledges
+// it; an error asks the transport to deliver it again later.
+type Handler func(ctx context.Context, item WorkItem) error
+
+// ErrClosed is returned by Dispatch after the dispatcher was closed.
+var ErrClosed = errors.New("dispatch: dispatcher closed")

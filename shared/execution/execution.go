@@ -1,0 +1,188 @@
+// Package execution defines the execution record that every state store
+// keeps, its statuses, and the small value types derived from it. It is the
+// base of the import graph: it imports only payload.
+package execution
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/qasync/qasync/shared/payload"
+)
+
+// Status is an execution's lifecycle state.
+type Status string
+
+// Statuses, as in the seed document.
+const (
+	// Queued: waiting for a worker to claim the current step.
+	Queued Status = "QUEUED"
+	// Running: a worker holds the lease and runs the current step.
+	Running Status = "RUNNING"
+	// WaitRetry: the current step failed and waits for its retry time.
+	WaitRetry Status = "WAIT_RETRY"
+	// WaitingExternal: parked until an external completion arrives.
+	WaitingExternal Status = "WAITING_EXTERNAL"
+	// RemoteOutcomeUnknown: parked; a remote attempt's outcome is unknown and
+	// automatic retry is suppressed until an operator re-drives it.
+	RemoteOutcomeUnknown Status = "REMOTE_OUTCOME_UNKNOWN"
+	// Succeeded: terminal; the result is available.
+	Succeeded Status = "SUCCEEDED"
+	// Failed: terminal failure; when DLQPending is set the dead-letter
+	// envelope is still to be published.
+	Failed Status = "FAILED"
+	// DLQ: terminal; the dead-letter envelope was published.
+	DLQ Status = "DLQ"
+)
+
+// Statuses lists every status.
+var Statuses = []Status{Queued, Running, WaitRetry, WaitingExternal, RemoteOutcomeUnknown, Succeeded, Failed, DLQ}
+
+// Terminal reports whether s ends the execution.
+func (s Status) Terminal() bool { return s == Succeeded || s == Failed || s == DLQ }
+
+// Parked reports whether s is excluded from claim and sweep until an
+// operator or an external completion acts.
+func (s Status) Parked() bool { return s == WaitingExternal || s == RemoteOutcomeUnknown }
+
+// Claimable reports whether a worker may claim an execution in status s
+// (subject to its lease and next-due time).
+func (s Status) Claimable() bool { return s == Queued || s == WaitRetry || s == Running }
+
+// Valid reports whether s is one of the defined statuses.
+func (s Status) Valid() bool {
+	for _, v := range Statuses {
+		if s == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Terminal reasons carried by failed executions and dead-letter envelopes.
+const (
+	// ReasonRetryExhausted: the step failed on its last allowed attempt.
+	ReasonRetryExhausted = "retry_exhausted"
+	// ReasonNonRetryable: the step returned a non-retryable error.
+	ReasonNonRetryable = "non_retryable"
+)
+
+// Failure describes the last error of an execution.
+type Failure struct {
+	// Code is a short machine-readable error code.
+	Code string `json:"code"`
+	// Message is a human-readable message (never payload bytes).
+	Message string `json:"message"`
+	// TerminalReason is set when the failure ended the execution.
+	TerminalReason string `json:"terminalReason,omitempty"`
+}
+
+// MaxErrorMessage bounds Failure.Message and audit notes so that a row
+// with two full inline payloads still fits DynamoDB's item limit.
+const MaxErrorMessage = 2048
+
+// Key identifies an execution: executions are scoped to a tenant.
+type Key struct {
+	TenantID    string `json:"tenantId"`
+	ExecutionID string `json:"executionId"`
+}
+
+// String renders the key for logs.
+func (k Key) String() string { return k.TenantID + "/" + k.ExecutionID }
+
+// Execution is the row a state store keeps for one submitted execution.
+// Field names map onto the DynamoDB attribute names in comments.
+type Execution struct {
+	TenantID    string // tenant_id (partition key)
+	ExecutionID string // execution_id (sort key)
+	PipelineID  string // pipeline_id
+	Status      Status // status
+	// Version is the OCC version, incremented by every claim and commit.
+	Version int64 // version
+	// StepIndex is the 0-based index of the current step.
+	StepIndex int // current_step_index
+	// StepName is the current step's name.
+	StepName string // step_name
+	// Attempt is the attempt number of the current step, from 1.
+	Attempt int // attempt
+	// MaxAttempt, when positive, overrides the retry policy's attempt limit
+	// for the current step (set by re-drive: exactly one more attempt).
+	MaxAttempt int // max_attempt
+	// LeaseOwner is the worker holding the lease ("" when none).
+	LeaseOwner string // lease_owner
+	// LeaseExpiresAt is when the lease lapses.
+	LeaseExpiresAt time.Time // lease_expires_epoch_ms
+	// NextDueAt is when the row becomes due for claim or sweep. Zero means
+	// the row is not in the due-work index (terminal or parked).
+	NextDueAt time.Time // next_due_epoch_ms
+	// LastTransitionKey is the key of the last committed transition.
+	LastTransitionKey string // last_transition_key
+	// IdempotencyKey is the key the execution was created under.
+	IdempotencyKey string // idempotency_key
+	// Input is the submitted payload.
+	Input payload.Ref // input
+	// Result is the output of the last completed step: the checkpoint the
+	// next step starts from, and the result once SUCCEEDED.
+	Result payload.Ref // result
+	// Error is the last failure, if any.
+	Error *Failure // error_code, error_message, terminal_reason
+	// DLQPending marks a FAILED execution whose dead-letter envelope is not
+	// yet published; the sweeper retries the publish.
+	DLQPending bool // dlq_pending
+	// Note is the last operator audit note (re-drive reason).
+	Note string // note
+	// RedriveCount counts operator re-drives.
+	RedriveCount int // redrive_count
+	// CreatedAt is when the execution was accepted.
+	CreatedAt time.Time // created_epoch_ms
+	// UpdatedAt is when the row last changed.
+	UpdatedAt time.Time // updated_epoch_ms
+	// ExpiresAt is when the row may be deleted (TTL); reads treat an
+	// expired row as absent.
+	ExpiresAt time.Time // ttl_epoch_s
+}
+
+// Key returns the execution's key.
+func (e *Execution) Key() Key { return Key{TenantID: e.TenantID, ExecutionID: e.ExecutionID} }
+
+// TransitionKey returns executionId:stepIndex:attempt for the current step.
+func (e *Execution) TransitionKey() string {
+	return TransitionKey(e.ExecutionID, e.StepIndex, e.Attempt)
+}
+
+// TransitionKey formats executionId:stepIndex:attempt.
+func TransitionKey(executionID string, stepIndex, attempt int) string {
+	return executionID + ":" + strconv.Itoa(stepIndex) + ":" + strconv.Itoa(attempt)
+}
+
+// StepIdempotencyKey is stable across attempts of one step of one
+// execution: steps pass it to downstream systems so that a retried or
+// taken-over step does not repeat a business effect.
+func StepIdempotencyKey(tenantID, executionID string, stepIndex int) string {
+	return fmt.Sprintf("%s:%s:%d", tenantID, executionID, stepIndex)
+}
+
+// Due reports whether the row is due at now: claimable status (or a
+// pending dead-letter publish) with NextDueAt at or before now.
+func (e *Execution) Due(now time.Time) bool {
+	return !e.NextDueAt.IsZero() && !e.NextDueAt.After(now)
+}
+
+// Expired reports whether the row's TTL has passed at now.
+func (e *Execution) Expired(now time.Time) bool {
+	return !e.ExpiresAt.IsZero() && !now.Before(e.ExpiresAt)
+}
+
+// Truncate shortens s to at most n bytes on a rune boundary.
+func Truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }

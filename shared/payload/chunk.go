@@ -1,0 +1,177 @@
+package payload
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// manifestName is the Part.Name of a chunked payload's manifest.
+const manifestName = "manifest"
+
+// chunkName is the Part.Name of chunk i.
+func chunkName(i int) string { return fmt.Sprintf("chunk#%05d", i) }
+
+// manifest is the stored description of a chunked payload. It is written
+// after all its chunks, so a readable manifest means a complete payload.
+type manifest struct {
+	Length      int64    `json:"length"`
+	Chunks      int      `json:"chunks"`
+	ChunkSize   int      `json:"chunkSize"`
+	SHA256      string   `json:"sha256"`
+	Encoding    Encoding `json:"encoding"`
+	ContentType string   `json:"contentType"`
+	Message     string   `json:"_tpf_message,omitempty"`
+	ChunkSHA256 []string `json:"chunkSha256"`
+}
+
+// payloadID derives the id of a chunked payload from its slot, content
+// digest and descriptor: the same payload in the same slot always maps to
+// the same id, and anything else to another one.
+func payloadID(slot, digest string, p Payload) string {
+	key, _ := json.Marshal([]string{slot, digest, string(p.Encoding), p.ContentType, p.Message}) // cannot fail
+	return Digest(key)[:32]
+}
+
+// Write stores p for the execution field named slot and returns its Ref.
+// A payload of at most inlineBudget bytes is returned inline and nothing is
+// written (a negative budget never inlines). A larger one is written to s as
+// chunks of at most ChunkSize, then its manifest, each part expiring at
+// expires (zero: never). Writing the same payload to the same slot again
+// rewrites identical parts and returns an equal Ref.
+func Write(ctx context.Context, s Store, p Payload, slot string, inlineBudget int, expires time.Time) (Ref, error) {
+	if inlineBudget > MaxInlineBudget {
+		return Ref{}, fmt.Errorf("payload: inline budget %d exceeds MaxInlineBudget %d", inlineBudget, MaxInlineBudget)
+	}
+	switch {
+	case p.Encoding != EncodingJSON && p.Encoding != EncodingRaw && p.Encoding != EncodingProtobuf:
+		return Ref{}, fmt.Errorf("payload: unknown encoding %q", p.Encoding)
+	case p.Encoding == EncodingProtobuf && p.Message == "":
+		return Ref{}, errors.New("payload: protobuf payload without a message name")
+	}
+	ref := Ref{
+		Encoding:    p.Encoding,
+		ContentType: p.ContentType,
+		Message:     p.Message,
+		Length:      int64(len(p.Data)),
+		SHA256:      Digest(p.Data),
+	}
+	if len(p.Data) <= inlineBudget {
+		ref.Inline = append([]byte{}, p.Data...) // non-nil even when empty
+		return ref, nil
+	}
+
+	m := manifest{
+		Length:      ref.Length,
+		ChunkSize:   ChunkSize,
+		SHA256:      ref.SHA256,
+		Encoding:    p.Encoding,
+		ContentType: p.ContentType,
+		Message:     p.Message,
+		ChunkSHA256: []string{},
+	}
+	var chunks [][]byte
+	for off := 0; off < len(p.Data); off += ChunkSize {
+		end := min(off+ChunkSize, len(p.Data))
+		chunks = append(chunks, p.Data[off:end:end])
+		m.ChunkSHA256 = append(m.ChunkSHA256, Digest(p.Data[off:end]))
+	}
+	m.Chunks = len(chunks)
+	mdata, err := json.Marshal(m)
+	if err != nil {
+		return Ref{}, fmt.Errorf("payload: encode manifest: %w", err)
+	}
+	if len(mdata) > ChunkSize {
+		return Ref{}, fmt.Errorf("payload: %d-byte payload too large: its manifest exceeds %d bytes", ref.Length, ChunkSize)
+	}
+
+	id := payloadID(slot, ref.SHA256, p)
+	for i, c := range chunks {
+		if err := s.PutPart(ctx, Part{PayloadID: id, Name: chunkName(i), Data: c, ExpiresAt: expires}); err != nil {
+			return Ref{}, fmt.Errorf("payload: write %s %s: %w", id, chunkName(i), err)
+		}
+	}
+	if err := s.PutPart(ctx, Part{PayloadID: id, Name: manifestName, Data: mdata, ExpiresAt: expires}); err != nil {
+		return Ref{}, fmt.Errorf("payload: write %s %s: %w", id, manifestName, err)
+	}
+	ref.ManifestID = id
+	return ref, nil
+}
+
+// Read returns the payload r references, verifying its length and SHA-256
+// and, when chunked, the manifest against r and every chunk's position,
+// length and SHA-256. A failed check, or a chunk missing while its manifest
+// exists, returns an error wrapping ErrCorrupt; a missing manifest returns
+// one wrapping ErrNotFound.
+func Read(ctx context.Context, s Store, r Ref) (Payload, error) {
+	p := Payload{Encoding: r.Encoding, ContentType: r.ContentType, Message: r.Message}
+	switch {
+	case r.IsZero():
+		return Payload{}, errors.New("payload: read of a zero Ref")
+	case r.ManifestID == "":
+		if int64(len(r.Inline)) != r.Length || Digest(r.Inline) != r.SHA256 {
+			return Payload{}, corrupt("inline payload fails its length or SHA-256 check")
+		}
+		p.Data = bytes.Clone(r.Inline)
+		return p, nil
+	case r.Inline != nil:
+		return Payload{}, corrupt("ref %s has both inline bytes and a manifest", r.ManifestID)
+	}
+	data, err := readChunked(ctx, s, r)
+	if err != nil {
+		return Payload{}, err
+	}
+	p.Data = data
+	return p, nil
+}
+
+// readChunked reads and verifies the manifest and chunks behind r.
+func readChunked(ctx context.Context, s Store, r Ref) ([]byte, error) {
+	id := r.ManifestID
+	mp, err := s.GetPart(ctx, id, manifestName)
+	if err != nil {
+		return nil, fmt.Errorf("payload: read %s %s: %w", id, manifestName, err)
+	}
+	var m manifest
+	if err := json.Unmarshal(mp.Data, &m); err != nil {
+		return nil, corrupt("%s %s is not a valid manifest", id, manifestName)
+	}
+	switch {
+	case m.Length != r.Length || m.SHA256 != r.SHA256:
+		return nil, corrupt("%s manifest length or SHA-256 differs from the ref", id)
+	case m.Encoding != r.Encoding || m.ContentType != r.ContentType || m.Message != r.Message:
+		return nil, corrupt("%s manifest descriptor differs from the ref", id)
+	case m.Length < 0 || m.ChunkSize <= 0 || m.ChunkSize > ChunkSize ||
+		m.Chunks != len(m.ChunkSHA256) || int64(m.Chunks) != (m.Length+int64(m.ChunkSize)-1)/int64(m.ChunkSize):
+		return nil, corrupt("%s manifest chunk layout is inconsistent", id)
+	}
+
+	data := make([]byte, 0, m.Length)
+	for i, want := range m.ChunkSHA256 {
+		name := chunkName(i)
+		c, err := s.GetPart(ctx, id, name)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			return nil, fmt.Errorf("payload: read %s %s: %w (%w)", id, name, ErrCorrupt, err)
+		case err != nil:
+			return nil, fmt.Errorf("payload: read %s %s: %w", id, name, err)
+		}
+		if int64(len(c.Data)) != min(int64(m.ChunkSize), m.Length-int64(len(data))) || Digest(c.Data) != want {
+			return nil, corrupt("%s %s fails its length or SHA-256 check", id, name)
+		}
+		data = append(data, c.Data...)
+	}
+	if Digest(data) != r.SHA256 {
+		return nil, corrupt("%s fails its SHA-256 check", id)
+	}
+	return data, nil
+}
+
+// corrupt returns an error wrapping ErrCorrupt. Callers never pass payload
+// bytes, only ids, part names and counts.
+func corrupt(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrCorrupt}, args...)...)
+}

@@ -1,0 +1,216 @@
+// Package pipeline defines pipelines of typed Go steps and the registry a
+// binary serves them from.
+//
+// A pipeline is a named, ordered list of steps. A step is a Go function
+// with typed input and output, (de)serialized as JSON by default; a step
+// whose input or output type is payload.Payload receives or returns the raw
+// payload (raw bytes, protobuf) untouched. Each step is one transition,
+// committed on its own: after a crash only the step that was running runs
+// again, starting from the previous step's committed output.
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"sort"
+
+	"github.com/qasync/qasync/shared/payload"
+	"github.com/qasync/qasync/shared/retry"
+)
+
+// StepInfo is what a running step knows about its transition.
+type StepInfo struct {
+	ExecutionID string
+	TenantID    string
+	PipelineID  string
+	StepName    string
+	StepIndex   int
+	// Attempt counts from 1 for each step.
+	Attempt int
+	// TransitionKey is executionId:stepIndex:attempt.
+	TransitionKey string
+	// FencingToken is the row version at claim: it grows with every claim,
+	// so a downstream system can refuse writes from a stale worker.
+	FencingToken int64
+	// IdempotencyKey is stable across every attempt of this step of this
+	// execution: pass it to downstream calls so a retry or a takeover does
+	// not repeat a business effect.
+	IdempotencyKey string
+	// Logger carries execution_id, tenant, pipeline, step and attempt.
+	Logger *slog.Logger
+}
+
+// StepFunc is the untyped form every step is reduced to.
+type StepFunc func(ctx context.Context, info StepInfo, in payload.Payload) (payload.Payload, error)
+
+// Step is one stage of a pipeline.
+type Step struct {
+	// Name is unique within its pipeline.
+	Name string
+	// Retry overrides the runtime's retry policy for this step when set.
+	Retry *retry.Policy
+	// Run executes the step.
+	Run StepFunc
+}
+
+// StepOption configures a step built by NewStep.
+type StepOption func(*Step)
+
+// WithRetry overrides the retry policy for one step.
+func WithRetry(p retry.Policy) StepOption {
+	return func(s *Step) { s.Retry = &p }
+}
+
+// NewStep adapts a typed function into a Step. Input is decoded from JSON
+// (a decode failure is a non-retryable "invalid_input" error) and output
+// encoded to JSON, unless I or O is payload.Payload, which pass through.
+func NewStep[I, O any](name string, fn func(ctx context.Context, info StepInfo, in I) (O, error), opts ...StepOption) Step {
+	s := Step{Name: name, Run: func(ctx context.Context, info StepInfo, raw payload.Payload) (payload.Payload, error) {
+		var in I
+		if p, ok := any(&in).(*payload.Payload); ok {
+			*p = raw
+		} else if err := raw.DecodeJSON(&in); err != nil {
+			return payload.Payload{}, NonRetryable("invalid_input", fmt.Errorf("step %s: decode input: %w", name, err))
+		}
+		out, err := fn(ctx, info, in)
+		if err != nil {
+			return payload.Payload{}, err
+		}
+		if p, ok := any(out).(payload.Payload); ok {
+			return p, nil
+		}
+		return payload.JSON(out)
+	}}
+	for _, o := range opts {
+		o(&s)
+	}
+	return s
+}
+
+// Pipeline is a named, ordered list of steps.
+type Pipeline struct {
+	ID    string
+	Steps []Step
+}
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+
+// ValidID reports whether id is a well-formed pipeline id: 1-128 of
+// letters, digits, '.', '_' and '-', starting with a letter or digit.
+func ValidID(id string) bool { return idPattern.MatchString(id) }
+
+// Validate checks the pipeline's id, steps, names and retry overrides.
+func (p *Pipeline) Validate() error {
+	if !ValidID(p.ID) {
+		return fmt.Errorf("pipeline %q: invalid id", p.ID)
+	}
+	if len(p.Steps) == 0 {
+		return fmt.Errorf("pipeline %s: no steps", p.ID)
+	}
+	seen := map[string]bool{}
+	for i, s := range p.Steps {
+		switch {
+		case s.Name == "":
+			return fmt.Errorf("pipeline %s: step %d has no name", p.ID, i)
+		case seen[s.Name]:
+			return fmt.Errorf("pipeline %s: duplicate step name %q", p.ID, s.Name)
+		case s.Run == nil:
+			return fmt.Errorf("pipeline %s: step %s has no function", p.ID, s.Name)
+		}
+		if s.Retry != nil {
+			if err := s.Retry.Validate(); err != nil {
+				return fmt.Errorf("pipeline %s: step %s: %w", p.ID, s.Name, err)
+			}
+		}
+		seen[s.Name] = true
+	}
+	return nil
+}
+
+// Registry holds the pipelines a binary serves. It is read-only after
+// construction and safe for concurrent use.
+type Registry struct {
+	byID map[string]*Pipeline
+}
+
+// NewRegistry validates and registers pipelines; ids must be unique.
+func NewRegistry(ps ...Pipeline) (*Registry, error) {
+	r := &Registry{byID: map[string]*Pipeline{}}
+	for i := range ps {
+		p := ps[i]
+		if err := p.Validate(); err != nil {
+			return nil, err
+		}
+		if _, dup := r.byID[p.ID]; dup {
+			return nil, fmt.Errorf("pipeline %s registered twice", p.ID)
+		}
+		r.byID[p.ID] = &p
+	}
+	return r, nil
+}
+
+// Get returns the pipeline with id.
+func (r *Registry) Get(id string) (*Pipeline, bool) {
+	p, ok := r.byID[id]
+	return p, ok
+}
+
+// IDs lists the registered pipeline ids, sorted.
+func (r *Registry) IDs() []string {
+	ids := make([]string, 0, len(r.byID))
+	for id := range r.byID {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// Error is a step failure with a code and a retry decision. Plain errors
+// returned by steps are retryable with code "step_failed".
+type Error struct {
+	// Code is a short machine-readable code, stored on the execution.
+	Code string
+	// Retryable false sends the execution to the DLQ at once.
+	Retryable bool
+	// Err is the cause; its message is stored (never put payload bytes in it).
+	Err error
+}
+
+// Error implements error.
+func (e *Error) Error() string {
+	if e.Err == nil {
+		return e.Code
+	}
+	return e.Code + ": " + e.Err.Error()
+}
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+// NonRetryable marks err as a failure that retrying cannot fix.
+func NonRetryable(code string, err error) error { return &Error{Code: code, Err: err} }
+
+// Retryable gives err a code and keeps it retryable.
+func Retryable(code string, err error) error { return &Error{Code: code, Retryable: true, Err: err} }
+
+// Default error codes assigned by Classify.
+const (
+	CodeStepFailed = "step_failed"
+	CodeStepPanic  = "step_panic"
+)
+
+// Classify returns the code, message and retry decision for a step error.
+func Classify(err error) (code, message string, retryable bool) {
+	var pe *Error
+	if errors.As(err, &pe) {
+		msg := pe.Code
+		if pe.Err != nil {
+			msg = pe.Err.Error()
+		}
+		return pe.Code, msg, pe.Retryable
+	}
+	return CodeStepFailed, err.Error(), true
+}

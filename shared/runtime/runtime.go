@@ -1,0 +1,308 @@
+// Package runtime is the queue-async execution engine: it accepts
+// submissions, runs one transition per work item under a lease, commits
+// each with an OCC-guarded write, retries with backoff, dead-letters what
+// cannot finish, sweeps for work whose dispatch was lost, and answers
+// status, result and re-drive requests.
+//
+// It depends only on the seams (store, payload, dispatch, deadletter) and
+// on pipeline; the providers behind them are chosen by the caller.
+package runtime
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/qasync/qasync/shared/clock"
+	"github.com/qasync/qasync/shared/deadletter"
+	"github.com/qasync/qasync/shared/dispatch"
+	"github.com/qasync/qasync/shared/execution"
+	"github.com/qasync/qasync/shared/payload"
+	"github.com/qasync/qasync/shared/pipeline"
+	"github.com/qasync/qasync/shared/retry"
+	"github.com/qasync/qasync/shared/store"
+)
+
+// IdempotencyPolicy says where an execution's idempotency key comes from.
+type IdempotencyPolicy string
+
+// Idempotency policies, named as in the seed document.
+const (
+	// OptionalClientKey uses the client's key, or derives one from tenant,
+	// pipeline and payload digest when the client sends none.
+	OptionalClientKey IdempotencyPolicy = "OPTIONAL_CLIENT_KEY"
+	// ClientKeyRequired refuses a submission without a client key.
+	ClientKeyRequired IdempotencyPolicy = "CLIENT_KEY_REQUIRED"
+	// ServerKeyOnly always derives the key and ignores the client's.
+	ServerKeyOnly IdempotencyPolicy = "SERVER_KEY_ONLY"
+)
+
+// Errors returned by Runtime methods (test with errors.Is). Store errors
+// (store.ErrNotFound, store.ErrKeyMismatch, store.ErrConflict) pass through.
+var (
+	// ErrPipelineNotFound: no pipeline with that id is registered.
+	ErrPipelineNotFound = errors.New("runtime: pipeline not found")
+	// ErrKeyRequired: the policy needs a client idempotency key.
+	ErrKeyRequired = errors.New("runtime: idempotency key required")
+	// ErrNotSucceeded: the result was asked of an execution that has not succeeded.
+	ErrNotSucceeded = errors.New("runtime: execution has not succeeded")
+	// ErrNotRedrivable: re-drive asked of an execution that is not DLQ or FAILED.
+	ErrNotRedrivable = errors.New("runtime: execution is not in DLQ or FAILED")
+	// ErrVersionMismatch: re-drive's expected version is not the current one.
+	ErrVersionMismatch = errors.New("runtime: version mismatch")
+	// ErrLeaseLost is the cancellation cause of a step whose lease was lost.
+	ErrLeaseLost = store.ErrLeaseLost
+)
+
+// Config is the runtime's policy. Zero fields take the documented defaults.
+type Config struct {
+	// Lease is how long a claim lasts without renewal. Default 30s.
+	Lease time.Duration
+	// Retry is the default retry policy. Default retry.Default.
+	Retry retry.Policy
+	// SweepLimit bounds the rows one sweep handles. Default 100.
+	SweepLimit int
+	// SweepGrace is how long past its due time a row waits for its queued
+	// work item before the sweeper dispatches it again. Default 10s.
+	SweepGrace time.Duration
+	// ExecutionTTL is how long rows are kept. Default 30 days.
+	ExecutionTTL time.Duration
+	// InlineBudget is the largest payload kept in the row. Default
+	// payload.DefaultInlineBudget; at most payload.MaxInlineBudget.
+	InlineBudget int
+	// IdempotencyPolicy defaults to OptionalClientKey.
+	IdempotencyPolicy IdempotencyPolicy
+	// WorkerID names this process's leases. Default host name + random.
+	WorkerID string
+}
+
+func (c *Config) defaults() error {
+	if c.Lease == 0 {
+		c.Lease = 30 * time.Second
+	}
+	if c.Retry == (retry.Policy{}) {
+		c.Retry = retry.Default
+	}
+	if c.SweepLimit == 0 {
+		c.SweepLimit = 100
+	}
+	if c.SweepGrace == 0 {
+		c.SweepGrace = 10 * time.Second
+	}
+	if c.ExecutionTTL == 0 {
+		c.ExecutionTTL = 30 * 24 * time.Hour
+	}
+	if c.InlineBudget == 0 {
+		c.InlineBudget = payload.DefaultInlineBudget
+	}
+	if c.IdempotencyPolicy == "" {
+		c.IdempotencyPolicy = OptionalClientKey
+	}
+	if c.WorkerID == "" {
+		host, _ := os.Hostname()
+		c.WorkerID = newWorkerID(host)
+	}
+	switch {
+	case c.Lease < 3*time.Millisecond:
+		return fmt.Errorf("runtime: lease %s too short", c.Lease)
+	case c.InlineBudget < 0 || c.InlineBudget > payload.MaxInlineBudget:
+		return fmt.Errorf("runtime: inline budget %d outside 0..%d", c.InlineBudget, payload.MaxInlineBudget)
+	case c.SweepLimit < 1, c.SweepGrace < 0, c.ExecutionTTL < 0:
+		return fmt.Errorf("runtime: sweep limit, sweep grace or TTL out of range")
+	}
+	switch c.IdempotencyPolicy {
+	case OptionalClientKey, ClientKeyRequired, ServerKeyOnly:
+	default:
+		return fmt.Errorf("runtime: unknown idempotency policy %q", c.IdempotencyPolicy)
+	}
+	return c.Retry.Validate()
+}
+
+// Deps are the providers a Runtime runs on.
+type Deps struct {
+	Registry   *pipeline.Registry
+	Store      store.Store
+	Payloads   payload.Store
+	Dispatcher dispatch.Dispatcher
+	DeadLetter deadletter.Publisher
+	// Clock defaults to the system clock.
+	Clock clock.Clock
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+// Runtime is the execution engine. It is safe for concurrent use.
+type Runtime struct {
+	cfg Config
+	Deps
+}
+
+// New checks cfg and deps and returns a Runtime.
+func New(cfg Config, deps Deps) (*Runtime, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	if deps.Registry == nil || deps.Store == nil || deps.Payloads == nil || deps.Dispatcher == nil || deps.DeadLetter == nil {
+		return nil, errors.New("runtime: registry, store, payload store, dispatcher and dead-letter publisher are all required")
+	}
+	if deps.Clock == nil {
+		deps.Clock = clock.System{}
+	}
+	if deps.Logger == nil {
+		deps.Logger = slog.Default()
+	}
+	return &Runtime{cfg: cfg, Deps: deps}, nil
+}
+
+// Config returns the effective configuration (defaults applied).
+func (r *Runtime) Config() Config { return r.cfg }
+
+// SubmitRequest is one submission.
+type SubmitRequest struct {
+	TenantID   string
+	PipelineID string
+	// IdempotencyKey is the client's key ("" when none was sent).
+	IdempotencyKey string
+	Input          payload.Payload
+}
+
+// SubmitResult is the execution a submission created or resolved to.
+type SubmitResult struct {
+	Execution execution.Execution
+	// Duplicate is true when the key already mapped to an execution.
+	Duplicate bool
+}
+
+// Submit records the execution durably (row and key in one conditional
+// write) and only then dispatches its first work item. A duplicate
+// returns the existing execution and dispatches nothing. A key bound to a
+// different request fails with store.ErrKeyMismatch.
+func (r *Runtime) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, error) {
+	p, ok := r.Registry.Get(req.PipelineID)
+	if !ok {
+		return SubmitResult{}, fmt.Errorf("%w: %s", ErrPipelineNotFound, req.PipelineID)
+	}
+	digest := payload.Digest(req.Input.Data)
+	key := req.IdempotencyKey
+	switch {
+	case r.cfg.IdempotencyPolicy == ServerKeyOnly, key == "" && r.cfg.IdempotencyPolicy == OptionalClientKey:
+		key = "derived:" + hashParts(req.TenantID, req.PipelineID, digest)
+	case key == "":
+		return SubmitResult{}, ErrKeyRequired
+	}
+	now := r.Clock.Now()
+	// The input's slot is the idempotency key: a duplicate submission
+	// rewrites identical chunks instead of orphaning new ones.
+	in, err := payload.Write(ctx, r.Payloads, req.Input, "input/"+store.KeyID(req.TenantID, key), r.cfg.InlineBudget, now.Add(r.cfg.ExecutionTTL))
+	if err != nil {
+		return SubmitResult{}, fmt.Errorf("runtime: store input: %w", err)
+	}
+	row := execution.Execution{
+		TenantID: req.TenantID, ExecutionID: newExecutionID(now), PipelineID: p.ID,
+		Status: execution.Queued, Version: 1, StepName: p.Steps[0].Name, Attempt: 1,
+		NextDueAt: now, IdempotencyKey: key, Input: in,
+		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(r.cfg.ExecutionTTL),
+	}
+	got, created, err := r.Store.CreateOrGet(ctx, store.CreateRequest{
+		Execution: row, IdempotencyKey: key,
+		Fingerprint: hashParts(p.ID, string(req.Input.Encoding), req.Input.ContentType, req.Input.Message, digest),
+	})
+	if err != nil {
+		return SubmitResult{}, err
+	}
+	log := r.execLogger(&got)
+	if !created {
+		log.LogAttrs(ctx, slog.LevelInfo, "execution_deduplicated", slog.String("event", "execution_deduplicated"))
+		return SubmitResult{Execution: got, Duplicate: true}, nil
+	}
+	log.LogAttrs(ctx, slog.LevelInfo, "execution_submitted", slog.String("event", "execution_submitted"),
+		slog.Int64("input_bytes", in.Length), slog.Bool("input_inline", in.ManifestID == ""))
+	r.dispatch(ctx, &got, 0)
+	return SubmitResult{Execution: got}, nil
+}
+
+// Status returns the execution's row as the tenant sees it.
+func (r *Runtime) Status(ctx context.Context, key execution.Key) (execution.Execution, error) {
+	return r.Store.Get(ctx, key)
+}
+
+// Result returns the result of a SUCCEEDED execution. Otherwise it returns
+// the row and an error wrapping ErrNotSucceeded.
+func (r *Runtime) Result(ctx context.Context, key execution.Key) (execution.Execution, payload.Payload, error) {
+	e, err := r.Store.Get(ctx, key)
+	if err != nil {
+		return e, payload.Payload{}, err
+	}
+	if e.Status != execution.Succeeded {
+		return e, payload.Payload{}, fmt.Errorf("%w: status %s", ErrNotSucceeded, e.Status)
+	}
+	p, err := payload.Read(ctx, r.Payloads, e.Result)
+	return e, p, err
+}
+
+// Redrive sends a DLQ or FAILED execution back to QUEUED at its failed
+// step for exactly one more attempt, recording reason as an audit note.
+// expectedVersion, when non-nil, must equal the current version.
+func (r *Runtime) Redrive(ctx context.Context, key execution.Key, reason string, expectedVersion *int64) (execution.Execution, error) {
+	e, err := r.Store.Get(ctx, key)
+	if err != nil {
+		return e, err
+	}
+	if expectedVersion != nil && *expectedVersion != e.Version {
+		return e, fmt.Errorf("%w: expected %d, current %d", ErrVersionMismatch, *expectedVersion, e.Version)
+	}
+	if e.Status != execution.DLQ && e.Status != execution.Failed {
+		return e, fmt.Errorf("%w: status %s", ErrNotRedrivable, e.Status)
+	}
+	now := r.Clock.Now()
+	next := e
+	next.Status, next.Attempt, next.MaxAttempt = execution.Queued, e.Attempt+1, e.Attempt+1
+	next.NextDueAt, next.UpdatedAt = now, now
+	next.Error, next.DLQPending = nil, false
+	next.Note = execution.Truncate(reason, execution.MaxErrorMessage)
+	next.RedriveCount++
+	got, err := r.Store.Update(ctx, store.Guard{Key: key, Version: e.Version}, next)
+	if err != nil {
+		return e, err
+	}
+	r.execLogger(&got).LogAttrs(ctx, slog.LevelWarn, "execution_redriven", slog.String("event", "execution_redriven"),
+		slog.String("reason", next.Note), slog.Int("redrive_count", got.RedriveCount))
+	r.dispatch(ctx, &got, 0)
+	return got, nil
+}
+
+// dispatch sends the execution's work item. A failure is logged, not
+// returned: the row is due, so the sweeper dispatches it again.
+func (r *Runtime) dispatch(ctx context.Context, e *execution.Execution, delay time.Duration) {
+	item := dispatch.WorkItem{TenantID: e.TenantID, ExecutionID: e.ExecutionID, PipelineID: e.PipelineID}
+	if err := r.Dispatcher.Dispatch(ctx, dispatch.Message{Item: item, Delay: delay}); err != nil {
+		r.execLogger(e).LogAttrs(ctx, slog.LevelWarn, "dispatch_failed", slog.String("event", "dispatch_failed"),
+			slog.String("error", err.Error()))
+	}
+}
+
+// execLogger returns the logger carrying an execution's identifying fields.
+func (r *Runtime) execLogger(e *execution.Execution) *slog.Logger {
+	return r.Logger.With(
+		slog.String("execution_id", e.ExecutionID),
+		slog.String("tenant", e.TenantID),
+		slog.String("pipeline", e.PipelineID),
+		slog.String("step", e.StepName),
+		slog.Int("attempt", e.Attempt),
+	)
+}
+
+// hashParts is the hex SHA-256 of the parts, each length-prefixed so no
+// two different lists hash alike.
+func hashParts(parts ...string) string {
+	h := sha256.New()
+	for _, p := range parts {
+		fmt.Fprintf(h, "%d:%s;", len(p), p)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}

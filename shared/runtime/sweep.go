@@ -1,0 +1,85 @@
+package runtime
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/qasync/qasync/shared/dispatch"
+	"github.com/qasync/qasync/shared/execution"
+)
+
+// SweepResult counts what one sweep did.
+type SweepResult struct {
+	// Due is how many due rows the index returned.
+	Due int `json:"due"`
+	// Redispatched counts work items sent again.
+	Redispatched int `json:"redispatched"`
+	// DeadLettersPublished counts pending dead letters now published.
+	DeadLettersPublished int `json:"deadLettersPublished"`
+	// Failed counts rows the sweep could not handle this time.
+	Failed int `json:"failed"`
+	// More reports that the limit was reached: more rows may be due.
+	More bool `json:"more"`
+}
+
+// SweepOnce finds rows that are due by more than the sweep grace (their
+// work item was lost, their lease lapsed, their retry time came, or their
+// dead letter is still to be published) and re-dispatches or publishes
+// them, at most the sweep limit. Parked and terminal rows are never in the
+// due index, so they are never touched.
+func (r *Runtime) SweepOnce(ctx context.Context) (SweepResult, error) {
+	now := r.Clock.Now()
+	refs, err := r.Store.Due(ctx, now.Add(-r.cfg.SweepGrace), r.cfg.SweepLimit)
+	if err != nil {
+		return SweepResult{}, err
+	}
+	res := SweepResult{Due: len(refs), More: len(refs) >= r.cfg.SweepLimit}
+	var msgs []dispatch.Message
+	for _, ref := range refs {
+		switch {
+		case ref.DLQPending && ref.Status == execution.Failed:
+			e, err := r.Store.Get(ctx, ref.Key)
+			if err == nil && e.Status == execution.Failed && e.DLQPending && r.deadLetter(ctx, e) {
+				res.DeadLettersPublished++
+			} else {
+				res.Failed++
+			}
+		case ref.Status.Claimable():
+			msgs = append(msgs, dispatch.Message{Item: dispatch.WorkItem{TenantID: ref.Key.TenantID, ExecutionID: ref.Key.ExecutionID, PipelineID: ref.PipelineID}})
+		}
+	}
+	if len(msgs) > 0 {
+		if err := r.Dispatcher.Dispatch(ctx, msgs...); err != nil {
+			res.Failed += len(msgs)
+			r.Logger.LogAttrs(ctx, slog.LevelWarn, "dispatch_failed", slog.String("event", "dispatch_failed"),
+				slog.Int("items", len(msgs)), slog.String("error", err.Error()))
+		} else {
+			res.Redispatched = len(msgs)
+		}
+	}
+	level := slog.LevelDebug
+	if res.Due > 0 {
+		level = slog.LevelInfo
+	}
+	r.Logger.LogAttrs(ctx, level, "sweep_completed", slog.String("event", "sweep_completed"),
+		slog.Int("due", res.Due), slog.Int("redispatched", res.Redispatched),
+		slog.Int("dead_letters_published", res.DeadLettersPublished), slog.Int("failed", res.Failed), slog.Bool("more", res.More))
+	return res, nil
+}
+
+// RunSweeper calls SweepOnce every interval until ctx ends.
+func (r *Runtime) RunSweeper(ctx context.Context, interval time.Duration) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if _, err := r.SweepOnce(ctx); err != nil && ctx.Err() == nil {
+				r.Logger.LogAttrs(ctx, slog.LevelWarn, "sweep_failed", slog.String("event", "sweep_failed"), slog.String("error", err.Error()))
+			}
+		}
+	}
+}

@@ -1,0 +1,466 @@
+// Package storetest is the one conformance suite for store.Store. Every
+// implementation (memory, DynamoDB, an embedded durable store) runs it:
+//
+//	storetest.Run(t, func(t *testing.T, c clock.Clock) store.Store { return memstore.NewStateStore(c) })
+//
+// The suite tests only through the interface. Each subtest gets a fresh
+// store from the factory and its own tenant, so a factory may share one
+// backend (one DynamoDB table) across subtests.
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/qasync/qasync/shared/clock"
+	"github.com/qasync/qasync/shared/execution"
+	"github.com/qasync/qasync/shared/payload"
+	"github.com/qasync/qasync/shared/store"
+)
+
+// Factory returns a store that reads TTL expiry from c.
+type Factory func(t *testing.T, c clock.Clock) store.Store
+
+// epoch is the suite's fake "now": milliseconds matter, so it has some.
+var epoch = time.Date(2026, 11, 29, 10, 0, 0, 123_000_000, time.UTC)
+
+type env struct {
+	t      *testing.T
+	s      store.Store
+	clock  *clock.Fake
+	tenant string
+	ctx    context.Context
+}
+
+var tenantSeq atomic.Int64
+
+func setup(t *testing.T, f Factory) *env {
+	t.Helper()
+	c := clock.NewFake(epoch)
+	return &env{t: t, s: f(t, c), clock: c, ctx: context.Background(),
+		tenant: fmt.Sprintf("tenant-%d-%d", time.Now().UnixNano(), tenantSeq.Add(1))}
+}
+
+// row returns a new QUEUED execution row due now.
+func (e *env) row(id string) execution.Execution {
+	now := e.clock.Now()
+	return execution.Execution{
+		TenantID: e.tenant, ExecutionID: id, PipelineID: "p1", Status: execution.Queued, Version: 1,
+		StepName: "s0", Attempt: 1, NextDueAt: now, IdempotencyKey: "key-" + id,
+		Input:     payload.Ref{Encoding: payload.EncodingJSON, ContentType: payload.ContentTypeJSON, Length: 2, SHA256: payload.Digest([]byte("{}")), Inline: []byte("{}")},
+		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(24 * time.Hour),
+	}
+}
+
+func (e *env) create(id string) execution.Execution {
+	e.t.Helper()
+	r := e.row(id)
+	got, created, err := e.s.CreateOrGet(e.ctx, store.CreateRequest{Execution: r, IdempotencyKey: r.IdempotencyKey, Fingerprint: "fp-" + id})
+	if err != nil || !created {
+		e.t.Fatalf("CreateOrGet(%s) = created %v, err %v", id, created, err)
+	}
+	return got
+}
+
+func (e *env) claim(x execution.Execution, owner string) (execution.Execution, error) {
+	now := e.clock.Now()
+	return e.s.Claim(e.ctx, store.ClaimRequest{Key: x.Key(), ExpectVersion: x.Version, Owner: owner, Now: now, LeaseUntil: now.Add(10 * time.Second), Attempt: x.Attempt})
+}
+
+func (e *env) mustClaim(x execution.Execution, owner string) execution.Execution {
+	e.t.Helper()
+	got, err := e.claim(x, owner)
+	if err != nil {
+		e.t.Fatalf("Claim: %v", err)
+	}
+	return got
+}
+
+// Run runs the conformance suite.
+func Run(t *testing.T, f Factory) {
+	tests := []struct {
+		name string
+		fn   func(*env)
+	}{
+		{"CreateAndGet", testCreateAndGet},
+		{"DuplicateKeyReturnsExisting", testDuplicateKey},
+		{"KeyMismatchRefused", testKeyMismatch},
+		{"KeysScopedToTenant", testKeysScopedToTenant},
+		{"GetMissing", testGetMissing},
+		{"ClaimMovesToRunning", testClaim},
+		{"ClaimRefusals", testClaimRefusals},
+		{"ClaimAfterLeaseExpiry", testClaimAfterExpiry},
+		{"ConcurrentClaimOneWinner", testConcurrentClaim},
+		{"RenewExtendsLease", testRenew},
+		{"RenewRefusedAfterTakeover", testRenewAfterTakeover},
+		{"UpdateGuardedByVersionAndOwner", testUpdateGuard},
+		{"UpdateKeepsImmutableFields", testUpdateImmutable},
+		{"UnleasedUpdate", testUnleasedUpdate},
+		{"DueIndexSparseAndOrdered", testDue},
+		{"DueLimit", testDueLimit},
+		{"ExpiredRowsAbsent", testExpired},
+		{"RoundTripAllFields", testRoundTrip},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(setup(t, f))
+		})
+	}
+}
+
+func testCreateAndGet(e *env) {
+	want := e.create("a")
+	got, err := e.s.Get(e.ctx, want.Key())
+	if err != nil {
+		e.t.Fatalf("Get: %v", err)
+	}
+	if got.Version != 1 || got.Status != execution.Queued || got.PipelineID != "p1" || got.IdempotencyKey != "key-a" {
+		e.t.Fatalf("Get = %+v", got)
+	}
+}
+
+func testDuplicateKey(e *env) {
+	first := e.create("a")
+	dup := e.row("b")
+	dup.IdempotencyKey = first.IdempotencyKey
+	got, created, err := e.s.CreateOrGet(e.ctx, store.CreateRequest{Execution: dup, IdempotencyKey: dup.IdempotencyKey, Fingerprint: "fp-a"})
+	if err != nil || created || got.ExecutionID != "a" {
+		e.t.Fatalf("duplicate CreateOrGet = %s created=%v err=%v, want existing a", got.ExecutionID, created, err)
+	}
+	if _, err := e.s.Get(e.ctx, dup.Key()); !errors.Is(err, store.ErrNotFound) {
+		e.t.Fatalf("duplicate wrote a second row: Get(b) err = %v", err)
+	}
+}
+
+func testKeyMismatch(e *env) {
+	first := e.create("a")
+	dup := e.row("b")
+	_, _, err := e.s.CreateOrGet(e.ctx, store.CreateRequest{Execution: dup, IdempotencyKey: first.IdempotencyKey, Fingerprint: "other"})
+	if !errors.Is(err, store.ErrKeyMismatch) {
+		e.t.Fatalf("CreateOrGet with other fingerprint err = %v, want ErrKeyMismatch", err)
+	}
+	if _, err := e.s.Get(e.ctx, dup.Key()); !errors.Is(err, store.ErrNotFound) {
+		e.t.Fatalf("refused request stored a row: %v", err)
+	}
+}
+
+func testKeysScopedToTenant(e *env) {
+	a := e.create("a")
+	other := e.row("a")
+	other.TenantID = e.tenant + "-other"
+	got, created, err := e.s.CreateOrGet(e.ctx, store.CreateRequest{Execution: other, IdempotencyKey: a.IdempotencyKey, Fingerprint: "different"})
+	if err != nil || !created || got.TenantID != other.TenantID {
+		e.t.Fatalf("same key, other tenant: created=%v err=%v", created, err)
+	}
+	if _, err := e.s.Get(e.ctx, execution.Key{TenantID: e.tenant + "-third", ExecutionID: "a"}); !errors.Is(err, store.ErrNotFound) {
+		e.t.Fatalf("execution visible to another tenant: %v", err)
+	}
+}
+
+func testGetMissing(e *env) {
+	if _, err := e.s.Get(e.ctx, execution.Key{TenantID: e.tenant, ExecutionID: "nope"}); !errors.Is(err, store.ErrNotFound) {
+		e.t.Fatalf("Get missing err = %v", err)
+	}
+	_, err := e.s.Claim(e.ctx, store.ClaimRequest{Key: execution.Key{TenantID: e.tenant, ExecutionID: "nope"}, ExpectVersion: 1, Owner: "w", Now: e.clock.Now(), LeaseUntil: e.clock.Now().Add(time.Second), Attempt: 1})
+	if !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrConflict) {
+		e.t.Fatalf("Claim missing err = %v", err)
+	}
+}
+
+func testClaim(e *env) {
+	x := e.create("a")
+	got := e.mustClaim(x, "w1")
+	if got.Status != execution.Running || got.LeaseOwner != "w1" || got.Version != 2 {
+		e.t.Fatalf("claimed row = %+v", got)
+	}
+	want := e.clock.Now().Add(10 * time.Second)
+	if !got.LeaseExpiresAt.Equal(want) || !got.NextDueAt.Equal(want) {
+		e.t.Fatalf("lease %v due %v, want both %v", got.LeaseExpiresAt, got.NextDueAt, want)
+	}
+	read, _ := e.s.Get(e.ctx, x.Key())
+	if read.Version != 2 || read.LeaseOwner != "w1" {
+		e.t.Fatalf("Get after claim = %+v", read)
+	}
+}
+
+func testClaimRefusals(e *env) {
+	x := e.create("a")
+	// Stale version.
+	stale := x
+	stale.Version = 7
+	if _, err := e.claim(stale, "w1"); !errors.Is(err, store.ErrConflict) {
+		e.t.Errorf("claim with wrong version err = %v", err)
+	}
+	// Not yet due.
+	notDue := x
+	if _, err := e.s.Claim(e.ctx, store.ClaimRequest{Key: notDue.Key(), ExpectVersion: 1, Owner: "w1", Now: e.clock.Now().Add(-time.Second), LeaseUntil: e.clock.Now(), Attempt: 1}); !errors.Is(err, store.ErrConflict) {
+		e.t.Errorf("claim before due err = %v", err)
+	}
+	// Leased by someone else.
+	held := e.mustClaim(x, "w1")
+	if _, err := e.claim(held, "w2"); !errors.Is(err, store.ErrConflict) {
+		e.t.Errorf("claim of a live lease err = %v", err)
+	}
+	// Terminal and parked statuses.
+	for _, st := range []execution.Status{execution.Succeeded, execution.DLQ, execution.Failed, execution.WaitingExternal, execution.RemoteOutcomeUnknown} {
+		y := e.create("t-" + string(st))
+		next := y
+		next.Status = st // NextDueAt stays set: the store must refuse on status alone
+		u, err := e.s.Update(e.ctx, store.Guard{Key: y.Key(), Version: y.Version}, next)
+		if err != nil {
+			e.t.Fatalf("Update to %s: %v", st, err)
+		}
+		if _, err := e.claim(u, "w1"); !errors.Is(err, store.ErrConflict) {
+			e.t.Errorf("claim of %s row err = %v", st, err)
+		}
+	}
+}
+
+func testClaimAfterExpiry(e *env) {
+	x := e.create("a")
+	held := e.mustClaim(x, "w1")
+	e.clock.Advance(10 * time.Second) // lease ends exactly now
+	got, err := e.claim(held, "w2")
+	if err != nil {
+		e.t.Fatalf("takeover after expiry: %v", err)
+	}
+	if got.LeaseOwner != "w2" || got.Version != held.Version+1 {
+		e.t.Fatalf("takeover row = %+v", got)
+	}
+}
+
+func testConcurrentClaim(e *env) {
+	x := e.create("a")
+	const n = 16
+	var wins atomic.Int32
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := e.claim(x, fmt.Sprintf("w%d", i))
+			switch {
+			case err == nil:
+				wins.Add(1)
+			case !errors.Is(err, store.ErrConflict):
+				e.t.Errorf("claim err = %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if wins.Load() != 1 {
+		e.t.Fatalf("%d claims won, want exactly 1", wins.Load())
+	}
+}
+
+func testRenew(e *env) {
+	held := e.mustClaim(e.create("a"), "w1")
+	until := e.clock.Advance(5 * time.Second).Add(10 * time.Second)
+	if err := e.s.Renew(e.ctx, held.Key(), "w1", held.Version, until); err != nil {
+		e.t.Fatalf("Renew: %v", err)
+	}
+	got, _ := e.s.Get(e.ctx, held.Key())
+	if !got.LeaseExpiresAt.Equal(until) || !got.NextDueAt.Equal(until) || got.Version != held.Version {
+		e.t.Fatalf("after renew: lease %v due %v version %d", got.LeaseExpiresAt, got.NextDueAt, got.Version)
+	}
+	// The renewed lease is not claimable at the old expiry.
+	e.clock.Advance(6 * time.Second)
+	if _, err := e.claim(got, "w2"); !errors.Is(err, store.ErrConflict) {
+		e.t.Fatalf("claim of a renewed lease err = %v", err)
+	}
+	if err := e.s.Renew(e.ctx, held.Key(), "w2", held.Version, until); !errors.Is(err, store.ErrLeaseLost) {
+		e.t.Fatalf("Renew by non-owner err = %v", err)
+	}
+}
+
+func testRenewAfterTakeover(e *env) {
+	held := e.mustClaim(e.create("a"), "w1")
+	e.clock.Advance(11 * time.Second)
+	if _, err := e.claim(held, "w2"); err != nil {
+		e.t.Fatalf("takeover: %v", err)
+	}
+	if err := e.s.Renew(e.ctx, held.Key(), "w1", held.Version, e.clock.Now().Add(time.Minute)); !errors.Is(err, store.ErrLeaseLost) {
+		e.t.Fatalf("Renew after takeover err = %v", err)
+	}
+}
+
+func testUpdateGuard(e *env) {
+	held := e.mustClaim(e.create("a"), "w1")
+	next := held
+	next.Status, next.LeaseOwner, next.LeaseExpiresAt = execution.Succeeded, "", time.Time{}
+	next.NextDueAt, next.LastTransitionKey = time.Time{}, held.TransitionKey()
+	if _, err := e.s.Update(e.ctx, store.Guard{Key: held.Key(), Version: held.Version, LeaseOwner: "w2"}, next); !errors.Is(err, store.ErrLeaseLost) {
+		e.t.Errorf("Update by non-owner err = %v", err)
+	}
+	if _, err := e.s.Update(e.ctx, store.Guard{Key: held.Key(), Version: held.Version - 1, LeaseOwner: "w1"}, next); !errors.Is(err, store.ErrLeaseLost) {
+		e.t.Errorf("Update with stale version err = %v", err)
+	}
+	got, err := e.s.Update(e.ctx, store.Guard{Key: held.Key(), Version: held.Version, LeaseOwner: "w1"}, next)
+	if err != nil {
+		e.t.Fatalf("Update: %v", err)
+	}
+	if got.Version != held.Version+1 || got.Status != execution.Succeeded || got.LeaseOwner != "" {
+		e.t.Fatalf("Update = %+v", got)
+	}
+	// A second commit of the same transition loses.
+	if _, err := e.s.Update(e.ctx, store.Guard{Key: held.Key(), Version: held.Version, LeaseOwner: "w1"}, next); !errors.Is(err, store.ErrLeaseLost) {
+		e.t.Fatalf("repeated commit err = %v", err)
+	}
+}
+
+func testUpdateImmutable(e *env) {
+	x := e.create("a")
+	next := x
+	next.PipelineID, next.IdempotencyKey, next.Input = "other", "other", payload.Ref{}
+	next.CreatedAt, next.ExpiresAt = epoch.Add(-time.Hour), epoch.Add(time.Hour*1000)
+	next.Status = execution.WaitRetry
+	got, err := e.s.Update(e.ctx, store.Guard{Key: x.Key(), Version: 1}, next)
+	if err != nil {
+		e.t.Fatalf("Update: %v", err)
+	}
+	if got.PipelineID != "p1" || got.IdempotencyKey != x.IdempotencyKey || got.Input.SHA256 != x.Input.SHA256 ||
+		!got.CreatedAt.Equal(x.CreatedAt) || !got.ExpiresAt.Equal(x.ExpiresAt) || got.Status != execution.WaitRetry {
+		e.t.Fatalf("immutable fields changed: %+v", got)
+	}
+}
+
+func testUnleasedUpdate(e *env) {
+	x := e.create("a")
+	held := e.mustClaim(x, "w1")
+	next := held
+	next.Status = execution.Failed
+	if _, err := e.s.Update(e.ctx, store.Guard{Key: x.Key(), Version: held.Version}, next); !errors.Is(err, store.ErrConflict) {
+		e.t.Fatalf("unleased update of a leased row err = %v", err)
+	}
+}
+
+func testDue(e *env) {
+	now := e.clock.Now()
+	mk := func(id string, due time.Time, st execution.Status, pending bool) {
+		x := e.create(id)
+		next := x
+		next.Status, next.NextDueAt, next.DLQPending = st, due, pending
+		if _, err := e.s.Update(e.ctx, store.Guard{Key: x.Key(), Version: 1}, next); err != nil {
+			e.t.Fatalf("Update %s: %v", id, err)
+		}
+	}
+	mk("late", now.Add(-3*time.Second), execution.WaitRetry, false)
+	mk("early", now.Add(-5*time.Second), execution.Queued, false)
+	mk("dlq", now.Add(-1*time.Second), execution.Failed, true)
+	mk("future", now.Add(time.Hour), execution.WaitRetry, false)
+	mk("done", time.Time{}, execution.Succeeded, false)
+	mk("parked", time.Time{}, execution.WaitingExternal, false)
+	refs, err := e.s.Due(e.ctx, now, 1000)
+	if err != nil {
+		e.t.Fatalf("Due: %v", err)
+	}
+	var ids []string
+	for _, r := range refs {
+		if r.Key.TenantID == e.tenant {
+			ids = append(ids, r.Key.ExecutionID)
+			if r.PipelineID != "p1" {
+				e.t.Errorf("due ref %s lacks its pipeline id: %+v", r.Key.ExecutionID, r)
+			}
+			if r.Key.ExecutionID == "dlq" && (!r.DLQPending || r.Status != execution.Failed) {
+				e.t.Errorf("dlq ref = %+v", r)
+			}
+		}
+	}
+	if fmt.Sprint(ids) != "[early late dlq]" {
+		e.t.Fatalf("due ids = %v, want [early late dlq] oldest first", ids)
+	}
+}
+
+func testDueLimit(e *env) {
+	for i := range 5 {
+		e.create(fmt.Sprintf("x%d", i))
+	}
+	refs, err := e.s.Due(e.ctx, e.clock.Now(), 2)
+	if err != nil || len(refs) != 2 {
+		e.t.Fatalf("Due limit 2 = %d refs, err %v", len(refs), err)
+	}
+}
+
+func testExpired(e *env) {
+	x := e.create("a")
+	e.clock.Advance(25 * time.Hour)
+	if _, err := e.s.Get(e.ctx, x.Key()); !errors.Is(err, store.ErrNotFound) {
+		e.t.Fatalf("Get of expired row err = %v", err)
+	}
+	refs, err := e.s.Due(e.ctx, e.clock.Now(), 1000)
+	if err != nil {
+		e.t.Fatalf("Due: %v", err)
+	}
+	for _, r := range refs {
+		if r.Key == x.Key() {
+			e.t.Fatalf("expired row in due index")
+		}
+	}
+	// An expired key no longer binds: the same key creates a new execution.
+	y := e.row("b")
+	y.IdempotencyKey = x.IdempotencyKey
+	y.ExpiresAt = e.clock.Now().Add(time.Hour)
+	_, created, err := e.s.CreateOrGet(e.ctx, store.CreateRequest{Execution: y, IdempotencyKey: y.IdempotencyKey, Fingerprint: "new"})
+	if err != nil || !created {
+		e.t.Fatalf("CreateOrGet after key expiry: created=%v err=%v", created, err)
+	}
+}
+
+func testRoundTrip(e *env) {
+	x := e.create("a")
+	held := e.mustClaim(x, "w1")
+	next := held
+	next.Status, next.StepIndex, next.StepName, next.Attempt, next.MaxAttempt = execution.Failed, 3, "s3", 4, 5
+	next.LeaseOwner, next.LeaseExpiresAt = "", time.Time{}
+	next.NextDueAt = e.clock.Now().Add(1500 * time.Millisecond)
+	next.LastTransitionKey = "a:3:4"
+	next.Result = payload.Ref{Encoding: payload.EncodingProtobuf, ContentType: payload.ContentTypeProtobuf, Message: "pkg.Msg", Length: 1 << 20, SHA256: payload.Digest([]byte("x")), ManifestID: "m1"}
+	next.Error = &execution.Failure{Code: "c", Message: "m", TerminalReason: execution.ReasonRetryExhausted}
+	next.DLQPending, next.Note, next.RedriveCount = true, "audit", 2
+	next.UpdatedAt = e.clock.Now().Add(time.Second)
+	if _, err := e.s.Update(e.ctx, store.Guard{Key: x.Key(), Version: held.Version, LeaseOwner: "w1"}, next); err != nil {
+		e.t.Fatalf("Update: %v", err)
+	}
+	got, err := e.s.Get(e.ctx, x.Key())
+	if err != nil {
+		e.t.Fatalf("Get: %v", err)
+	}
+	next.Version = held.Version + 1
+	if got.Error == nil || *got.Error != *next.Error {
+		e.t.Fatalf("error round trip: got %+v, want %+v", got.Error, next.Error)
+	}
+	if g, w := normalize(got), normalize(next); !reflect.DeepEqual(g, w) {
+		e.t.Fatalf("round trip:\n got  %+v\n want %+v", g, w)
+	}
+	// The store hands out copies: changing what Get returned changes nothing.
+	got.Error.Message = "mutated"
+	again, _ := e.s.Get(e.ctx, x.Key())
+	if again.Error.Message != "m" {
+		e.t.Fatalf("store shares memory with callers")
+	}
+}
+
+// normalize drops what a backend may legitimately represent differently:
+// the Error pointer (compared separately), time zones and monotonic
+// readings, and nil versus empty inline bytes.
+func normalize(x execution.Execution) execution.Execution {
+	x.Error = nil
+	for _, t := range []*time.Time{&x.LeaseExpiresAt, &x.NextDueAt, &x.CreatedAt, &x.UpdatedAt, &x.ExpiresAt} {
+		if !t.IsZero() {
+			*t = t.UTC().Round(0)
+		}
+	}
+	for _, r := range []*payload.Ref{&x.Input, &x.Result} {
+		if len(r.Inline) == 0 && r.Inline != nil {
+			r.Inline = []byte{}
+		}
+	}
+	return x
+}
