@@ -15,7 +15,9 @@ FUZZTIME   ?= 60000x
 export GOMODCACHE := $(CACHE)/go/mod
 export GOFLAGS    := -modcacherw
 
-.PHONY: help run build test test-unit fuzz bench vet fmt-check clean
+STACK      := scripts/stack.sh
+
+.PHONY: help run build test test-unit fuzz bench vet fmt-check clean stack-up stack-down provision
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -27,10 +29,21 @@ run: build ## serve the API, workers and sweeper on $(ADDR) with in-memory provi
 	PIPELINE_ORCHESTRATOR_SWEEP_INTERVAL=$${PIPELINE_ORCHESTRATOR_SWEEP_INTERVAL:-1s} \
 	exec $(BIN)/qasync serve --addr $(ADDR)
 
-test: vet fmt-check test-unit fuzz ## everything CI runs: vet, gofmt, unit and conformance tests with -race, a short fuzz
+test: vet fmt-check test-unit fuzz ## everything CI runs: vet, gofmt, all tests with -race against the local AWS stack, a short fuzz
 
-test-unit:
-	go test -race -count=1 -timeout 10m ./...
+# The stack is started for the tests and stopped afterwards, also on failure.
+test-unit: build
+	QASYNC_REQUIRE_STACK=1 QASYNC_BIN=$(BIN)/qasync $(STACK) run go test -race -count=1 -timeout 12m ./...
+
+stack-up: ## install (into .cache/) and start DynamoDB Local and the SQS server on loopback
+	$(STACK) up
+	@$(STACK) env
+
+stack-down: ## stop the local AWS stack
+	$(STACK) down
+
+provision: build ## create the tables and queues on the local stack (make stack-up first)
+	eval "$$($(STACK) env)" && $(BIN)/qasync provision
 
 fuzz: ## fuzz the submit handler ($(FUZZTIME) inputs, a few seconds)
 	go test -run '^$$' -fuzz '^FuzzSubmit$$' -fuzztime $(FUZZTIME) ./shared/httpapi/

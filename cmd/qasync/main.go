@@ -38,6 +38,8 @@ func main() {
 	switch os.Args[1] {
 	case "serve":
 		os.Exit(serve(os.Args[2:]))
+	case "provision":
+		os.Exit(provisionCmd(os.Args[2:]))
 	case "keys":
 		fmt.Print(config.MarkdownTable())
 	case "help", "-h", "--help":
@@ -52,6 +54,7 @@ func main() {
 func usage(w io.Writer) {
 	fmt.Fprint(w, `usage:
   qasync serve [flags]   serve the HTTP API, workers and sweeper in one process
+  qasync provision       create the DynamoDB tables and SQS queues (idempotent) and print their settings
   qasync keys            list the configuration keys, their environment variables and defaults
 
 Every key pipeline.orchestrator.K is read from the environment variable
@@ -79,7 +82,9 @@ func serve(args []string) int {
 		fmt.Fprintf(os.Stderr, "qasync: %v\n", err)
 		return 1
 	}
-	set, err := providers.Open(cfg, reg, log)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	set, err := providers.Open(ctx, cfg, reg, log, providers.WithDrainTimeout(drainTimeout))
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "qasync: %v\n", err)
 		return 2
@@ -99,11 +104,10 @@ func serve(args []string) int {
 	}
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	sweepCtx, stopSweep := context.WithCancel(ctx)
-	swept := make(chan struct{})
-	go func() { defer close(swept); set.Runtime.RunSweeper(sweepCtx, cfg.SweepInterval) }()
+	bg, stopBackground := context.WithCancel(context.Background())
+	swept, worked := make(chan struct{}), make(chan struct{})
+	go func() { defer close(swept); set.Runtime.RunSweeper(bg, cfg.SweepInterval) }()
+	go func() { defer close(worked); _ = set.Work(bg) }()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
@@ -124,8 +128,9 @@ func serve(args []string) int {
 	drain, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()
 	_ = srv.Shutdown(drain) // stop accepting; finish in-flight requests
-	stopSweep()
+	stopBackground()        // stop sweeping and receiving; the poller drains its in-flight work
 	<-swept
+	<-worked
 	if err := set.Close(drain); err != nil {
 		log.Warn("shutdown_drain_timeout", slog.String("event", "shutdown_drain_timeout"), slog.String("error", err.Error()))
 	}

@@ -24,6 +24,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/qasync/qasync/shared/schema"
 )
 
 // KeyPrefix prefixes every configuration key.
@@ -98,6 +100,24 @@ type Config struct {
 	DLQURL string
 	// LogLevel is key "log-level": debug, info (default), warn or error.
 	LogLevel string
+	// ExecutionTable is key "dynamo.execution-table", default
+	// qasync-executions.
+	ExecutionTable string
+	// KeyTable is key "dynamo.key-table", default qasync-execution-keys.
+	KeyTable string
+	// PayloadTable is key "dynamo.execution-payload-table", default
+	// qasync-execution-payloads.
+	PayloadTable string
+	// DueShards is key "dynamo.due-shards", default 4, between 1 and 64:
+	// partitions of the due-work index; every process must agree.
+	DueShards int
+	// SQSWaitSeconds is key "sqs.wait-seconds", default 20, between 0 and
+	// 20: the work queue poller's long-poll wait.
+	SQSWaitSeconds int
+	// SQSVisibility is key "sqs.visibility-timeout", default 60s: how long
+	// a received work item stays hidden; the poller extends it while a
+	// transition runs.
+	SQSVisibility time.Duration
 }
 
 // Default returns the built-in configuration.
@@ -123,6 +143,12 @@ func Default() Config {
 		MaxBodyBytes:       6 << 20,
 		TenantSource:       "header",
 		LogLevel:           "info",
+		ExecutionTable:     schema.DefaultNames.ExecutionTable,
+		KeyTable:           schema.DefaultNames.KeyTable,
+		PayloadTable:       schema.DefaultNames.PayloadTable,
+		DueShards:          schema.DefaultDueShards,
+		SQSWaitSeconds:     20,
+		SQSVisibility:      schema.WorkVisibility,
 	}
 }
 
@@ -242,10 +268,26 @@ var entries = []entry{
 		requiredWhen("dlq-provider", func(c Config) bool { return c.DLQProvider == "sqs" })),
 	field("log-level", "Log level: debug, info, warn or error.",
 		func(c *Config) *string { return &c.LogLevel }, lower, oneOf("debug", "info", "warn", "error")),
+	field("dynamo.execution-table", "DynamoDB execution table (state-provider dynamo).",
+		func(c *Config) *string { return &c.ExecutionTable }, verbatim, requiredWhen("state-provider", usesDynamo)),
+	field("dynamo.key-table", "DynamoDB idempotency key table (state-provider dynamo).",
+		func(c *Config) *string { return &c.KeyTable }, verbatim, requiredWhen("state-provider", usesDynamo)),
+	field("dynamo.execution-payload-table", "DynamoDB payload chunk table, PK payload_id, SK payload_part (state-provider dynamo).",
+		func(c *Config) *string { return &c.PayloadTable }, verbatim, requiredWhen("state-provider", usesDynamo)),
+	field("dynamo.due-shards", "Partitions of the due-work index; every process sharing the table must agree; 1 to 64.",
+		func(c *Config) *int { return &c.DueShards }, parseInt[int], between(1, 64)),
+	field("sqs.wait-seconds", "Long-poll wait of the work queue poller in seconds; 0 to 20.",
+		func(c *Config) *int { return &c.SQSWaitSeconds }, parseInt[int], between(0, 20)),
+	field("sqs.visibility-timeout", "Visibility timeout of a received work item (duration); the poller extends it while a transition runs; 1s to 12h.",
+		func(c *Config) *time.Duration { return &c.SQSVisibility }, parseDuration, between(time.Second, 12*time.Hour)),
 }
 
+func usesDynamo(c Config) bool { return c.StateProvider == "dynamo" }
+
 // flagAliases maps extra flag names to keys.
-var flagAliases = map[string]string{"addr": "http.addr"}
+var flagAliases = map[string]string{
+	"addr": "http.addr", "state": "state-provider", "dispatcher": "dispatcher-provider", "dlq": "dlq-provider",
+}
 
 func millis(e entry) entry {
 	get := e.get

@@ -1,8 +1,9 @@
-// Package providers turns configuration into a wired Runtime: it picks the
-// state store, payload store, dispatcher and dead-letter publisher that
-// the configuration names, refusing any that this build does not
-// implement, and maps the configuration onto runtime.Config. Every binary
-// (qasync serve, and the Lambda functions) builds its runtime here.
+// Package providers turns configuration into a wired Runtime: it builds
+// the state store, payload store, dispatcher and dead-letter publisher the
+// configuration names (memory / event / log for local development,
+// DynamoDB / SQS for durable execution), verifies their resources under
+// strict startup, and maps the configuration onto runtime.Config. Every
+// binary (qasync serve, and the Lambda functions) builds its runtime here.
 package providers
 
 import (
@@ -12,22 +13,50 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/aws/smithy-go/middleware"
+
+	"github.com/qasync/qasync/shared/awsclient"
 	"github.com/qasync/qasync/shared/clock"
 	"github.com/qasync/qasync/shared/config"
+	"github.com/qasync/qasync/shared/deadletter"
 	"github.com/qasync/qasync/shared/dispatch"
+	"github.com/qasync/qasync/shared/dynamostore"
 	"github.com/qasync/qasync/shared/localdispatch"
 	"github.com/qasync/qasync/shared/logdlq"
 	"github.com/qasync/qasync/shared/memstore"
+	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/pipeline"
+	"github.com/qasync/qasync/shared/provision"
 	"github.com/qasync/qasync/shared/retry"
 	"github.com/qasync/qasync/shared/runtime"
+	"github.com/qasync/qasync/shared/schema"
+	"github.com/qasync/qasync/shared/sqsdispatch"
+	"github.com/qasync/qasync/shared/sqsdlq"
+	"github.com/qasync/qasync/shared/store"
 )
 
 // Set is a runtime with the providers it runs on.
 type Set struct {
 	Runtime *runtime.Runtime
-	// Local is the in-process dispatcher when dispatcher-provider=event.
+	// Local is the in-process dispatcher when dispatcher-provider=event;
+	// its workers start with Open.
 	Local *localdispatch.Dispatcher
+	// Poller consumes the work queue when dispatcher-provider=sqs; Work
+	// runs it.
+	Poller *sqsdispatch.Poller
+	// Clients are the AWS clients, when a durable provider is configured.
+	Clients *awsclient.Clients
+}
+
+// Work runs the work consumer until ctx ends: the SQS poller when the
+// dispatcher is sqs (returning once in-flight transitions are settled),
+// nothing for the in-process dispatcher, whose workers run from Open.
+func (s *Set) Work(ctx context.Context) error {
+	if s.Poller == nil {
+		<-ctx.Done()
+		return nil
+	}
+	return s.Poller.Run(ctx)
 }
 
 // Close stops the in-process dispatcher: no new work, in-flight steps may
@@ -55,45 +84,127 @@ func RuntimeConfig(c config.Config) runtime.Config {
 	}
 }
 
-// ErrNotImplemented names a configured provider this build lacks.
-var ErrNotImplemented = errors.New("provider not implemented in this build")
+// Durable reports whether any configured provider keeps state outside the
+// process.
+func Durable(c config.Config) bool {
+	return c.StateProvider == "dynamo" || c.DispatcherProvider == "sqs" || c.DLQProvider == "sqs"
+}
 
-// Open validates c and builds the runtime it describes.
-func Open(c config.Config, reg *pipeline.Registry, log *slog.Logger) (*Set, error) {
+// Option adjusts Open.
+type Option func(*options)
+
+type options struct {
+	apiOptions []func(*middleware.Stack) error
+	drain      time.Duration
+}
+
+// WithAPIOptions adds SDK middleware to every AWS client (for example an
+// awsclient.Counter's).
+func WithAPIOptions(fns ...func(*middleware.Stack) error) Option {
+	return func(o *options) { o.apiOptions = append(o.apiOptions, fns...) }
+}
+
+// WithDrainTimeout bounds how long the SQS poller waits for in-flight
+// transitions once Work's context ends (default 20s); then their context
+// is cancelled and their leases released.
+func WithDrainTimeout(d time.Duration) Option {
+	return func(o *options) { o.drain = d }
+}
+
+// Open validates c, builds the providers it names and the runtime on them.
+// Under strict startup it also checks that the tables and queues exist and
+// refuses a durable configuration that keeps the OPTIONAL_CLIENT_KEY
+// idempotency policy; every error names the key to fix.
+func Open(ctx context.Context, c config.Config, reg *pipeline.Registry, log *slog.Logger, opts ...Option) (*Set, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	var errs []error
-	if c.StateProvider != "memory" {
-		errs = append(errs, fmt.Errorf("%sstate-provider: %q: %w", config.KeyPrefix, c.StateProvider, ErrNotImplemented))
+	o := options{drain: 20 * time.Second}
+	for _, opt := range opts {
+		opt(&o)
 	}
-	if c.DispatcherProvider != "event" {
-		errs = append(errs, fmt.Errorf("%sdispatcher-provider: %q: %w", config.KeyPrefix, c.DispatcherProvider, ErrNotImplemented))
-	}
-	if c.DLQProvider != "log" {
-		errs = append(errs, fmt.Errorf("%sdlq-provider: %q: %w", config.KeyPrefix, c.DLQProvider, ErrNotImplemented))
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	clk := clock.System{}
 	set := &Set{}
-	set.Local = localdispatch.New(func(ctx context.Context, item dispatch.WorkItem) error {
-		return set.Runtime.Process(ctx, item)
-	}, localdispatch.Options{Workers: c.WorkerConcurrency})
+	clk := clock.System{}
+	if Durable(c) {
+		clients, err := awsclient.Load(ctx, o.apiOptions...)
+		if err != nil {
+			return nil, fmt.Errorf("providers: AWS configuration: %w", err)
+		}
+		set.Clients = &clients
+		if c.StrictStartup {
+			if err := strict(ctx, c, clients); err != nil {
+				return nil, err
+			}
+		}
+	}
+	var (
+		st  store.Store
+		ps  payload.Store
+		dlq deadletter.Publisher
+		d   dispatch.Dispatcher
+	)
+	switch c.StateProvider {
+	case "dynamo":
+		ds, err := dynamostore.NewStateStore(set.Clients.DynamoDB, dynamostore.Options{
+			ExecutionTable: c.ExecutionTable, KeyTable: c.KeyTable, DueShards: c.DueShards, Clock: clk})
+		if err != nil {
+			return nil, err
+		}
+		st, ps = ds, dynamostore.NewPayloadStore(set.Clients.DynamoDB, c.PayloadTable, clk)
+	default:
+		st, ps = memstore.NewStateStore(clk), memstore.NewPayloadStore(clk)
+	}
+	switch c.DLQProvider {
+	case "sqs":
+		dlq = sqsdlq.New(set.Clients.SQS, c.DLQURL)
+	default:
+		dlq = logdlq.New(log)
+	}
+	handler := func(ctx context.Context, item dispatch.WorkItem) error { return set.Runtime.Process(ctx, item) }
+	switch c.DispatcherProvider {
+	case "sqs":
+		d = sqsdispatch.New(set.Clients.SQS, c.QueueURL, sqsdispatch.WithLogger(log))
+		set.Poller = sqsdispatch.NewPoller(set.Clients.SQS, c.QueueURL, handler, sqsdispatch.PollerOptions{
+			WaitTimeSeconds: int32(c.SQSWaitSeconds), Concurrency: c.WorkerConcurrency,
+			VisibilityTimeout: c.SQSVisibility, DrainTimeout: o.drain, Logger: log,
+		})
+	default:
+		set.Local = localdispatch.New(handler, localdispatch.Options{Workers: c.WorkerConcurrency})
+		d = set.Local
+	}
 	rt, err := runtime.New(RuntimeConfig(c), runtime.Deps{
-		Registry:   reg,
-		Store:      memstore.NewStateStore(clk),
-		Payloads:   memstore.NewPayloadStore(clk),
-		Dispatcher: set.Local,
-		DeadLetter: logdlq.New(log),
-		Clock:      clk,
-		Logger:     log,
+		Registry: reg, Store: st, Payloads: ps, Dispatcher: d, DeadLetter: dlq, Clock: clk, Logger: log,
 	})
 	if err != nil {
-		_ = set.Local.Close(context.Background())
+		_ = set.Close(context.Background())
 		return nil, err
 	}
 	set.Runtime = rt
 	return set, nil
+}
+
+// strict verifies the durable resources and policy, naming the key of
+// each problem.
+func strict(ctx context.Context, c config.Config, clients awsclient.Clients) error {
+	var errs []error
+	key := func(k string, err error) {
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s%s: %w", config.KeyPrefix, k, err))
+		}
+	}
+	if c.StateProvider == "dynamo" {
+		key("dynamo.execution-table", provision.CheckTables(ctx, clients.DynamoDB, []schema.Table{schema.ExecutionTable(c.ExecutionTable)}))
+		key("dynamo.key-table", provision.CheckTables(ctx, clients.DynamoDB, []schema.Table{schema.KeyTable(c.KeyTable)}))
+		key("dynamo.execution-payload-table", provision.CheckTables(ctx, clients.DynamoDB, []schema.Table{schema.PayloadTable(c.PayloadTable)}))
+	}
+	if c.DispatcherProvider == "sqs" {
+		key("queue-url", provision.CheckQueue(ctx, clients.SQS, c.QueueURL))
+	}
+	if c.DLQProvider == "sqs" {
+		key("dlq-url", provision.CheckQueue(ctx, clients.SQS, c.DLQURL))
+	}
+	if c.IdempotencyPolicy == string(runtime.OptionalClientKey) {
+		key("idempotency-policy", errors.New("strict durable startup refuses OPTIONAL_CLIENT_KEY: use CLIENT_KEY_REQUIRED (or SERVER_KEY_ONLY)"))
+	}
+	return errors.Join(errs...)
 }

@@ -2,44 +2,30 @@ package providers_test
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"strings"
 	"testing"
 
+	"github.com/qasync/qasync/shared/awstest"
 	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/pipeline"
 	"github.com/qasync/qasync/shared/providers"
+	"github.com/qasync/qasync/shared/schema"
 )
-
-func TestOpenRefusesProvidersThisBuildLacks(t *testing.T) {
-	c := config.Default()
-	c.StateProvider, c.DispatcherProvider, c.DLQProvider = "dynamo", "sqs", "sqs"
-	c.QueueURL, c.DLQURL = "http://127.0.0.1:1/q", "http://127.0.0.1:1/d"
-	_, err := providers.Open(c, &pipeline.Registry{}, slog.New(slog.DiscardHandler))
-	if !errors.Is(err, providers.ErrNotImplemented) {
-		t.Fatalf("err = %v, want ErrNotImplemented", err)
-	}
-	for _, key := range []string{"pipeline.orchestrator.state-provider", "pipeline.orchestrator.dispatcher-provider", "pipeline.orchestrator.dlq-provider"} {
-		if !strings.Contains(err.Error(), key) {
-			t.Errorf("error %q does not name %s", err, key)
-		}
-	}
-}
 
 func TestOpenRefusesInvalidConfig(t *testing.T) {
 	c := config.Default()
 	c.SweepLimit = 0
-	if _, err := providers.Open(c, &pipeline.Registry{}, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "sweep-limit") {
+	if _, err := providers.Open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "sweep-limit") {
 		t.Fatalf("err = %v, want one naming sweep-limit", err)
 	}
 }
 
-func TestOpenDefaultsMapConfig(t *testing.T) {
+func TestOpenMapsConfig(t *testing.T) {
 	c := config.Default()
 	c.Lease, c.MaxRetries = 1234e6, 7
 	reg, _ := pipeline.NewRegistry()
-	set, err := providers.Open(c, reg, slog.New(slog.DiscardHandler))
+	set, err := providers.Open(context.Background(), c, reg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,4 +34,56 @@ func TestOpenDefaultsMapConfig(t *testing.T) {
 	if got.Lease != c.Lease || got.Retry.MaxRetries != 7 || got.InlineBudget != c.InlineBudgetBytes || string(got.IdempotencyPolicy) != c.IdempotencyPolicy {
 		t.Fatalf("runtime config = %+v", got)
 	}
+	if set.Local == nil || set.Poller != nil || set.Clients != nil {
+		t.Fatalf("memory configuration built %+v", set)
+	}
+}
+
+// TestStrictStartupNamesEveryMissingResource: strict durable startup with
+// no tables and no queues, and the default idempotency policy, fails with
+// one error per key.
+func TestStrictStartupNamesEveryMissingResource(t *testing.T) {
+	t.Parallel()
+	awstest.Require(t)
+	n := awstest.Names(t) // never created
+	c := durableConfig(n, "http://127.0.0.1:1/000000000000/"+n.WorkQueue, "http://127.0.0.1:1/000000000000/"+n.DLQQueue)
+	c.StrictStartup = true
+	c.IdempotencyPolicy = "OPTIONAL_CLIENT_KEY"
+	_, err := providers.Open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler))
+	if err == nil {
+		t.Fatal("strict startup accepted missing tables and queues")
+	}
+	for _, key := range []string{"dynamo.execution-table", "dynamo.key-table", "dynamo.execution-payload-table", "queue-url", "dlq-url", "idempotency-policy"} {
+		if !strings.Contains(err.Error(), config.KeyPrefix+key+":") {
+			t.Errorf("error does not name %s: %v", key, err)
+		}
+	}
+}
+
+// TestStrictStartupAcceptsProvisionedStack: the same checks pass once the
+// schema's tables and queues exist.
+func TestStrictStartupAcceptsProvisionedStack(t *testing.T) {
+	t.Parallel()
+	clients, _ := awstest.Clients(t)
+	n := awstest.Names(t)
+	awstest.Tables(t, clients, schema.Tables(n)...)
+	urls := awstest.Queues(t, clients, schema.Queues(n)...)
+	c := durableConfig(n, urls[n.WorkQueue], urls[n.DLQQueue])
+	c.StrictStartup = true
+	set, err := providers.Open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("strict startup on a provisioned stack: %v", err)
+	}
+	if set.Poller == nil || set.Local != nil {
+		t.Fatalf("sqs configuration built %+v", set)
+	}
+}
+
+func durableConfig(n schema.Names, queueURL, dlqURL string) config.Config {
+	c := config.Default()
+	c.StateProvider, c.DispatcherProvider, c.DLQProvider = "dynamo", "sqs", "sqs"
+	c.ExecutionTable, c.KeyTable, c.PayloadTable = n.ExecutionTable, n.KeyTable, n.PayloadTable
+	c.QueueURL, c.DLQURL = queueURL, dlqURL
+	c.IdempotencyPolicy = "CLIENT_KEY_REQUIRED"
+	return c
 }

@@ -30,9 +30,15 @@ var (
 	// ErrKeyMismatch: the idempotency key is already bound to a different
 	// request (another pipeline or payload).
 	ErrKeyMismatch = errors.New("store: idempotency key reused with a different request")
+	// ErrUnavailable: the backend throttled or failed (5xx) even after the
+	// client's retries; the call may succeed if repeated later.
+	ErrUnavailable = errors.New("store: backend unavailable, retry later")
 )
 
 // Store is the execution state store seam.
+//
+// Times are kept to the millisecond, except ExpiresAt (the TTL), which is
+// kept to the second.
 type Store interface {
 	// CreateOrGet atomically writes the new execution row and its
 	// idempotency key row, or, when the key already exists, returns the

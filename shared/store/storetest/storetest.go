@@ -91,6 +91,7 @@ func Run(t *testing.T, f Factory) {
 		{"CreateAndGet", testCreateAndGet},
 		{"DuplicateKeyReturnsExisting", testDuplicateKey},
 		{"KeyMismatchRefused", testKeyMismatch},
+		{"ConcurrentDuplicatesOneExecution", testConcurrentDuplicates},
 		{"KeysScopedToTenant", testKeysScopedToTenant},
 		{"GetMissing", testGetMissing},
 		{"ClaimMovesToRunning", testClaim},
@@ -148,6 +149,38 @@ func testKeyMismatch(e *env) {
 	}
 	if _, err := e.s.Get(e.ctx, dup.Key()); !errors.Is(err, store.ErrNotFound) {
 		e.t.Fatalf("refused request stored a row: %v", err)
+	}
+}
+
+func testConcurrentDuplicates(e *env) {
+	const n = 12
+	ids := make([]string, n)
+	created := make([]bool, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			r := e.row(fmt.Sprintf("dup-%d", i))
+			r.IdempotencyKey = "same-key"
+			got, c, err := e.s.CreateOrGet(e.ctx, store.CreateRequest{Execution: r, IdempotencyKey: r.IdempotencyKey, Fingerprint: "fp"})
+			if err != nil {
+				e.t.Errorf("CreateOrGet: %v", err)
+				return
+			}
+			ids[i], created[i] = got.ExecutionID, c
+		})
+	}
+	wg.Wait()
+	winners := 0
+	for i := range n {
+		if created[i] {
+			winners++
+		}
+		if ids[i] != ids[0] {
+			e.t.Fatalf("concurrent duplicates resolved to %s and %s", ids[0], ids[i])
+		}
+	}
+	if winners != 1 {
+		e.t.Fatalf("%d creations for one key, want 1", winners)
 	}
 }
 
@@ -326,7 +359,7 @@ func testUpdateImmutable(e *env) {
 		e.t.Fatalf("Update: %v", err)
 	}
 	if got.PipelineID != "p1" || got.IdempotencyKey != x.IdempotencyKey || got.Input.SHA256 != x.Input.SHA256 ||
-		!got.CreatedAt.Equal(x.CreatedAt) || !got.ExpiresAt.Equal(x.ExpiresAt) || got.Status != execution.WaitRetry {
+		!got.CreatedAt.Equal(x.CreatedAt) || !got.ExpiresAt.Truncate(time.Second).Equal(x.ExpiresAt.Truncate(time.Second)) || got.Status != execution.WaitRetry {
 		e.t.Fatalf("immutable fields changed: %+v", got)
 	}
 }
@@ -448,15 +481,17 @@ func testRoundTrip(e *env) {
 }
 
 // normalize drops what a backend may legitimately represent differently:
-// the Error pointer (compared separately), time zones and monotonic
-// readings, and nil versus empty inline bytes.
+// the Error pointer (compared separately), time zones, monotonic readings,
+// precision below the store's (milliseconds; seconds for ExpiresAt), and
+// nil versus empty inline bytes.
 func normalize(x execution.Execution) execution.Execution {
 	x.Error = nil
 	for _, t := range []*time.Time{&x.LeaseExpiresAt, &x.NextDueAt, &x.CreatedAt, &x.UpdatedAt, &x.ExpiresAt} {
 		if !t.IsZero() {
-			*t = t.UTC().Round(0)
+			*t = t.UTC().Round(0).Truncate(time.Millisecond)
 		}
 	}
+	x.ExpiresAt = x.ExpiresAt.Truncate(time.Second)
 	for _, r := range []*payload.Ref{&x.Input, &x.Result} {
 		if len(r.Inline) == 0 && r.Inline != nil {
 			r.Inline = []byte{}

@@ -1,0 +1,187 @@
+// Package schema defines, once, the DynamoDB tables and SQS queues the
+// durable providers use: key schemas, the sparse due-work index, TTL, and
+// queue redrive. `qasync provision` creates them locally from this
+// definition and the CDK app provisions them in AWS from the same one, so
+// local and cloud schemas cannot drift. It imports no AWS SDK.
+package schema
+
+import "time"
+
+// AttrType is a DynamoDB scalar key type.
+type AttrType string
+
+// Key attribute types.
+const (
+	String AttrType = "S"
+	Number AttrType = "N"
+	Binary AttrType = "B"
+)
+
+// Attr is a key attribute.
+type Attr struct {
+	Name string
+	Type AttrType
+}
+
+// Index is a global secondary index with an INCLUDE projection.
+type Index struct {
+	Name         string
+	PartitionKey Attr
+	SortKey      Attr
+	// NonKeyAttributes are projected besides the table and index keys.
+	NonKeyAttributes []string
+}
+
+// Table is a DynamoDB table (on-demand billing).
+type Table struct {
+	Name         string
+	PartitionKey Attr
+	// SortKey is zero for a table without one.
+	SortKey Attr
+	Indexes []Index
+	// TTLAttribute names the epoch-seconds expiry attribute.
+	TTLAttribute string
+}
+
+// Queue is an SQS standard queue.
+type Queue struct {
+	Name              string
+	VisibilityTimeout time.Duration
+	Retention         time.Duration
+	// RedriveTo names the queue that receives messages after
+	// MaxReceiveCount receives ("" for none).
+	RedriveTo       string
+	MaxReceiveCount int
+}
+
+// Attribute names of the execution table.
+const (
+	AttrTenantID          = "tenant_id"
+	AttrExecutionID       = "execution_id"
+	AttrPipelineID        = "pipeline_id"
+	AttrStatus            = "status"
+	AttrVersion           = "version"
+	AttrStepIndex         = "current_step_index"
+	AttrStepName          = "step_name"
+	AttrAttempt           = "attempt"
+	AttrMaxAttempt        = "max_attempt"
+	AttrLeaseOwner        = "lease_owner"
+	AttrLeaseExpires      = "lease_expires_epoch_ms"
+	AttrNextDue           = "next_due_epoch_ms"
+	AttrDueShard          = "due_shard"
+	AttrLastTransitionKey = "last_transition_key"
+	AttrIdempotencyKey    = "idempotency_key"
+	AttrInput             = "input"
+	AttrResult            = "result"
+	AttrErrorCode         = "error_code"
+	AttrErrorMessage      = "error_message"
+	AttrTerminalReason    = "terminal_reason"
+	AttrDLQPending        = "dlq_pending"
+	AttrNote              = "note"
+	AttrRedriveCount      = "redrive_count"
+	AttrCreated           = "created_epoch_ms"
+	AttrUpdated           = "updated_epoch_ms"
+	AttrTTL               = "ttl_epoch_s"
+)
+
+// Attribute names of the idempotency key table.
+const (
+	AttrKeyID       = "tenant_execution_key"
+	AttrFingerprint = "fingerprint"
+)
+
+// Attribute names of the payload table.
+const (
+	AttrPayloadID   = "payload_id"
+	AttrPayloadPart = "payload_part"
+	AttrData        = "data"
+)
+
+// DueIndexName is the sparse due-work GSI: only rows with a due shard and
+// a next-due time (claimable rows, and failed rows whose dead letter is
+// pending) are in it.
+const DueIndexName = "due-work"
+
+// DefaultDueShards spreads the due index over this many partition key
+// values so that no single index partition takes every write.
+const DefaultDueShards = 4
+
+// Names are the physical names of the tables and queues.
+type Names struct {
+	ExecutionTable string
+	KeyTable       string
+	PayloadTable   string
+	WorkQueue      string
+	// PoisonQueue receives work items the work queue gave up on.
+	PoisonQueue string
+	// DLQQueue receives execution dead-letter envelopes.
+	DLQQueue string
+}
+
+// DefaultNames are the names used when nothing else is configured.
+var DefaultNames = Prefixed("qasync")
+
+// Prefixed names every table and queue after prefix.
+func Prefixed(prefix string) Names {
+	return Names{
+		ExecutionTable: prefix + "-executions",
+		KeyTable:       prefix + "-execution-keys",
+		PayloadTable:   prefix + "-execution-payloads",
+		WorkQueue:      prefix + "-work",
+		PoisonQueue:    prefix + "-work-poison",
+		DLQQueue:       prefix + "-dlq",
+	}
+}
+
+// ExecutionTable is the execution table: PK tenant_id, SK execution_id,
+// the due-work index, TTL.
+func ExecutionTable(name string) Table {
+	return Table{
+		Name:         name,
+		PartitionKey: Attr{AttrTenantID, String},
+		SortKey:      Attr{AttrExecutionID, String},
+		Indexes: []Index{{
+			Name:             DueIndexName,
+			PartitionKey:     Attr{AttrDueShard, Number},
+			SortKey:          Attr{AttrNextDue, Number},
+			NonKeyAttributes: []string{AttrStatus, AttrPipelineID, AttrDLQPending, AttrTTL},
+		}},
+		TTLAttribute: AttrTTL,
+	}
+}
+
+// KeyTable is the idempotency key table: PK tenant_execution_key, TTL.
+func KeyTable(name string) Table {
+	return Table{Name: name, PartitionKey: Attr{AttrKeyID, String}, TTLAttribute: AttrTTL}
+}
+
+// PayloadTable is the payload chunk table: PK payload_id, SK payload_part, TTL.
+func PayloadTable(name string) Table {
+	return Table{Name: name, PartitionKey: Attr{AttrPayloadID, String}, SortKey: Attr{AttrPayloadPart, String}, TTLAttribute: AttrTTL}
+}
+
+// Tables lists every table.
+func Tables(n Names) []Table {
+	return []Table{ExecutionTable(n.ExecutionTable), KeyTable(n.KeyTable), PayloadTable(n.PayloadTable)}
+}
+
+// Queue settings.
+const (
+	// Retention keeps messages 14 days, SQS's maximum.
+	Retention = 14 * 24 * time.Hour
+	// WorkVisibility is the work queue's default visibility timeout.
+	WorkVisibility = 60 * time.Second
+	// PoisonAfter is how many receives a work item gets before it is moved
+	// to the poison queue.
+	PoisonAfter = 5
+)
+
+// Queues lists every queue: the work queue (redriving to the poison
+// queue), the poison queue and the DLQ queue.
+func Queues(n Names) []Queue {
+	return []Queue{
+		{Name: n.PoisonQueue, VisibilityTimeout: WorkVisibility, Retention: Retention},
+		{Name: n.DLQQueue, VisibilityTimeout: WorkVisibility, Retention: Retention},
+		{Name: n.WorkQueue, VisibilityTimeout: WorkVisibility, Retention: Retention, RedriveTo: n.PoisonQueue, MaxReceiveCount: PoisonAfter},
+	}
+}

@@ -1,0 +1,73 @@
+// Package sqsdlq is the SQS dead-letter publisher: each envelope becomes
+// one message on the DLQ queue, its body the JSON of deadletter.Envelope,
+// with String message attributes "tenant" and "terminal_reason" so that
+// operators and consumers can filter without parsing the body.
+//
+// Publication is at-least-once: consumers must treat envelopes
+// idempotently, keyed by TransitionKey.
+package sqsdlq
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/qasync/qasync/shared/deadletter"
+)
+
+// Message attribute names.
+const (
+	// AttrTenant carries the envelope's TenantID.
+	AttrTenant = "tenant"
+	// AttrTerminalReason carries the envelope's TerminalReason.
+	AttrTerminalReason = "terminal_reason"
+)
+
+// Publisher is a deadletter.Publisher sending envelopes to an SQS queue.
+// A nil error from Publish means SQS accepted (stored) the message. It is
+// safe for concurrent use.
+type Publisher struct {
+	client   *sqs.Client
+	queueURL string
+}
+
+var _ deadletter.Publisher = (*Publisher)(nil)
+
+// New returns a publisher sending to the queue at queueURL.
+func New(client *sqs.Client, queueURL string) *Publisher {
+	return &Publisher{client: client, queueURL: queueURL}
+}
+
+// Publish implements deadletter.Publisher with one SendMessage call. SQS
+// refuses empty attribute values, so an empty TenantID or TerminalReason
+// leaves its attribute out (the body still has every field).
+func (p *Publisher) Publish(ctx context.Context, env deadletter.Envelope) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("sqsdlq: %w", err)
+	}
+	body, err := json.Marshal(env)
+	if err != nil {
+		return fmt.Errorf("sqsdlq: encode envelope: %w", err)
+	}
+	attrs := map[string]types.MessageAttributeValue{}
+	for name, v := range map[string]string{AttrTenant: env.TenantID, AttrTerminalReason: env.TerminalReason} {
+		if v != "" {
+			attrs[name] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
+		}
+	}
+	if len(attrs) == 0 {
+		attrs = nil
+	}
+	if _, err := p.client.SendMessage(ctx, &sqs.SendMessageInput{
+		QueueUrl:          aws.String(p.queueURL),
+		MessageBody:       aws.String(string(body)),
+		MessageAttributes: attrs,
+	}); err != nil {
+		return fmt.Errorf("sqsdlq: publish %s: %w", env.TransitionKey, err)
+	}
+	return nil
+}
