@@ -65,8 +65,9 @@ up() {
     # whatever the client's region and credentials; no telemetry.
     # (DynamoDB Local has no bind-address option: it listens on every
     # interface; clients here only ever use 127.0.0.1.)
-    nohup java -Djava.library.path="$dir/DynamoDBLocal_lib" -jar "$dir/DynamoDBLocal.jar" \
-      -inMemory -sharedDb -disableTelemetry -port "$dynamo_port" >"$state/dynamodb.log" 2>&1 &
+    # It writes a metadata file into its working directory: run it in .cache/stack.
+    (cd "$state" && exec nohup java -Djava.library.path="$dir/DynamoDBLocal_lib" -jar "$dir/DynamoDBLocal.jar" \
+      -inMemory -sharedDb -disableTelemetry -port "$dynamo_port" >"$state/dynamodb.log" 2>&1) &
     echo $! >"$state/dynamodb.pid"
   fi
   if ! alive sqs; then

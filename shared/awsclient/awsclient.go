@@ -13,6 +13,8 @@ import (
 	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -35,6 +37,16 @@ func Load(ctx context.Context, apiOptions ...func(*middleware.Stack) error) (Cli
 		return Clients{}, err
 	}
 	cfg.APIOptions = append(cfg.APIOptions, apiOptions...)
+	// Retry throttling and 5xx with the standard backoff, up to 5 attempts,
+	// without the client-side retry quota: under a burst of throttling the
+	// quota turns retryable errors into "retry quota exceeded" failures
+	// across the whole process.
+	cfg.Retryer = func() aws.Retryer {
+		return retry.NewStandard(func(o *retry.StandardOptions) {
+			o.MaxAttempts = 5
+			o.RateLimiter = ratelimit.None
+		})
+	}
 	return FromConfig(cfg), nil
 }
 

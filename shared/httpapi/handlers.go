@@ -478,7 +478,8 @@ func parseRedrive(body []byte) (RedriveRequest, string) {
 }
 
 // fail answers an error from the runtime: the documented client errors by
-// kind, a deadline with 503, anything else with a generic 500. Internal
+// kind, a deadline or a throttled backend with 503, anything else with a
+// generic 500. Internal
 // errors are logged, never echoed.
 func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
@@ -490,7 +491,7 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeProblem(w, kindKeyMismatch.problem("This Idempotency-Key was already used with a different pipeline or body."))
 	case errors.Is(err, runtime.ErrKeyRequired):
 		writeProblem(w, kindKeyRequired.problem("This service requires an Idempotency-Key header on every submission."))
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled), errors.Is(err, store.ErrUnavailable):
 		a.logError(r, "http_backend_unavailable", err)
 		w.Header().Set("Retry-After", "1")
 		writeProblem(w, kindUnavailable.problem("The request did not complete in time; retry it (a submission with the same Idempotency-Key)."))
