@@ -74,7 +74,8 @@ func durableEnv(t *testing.T) []string {
 		"state-provider": "dynamo", "dispatcher-provider": "sqs", "dlq-provider": "sqs",
 		"queue-url": urls[n.WorkQueue], "dlq-url": urls[n.DLQQueue],
 		"dynamo.execution-table": n.ExecutionTable, "dynamo.key-table": n.KeyTable, "dynamo.execution-payload-table": n.PayloadTable,
-		"idempotency-policy": "CLIENT_KEY_REQUIRED", "strict-startup": "true",
+		"dynamo.dead-letter-table": n.DeadLetterTable,
+		"idempotency-policy":       "CLIENT_KEY_REQUIRED", "strict-startup": "true",
 		"sqs.wait-seconds": "1", "sweep-interval": "1s", "sweep-grace": "5s", "log-level": "warn",
 	}
 	env := os.Environ()

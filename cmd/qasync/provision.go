@@ -30,7 +30,7 @@ func provisionCmd(args []string) int {
 		return 2
 	}
 	names := schema.DefaultNames
-	names.ExecutionTable, names.KeyTable, names.PayloadTable = cfg.ExecutionTable, cfg.KeyTable, cfg.PayloadTable
+	names.ExecutionTable, names.KeyTable, names.PayloadTable, names.DeadLetterTable = cfg.ExecutionTable, cfg.KeyTable, cfg.PayloadTable, cfg.DeadLetterTable
 	if len(rest) == 1 {
 		names = schema.Prefixed(rest[0])
 	}
@@ -60,5 +60,6 @@ func provisionCmd(args []string) int {
 	fmt.Printf("export %s=%s\n", config.EnvName(config.KeyPrefix+"dynamo.execution-table"), names.ExecutionTable)
 	fmt.Printf("export %s=%s\n", config.EnvName(config.KeyPrefix+"dynamo.key-table"), names.KeyTable)
 	fmt.Printf("export %s=%s\n", config.EnvName(config.KeyPrefix+"dynamo.execution-payload-table"), names.PayloadTable)
+	fmt.Printf("export %s=%s\n", config.EnvName(config.KeyPrefix+"dynamo.dead-letter-table"), names.DeadLetterTable)
 	return 0
 }

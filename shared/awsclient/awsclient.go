@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go/middleware"
 )
@@ -24,8 +25,9 @@ import (
 // Clients are the SDK clients of one process.
 type Clients struct {
 	Config   aws.Config
-	DynamoDB *dynamodb.Client
-	SQS      *sqs.Client
+	DynamoDB    *dynamodb.Client
+	SQS         *sqs.Client
+	EventBridge *eventbridge.Client
 }
 
 // Load reads the SDK's default configuration (environment, shared files,
@@ -61,7 +63,8 @@ func FromConfig(cfg aws.Config) Clients {
 				o.DisableValidateResponseChecksum = true
 			}
 		}),
-		SQS: sqs.NewFromConfig(cfg),
+		SQS:         sqs.NewFromConfig(cfg),
+		EventBridge: eventbridge.NewFromConfig(cfg),
 	}
 }
 

@@ -74,7 +74,7 @@ func Name(t testing.TB, prefix string) string {
 func Names(t testing.TB) schema.Names {
 	base := Name(t, "t")
 	return schema.Names{
-		ExecutionTable: base + "-exec", KeyTable: base + "-keys", PayloadTable: base + "-payload",
+		ExecutionTable: base + "-exec", KeyTable: base + "-keys", PayloadTable: base + "-payload", DeadLetterTable: base + "-dl",
 		WorkQueue: base + "-work", PoisonQueue: base + "-poison", DLQQueue: base + "-dlq",
 	}
 }

@@ -114,6 +114,19 @@ type Config struct {
 	// SQSWaitSeconds is key "sqs.wait-seconds", default 20, between 0 and
 	// 20: the work queue poller's long-poll wait.
 	SQSWaitSeconds int
+	// DeadLetterTable is key "dynamo.dead-letter-table", default
+	// qasync-dead-letters: the dead-letter consumer's records.
+	DeadLetterTable string
+	// EventsBusName is key "events.bus-name", default empty (off): the
+	// EventBridge bus that receives terminal lifecycle events.
+	EventsBusName string
+	// TenantClaim is key "http.tenant-claim", default tenant_id: the JWT
+	// claim naming the tenant when TenantSource is jwt.
+	TenantClaim string
+	// MetricsNamespace is key "metrics.namespace", default empty (off): when
+	// set, metrics are written to stdout in CloudWatch Embedded Metric
+	// Format under this namespace.
+	MetricsNamespace string
 	// SQSVisibility is key "sqs.visibility-timeout", default 60s: how long
 	// a received work item stays hidden; the poller extends it while a
 	// transition runs.
@@ -146,6 +159,8 @@ func Default() Config {
 		ExecutionTable:     schema.DefaultNames.ExecutionTable,
 		KeyTable:           schema.DefaultNames.KeyTable,
 		PayloadTable:       schema.DefaultNames.PayloadTable,
+		DeadLetterTable:    schema.DefaultNames.DeadLetterTable,
+		TenantClaim:        "tenant_id",
 		DueShards:          schema.DefaultDueShards,
 		SQSWaitSeconds:     20,
 		SQSVisibility:      schema.WorkVisibility,
@@ -258,8 +273,11 @@ var entries = []entry{
 		}),
 	field("http.max-body-bytes", "Largest accepted request body; 1 to 67108864 (64 MiB).",
 		func(c *Config) *int64 { return &c.MaxBodyBytes }, parseInt[int64], between[int64](1, 64<<20)),
-	field("http.tenant-source", "Tenant of a request: header (X-Tenant-Id, else \"default\") or none (always \"default\").",
-		func(c *Config) *string { return &c.TenantSource }, lower, oneOf("header", "none")),
+	field("http.tenant-source", "Tenant of a request: header (X-Tenant-Id, else \"default\"), none (always \"default\"), iam (the API Gateway IAM caller's account) or jwt (a claim of the API Gateway JWT authorizer).",
+		func(c *Config) *string { return &c.TenantSource }, lower, oneOf("header", "none", "iam", "jwt")),
+	field("http.tenant-claim", "JWT claim naming the tenant when http.tenant-source is jwt.",
+		func(c *Config) *string { return &c.TenantClaim }, verbatim,
+		requiredWhen("http.tenant-source", func(c Config) bool { return c.TenantSource == "jwt" })),
 	field("queue-url", "SQS work queue URL; required when dispatcher-provider is sqs.",
 		func(c *Config) *string { return &c.QueueURL }, verbatim,
 		requiredWhen("dispatcher-provider", func(c Config) bool { return c.DispatcherProvider == "sqs" })),
@@ -276,6 +294,12 @@ var entries = []entry{
 		func(c *Config) *string { return &c.PayloadTable }, verbatim, requiredWhen("state-provider", usesDynamo)),
 	field("dynamo.due-shards", "Partitions of the due-work index; every process sharing the table must agree; 1 to 64.",
 		func(c *Config) *int { return &c.DueShards }, parseInt[int], between(1, 64)),
+	field("dynamo.dead-letter-table", "DynamoDB table of dead-letter records kept by the dlq consumer (state-provider dynamo).",
+		func(c *Config) *string { return &c.DeadLetterTable }, verbatim, requiredWhen("state-provider", usesDynamo)),
+	field("events.bus-name", "EventBridge bus for terminal lifecycle events (succeeded, dead-lettered, outcome unknown); empty: off.",
+		func(c *Config) *string { return &c.EventsBusName }, verbatim, nil),
+	field("metrics.namespace", "CloudWatch namespace of metrics written to stdout in Embedded Metric Format; empty: off.",
+		func(c *Config) *string { return &c.MetricsNamespace }, verbatim, nil),
 	field("sqs.wait-seconds", "Long-poll wait of the work queue poller in seconds; 0 to 20.",
 		func(c *Config) *int { return &c.SQSWaitSeconds }, parseInt[int], between(0, 20)),
 	field("sqs.visibility-timeout", "Visibility timeout of a received work item (duration); the poller extends it while a transition runs; 1s to 12h.",

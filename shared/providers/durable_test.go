@@ -97,7 +97,8 @@ func (d *durable) submit(pipelineID, key string, v any) execution.Execution {
 	return res.Execution
 }
 
-// await polls the execution until it reaches want (or a terminal status).
+// await polls the execution until it reaches want, or fails once it has
+// settled elsewhere (FAILED with its dead letter pending is not settled).
 func (d *durable) await(e execution.Execution, want execution.Status, within time.Duration) execution.Execution {
 	d.t.Helper()
 	deadline := time.Now().Add(within)
@@ -109,7 +110,8 @@ func (d *durable) await(e execution.Execution, want execution.Status, within tim
 		if got.Status == want {
 			return got
 		}
-		if got.Status.Terminal() || time.Now().After(deadline) {
+		settled := got.Status.Terminal() && !(got.Status == execution.Failed && got.DLQPending)
+		if settled || time.Now().After(deadline) {
 			d.t.Fatalf("execution %s is %s (error %+v), want %s", e.ExecutionID, got.Status, got.Error, want)
 		}
 		time.Sleep(50 * time.Millisecond)

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/aws/smithy-go/middleware"
@@ -21,9 +22,11 @@ import (
 	"github.com/qasync/qasync/shared/deadletter"
 	"github.com/qasync/qasync/shared/dispatch"
 	"github.com/qasync/qasync/shared/dynamostore"
+	"github.com/qasync/qasync/shared/lifecycle"
 	"github.com/qasync/qasync/shared/localdispatch"
 	"github.com/qasync/qasync/shared/logdlq"
 	"github.com/qasync/qasync/shared/memstore"
+	"github.com/qasync/qasync/shared/metrics"
 	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/pipeline"
 	"github.com/qasync/qasync/shared/provision"
@@ -46,6 +49,12 @@ type Set struct {
 	Poller *sqsdispatch.Poller
 	// Clients are the AWS clients, when a durable provider is configured.
 	Clients *awsclient.Clients
+	// Recorder keeps the dead-letter consumer's records (DynamoDB with
+	// state-provider dynamo, memory otherwise).
+	Recorder deadletter.Recorder
+	// Metrics writes EMF metrics when metrics.namespace is set; nil (a
+	// no-op) otherwise.
+	Metrics *metrics.EMF
 }
 
 // Work runs the work consumer until ctx ends: the SQS poller when the
@@ -90,6 +99,9 @@ func Durable(c config.Config) bool {
 	return c.StateProvider == "dynamo" || c.DispatcherProvider == "sqs" || c.DLQProvider == "sqs"
 }
 
+// needsAWS reports whether the configuration uses any AWS service.
+func needsAWS(c config.Config) bool { return Durable(c) || c.EventsBusName != "" }
+
 // Option adjusts Open.
 type Option func(*options)
 
@@ -125,7 +137,7 @@ func Open(ctx context.Context, c config.Config, reg *pipeline.Registry, log *slo
 	}
 	set := &Set{}
 	clk := clock.System{}
-	if Durable(c) {
+	if needsAWS(c) {
 		clients, err := awsclient.Load(ctx, o.apiOptions...)
 		if err != nil {
 			return nil, fmt.Errorf("providers: AWS configuration: %w", err)
@@ -151,8 +163,18 @@ func Open(ctx context.Context, c config.Config, reg *pipeline.Registry, log *slo
 			return nil, err
 		}
 		st, ps = ds, dynamostore.NewPayloadStore(set.Clients.DynamoDB, c.PayloadTable, clk)
+		set.Recorder = dynamostore.NewDeadLetters(set.Clients.DynamoDB, c.DeadLetterTable, clk)
 	default:
 		st, ps = memstore.NewStateStore(clk), memstore.NewPayloadStore(clk)
+		set.Recorder = memstore.NewDeadLetters(clk)
+	}
+	var observers []runtime.Observer
+	if c.MetricsNamespace != "" {
+		set.Metrics = metrics.New(os.Stdout, c.MetricsNamespace)
+		observers = append(observers, set.Metrics)
+	}
+	if c.EventsBusName != "" {
+		observers = append(observers, lifecycle.New(set.Clients.EventBridge, c.EventsBusName, lifecycle.WithLogger(log)))
 	}
 	switch c.DLQProvider {
 	case "sqs":
@@ -174,6 +196,7 @@ func Open(ctx context.Context, c config.Config, reg *pipeline.Registry, log *slo
 	}
 	rt, err := runtime.New(RuntimeConfig(c), runtime.Deps{
 		Registry: reg, Store: st, Payloads: ps, Dispatcher: d, DeadLetter: dlq, Clock: clk, Logger: log,
+		Observers: observers,
 	})
 	if err != nil {
 		_ = set.Close(context.Background())
@@ -196,6 +219,7 @@ func strict(ctx context.Context, c config.Config, clients awsclient.Clients) err
 		key("dynamo.execution-table", provision.CheckTables(ctx, clients.DynamoDB, []schema.Table{schema.ExecutionTable(c.ExecutionTable)}))
 		key("dynamo.key-table", provision.CheckTables(ctx, clients.DynamoDB, []schema.Table{schema.KeyTable(c.KeyTable)}))
 		key("dynamo.execution-payload-table", provision.CheckTables(ctx, clients.DynamoDB, []schema.Table{schema.PayloadTable(c.PayloadTable)}))
+		key("dynamo.dead-letter-table", provision.CheckTables(ctx, clients.DynamoDB, []schema.Table{schema.DeadLetterTable(c.DeadLetterTable)}))
 	}
 	if c.DispatcherProvider == "sqs" {
 		key("queue-url", provision.CheckQueue(ctx, clients.SQS, c.QueueURL))

@@ -34,8 +34,29 @@ type harness struct {
 	dropNext int
 	// drop, when set, loses the n-th message dispatched (from 1).
 	drop func(n int) bool
-	mu   sync.Mutex
-	sent int
+	mu     sync.Mutex
+	sent   int
+	events []runtime.Event
+}
+
+// Observe records runtime events.
+func (h *harness) Observe(_ context.Context, ev runtime.Event) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.events = append(h.events, ev)
+}
+
+// observed returns the recorded events of one kind.
+func (h *harness) observed(kind runtime.EventKind) []runtime.Event {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []runtime.Event
+	for _, ev := range h.events {
+		if ev.Kind == kind {
+			out = append(out, ev)
+		}
+	}
+	return out
 }
 
 // recordingDLQ records envelopes; failNext makes that many publishes fail.
@@ -109,7 +130,7 @@ func newHarness(t *testing.T, cfg runtime.Config, ps ...pipeline.Pipeline) *harn
 	}
 	h.rt, err = runtime.New(cfg, runtime.Deps{
 		Registry: reg, Store: h.store, Payloads: memstore.NewPayloadStore(clock.System{}),
-		Dispatcher: h, DeadLetter: h.dlq,
+		Dispatcher: h, DeadLetter: h.dlq, Observers: []runtime.Observer{h},
 		Logger: slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
 	if err != nil {

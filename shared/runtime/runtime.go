@@ -134,6 +134,8 @@ type Deps struct {
 	Clock clock.Clock
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// Observers hear what the runtime does (metrics, lifecycle events).
+	Observers []Observer
 }
 
 // Runtime is the execution engine. It is safe for concurrent use.

@@ -65,6 +65,7 @@ func (r *Runtime) SweepOnce(ctx context.Context) (SweepResult, error) {
 	r.Logger.LogAttrs(ctx, level, "sweep_completed", slog.String("event", "sweep_completed"),
 		slog.Int("due", res.Due), slog.Int("redispatched", res.Redispatched),
 		slog.Int("dead_letters_published", res.DeadLettersPublished), slog.Int("failed", res.Failed), slog.Bool("more", res.More))
+	r.notify(ctx, EventSweepCompleted, execution.Execution{}, res)
 	return res, nil
 }
 

@@ -69,6 +69,9 @@ func (r *Runtime) Process(ctx context.Context, item dispatch.WorkItem) error {
 	log := r.execLogger(&claimed).With(slog.String("transition_key", claimed.TransitionKey()))
 	log.LogAttrs(ctx, slog.LevelInfo, "lease_claimed", slog.String("event", "lease_claimed"),
 		slog.Int64("version", claimed.Version), slog.Bool("takeover", takeover))
+	if takeover {
+		r.notify(ctx, EventLeaseTakeover, claimed, SweepResult{})
+	}
 	t := &transition{r: r, row: claimed, log: log}
 	return t.run(ctx, takeover)
 }
@@ -223,6 +226,7 @@ func (t *transition) succeed(ctx context.Context, p *pipeline.Pipeline, out payl
 	if last {
 		r.execLogger(got).LogAttrs(ctx, slog.LevelInfo, "execution_succeeded", slog.String("event", "execution_succeeded"),
 			slog.Duration("latency", now.Sub(got.CreatedAt)))
+		r.notify(ctx, EventSucceeded, *got, SweepResult{})
 		return nil
 	}
 	r.dispatch(ctx, got, 0)
@@ -246,6 +250,7 @@ func (t *transition) fail(ctx context.Context, stepErr error, policy retry.Polic
 		}
 		r.execLogger(got).LogAttrs(ctx, slog.LevelWarn, "retry_scheduled", slog.String("event", "retry_scheduled"),
 			slog.String("error_code", code), slog.String("error", next.Error.Message), slog.Duration("delay", delay))
+		r.notify(ctx, EventRetryScheduled, *got, SweepResult{})
 		r.dispatch(ctx, got, delay)
 		return nil
 	}
@@ -288,6 +293,7 @@ func (t *transition) commit(ctx context.Context, next execution.Execution, attrs
 	}
 	t.log.LogAttrs(ctx, slog.LevelInfo, "transition_committed", append([]slog.Attr{slog.String("event", "transition_committed"),
 		slog.String("status", string(got.Status)), slog.Int64("version", got.Version)}, attrs...)...)
+	t.r.notify(ctx, EventTransitionCommitted, got, SweepResult{})
 	return &got, nil
 }
 
@@ -326,15 +332,53 @@ func (r *Runtime) deadLetter(ctx context.Context, e execution.Execution) bool {
 		log.LogAttrs(ctx, slog.LevelError, "dlq_publish_failed", slog.String("event", "dlq_publish_failed"), slog.String("error", err.Error()))
 		return false
 	}
-	next := e
-	next.Status, next.DLQPending, next.NextDueAt, next.UpdatedAt = execution.DLQ, false, time.Time{}, r.Clock.Now()
-	if _, err := r.Store.Update(ctx, store.Guard{Key: e.Key(), Version: e.Version}, next); err != nil {
-		// Published but not marked: the sweeper publishes again (at-least-once).
+	if _, err := r.markDeadLettered(ctx, e); err != nil {
+		// Published but not marked: the sweeper (or the dlq consumer)
+		// marks it later; the envelope may be published again.
 		log.LogAttrs(ctx, slog.LevelWarn, "dlq_mark_failed", slog.String("event", "dlq_mark_failed"), slog.String("error", err.Error()))
 		return false
 	}
-	log.LogAttrs(ctx, slog.LevelError, "execution_dead_lettered", slog.String("event", "execution_dead_lettered"),
-		slog.String("terminal_reason", env.TerminalReason), slog.String("error_code", env.ErrorCode),
-		slog.Int("retries_observed", env.RetriesObserved))
 	return true
+}
+
+// markDeadLettered moves a FAILED row whose envelope is published to DLQ.
+func (r *Runtime) markDeadLettered(ctx context.Context, e execution.Execution) (execution.Execution, error) {
+	next := e
+	next.Status, next.DLQPending, next.NextDueAt, next.UpdatedAt = execution.DLQ, false, time.Time{}, r.Clock.Now()
+	got, err := r.Store.Update(ctx, store.Guard{Key: e.Key(), Version: e.Version}, next)
+	if err != nil {
+		return e, err
+	}
+	log := r.execLogger(&got)
+	var reason, code string
+	if got.Error != nil {
+		reason, code = got.Error.TerminalReason, got.Error.Code
+	}
+	log.LogAttrs(ctx, slog.LevelError, "execution_dead_lettered", slog.String("event", "execution_dead_lettered"),
+		slog.String("terminal_reason", reason), slog.String("error_code", code), slog.Int("retries_observed", got.Attempt-1))
+	r.notify(ctx, EventDeadLettered, got, SweepResult{})
+	return got, nil
+}
+
+// ConfirmDeadLetter is called by the dead-letter consumer for an envelope
+// it has recorded: if the execution is still FAILED with its publish
+// pending (the publisher crashed before marking it), it becomes DLQ. It is
+// idempotent: an execution already DLQ, re-driven, or gone is left alone.
+// It reports whether it changed the row.
+func (r *Runtime) ConfirmDeadLetter(ctx context.Context, env deadletter.Envelope) (bool, error) {
+	e, err := r.Store.Get(ctx, execution.Key{TenantID: env.TenantID, ExecutionID: env.ExecutionID})
+	if errors.Is(err, store.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if e.Status != execution.Failed || !e.DLQPending || e.LastTransitionKey != env.TransitionKey {
+		return false, nil
+	}
+	_, err = r.markDeadLettered(ctx, e)
+	if errors.Is(err, store.ErrConflict) {
+		return false, nil // changed meanwhile (marked, or re-driven)
+	}
+	return err == nil, err
 }

@@ -111,7 +111,9 @@ type Names struct {
 	ExecutionTable string
 	KeyTable       string
 	PayloadTable   string
-	WorkQueue      string
+	// DeadLetterTable keeps the dead-letter consumer's records.
+	DeadLetterTable string
+	WorkQueue       string
 	// PoisonQueue receives work items the work queue gave up on.
 	PoisonQueue string
 	// DLQQueue receives execution dead-letter envelopes.
@@ -124,12 +126,13 @@ var DefaultNames = Prefixed("qasync")
 // Prefixed names every table and queue after prefix.
 func Prefixed(prefix string) Names {
 	return Names{
-		ExecutionTable: prefix + "-executions",
-		KeyTable:       prefix + "-execution-keys",
-		PayloadTable:   prefix + "-execution-payloads",
-		WorkQueue:      prefix + "-work",
-		PoisonQueue:    prefix + "-work-poison",
-		DLQQueue:       prefix + "-dlq",
+		ExecutionTable:  prefix + "-executions",
+		KeyTable:        prefix + "-execution-keys",
+		PayloadTable:    prefix + "-execution-payloads",
+		DeadLetterTable: prefix + "-dead-letters",
+		WorkQueue:       prefix + "-work",
+		PoisonQueue:     prefix + "-work-poison",
+		DLQQueue:        prefix + "-dlq",
 	}
 }
 
@@ -160,9 +163,21 @@ func PayloadTable(name string) Table {
 	return Table{Name: name, PartitionKey: Attr{AttrPayloadID, String}, SortKey: Attr{AttrPayloadPart, String}, TTLAttribute: AttrTTL}
 }
 
+// Attribute names of the dead-letter table.
+const (
+	AttrRecordID = "record_id"
+	AttrRecord   = "record"
+)
+
+// DeadLetterTable keeps dead-letter records: PK record_id, the record as
+// JSON in record, TTL.
+func DeadLetterTable(name string) Table {
+	return Table{Name: name, PartitionKey: Attr{AttrRecordID, String}, TTLAttribute: AttrTTL}
+}
+
 // Tables lists every table.
 func Tables(n Names) []Table {
-	return []Table{ExecutionTable(n.ExecutionTable), KeyTable(n.KeyTable), PayloadTable(n.PayloadTable)}
+	return []Table{ExecutionTable(n.ExecutionTable), KeyTable(n.KeyTable), PayloadTable(n.PayloadTable), DeadLetterTable(n.DeadLetterTable)}
 }
 
 // Queue settings.

@@ -279,6 +279,10 @@ func (p *Poller) extend(ctx context.Context, log *slog.Logger, receipt *string, 
 	}
 }
 
+// Decode parses the body of a work queue message into a work item, as the
+// poller does. Its errors never quote the body.
+func Decode(body string) (dispatch.WorkItem, error) { return decode(body) }
+
 // decode parses a message body. Its errors never quote the body.
 func decode(body string) (dispatch.WorkItem, error) {
 	var item dispatch.WorkItem

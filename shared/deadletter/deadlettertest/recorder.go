@@ -1,0 +1,244 @@
+package deadlettertest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/qasync/qasync/shared/deadletter"
+)
+
+// recorderSeq makes record IDs unique within a test binary; the nanosecond
+// prefix makes them unique across runs sharing one backend table.
+var (
+	recorderSeq  atomic.Int64
+	recorderRun  = time.Now().UnixNano()
+	recorderBase = time.Date(2026, 11, 29, 10, 0, 0, 123_456_789, time.UTC)
+)
+
+// uniqueID returns a record ID unique to this call.
+func uniqueID(t *testing.T, prefix string) string {
+	return fmt.Sprintf("%s%x-%d:%s:1:3", prefix, recorderRun, recorderSeq.Add(1), t.Name())
+}
+
+// executionRecord is a KindExecution record with every field set.
+func executionRecord(id string) deadletter.Record {
+	env := envelope(7)
+	env.TransitionKey = id
+	return deadletter.Record{
+		ID: id, Kind: deadletter.KindExecution, TenantID: env.TenantID, ExecutionID: env.ExecutionID,
+		Envelope:   &env,
+		RecordedAt: recorderBase.Add(time.Second),
+		ExpiresAt:  time.Now().Add(30 * 24 * time.Hour),
+	}
+}
+
+// poisonRecord is a KindPoison record: no envelope.
+func poisonRecord(id string) deadletter.Record {
+	return deadletter.Record{
+		ID: id, Kind: deadletter.KindPoison, MessageID: id[len("poison:"):], ReceiveCount: 5,
+		RecordedAt: recorderBase.Add(2 * time.Second),
+		ExpiresAt:  time.Now().Add(30 * 24 * time.Hour),
+	}
+}
+
+// normalized copies r with every time truncated to milliseconds in UTC.
+func normalized(r deadletter.Record) deadletter.Record {
+	ms := func(t time.Time) time.Time {
+		if t.IsZero() {
+			return time.Time{}
+		}
+		return t.Truncate(time.Millisecond).UTC()
+	}
+	r.RecordedAt, r.ExpiresAt = ms(r.RecordedAt), ms(r.ExpiresAt)
+	if r.Envelope != nil {
+		env := *r.Envelope
+		env.FailedAt = ms(env.FailedAt)
+		r.Envelope = &env
+	}
+	return r
+}
+
+// sameRecord fails t unless got equals want, times compared with Equal at
+// millisecond precision.
+func sameRecord(t *testing.T, got, want deadletter.Record) {
+	t.Helper()
+	g, w := normalized(got), normalized(want)
+	if !g.RecordedAt.Equal(w.RecordedAt) {
+		t.Errorf("RecordedAt %v, want %v", got.RecordedAt, want.RecordedAt)
+	}
+	if !g.ExpiresAt.Equal(w.ExpiresAt) {
+		t.Errorf("ExpiresAt %v, want %v", got.ExpiresAt, want.ExpiresAt)
+	}
+	if (g.Envelope == nil) != (w.Envelope == nil) {
+		t.Fatalf("Envelope %+v, want %+v", got.Envelope, want.Envelope)
+	}
+	if g.Envelope != nil {
+		if !g.Envelope.FailedAt.Equal(w.Envelope.FailedAt) {
+			t.Errorf("Envelope.FailedAt %v, want %v", got.Envelope.FailedAt, want.Envelope.FailedAt)
+		}
+		ge, we := *g.Envelope, *w.Envelope
+		ge.FailedAt, we.FailedAt = time.Time{}, time.Time{}
+		if ge != we {
+			t.Errorf("Envelope\n got  %+v\n want %+v", ge, we)
+		}
+	}
+	g.RecordedAt, g.ExpiresAt, g.Envelope = time.Time{}, time.Time{}, nil
+	w.RecordedAt, w.ExpiresAt, w.Envelope = time.Time{}, time.Time{}, nil
+	if !reflect.DeepEqual(g, w) {
+		t.Errorf("record\n got  %+v\n want %+v", g, w)
+	}
+}
+
+// put stores r and requires created to be wantCreated.
+func put(t *testing.T, rec deadletter.Recorder, r deadletter.Record, wantCreated bool) {
+	t.Helper()
+	created, err := rec.Put(context.Background(), r)
+	if err != nil {
+		t.Fatalf("Put %s: %v", r.ID, err)
+	}
+	if created != wantCreated {
+		t.Fatalf("Put %s: created = %v, want %v", r.ID, created, wantCreated)
+	}
+}
+
+// get reads id and requires it to exist.
+func get(t *testing.T, rec deadletter.Recorder, id string) deadletter.Record {
+	t.Helper()
+	got, err := rec.Get(context.Background(), id)
+	if err != nil {
+		t.Fatalf("Get %s: %v", id, err)
+	}
+	return got
+}
+
+// RunRecorder runs the conformance suite for deadletter.Recorder. The
+// subtests run in parallel and use IDs unique to each call, so
+// newRecorder may return recorders sharing one backend table. The
+// recorder's clock must read real time: expiry is tested with ExpiresAt
+// an hour in the past.
+func RunRecorder(t *testing.T, newRecorder func(t *testing.T) deadletter.Recorder) {
+	t.Run("PutThenGetRoundTrips", func(t *testing.T) {
+		t.Parallel()
+		rec := newRecorder(t)
+		want := executionRecord(uniqueID(t, "exec-"))
+		put(t, rec, want, true)
+		sameRecord(t, get(t, rec, want.ID), want)
+	})
+	t.Run("RecordWithoutExpiryRoundTrips", func(t *testing.T) {
+		t.Parallel()
+		rec := newRecorder(t)
+		want := executionRecord(uniqueID(t, "exec-"))
+		want.ExpiresAt = time.Time{}
+		put(t, rec, want, true)
+		got := get(t, rec, want.ID)
+		if !got.ExpiresAt.IsZero() {
+			t.Errorf("ExpiresAt = %v, want zero", got.ExpiresAt)
+		}
+		sameRecord(t, got, want)
+	})
+	t.Run("PoisonRecordRoundTrips", func(t *testing.T) {
+		t.Parallel()
+		rec := newRecorder(t)
+		want := poisonRecord(uniqueID(t, "poison:msg-"))
+		put(t, rec, want, true)
+		got := get(t, rec, want.ID)
+		if got.Envelope != nil {
+			t.Errorf("poison record has an envelope: %+v", got.Envelope)
+		}
+		sameRecord(t, got, want)
+	})
+	t.Run("RepeatPutKeepsFirstRecord", func(t *testing.T) {
+		t.Parallel()
+		rec := newRecorder(t)
+		first := executionRecord(uniqueID(t, "exec-"))
+		put(t, rec, first, true)
+		second := executionRecord(first.ID)
+		second.Envelope.ErrorMessage = "a different message"
+		second.Envelope.RetriesObserved = 9
+		second.RecordedAt = first.RecordedAt.Add(time.Hour)
+		put(t, rec, second, false)
+		put(t, rec, first, false)
+		sameRecord(t, get(t, rec, first.ID), first)
+	})
+	t.Run("GetMissingIsNotFound", func(t *testing.T) {
+		t.Parallel()
+		rec := newRecorder(t)
+		_, err := rec.Get(context.Background(), uniqueID(t, "missing-"))
+		if !errors.Is(err, deadletter.ErrNotFound) {
+			t.Fatalf("Get missing: error = %v, want ErrNotFound", err)
+		}
+	})
+	t.Run("ConcurrentPutsCreateOnce", func(t *testing.T) {
+		t.Parallel()
+		rec := newRecorder(t)
+		id := uniqueID(t, "exec-")
+		const n = 16
+		var (
+			wg      sync.WaitGroup
+			created atomic.Int32
+			winner  atomic.Int32
+		)
+		for i := range n {
+			wg.Go(func() {
+				r := executionRecord(id)
+				r.Envelope.RetriesObserved = i
+				ok, err := rec.Put(context.Background(), r)
+				if err != nil {
+					t.Errorf("Put %d: %v", i, err)
+					return
+				}
+				if ok {
+					created.Add(1)
+					winner.Store(int32(i))
+				}
+			})
+		}
+		wg.Wait()
+		if got := created.Load(); got != 1 {
+			t.Fatalf("%d of %d concurrent Puts reported created, want exactly 1", got, n)
+		}
+		got := get(t, rec, id)
+		if got.Envelope == nil || got.Envelope.RetriesObserved != int(winner.Load()) {
+			t.Fatalf("stored record %+v is not the one that reported created (%d)", got.Envelope, winner.Load())
+		}
+	})
+	t.Run("ExpiredRecordIsNotFoundAndRecreatable", func(t *testing.T) {
+		t.Parallel()
+		rec := newRecorder(t)
+		old := executionRecord(uniqueID(t, "exec-"))
+		old.ExpiresAt = time.Now().Add(-time.Hour)
+		put(t, rec, old, true)
+		if _, err := rec.Get(context.Background(), old.ID); !errors.Is(err, deadletter.ErrNotFound) {
+			t.Fatalf("Get expired: error = %v, want ErrNotFound", err)
+		}
+		fresh := executionRecord(old.ID)
+		fresh.Envelope.ErrorMessage = "recorded again"
+		fresh.RecordedAt = old.RecordedAt.Add(time.Hour)
+		put(t, rec, fresh, true)
+		sameRecord(t, get(t, rec, old.ID), fresh)
+		put(t, rec, old, false)
+	})
+	t.Run("EmptyIDRefused", func(t *testing.T) {
+		t.Parallel()
+		rec := newRecorder(t)
+		r := executionRecord("")
+		if created, err := rec.Put(context.Background(), r); err == nil || created {
+			t.Fatalf("Put with an empty ID: created = %v, error = %v, want an error", created, err)
+		}
+	})
+	t.Run("CancelledContextRefused", func(t *testing.T) {
+		t.Parallel()
+		rec := newRecorder(t)
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if created, err := rec.Put(ctx, executionRecord(uniqueID(t, "exec-"))); err == nil || created {
+			t.Fatalf("Put with a cancelled context: created = %v, error = %v, want an error", created, err)
+		}
+	})
+}
