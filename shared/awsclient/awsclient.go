@@ -24,7 +24,7 @@ import (
 
 // Clients are the SDK clients of one process.
 type Clients struct {
-	Config   aws.Config
+	Config      aws.Config
 	DynamoDB    *dynamodb.Client
 	SQS         *sqs.Client
 	EventBridge *eventbridge.Client

@@ -141,6 +141,10 @@ func (a *api) tenant(w http.ResponseWriter, r *http.Request) (string, bool) {
 		writeProblem(w, kindInternal.problem("The request could not be processed."))
 		return "", false
 	}
+	if err != nil && errors.Is(err, ErrUnauthenticated) {
+		writeProblem(w, kindUnauthorized.problem("The request carries no caller identity."))
+		return "", false
+	}
 	if err != nil {
 		detail := "The tenant of the request could not be determined."
 		if errors.Is(err, ErrInvalidTenant) {

@@ -20,6 +20,11 @@ const MaxTenantLen = 128
 // other TenantFunc error gets a generic message (it is logged).
 var ErrInvalidTenant = errors.New("invalid tenant")
 
+// ErrUnauthenticated is wrapped by a tenant function's error when the
+// request carries no caller identity at all (no authorizer context); the
+// router answers it with 401.
+var ErrUnauthenticated = errors.New("unauthenticated")
+
 // ValidTenantID reports whether s is a well-formed tenant id: 1 to
 // MaxTenantLen characters of A-Z, a-z, 0-9, '.', '_' and '-'.
 func ValidTenantID(s string) bool {

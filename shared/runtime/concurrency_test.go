@@ -63,9 +63,9 @@ func (t tripler) Dispatch(ctx context.Context, msgs ...dispatch.Message) error {
 
 type concurrencyRun struct {
 	executions, transitions, stepRuns, claimConflicts int
-	elapsed                           time.Duration
-	commits                           map[string]int
-	rows                              []execution.Execution
+	elapsed                                           time.Duration
+	commits                                           map[string]int
+	rows                                              []execution.Execution
 }
 
 // runConcurrent submits n executions of a 3-step pipeline whose middle

@@ -33,7 +33,7 @@ type harness struct {
 	// dropNext, when positive, makes the dispatcher lose that many messages.
 	dropNext int
 	// drop, when set, loses the n-th message dispatched (from 1).
-	drop func(n int) bool
+	drop   func(n int) bool
 	mu     sync.Mutex
 	sent   int
 	events []runtime.Event

@@ -1,0 +1,210 @@
+// Package lambdafn holds the four Lambda functions of the serverless
+// deployment as plain typed handler functions, testable without Lambda:
+//
+//   - Submit: API Gateway HTTP API (payload 2.0) -> the httpapi router.
+//   - Worker: SQS work queue -> one transition per record (Runtime.Process),
+//     reporting partial batch failures.
+//   - Sweeper: EventBridge schedule -> Runtime.SweepOnce until drained or
+//     out of time.
+//   - DLQ: the dead-letter queue and the work queue's poison queue ->
+//     durable dead-letter records, alerts and metrics.
+//
+// Boot builds what every function needs from the environment; the mains
+// in functions/<fn> are Boot, a handler, lambda.Start.
+//
+// Logs are JSON lines (see NewLogger) with snake_case keys and an "event"
+// key naming what happened; message bodies and payload bytes are never
+// logged.
+package lambdafn
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+
+	"github.com/aws/aws-lambda-go/lambdacontext"
+
+	"github.com/qasync/qasync/pipelines"
+	"github.com/qasync/qasync/shared/apigw"
+	"github.com/qasync/qasync/shared/config"
+	"github.com/qasync/qasync/shared/httpapi"
+	"github.com/qasync/qasync/shared/providers"
+)
+
+// Env is what Boot builds: the configuration, the wired runtime and its
+// providers, and the logger.
+type Env struct {
+	// Config is the effective configuration (defaults, then environment).
+	Config config.Config
+	// Set is the runtime with its providers, the dead-letter Recorder and
+	// the EMF metrics writer (nil when metrics.namespace is empty).
+	Set *providers.Set
+	// Logger is the functions' logger (NewLogger on stdout).
+	Logger *slog.Logger
+}
+
+// HTTPHandler returns the httpapi router of the submit function,
+// configured from e.Config: body limit, admin token, and the tenant
+// function of http.tenant-source (apigw.TenantFunc).
+func (e Env) HTTPHandler() http.Handler {
+	return httpapi.New(e.Set.Runtime, httpapi.Options{
+		MaxBodyBytes: e.Config.MaxBodyBytes,
+		AdminToken:   e.Config.AdminToken,
+		TenantFunc:   apigw.TenantFunc(e.Config),
+		Logger:       e.Logger,
+	})
+}
+
+// Close releases what Boot started (the in-process dispatcher of a local
+// configuration; nothing for SQS).
+func (e Env) Close(ctx context.Context) error {
+	if e.Set == nil {
+		return nil
+	}
+	return e.Set.Close(ctx)
+}
+
+// BootOption adjusts Boot.
+type BootOption func(*bootOptions)
+
+type bootOptions struct {
+	needRecorder bool
+	logOut       io.Writer
+	lookupEnv    func(string) (string, bool)
+}
+
+// RequireRecorder makes Boot fail when the providers have no dead-letter
+// Recorder: the dlq function cannot work without one.
+func RequireRecorder() BootOption { return func(o *bootOptions) { o.needRecorder = true } }
+
+// WithLogOutput sends the logs to w instead of stdout (tests).
+func WithLogOutput(w io.Writer) BootOption { return func(o *bootOptions) { o.logOut = w } }
+
+// WithLookupEnv reads the environment through lookup instead of
+// os.LookupEnv (tests).
+func WithLookupEnv(lookup func(string) (string, bool)) BootOption {
+	return func(o *bootOptions) { o.lookupEnv = lookup }
+}
+
+// ErrNoRecorder is returned by Boot with RequireRecorder when the
+// configuration provides no dead-letter Recorder.
+var ErrNoRecorder = errors.New("lambdafn: no dead-letter recorder configured (the dlq function needs one)")
+
+// Boot reads the configuration from the environment (config.Load with no
+// flags), builds the logger (NewLogger on stdout, level from
+// AWS_LAMBDA_LOG_LEVEL when Lambda sets it, else from the log-level key)
+// and opens the providers with every pipeline of this repository. A
+// failure is logged as event "boot_failed" and returned; the returned Env
+// then has at least its Logger. A configuration whose providers are not
+// durable (memory state, in-process dispatcher) is allowed, for trying a
+// function out, with a "boot_not_durable" warning.
+func Boot(ctx context.Context, opts ...BootOption) (Env, error) {
+	o := bootOptions{logOut: os.Stdout, lookupEnv: os.LookupEnv}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	cfg, _, cfgErr := config.Load(o.lookupEnv, nil)
+	level := slog.LevelInfo
+	if cfgErr == nil {
+		level = configLevel(cfg.LogLevel)
+	}
+	if l, ok := lambdaLevel(o.lookupEnv); ok {
+		level = l
+	}
+	log := NewLogger(o.logOut, level)
+	if name, ok := o.lookupEnv("AWS_LAMBDA_FUNCTION_NAME"); ok && name != "" {
+		log = log.With(slog.String("function", name))
+	}
+	env := Env{Config: cfg, Logger: log}
+	fail := func(err error) (Env, error) {
+		log.LogAttrs(ctx, slog.LevelError, "boot_failed", slog.String("event", "boot_failed"), slog.String("error", err.Error()))
+		return env, err
+	}
+	if cfgErr != nil {
+		return fail(cfgErr)
+	}
+	reg, err := pipelines.Registry()
+	if err != nil {
+		return fail(err)
+	}
+	set, err := providers.Open(ctx, cfg, reg, log)
+	if err != nil {
+		return fail(err)
+	}
+	env.Set = set
+	if o.needRecorder && set.Recorder == nil {
+		_ = set.Close(ctx)
+		env.Set = nil
+		return fail(ErrNoRecorder)
+	}
+	if cfg.StateProvider != "dynamo" || cfg.DispatcherProvider != "sqs" {
+		log.LogAttrs(ctx, slog.LevelWarn, "boot_not_durable", slog.String("event", "boot_not_durable"),
+			slog.String("state_provider", cfg.StateProvider), slog.String("dispatcher_provider", cfg.DispatcherProvider))
+	}
+	log.LogAttrs(ctx, slog.LevelInfo, "boot_completed", slog.String("event", "boot_completed"), slog.Any("config", cfg))
+	return env, nil
+}
+
+// NewLogger returns the functions' logger: JSON lines on w at level, with
+// the record keys Lambda's JSON log format uses ("timestamp", "level",
+// "message", via lambdacontext.ReplaceAttr) so that Lambda's log-level
+// filtering applies, and with "request_id" (the Lambda request id) added
+// to every record logged with an invocation's context.
+func NewLogger(w io.Writer, level slog.Leveler) *slog.Logger {
+	h := slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level, ReplaceAttr: lambdacontext.ReplaceAttr})
+	return slog.New(requestIDHandler{h})
+}
+
+// requestIDHandler adds the Lambda request id of the record's context.
+type requestIDHandler struct{ slog.Handler }
+
+// Handle implements slog.Handler.
+func (h requestIDHandler) Handle(ctx context.Context, r slog.Record) error {
+	if lc, ok := lambdacontext.FromContext(ctx); ok && lc.AwsRequestID != "" {
+		r.AddAttrs(slog.String("request_id", lc.AwsRequestID))
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+// WithAttrs implements slog.Handler.
+func (h requestIDHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return requestIDHandler{h.Handler.WithAttrs(attrs)}
+}
+
+// WithGroup implements slog.Handler.
+func (h requestIDHandler) WithGroup(name string) slog.Handler {
+	return requestIDHandler{h.Handler.WithGroup(name)}
+}
+
+// configLevel maps the log-level key's values.
+func configLevel(s string) slog.Level {
+	switch s {
+	case "debug":
+		return slog.LevelDebug
+	case "warn":
+		return slog.LevelWarn
+	case "error":
+		return slog.LevelError
+	}
+	return slog.LevelInfo
+}
+
+// lambdaLevel reads AWS_LAMBDA_LOG_LEVEL, which Lambda sets from the
+// function's application log level (JSON log format).
+func lambdaLevel(lookup func(string) (string, bool)) (slog.Level, bool) {
+	v, _ := lookup("AWS_LAMBDA_LOG_LEVEL")
+	switch v {
+	case "TRACE", "DEBUG":
+		return slog.LevelDebug, true
+	case "INFO":
+		return slog.LevelInfo, true
+	case "WARN":
+		return slog.LevelWarn, true
+	case "ERROR", "FATAL":
+		return slog.LevelError, true
+	}
+	return 0, false
+}

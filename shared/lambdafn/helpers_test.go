@@ -1,0 +1,273 @@
+package lambdafn_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/qasync/qasync/pipelines"
+	"github.com/qasync/qasync/shared/clock"
+	"github.com/qasync/qasync/shared/config"
+	"github.com/qasync/qasync/shared/deadletter"
+	"github.com/qasync/qasync/shared/dispatch"
+	"github.com/qasync/qasync/shared/execution"
+	"github.com/qasync/qasync/shared/lambdafn"
+	"github.com/qasync/qasync/shared/logdlq"
+	"github.com/qasync/qasync/shared/logtest"
+	"github.com/qasync/qasync/shared/memstore"
+	"github.com/qasync/qasync/shared/payload"
+	"github.com/qasync/qasync/shared/providers"
+	"github.com/qasync/qasync/shared/runtime"
+	"github.com/qasync/qasync/shared/store"
+)
+
+// fixtureTenant is the IAM caller account the API fixtures name, and the
+// tenant of every work item fixture.
+const fixtureTenant = "123456789012"
+
+// fixture reads events/<name>.
+func fixture(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "events", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// invoke feeds payload through h as the Lambda runtime would and decodes
+// the response into out.
+func invoke(t *testing.T, ctx context.Context, h any, payload []byte, out any) {
+	t.Helper()
+	b, err := lambda.NewHandler(h).Invoke(ctx, payload)
+	if err != nil {
+		t.Fatalf("invoke: %v", err)
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		t.Fatalf("decode response %s: %v", b, err)
+	}
+}
+
+// memEnv opens the memory providers (memory state, event dispatcher, log
+// DLQ) as Boot would, with tenant source iam, logging to a buffer.
+func memEnv(t *testing.T, mutate func(*config.Config)) (lambdafn.Env, *logtest.Buffer) {
+	t.Helper()
+	cfg := config.Default()
+	cfg.TenantSource = "iam"
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	logs, log := logtest.New()
+	reg, err := pipelines.Registry()
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := providers.Open(context.Background(), cfg, reg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = set.Close(ctx)
+	})
+	return lambdafn.Env{Config: cfg, Set: set, Logger: log}, logs
+}
+
+// seed stores a hand-made row: the given status etc., with input as an
+// inline JSON payload. The row is due now unless mutate changes it.
+func seed(t *testing.T, rt *runtime.Runtime, id, pipelineID, input string, mutate func(*execution.Execution)) execution.Execution {
+	t.Helper()
+	ctx := context.Background()
+	now := time.Now()
+	in, err := payload.Write(ctx, rt.Payloads, payload.Payload{Encoding: payload.EncodingJSON, ContentType: payload.ContentTypeJSON, Data: []byte(input)},
+		"input/"+id, payload.DefaultInlineBudget, now.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, ok := rt.Registry.Get(pipelineID)
+	if !ok {
+		t.Fatalf("pipeline %s not registered", pipelineID)
+	}
+	row := execution.Execution{
+		TenantID: fixtureTenant, ExecutionID: id, PipelineID: pipelineID, Status: execution.Queued, Version: 1,
+		StepName: p.Steps[0].Name, Attempt: 1, NextDueAt: now, IdempotencyKey: "fixture-" + id, Input: in,
+		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(time.Hour),
+	}
+	if mutate != nil {
+		mutate(&row)
+	}
+	got, created, err := rt.Store.CreateOrGet(ctx, store.CreateRequest{Execution: row, IdempotencyKey: row.IdempotencyKey, Fingerprint: "fixture"})
+	if err != nil || !created {
+		t.Fatalf("seed %s: created=%v err=%v", id, created, err)
+	}
+	return got
+}
+
+// get reads a row of the fixture tenant.
+func get(t *testing.T, rt *runtime.Runtime, id string) execution.Execution {
+	t.Helper()
+	e, err := rt.Store.Get(context.Background(), execution.Key{TenantID: fixtureTenant, ExecutionID: id})
+	if err != nil {
+		t.Fatalf("get %s: %v", id, err)
+	}
+	return e
+}
+
+// sqsItems decodes the work items of an SQS fixture.
+func sqsItems(t *testing.T, b []byte) (events.SQSEvent, []dispatch.WorkItem) {
+	t.Helper()
+	var ev events.SQSEvent
+	if err := json.Unmarshal(b, &ev); err != nil {
+		t.Fatal(err)
+	}
+	items := make([]dispatch.WorkItem, len(ev.Records))
+	for i, r := range ev.Records {
+		if err := json.Unmarshal([]byte(r.Body), &items[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ev, items
+}
+
+// memRecorder is a deadletter.Recorder in memory; failPut makes Put fail.
+type memRecorder struct {
+	mu      sync.Mutex
+	records map[string]deadletter.Record
+	puts    int
+	failPut bool
+}
+
+func newMemRecorder() *memRecorder { return &memRecorder{records: map[string]deadletter.Record{}} }
+
+func (m *memRecorder) Put(ctx context.Context, r deadletter.Record) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.puts++
+	if m.failPut {
+		return false, errors.New("recorder unavailable")
+	}
+	if _, ok := m.records[r.ID]; ok {
+		return false, nil
+	}
+	m.records[r.ID] = r
+	return true, nil
+}
+
+func (m *memRecorder) Get(ctx context.Context, id string) (deadletter.Record, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, ok := m.records[id]
+	if !ok {
+		return r, deadletter.ErrNotFound
+	}
+	return r, nil
+}
+
+func (m *memRecorder) len() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.records)
+}
+
+// hookStore wraps a store: get is called before every Get (it may fail
+// or panic), due before every Due.
+type hookStore struct {
+	store.Store
+	mu   sync.Mutex
+	gets int
+	get  func(key execution.Key) error
+	due  func() error
+}
+
+func (s *hookStore) Get(ctx context.Context, key execution.Key) (execution.Execution, error) {
+	s.mu.Lock()
+	s.gets++
+	s.mu.Unlock()
+	if s.get != nil {
+		if err := s.get(key); err != nil {
+			return execution.Execution{}, err
+		}
+	}
+	return s.Store.Get(ctx, key)
+}
+
+func (s *hookStore) Due(ctx context.Context, dueBy time.Time, limit int) ([]store.DueRef, error) {
+	if s.due != nil {
+		if err := s.due(); err != nil {
+			return nil, err
+		}
+	}
+	return s.Store.Due(ctx, dueBy, limit)
+}
+
+func (s *hookStore) getCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gets
+}
+
+// recordingDispatcher keeps what it is given and delivers nothing.
+type recordingDispatcher struct {
+	mu   sync.Mutex
+	msgs []dispatch.Message
+}
+
+func (d *recordingDispatcher) Dispatch(ctx context.Context, msgs ...dispatch.Message) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.msgs = append(d.msgs, msgs...)
+	return nil
+}
+
+func (d *recordingDispatcher) count() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.msgs)
+}
+
+// unitRuntime is a runtime on memory stores behind a hookStore, with a
+// dispatcher that delivers nothing (so only the handler under test runs
+// transitions).
+func unitRuntime(t *testing.T, cfg runtime.Config) (*runtime.Runtime, *hookStore, *recordingDispatcher, *logtest.Buffer) {
+	t.Helper()
+	reg, err := pipelines.Registry()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs, log := logtest.New()
+	hs := &hookStore{Store: memstore.NewStateStore(clock.System{})}
+	d := &recordingDispatcher{}
+	rt, err := runtime.New(cfg, runtime.Deps{
+		Registry: reg, Store: hs, Payloads: memstore.NewPayloadStore(clock.System{}), Dispatcher: d,
+		DeadLetter: logdlq.New(log), Logger: log,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rt, hs, d, logs
+}
+
+// logEvents returns the decoded log lines whose "event" is name.
+func logEvents(t *testing.T, logs *logtest.Buffer, name string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, line := range logs.Lines() {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("log line is not JSON: %s", line)
+		}
+		if m["event"] == name {
+			out = append(out, m)
+		}
+	}
+	return out
+}

@@ -1,0 +1,159 @@
+package lambdafn_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/qasync/qasync/pipelines/checkout"
+	"github.com/qasync/qasync/shared/execution"
+	"github.com/qasync/qasync/shared/httpapi"
+	"github.com/qasync/qasync/shared/lambdafn"
+	"github.com/qasync/qasync/shared/payload"
+)
+
+// fixtureExecution is the execution the status and result fixtures name.
+const fixtureExecution = "01a2267a-7b20-7c3e-8a5d-2f4b9c1e7d30"
+
+// TestSubmitFixture: the POST fixture through the real handler creates an
+// execution in the IAM caller's tenant (202), and the same event again is
+// a duplicate (200) of the same execution.
+func TestSubmitFixture(t *testing.T) {
+	env, logs := memEnv(t, nil)
+	h := lambdafn.Submit(env.HTTPHandler())
+	ev := fixture(t, "submit-post.json")
+
+	var resp events.APIGatewayV2HTTPResponse
+	invoke(t, context.Background(), h, ev, &resp)
+	if resp.StatusCode != http.StatusAccepted || resp.IsBase64Encoded {
+		t.Fatalf("status %d base64 %v, body %s", resp.StatusCode, resp.IsBase64Encoded, resp.Body)
+	}
+	var doc httpapi.SubmitResponse
+	if err := json.Unmarshal([]byte(resp.Body), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.PipelineID != checkout.ID || doc.Duplicate || doc.ExecutionID == "" {
+		t.Fatalf("submit document %+v", doc)
+	}
+	if got, want := resp.Headers["Location"], "/v1/executions/"+doc.ExecutionID; got != want {
+		t.Errorf("Location %q, want %q", got, want)
+	}
+	if ct := resp.Headers["Content-Type"]; ct != "application/json" {
+		t.Errorf("Content-Type %q", ct)
+	}
+	row, err := env.Set.Runtime.Status(context.Background(), execution.Key{TenantID: fixtureTenant, ExecutionID: doc.ExecutionID})
+	if err != nil {
+		t.Fatalf("the execution is not in the IAM caller's tenant: %v", err)
+	}
+	if row.IdempotencyKey != "order-1001" {
+		t.Errorf("idempotency key %q", row.IdempotencyKey)
+	}
+
+	var again events.APIGatewayV2HTTPResponse
+	invoke(t, context.Background(), h, ev, &again)
+	var dup httpapi.SubmitResponse
+	if err := json.Unmarshal([]byte(again.Body), &dup); err != nil {
+		t.Fatal(err)
+	}
+	if again.StatusCode != http.StatusOK || !dup.Duplicate || dup.ExecutionID != doc.ExecutionID {
+		t.Fatalf("second delivery: %d %+v", again.StatusCode, dup)
+	}
+	if strings.Contains(logs.String(), "amountCents") {
+		t.Error("the request body reached the logs")
+	}
+}
+
+// seedSucceeded stores the fixture execution as SUCCEEDED with result.
+func seedSucceeded(t *testing.T, env lambdafn.Env, result string) {
+	t.Helper()
+	rt := env.Set.Runtime
+	ref, err := payload.Write(context.Background(), rt.Payloads, payload.Payload{Encoding: payload.EncodingJSON, ContentType: payload.ContentTypeJSON, Data: []byte(result)},
+		"result/"+fixtureExecution, payload.DefaultInlineBudget, time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed(t, rt, fixtureExecution, checkout.ID, `{"orderId":"1001","items":[{"sku":"book","qty":2}],"amountCents":4599}`, func(e *execution.Execution) {
+		e.Status, e.Version, e.StepIndex, e.StepName = execution.Succeeded, 9, 3, checkout.StepScheduleDelivery
+		e.NextDueAt, e.Result, e.LastTransitionKey = time.Time{}, ref, fixtureExecution+":3:1"
+	})
+}
+
+// TestStatusFixture: the status fixture reads the named execution of the
+// IAM caller's tenant.
+func TestStatusFixture(t *testing.T) {
+	env, _ := memEnv(t, nil)
+	seedSucceeded(t, env, `{"orderId":"1001","status":"DELIVERY_SCHEDULED"}`)
+	var resp events.APIGatewayV2HTTPResponse
+	invoke(t, context.Background(), lambdafn.Submit(env.HTTPHandler()), fixture(t, "status-get.json"), &resp)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("status %d: %s", resp.StatusCode, resp.Body)
+	}
+	var doc httpapi.StatusResponse
+	if err := json.Unmarshal([]byte(resp.Body), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.ExecutionID != fixtureExecution || doc.Status != execution.Succeeded || doc.Version != 9 || doc.StepName != checkout.StepScheduleDelivery {
+		t.Fatalf("status document %+v", doc)
+	}
+}
+
+// TestResultFixture: the result fixture returns the result bytes as they
+// were stored, as text.
+func TestResultFixture(t *testing.T) {
+	env, _ := memEnv(t, nil)
+	const result = `{"orderId":"1001","status":"DELIVERY_SCHEDULED","deliveryId":"dlv-1"}`
+	seedSucceeded(t, env, result)
+	var resp events.APIGatewayV2HTTPResponse
+	invoke(t, context.Background(), lambdafn.Submit(env.HTTPHandler()), fixture(t, "result-get.json"), &resp)
+	if resp.StatusCode != http.StatusOK || resp.IsBase64Encoded || resp.Body != result {
+		t.Fatalf("result %d base64=%v body %q", resp.StatusCode, resp.IsBase64Encoded, resp.Body)
+	}
+	if ct := resp.Headers["Content-Type"]; ct != "application/json" {
+		t.Errorf("Content-Type %q", ct)
+	}
+}
+
+// TestStatusFixtureOtherTenant: an execution of another tenant is not
+// found through the caller's identity.
+func TestStatusFixtureOtherTenant(t *testing.T) {
+	env, _ := memEnv(t, nil)
+	var ev events.APIGatewayV2HTTPRequest
+	if err := json.Unmarshal(fixture(t, "status-get.json"), &ev); err != nil {
+		t.Fatal(err)
+	}
+	seedSucceeded(t, env, `{}`)
+	ev.RequestContext.Authorizer.IAM.AccountID = "210987654321"
+	b, _ := json.Marshal(ev)
+	var resp events.APIGatewayV2HTTPResponse
+	invoke(t, context.Background(), lambdafn.Submit(env.HTTPHandler()), b, &resp)
+	if resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("status %d: %s", resp.StatusCode, resp.Body)
+	}
+}
+
+// TestSubmitWithoutIAMIdentity: tenant source iam and no IAM authorizer
+// in the event: refused with 401, nothing stored.
+func TestSubmitWithoutIAMIdentity(t *testing.T) {
+	env, _ := memEnv(t, nil)
+	var ev events.APIGatewayV2HTTPRequest
+	if err := json.Unmarshal(fixture(t, "submit-post.json"), &ev); err != nil {
+		t.Fatal(err)
+	}
+	ev.RequestContext.Authorizer = nil
+	resp, err := lambdafn.Submit(env.HTTPHandler())(context.Background(), ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p httpapi.Problem
+	if err := json.Unmarshal([]byte(resp.Body), &p); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusUnauthorized || p.Type != httpapi.ProblemTypePrefix+"unauthorized" {
+		t.Fatalf("%d %+v", resp.StatusCode, p)
+	}
+}

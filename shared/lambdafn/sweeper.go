@@ -1,0 +1,91 @@
+package lambdafn
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/qasync/qasync/shared/runtime"
+)
+
+// MaxSweeps caps the sweeps of one sweeper invocation.
+const MaxSweeps = 50
+
+// DefaultSweepMargin is the margin the sweeper function keeps before its
+// deadline: it starts another sweep only with more time left than this.
+const DefaultSweepMargin = 10 * time.Second
+
+// SweepReport is what one sweeper invocation did: the sums of its sweeps'
+// runtime.SweepResult counts.
+type SweepReport struct {
+	// Sweeps is how many times SweepOnce ran.
+	Sweeps int `json:"sweeps"`
+	// Due is how many due rows the sweeps found.
+	Due int `json:"due"`
+	// Redispatched counts work items sent again.
+	Redispatched int `json:"redispatched"`
+	// DeadLettersPublished counts pending dead letters published.
+	DeadLettersPublished int `json:"deadLettersPublished"`
+	// Failed counts rows the sweeps could not handle.
+	Failed int `json:"failed"`
+	// More is the last sweep's More: rows may still be due (the invocation
+	// stopped for time or at MaxSweeps; the next schedule continues).
+	More bool `json:"more"`
+}
+
+// Sweeper is the sweeper function's handler for its EventBridge schedule
+// (the event's content is not used). It runs Runtime.SweepOnce, again
+// while the sweep reports More and the deadline leaves more than margin,
+// at most MaxSweeps times (the first sweep always runs), and returns and
+// logs (event "sweeper_completed") the totals. A SweepOnce error is
+// logged ("sweep_failed") and returned, so that the invocation counts as
+// failed (Errors metric, asynchronous retry); the next schedule sweeps
+// anyway.
+func Sweeper(rt *runtime.Runtime, margin time.Duration, log *slog.Logger) func(context.Context, events.EventBridgeEvent) (SweepReport, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	return func(ctx context.Context, _ events.EventBridgeEvent) (SweepReport, error) {
+		start := time.Now()
+		var rep SweepReport
+		stop := "drained"
+		for {
+			res, err := rt.SweepOnce(ctx)
+			if err != nil {
+				log.LogAttrs(ctx, slog.LevelWarn, "sweep_failed", slog.String("event", "sweep_failed"),
+					slog.Int("sweeps", rep.Sweeps), slog.String("error", err.Error()))
+				return rep, fmt.Errorf("lambdafn: sweep %d: %w", rep.Sweeps+1, err)
+			}
+			rep.Sweeps++
+			rep.Due += res.Due
+			rep.Redispatched += res.Redispatched
+			rep.DeadLettersPublished += res.DeadLettersPublished
+			rep.Failed += res.Failed
+			rep.More = res.More
+			if !res.More {
+				break
+			}
+			if rep.Sweeps >= MaxSweeps {
+				stop = "max_sweeps"
+				break
+			}
+			if left, ok := timeLeft(ctx); ok && left <= margin {
+				stop = "time"
+				break
+			}
+		}
+		level := slog.LevelInfo
+		if rep.Failed > 0 {
+			level = slog.LevelWarn
+		}
+		log.LogAttrs(ctx, level, "sweeper_completed", slog.String("event", "sweeper_completed"),
+			slog.Int("sweeps", rep.Sweeps), slog.Int("due", rep.Due), slog.Int("redispatched", rep.Redispatched),
+			slog.Int("dead_letters_published", rep.DeadLettersPublished), slog.Int("failed", rep.Failed),
+			slog.Bool("more", rep.More), slog.String("stopped", stop),
+			slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000))
+		return rep, nil
+	}
+}

@@ -1,0 +1,98 @@
+package lambdafn_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/qasync/qasync/pipelines/checkout"
+	"github.com/qasync/qasync/pipelines/diag"
+	"github.com/qasync/qasync/shared/execution"
+	"github.com/qasync/qasync/shared/lambdafn"
+	"github.com/qasync/qasync/shared/runtime"
+)
+
+// overdue makes a seeded row due an hour ago (well past the sweep grace).
+func overdue(e *execution.Execution) {
+	e.NextDueAt = time.Now().Add(-time.Hour)
+}
+
+// TestSweeperFixture: the scheduled event through the real handler
+// sweeps once (everything fits one sweep): lost work items are
+// dispatched again and a pending dead letter is published.
+func TestSweeperFixture(t *testing.T) {
+	env, logs := memEnv(t, nil)
+	rt := env.Set.Runtime
+	for i := range 3 {
+		seed(t, rt, fmt.Sprintf("sweep-%d", i), checkout.ID, orderInput, overdue)
+	}
+	seed(t, rt, "sweep-dlq", diag.ID, `{}`, func(e *execution.Execution) {
+		overdue(e)
+		e.Status, e.DLQPending, e.StepIndex, e.StepName = execution.Failed, true, 1, diag.StepWork
+		e.LastTransitionKey = "sweep-dlq:1:1"
+		e.Error = &execution.Failure{Code: diag.CodeDrillFailure, Message: "scripted", TerminalReason: execution.ReasonNonRetryable}
+	})
+	var rep lambdafn.SweepReport
+	invoke(t, context.Background(), lambdafn.Sweeper(rt, lambdafn.DefaultSweepMargin, env.Logger), fixture(t, "sweeper-schedule.json"), &rep)
+	want := lambdafn.SweepReport{Sweeps: 1, Due: 4, Redispatched: 3, DeadLettersPublished: 1}
+	if rep != want {
+		t.Fatalf("report %+v, want %+v", rep, want)
+	}
+	if row := get(t, rt, "sweep-dlq"); row.Status != execution.DLQ {
+		t.Errorf("pending dead letter not published: %s", row.Status)
+	}
+	if len(logEvents(t, logs, "sweeper_completed")) != 1 {
+		t.Errorf("no sweeper_completed event:\n%s", logs.String())
+	}
+}
+
+// TestSweeperStopsAtMaxSweeps: while sweeps report More (the dispatched
+// items are never delivered here, so the same rows stay due) the handler
+// sweeps again, at most MaxSweeps times.
+func TestSweeperStopsAtMaxSweeps(t *testing.T) {
+	rt, _, d, _ := unitRuntime(t, runtime.Config{SweepLimit: 2})
+	for i := range 5 {
+		seed(t, rt, fmt.Sprintf("sweep-%d", i), checkout.ID, orderInput, overdue)
+	}
+	rep, err := lambdafn.Sweeper(rt, time.Second, rt.Logger)(context.Background(), events.EventBridgeEvent{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Sweeps != lambdafn.MaxSweeps || !rep.More || rep.Due != 2*lambdafn.MaxSweeps || d.count() != 2*lambdafn.MaxSweeps {
+		t.Fatalf("report %+v, %d dispatched", rep, d.count())
+	}
+}
+
+// TestSweeperStopsForTime: with no more than margin left after a sweep,
+// no further sweep starts.
+func TestSweeperStopsForTime(t *testing.T) {
+	rt, _, _, logs := unitRuntime(t, runtime.Config{SweepLimit: 2})
+	for i := range 5 {
+		seed(t, rt, fmt.Sprintf("sweep-%d", i), checkout.ID, orderInput, overdue)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	rep, err := lambdafn.Sweeper(rt, 5*time.Second, rt.Logger)(ctx, events.EventBridgeEvent{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Sweeps != 1 || !rep.More || rep.Redispatched != 2 {
+		t.Fatalf("report %+v", rep)
+	}
+	if ev := logEvents(t, logs, "sweeper_completed"); len(ev) != 1 || ev[0]["stopped"] != "time" {
+		t.Errorf("sweeper_completed events %v", ev)
+	}
+}
+
+// TestSweeperReturnsStoreErrors: a failing due query fails the invocation.
+func TestSweeperReturnsStoreErrors(t *testing.T) {
+	rt, hs, _, _ := unitRuntime(t, runtime.Config{})
+	hs.due = func() error { return errors.New("dynamodb: throttled") }
+	if _, err := lambdafn.Sweeper(rt, time.Second, rt.Logger)(context.Background(), events.EventBridgeEvent{}); err == nil {
+		t.Fatal("no error")
+	}
+}

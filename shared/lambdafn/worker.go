@@ -1,0 +1,154 @@
+package lambdafn
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/qasync/qasync/shared/runtime"
+	"github.com/qasync/qasync/shared/sqsdispatch"
+)
+
+// MaxWorkerConcurrency bounds the records of one batch processed at
+// once: 10, the largest SQS batch without a batching window, so a batch
+// of up to 10 runs entirely in parallel.
+const MaxWorkerConcurrency = 10
+
+// maxReleaseReserve bounds the time the worker keeps, before the
+// invocation's deadline, for handing unfinished steps back.
+const maxReleaseReserve = 2 * time.Second
+
+// Worker is the worker function's handler for batches (up to 10) of the
+// SQS work queue. Each record is one work item: one transition,
+// Runtime.Process, with the records of a batch processed concurrently (at
+// most MaxWorkerConcurrency at once).
+//
+// The response lists as batch item failures (the event source mapping
+// must have ReportBatchItemFailures on) exactly the records to deliver
+// again:
+//
+//   - a body that is not a work item (event "work_item_malformed", logged
+//     without the body): the queue's redrive policy moves it to the
+//     poison queue after its maximum receives;
+//   - a record not started because, as it was about to start, the
+//     invocation's deadline left less than margin (the lease) (event
+//     "worker_time_exhausted");
+//   - a record whose Process returned an error (a backend failed before
+//     the outcome was recorded; event "work_item_failed") or panicked.
+//
+// Process returning nil (committed, duplicate, lost claim, not yet due)
+// is success. The handler never fails the whole batch: its error is
+// always nil. Steps run under a context that ends a little before the
+// invocation's deadline (at most 2s, a quarter of margin), so that a step
+// still running then is handed back (its attempt not used up) instead of
+// being frozen with its lease held.
+func Worker(rt *runtime.Runtime, margin time.Duration, log *slog.Logger) func(context.Context, events.SQSEvent) (events.SQSEventResponse, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	return func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+		start := time.Now()
+		workCtx, cancel := workContext(ctx, margin)
+		defer cancel()
+		outcomes := make([]outcome, len(ev.Records))
+		var wg sync.WaitGroup
+		slots := make(chan struct{}, MaxWorkerConcurrency)
+		for i := range ev.Records {
+			m := &ev.Records[i]
+			slots <- struct{}{}
+			if left, ok := timeLeft(ctx); ok && left < margin {
+				<-slots
+				outcomes[i] = outcomeSkipped
+				log.LogAttrs(ctx, slog.LevelWarn, "worker_time_exhausted", slog.String("event", "worker_time_exhausted"),
+					slog.String("message_id", m.MessageId), slog.Int64("time_left_ms", left.Milliseconds()),
+					slog.Int64("margin_ms", margin.Milliseconds()))
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer func() { <-slots; wg.Done() }()
+				outcomes[i] = processRecord(workCtx, rt, m, log)
+			}()
+		}
+		wg.Wait()
+
+		resp := events.SQSEventResponse{BatchItemFailures: []events.SQSBatchItemFailure{}}
+		counts := map[outcome]int{}
+		for i, o := range outcomes {
+			counts[o]++
+			if o != outcomeDone {
+				resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: ev.Records[i].MessageId})
+			}
+		}
+		level := slog.LevelInfo
+		if len(resp.BatchItemFailures) > 0 {
+			level = slog.LevelWarn
+		}
+		log.LogAttrs(ctx, level, "worker_batch_completed", slog.String("event", "worker_batch_completed"),
+			slog.Int("records", len(ev.Records)), slog.Int("done", counts[outcomeDone]),
+			slog.Int("failed", counts[outcomeFailed]), slog.Int("malformed", counts[outcomeMalformed]),
+			slog.Int("skipped", counts[outcomeSkipped]),
+			slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000))
+		return resp, nil
+	}
+}
+
+// outcome is what became of one record.
+type outcome int
+
+const (
+	outcomeDone      outcome = iota // processed: acknowledge
+	outcomeFailed                   // Process error or panic: deliver again
+	outcomeMalformed                // not a work item: deliver again (towards the poison queue)
+	outcomeSkipped                  // not started for lack of time: deliver again
+)
+
+// processRecord runs one record's transition.
+func processRecord(ctx context.Context, rt *runtime.Runtime, m *events.SQSMessage, log *slog.Logger) (o outcome) {
+	receives, _ := strconv.Atoi(m.Attributes["ApproximateReceiveCount"])
+	rlog := log.With(slog.String("message_id", m.MessageId), slog.Int("receive_count", receives))
+	item, err := sqsdispatch.Decode(m.Body)
+	if err != nil {
+		rlog.LogAttrs(ctx, slog.LevelError, "work_item_malformed", slog.String("event", "work_item_malformed"),
+			slog.String("error", err.Error()), slog.Int("body_bytes", len(m.Body)))
+		return outcomeMalformed
+	}
+	rlog = rlog.With(slog.String("execution_id", item.ExecutionID), slog.String("tenant", item.TenantID))
+	defer func() {
+		if v := recover(); v != nil {
+			rlog.LogAttrs(ctx, slog.LevelError, "work_item_panicked", slog.String("event", "work_item_panicked"),
+				slog.String("panic", fmt.Sprint(v)))
+			o = outcomeFailed
+		}
+	}()
+	if err := rt.Process(ctx, item); err != nil {
+		rlog.LogAttrs(ctx, slog.LevelWarn, "work_item_failed", slog.String("event", "work_item_failed"),
+			slog.String("error", err.Error()))
+		return outcomeFailed
+	}
+	return outcomeDone
+}
+
+// timeLeft is the time until ctx's deadline, if it has one.
+func timeLeft(ctx context.Context) (time.Duration, bool) {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return 0, false
+	}
+	return time.Until(d), true
+}
+
+// workContext is ctx ending a reserve before its deadline: a quarter of
+// margin, at most maxReleaseReserve.
+func workContext(ctx context.Context, margin time.Duration) (context.Context, context.CancelFunc) {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithDeadline(ctx, d.Add(-min(maxReleaseReserve, max(margin/4, 0))))
+}
