@@ -40,6 +40,8 @@ func main() {
 		os.Exit(serve(os.Args[2:]))
 	case "provision":
 		os.Exit(provisionCmd(os.Args[2:]))
+	case "local":
+		os.Exit(localCmd(os.Args[2:]))
 	case "keys":
 		fmt.Print(config.MarkdownTable())
 	case "help", "-h", "--help":
@@ -55,6 +57,7 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, `usage:
   qasync serve [flags]   serve the HTTP API, workers and sweeper in one process
   qasync provision       create the DynamoDB tables and SQS queues (idempotent) and print their settings
+  qasync local [flags]   run the four Lambda functions under RIE with API Gateway, SQS and schedule glue (make local-cloud)
   qasync keys            list the configuration keys, their environment variables and defaults
 
 Every key pipeline.orchestrator.K is read from the environment variable

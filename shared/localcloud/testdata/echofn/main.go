@@ -1,0 +1,132 @@
+// Command echofn is the localcloud tests' Lambda function. It echoes
+// direct invocations, fails or sleeps on demand, answers API Gateway HTTP
+// API events with a description of the request, reports partial batch
+// failures for SQS events, and appends every event it sees to
+// $ECHOFN_RECORD_DIR/<kind>.jsonl so tests can inspect what it received.
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-lambda-go/lambda"
+)
+
+// direct is the payload of a direct invocation.
+type direct struct {
+	Fail    string `json:"fail"`
+	SleepMs int    `json:"sleepMs"`
+	Panic   bool   `json:"panic"`
+	Exit    bool   `json:"exit"`
+	Env     string `json:"env"`
+	// Record appends the payload to direct.jsonl once the sleep is over.
+	Record bool `json:"record"`
+}
+
+// sqsBody is the body of an SQS message sent by the tests.
+type sqsBody struct {
+	Fail bool `json:"fail"`
+	// FailBatch fails the whole invocation.
+	FailBatch bool `json:"failBatch"`
+}
+
+var mu sync.Mutex
+
+func record(kind string, v any) {
+	dir := os.Getenv("ECHOFN_RECORD_DIR")
+	if dir == "" {
+		return
+	}
+	b, _ := json.Marshal(v)
+	mu.Lock()
+	defer mu.Unlock()
+	f, err := os.OpenFile(filepath.Join(dir, kind+".jsonl"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	_, _ = f.Write(append(b, '\n'))
+}
+
+func handle(ctx context.Context, raw json.RawMessage) (any, error) {
+	var probe map[string]json.RawMessage
+	_ = json.Unmarshal(raw, &probe)
+	switch {
+	case probe["Records"] != nil:
+		var ev events.SQSEvent
+		if err := json.Unmarshal(raw, &ev); err != nil {
+			return nil, err
+		}
+		var resp events.SQSEventResponse
+		for _, r := range ev.Records {
+			record("sqs", r)
+			var b sqsBody
+			_ = json.Unmarshal([]byte(r.Body), &b)
+			if b.FailBatch {
+				return nil, errors.New("batch failure requested")
+			}
+			if b.Fail {
+				resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: r.MessageId})
+			}
+		}
+		return resp, nil
+	case probe["rawPath"] != nil:
+		var ev events.APIGatewayV2HTTPRequest
+		if err := json.Unmarshal(raw, &ev); err != nil {
+			return nil, err
+		}
+		record("http", ev)
+		if strings.HasSuffix(ev.RawPath, "/fail") {
+			return nil, errors.New("http failure requested")
+		}
+		if strings.HasSuffix(ev.RawPath, "/binary") {
+			return events.APIGatewayV2HTTPResponse{StatusCode: 201,
+				Headers:         map[string]string{"Content-Type": "application/octet-stream", "X-Echo": "bin"},
+				Cookies:         []string{"a=1; Path=/", "b=2"},
+				Body:            base64.StdEncoding.EncodeToString([]byte{0, 1, 2, 0xff}),
+				IsBase64Encoded: true}, nil
+		}
+		body, _ := json.Marshal(ev)
+		return events.APIGatewayV2HTTPResponse{StatusCode: 200,
+			Headers: map[string]string{"Content-Type": "application/json"}, Body: string(body)}, nil
+	case probe["detail-type"] != nil:
+		var ev events.EventBridgeEvent
+		if err := json.Unmarshal(raw, &ev); err != nil {
+			return nil, err
+		}
+		record("schedule", ev)
+		return nil, nil
+	}
+	var d direct
+	_ = json.Unmarshal(raw, &d)
+	if d.SleepMs > 0 {
+		select {
+		case <-time.After(time.Duration(d.SleepMs) * time.Millisecond):
+		case <-ctx.Done():
+		}
+	}
+	if d.Record {
+		record("direct", raw)
+	}
+	switch {
+	case d.Panic:
+		panic("panic requested")
+	case d.Exit:
+		os.Exit(3)
+	case d.Fail != "":
+		return nil, errors.New(d.Fail)
+	case d.Env != "":
+		return map[string]string{d.Env: os.Getenv(d.Env)}, nil
+	}
+	return raw, nil
+}
+
+func main() { lambda.Start(handle) }
