@@ -50,8 +50,15 @@ type Options struct {
 	// answered with 413. Zero or negative means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
 	// AdminToken is the Bearer token of the re-drive route. Empty disables
-	// the route: it then answers 404 like any unknown path.
+	// the route (it then answers 404 like any unknown path), unless
+	// RedriveAuthorizedUpstream is set.
 	AdminToken string
+	// RedriveAuthorizedUpstream serves the re-drive route without a token
+	// because something in front has already authorized it: API Gateway,
+	// where the route has its own IAM permission (or JWT scope) that
+	// submitting callers lack. Never set it on a listener callers reach
+	// directly.
+	RedriveAuthorizedUpstream bool
 	// TenantFunc returns the tenant of a request. Default TenantFromHeader.
 	// An error is answered with 400 (see ErrInvalidTenant).
 	TenantFunc func(*http.Request) (string, error)
@@ -81,6 +88,8 @@ type api struct {
 	maxBody    int64
 	adminHash  *[sha256.Size]byte // nil: re-drive disabled
 	tenantFunc func(*http.Request) (string, error)
+	// redriveUpstream: the re-drive route is authorized in front of us.
+	redriveUpstream bool
 	log        *slog.Logger
 	basePath   string
 }
@@ -114,7 +123,11 @@ func New(rt *runtime.Runtime, opts Options) http.Handler {
 	a.route(routeStatus, a.status)
 	a.route(routeResult, a.result)
 	a.route(routeHealth, a.health)
-	if opts.AdminToken != "" {
+	switch {
+	case opts.RedriveAuthorizedUpstream:
+		a.redriveUpstream = true
+		a.route(routeRedrive, a.redrive)
+	case opts.AdminToken != "":
 		h := sha256.Sum256([]byte(opts.AdminToken))
 		a.adminHash = &h
 		a.route(routeRedrive, a.redrive)

@@ -811,3 +811,22 @@ func TestThroughServer(t *testing.T) {
 		t.Errorf("HEAD status: %d %q", head.StatusCode, head.Header.Get("Content-Type"))
 	}
 }
+
+// TestRedriveAuthorizedUpstream: behind API Gateway the re-drive route has
+// its own IAM permission; a SigV4-signed request carries no bearer token
+// (its Authorization header is the signature) and is served.
+func TestRedriveAuthorizedUpstream(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withHTTP(func(o *httpapi.Options) { o.AdminToken, o.RedriveAuthorizedUpstream = "", true }))
+	sub := e.mustSubmit("fail", "k", `{}`)
+	e.drive()
+	w := e.do(req{method: http.MethodPost, path: sub.StatusURL + "/redrive", body: `{"reason":"fixed upstream"}`,
+		headers: map[string]string{"Authorization": "AWS4-HMAC-SHA256 Credential=AKIA.../execute-api/aws4_request, Signature=abc"}})
+	if w.Code != http.StatusAccepted {
+		t.Fatalf("redrive behind the gateway: %d %s", w.Code, w.Body)
+	}
+	doc := decode[httpapi.StatusResponse](t, w)
+	if doc.Status != execution.Queued {
+		t.Fatalf("redriven execution: %+v", doc)
+	}
+}

@@ -1,0 +1,138 @@
+package stack
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/qasync/qasync/shared/config"
+)
+
+const keyPrefix = config.KeyPrefix
+
+// Configuration keys (without keyPrefix) the stack sets from its
+// resources and settings.
+const (
+	keyStateProvider      = "state-provider"
+	keyDispatcherProvider = "dispatcher-provider"
+	keyDLQProvider        = "dlq-provider"
+	keyIdempotencyPolicy  = "idempotency-policy"
+	keyStrictStartup      = "strict-startup"
+	keyLease              = "lease-ms"
+	keyQueueURL           = "queue-url"
+	keyDLQURL             = "dlq-url"
+	keyExecutionTable     = "dynamo.execution-table"
+	keyKeyTable           = "dynamo.key-table"
+	keyPayloadTable       = "dynamo.execution-payload-table"
+	keyDeadLetterTable    = "dynamo.dead-letter-table"
+	keyEventsBus          = "events.bus-name"
+	keyMetricsNamespace   = "metrics.namespace"
+	keyTenantSource       = "http.tenant-source"
+	keyTenantClaim        = "http.tenant-claim"
+	keySQSVisibility      = "sqs.visibility-timeout"
+	keyLogLevel           = "log-level"
+	keySweepInterval      = "sweep-interval"
+	// keyAdminToken is never passed to a function: a secret does not
+	// belong in a Lambda environment (anyone who can read the function's
+	// configuration reads it), and API Gateway's IAM (or JWT scope)
+	// authorization of the redrive route takes the bearer token's place.
+	keyAdminToken = "admin.token"
+)
+
+// derivedKeys are the keys Settings.RuntimeConfig may not set.
+var derivedKeys = map[string]struct{}{
+	keyStateProvider: {}, keyDispatcherProvider: {}, keyDLQProvider: {}, keyIdempotencyPolicy: {},
+	keyStrictStartup: {}, keyLease: {}, keyQueueURL: {}, keyDLQURL: {}, keyExecutionTable: {},
+	keyKeyTable: {}, keyPayloadTable: {}, keyDeadLetterTable: {}, keyEventsBus: {}, keyMetricsNamespace: {},
+	keyTenantSource: {}, keyTenantClaim: {}, keySQSVisibility: {}, keyLogLevel: {}, keySweepInterval: {},
+	keyAdminToken: {},
+}
+
+// ExcludedEnv lists the environment variables of configuration keys that
+// no function gets: the admin token (see the README's IAM section).
+var ExcludedEnv = []string{config.EnvName(keyPrefix + keyAdminToken)}
+
+// Resources are the deployed names and URLs a function's environment is
+// built from (CloudFormation tokens at synthesis).
+type Resources struct {
+	// ExecutionTable is the execution table's name.
+	ExecutionTable string
+	// KeyTable is the idempotency key table's name.
+	KeyTable string
+	// PayloadTable is the payload chunk table's name.
+	PayloadTable string
+	// DeadLetterTable is the dead-letter record table's name.
+	DeadLetterTable string
+	// QueueURL is the work queue's URL.
+	QueueURL string
+	// DLQURL is the DLQ queue's URL.
+	DLQURL string
+	// EventBus is the lifecycle bus name ("" for functions that publish no
+	// lifecycle events).
+	EventBus string
+}
+
+// Environment returns the environment of a function: every configuration
+// key of config.Keys() except ExcludedEnv, each set to its default unless
+// the stack derives it from r and s or s.RuntimeConfig sets it. It fails
+// when a key it sets is unknown to the config package, or when
+// config.Load refuses the result (the function would fail to boot).
+func Environment(s Settings, r Resources) (map[string]string, error) {
+	env := map[string]string{}
+	known := map[string]bool{}
+	for _, k := range config.Keys() {
+		known[strings.TrimPrefix(k.Key, keyPrefix)] = true
+		env[k.Env] = k.Default
+	}
+	for _, e := range ExcludedEnv {
+		delete(env, e)
+	}
+	tenantSource, tenantClaim := "iam", s.JWTTenantClaim
+	if s.JWT() {
+		tenantSource = "jwt"
+	}
+	derived := map[string]string{
+		keyStateProvider:      "dynamo",
+		keyDispatcherProvider: "sqs",
+		keyDLQProvider:        "sqs",
+		keyIdempotencyPolicy:  "CLIENT_KEY_REQUIRED",
+		keyStrictStartup:      "true",
+		keyLease:              strconv.FormatInt(s.Lease.Milliseconds(), 10),
+		keyQueueURL:           r.QueueURL,
+		keyDLQURL:             r.DLQURL,
+		keyExecutionTable:     r.ExecutionTable,
+		keyKeyTable:           r.KeyTable,
+		keyPayloadTable:       r.PayloadTable,
+		keyDeadLetterTable:    r.DeadLetterTable,
+		keyEventsBus:          r.EventBus,
+		keyMetricsNamespace:   s.MetricsNamespace,
+		keyTenantSource:       tenantSource,
+		keyTenantClaim:        tenantClaim,
+		keySQSVisibility:      VisibilityFor(s.WorkerTimeout).String(),
+		keyLogLevel:           s.LogLevel,
+		keySweepInterval:      s.SweeperRate.String(),
+	}
+	var unknown []string
+	for k, v := range derived {
+		if !known[k] {
+			unknown = append(unknown, k)
+		}
+		env[config.EnvName(keyPrefix+k)] = v
+	}
+	for k, v := range s.RuntimeConfig {
+		k = strings.TrimPrefix(k, keyPrefix)
+		if !known[k] {
+			unknown = append(unknown, k)
+		}
+		env[config.EnvName(keyPrefix+k)] = v
+	}
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return nil, fmt.Errorf("stack: configuration keys unknown to shared/config: %s", strings.Join(unknown, ", "))
+	}
+	if _, _, err := config.Load(func(name string) (string, bool) { v, ok := env[name]; return v, ok }, nil); err != nil {
+		return nil, fmt.Errorf("stack: the functions' environment would not boot: %w", err)
+	}
+	return env, nil
+}

@@ -1,0 +1,83 @@
+package stack
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+)
+
+// Every example event names a function of the template and has the shape
+// of that function's trigger; every function has an example event.
+func TestEventTargets(t *testing.T) {
+	v := synth(t, "dev")
+	files, err := filepath.Glob(filepath.Join("..", EventsDir, "*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatalf("no example events in %s", filepath.Join("..", EventsDir))
+	}
+	routeKeys := map[string]bool{}
+	for _, r := range Routes {
+		routeKeys[r.Method+" "+r.Path] = true
+	}
+	covered := map[string][]string{}
+	for _, f := range files {
+		name := filepath.Base(f)
+		target, ok := EventTargets[name]
+		if !ok {
+			t.Errorf("events/%s: no target function in EventTargets (stack/events.go)", name)
+			continue
+		}
+		if v.res[target]["Type"] != "AWS::Lambda::Function" {
+			t.Errorf("events/%s: target %s is not a function of the template", name, target)
+			continue
+		}
+		covered[target] = append(covered[target], name)
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ev struct {
+			Version    string `json:"version"`
+			RouteKey   string `json:"routeKey"`
+			Source     string `json:"source"`
+			DetailType string `json:"detail-type"`
+			Records    []struct {
+				EventSource string `json:"eventSource"`
+			} `json:"Records"`
+		}
+		if err := json.Unmarshal(raw, &ev); err != nil {
+			t.Errorf("events/%s: %v", name, err)
+			continue
+		}
+		switch target {
+		case SubmitFunctionID: // API Gateway HTTP API, payload format 2.0
+			if ev.Version != "2.0" || !routeKeys[ev.RouteKey] {
+				t.Errorf("events/%s: version %q, routeKey %q: want 2.0 and a route of the API", name, ev.Version, ev.RouteKey)
+			}
+		case WorkerFunctionID, DLQFunctionID: // SQS batches
+			if len(ev.Records) == 0 || ev.Records[0].EventSource != "aws:sqs" {
+				t.Errorf("events/%s: not an SQS batch", name)
+			}
+		case SweeperFunctionID: // EventBridge schedule
+			if ev.Source != "aws.events" || ev.DetailType != "Scheduled Event" {
+				t.Errorf("events/%s: not a scheduled event (source %q, detail-type %q)", name, ev.Source, ev.DetailType)
+			}
+		}
+	}
+	for file := range EventTargets {
+		if _, err := os.Stat(filepath.Join("..", EventsDir, file)); err != nil {
+			t.Errorf("EventTargets lists events/%s, which does not exist", file)
+		}
+	}
+	for _, id := range v.ofType("AWS::Lambda::Function") {
+		if len(covered[id]) == 0 {
+			t.Errorf("function %s has no example event in events/", id)
+		}
+		sort.Strings(covered[id])
+		t.Logf("sam local invoke %s: %v", id, covered[id])
+	}
+}

@@ -1,0 +1,240 @@
+package stack
+
+import (
+	"path/filepath"
+	"time"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awseventstargets"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
+	"github.com/aws/jsii-runtime-go"
+
+	"github.com/qasync/qasync/shared/schema"
+)
+
+// function is one Lambda function with its role and log group.
+type function struct {
+	name string
+	fn   awslambda.Function
+	role awsiam.Role
+	logs awslogs.LogGroup
+}
+
+// lambdaLogLevels maps the log-level key to Lambda's application log level.
+var lambdaLogLevels = map[string]awslambda.ApplicationLogLevel{
+	"debug": awslambda.ApplicationLogLevel_DEBUG,
+	"info":  awslambda.ApplicationLogLevel_INFO,
+	"warn":  awslambda.ApplicationLogLevel_WARN,
+	"error": awslambda.ApplicationLogLevel_ERROR,
+}
+
+// retentionDays maps days to CloudWatch Logs retention values.
+var retentionDays = map[int]awslogs.RetentionDays{
+	1: awslogs.RetentionDays_ONE_DAY, 3: awslogs.RetentionDays_THREE_DAYS, 5: awslogs.RetentionDays_FIVE_DAYS,
+	7: awslogs.RetentionDays_ONE_WEEK, 14: awslogs.RetentionDays_TWO_WEEKS, 30: awslogs.RetentionDays_ONE_MONTH,
+	60: awslogs.RetentionDays_TWO_MONTHS, 90: awslogs.RetentionDays_THREE_MONTHS, 120: awslogs.RetentionDays_FOUR_MONTHS,
+	150: awslogs.RetentionDays_FIVE_MONTHS, 180: awslogs.RetentionDays_SIX_MONTHS, 365: awslogs.RetentionDays_ONE_YEAR,
+	400: awslogs.RetentionDays_THIRTEEN_MONTHS, 545: awslogs.RetentionDays_EIGHTEEN_MONTHS, 731: awslogs.RetentionDays_TWO_YEARS,
+	1096: awslogs.RetentionDays_THREE_YEARS, 1827: awslogs.RetentionDays_FIVE_YEARS, 2192: awslogs.RetentionDays_SIX_YEARS,
+	2557: awslogs.RetentionDays_SEVEN_YEARS, 2922: awslogs.RetentionDays_EIGHT_YEARS, 3288: awslogs.RetentionDays_NINE_YEARS,
+	3653: awslogs.RetentionDays_TEN_YEARS,
+}
+
+// logGroup creates a log group with the stage's retention.
+func (b *builder) logGroup(id, name string) awslogs.LogGroup {
+	lg := awslogs.NewLogGroup(b.stack, jsii.String(id), &awslogs.LogGroupProps{
+		LogGroupName:  jsii.String(name),
+		Retention:     retentionDays[b.s.LogRetentionDays],
+		RemovalPolicy: b.removal(),
+	})
+	setLogicalID(lg, id)
+	return lg
+}
+
+// functions creates the four functions, each with its own role holding
+// only the statements that function needs.
+func (b *builder) functions() error {
+	b.fn = map[string]*function{}
+	res := Resources{
+		ExecutionTable: *b.tbl[ExecutionTableID].TableName(), KeyTable: *b.tbl[KeyTableID].TableName(),
+		PayloadTable: *b.tbl[PayloadTableID].TableName(), DeadLetterTable: *b.tbl[DeadLetterTableID].TableName(),
+		QueueURL: *b.queue[WorkQueueID].QueueUrl(), DLQURL: *b.queue[DLQQueueID].QueueUrl(),
+	}
+	timeouts := map[string]time.Duration{Submit: b.s.SubmitTimeout, Worker: b.s.WorkerTimeout, Sweeper: b.s.SweeperTimeout, DLQ: b.s.DLQTimeout}
+	descriptions := map[string]string{
+		Submit:  "qasync submit: HTTP API -> submit, status, result, redrive",
+		Worker:  "qasync worker: work queue -> one transition per record",
+		Sweeper: "qasync sweeper: schedule -> due-work index sweeps",
+		DLQ:     "qasync dlq: DLQ and poison queue -> dead-letter records",
+	}
+	for _, name := range FunctionNames {
+		r := res
+		if name != Submit { // submit publishes no lifecycle events
+			r.EventBus = *b.bus.EventBusName()
+		}
+		env, err := Environment(b.s, r)
+		if err != nil {
+			return err
+		}
+		id := FunctionIDs[name]
+		physical := b.s.Prefix + "-" + name
+		role := awsiam.NewRole(b.stack, jsii.String(id+"Role"), &awsiam.RoleProps{
+			AssumedBy:   awsiam.NewServicePrincipal(jsii.String("lambda.amazonaws.com"), nil),
+			Description: jsii.String("execution role of " + physical + " (least privilege, no managed policies)"),
+		})
+		setLogicalID(role, id+"Role")
+		logs := b.logGroup(id+"Logs", "/aws/lambda/"+physical)
+		props := &awslambda.FunctionProps{
+			FunctionName:          jsii.String(physical),
+			Description:           jsii.String(descriptions[name]),
+			Runtime:               awslambda.Runtime_PROVIDED_AL2023(),
+			Architecture:          awslambda.Architecture_ARM_64(),
+			Handler:               jsii.String("bootstrap"),
+			Code:                  awslambda.Code_FromAsset(jsii.String(filepath.Join(b.s.DistDir, name+".zip")), nil),
+			Role:                  role,
+			Timeout:               seconds(timeouts[name]),
+			MemorySize:            jsii.Number(float64(b.s.MemoryMB)),
+			Environment:           stringMap(env),
+			LogGroup:              logs,
+			LoggingFormat:         awslambda.LoggingFormat_JSON,
+			ApplicationLogLevelV2: lambdaLogLevels[b.s.LogLevel],
+			SystemLogLevelV2:      awslambda.SystemLogLevel_WARN,
+			Tracing:               awslambda.Tracing_DISABLED,
+		}
+		if b.s.Tracing {
+			props.Tracing = awslambda.Tracing_ACTIVE
+		}
+		if n, ok := b.s.ReservedConcurrency[name]; ok {
+			props.ReservedConcurrentExecutions = jsii.Number(float64(n))
+		}
+		f := &function{name: name, role: role, logs: logs}
+		f.fn = awslambda.NewFunction(b.stack, jsii.String(id), props)
+		setLogicalID(f.fn, id)
+		b.fn[name] = f
+		b.grants(f)
+		if policy := role.Node().TryFindChild(jsii.String("DefaultPolicy")); policy != nil {
+			setLogicalID(policy, id+"Policy")
+		}
+	}
+	return nil
+}
+
+// allow adds one statement to f's role.
+func (f *function) allow(sid string, actions []string, resources ...*string) {
+	f.role.AddToPrincipalPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid:       jsii.String(sid),
+		Actions:   jsii.Strings(actions...),
+		Resources: &resources,
+	}))
+}
+
+// grants writes f's policy: explicit actions on explicit resources.
+//
+// Every function boots with strict-startup=true, which describes every
+// table and reads the attributes of the work and DLQ queues (shared/
+// providers.strict), and writes its logs to its own log group. Beyond
+// that:
+//
+//   - submit: execution rows created (PutItem inside TransactWriteItems),
+//     read (status, result, duplicates) and updated (redrive); key rows
+//     created and read; payload chunks written and read; work items sent.
+//   - worker: execution rows read, claimed, renewed and committed; payload
+//     chunks read and written; work queue consumed and next steps sent;
+//     dead-letter envelopes sent; lifecycle events put.
+//   - sweeper: the due-work index queried; rows read and updated; work
+//     items and dead-letter envelopes sent; lifecycle events put.
+//   - dlq: DLQ and poison queues consumed; dead-letter records written
+//     and read; rows read and marked DLQ; lifecycle events put.
+func (b *builder) grants(f *function) {
+	exec, keys, payloads, dead := b.tbl[ExecutionTableID], b.tbl[KeyTableID], b.tbl[PayloadTableID], b.tbl[DeadLetterTableID]
+	work, dlq, poison := b.queue[WorkQueueID], b.queue[DLQQueueID], b.queue[PoisonQueueID]
+	f.allow("WriteOwnLogs", []string{"logs:CreateLogStream", "logs:PutLogEvents"}, f.logs.LogGroupArn())
+	f.allow("StrictStartupTables", []string{"dynamodb:DescribeTable"},
+		exec.TableArn(), keys.TableArn(), payloads.TableArn(), dead.TableArn())
+	f.allow("StrictStartupQueues", []string{"sqs:GetQueueAttributes"}, work.QueueArn(), dlq.QueueArn())
+	consume := []string{"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"}
+	putEvents := func() {
+		f.role.AddToPrincipalPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+			Sid:        jsii.String("PutLifecycleEvents"),
+			Actions:    jsii.Strings("events:PutEvents"),
+			Resources:  jsii.Strings(*b.bus.EventBusArn()),
+			Conditions: &map[string]any{"StringEquals": map[string]any{"events:source": lifecycleEventSrc}},
+		}))
+	}
+	switch f.name {
+	case Submit:
+		f.allow("ExecutionRows", []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, exec.TableArn())
+		f.allow("IdempotencyKeys", []string{"dynamodb:GetItem", "dynamodb:PutItem"}, keys.TableArn())
+		f.allow("Payloads", []string{"dynamodb:GetItem", "dynamodb:PutItem"}, payloads.TableArn())
+		f.allow("DispatchWork", []string{"sqs:SendMessage"}, work.QueueArn())
+	case Worker:
+		f.allow("ExecutionRows", []string{"dynamodb:GetItem", "dynamodb:UpdateItem"}, exec.TableArn())
+		f.allow("Payloads", []string{"dynamodb:GetItem", "dynamodb:PutItem"}, payloads.TableArn())
+		f.allow("ConsumeWork", consume, work.QueueArn())
+		f.allow("DispatchWork", []string{"sqs:SendMessage"}, work.QueueArn())
+		f.allow("PublishDeadLetters", []string{"sqs:SendMessage"}, dlq.QueueArn())
+		putEvents()
+	case Sweeper:
+		f.allow("QueryDueWork", []string{"dynamodb:Query"},
+			jsii.String(*exec.TableArn()+"/index/"+schema.DueIndexName))
+		f.allow("ExecutionRows", []string{"dynamodb:GetItem", "dynamodb:UpdateItem"}, exec.TableArn())
+		f.allow("DispatchWork", []string{"sqs:SendMessage"}, work.QueueArn())
+		f.allow("PublishDeadLetters", []string{"sqs:SendMessage"}, dlq.QueueArn())
+		putEvents()
+	case DLQ:
+		f.allow("DeadLetterRecords", []string{"dynamodb:GetItem", "dynamodb:PutItem"}, dead.TableArn())
+		f.allow("ExecutionRows", []string{"dynamodb:GetItem", "dynamodb:UpdateItem"}, exec.TableArn())
+		f.allow("ConsumeDeadLetters", consume, dlq.QueueArn(), poison.QueueArn())
+		putEvents()
+	}
+}
+
+// eventSources connects the queues to their consumers, reporting partial
+// batch failures. The mappings are created without CDK's grants (which
+// add sqs:ChangeMessageVisibility and sqs:GetQueueUrl): the roles already
+// hold the three actions Lambda's SQS poller uses, and each mapping
+// depends on its role's policy so that CloudFormation creates the policy
+// first.
+func (b *builder) eventSources() {
+	add := func(f *function, id string, q awssqs.Queue, batch int, window time.Duration, maxConcurrency int) {
+		opts := &awslambda.EventSourceMappingOptions{
+			EventSourceArn:          q.QueueArn(),
+			BatchSize:               jsii.Number(float64(batch)),
+			ReportBatchItemFailures: jsii.Bool(true),
+		}
+		if window > 0 {
+			opts.MaxBatchingWindow = seconds(window)
+		}
+		if maxConcurrency > 0 {
+			opts.MaxConcurrency = jsii.Number(float64(maxConcurrency))
+		}
+		esm := f.fn.AddEventSourceMapping(jsii.String(id), opts)
+		esm.Node().AddDependency(f.role)
+		esm.Node().DefaultChild().(awscdk.CfnResource).OverrideLogicalId(jsii.String(id))
+	}
+	add(b.fn[Worker], "WorkerWorkQueueSource", b.queue[WorkQueueID], b.s.WorkerBatchSize, b.s.WorkerBatchingWindow, b.s.WorkerMaxConcurrency)
+	add(b.fn[DLQ], "DlqDlqQueueSource", b.queue[DLQQueueID], b.s.DLQBatchSize, 0, b.s.DLQMaxConcurrency)
+	add(b.fn[DLQ], "DlqPoisonQueueSource", b.queue[PoisonQueueID], b.s.DLQBatchSize, 0, b.s.DLQMaxConcurrency)
+}
+
+// lambdaTarget is the sweeper's schedule target: a delivery older than one
+// period is dropped (the next one sweeps anyway).
+func lambdaTarget(fn awslambda.Function, rate time.Duration) awsevents.IRuleTarget {
+	return awseventstargets.NewLambdaFunction(fn, &awseventstargets.LambdaFunctionProps{
+		MaxEventAge:   seconds(max(rate, time.Minute)),
+		RetryAttempts: jsii.Number(2),
+	})
+}
+
+// stringMap converts env for jsii.
+func stringMap(env map[string]string) *map[string]*string {
+	m := make(map[string]*string, len(env))
+	for k, v := range env {
+		m[k] = jsii.String(v)
+	}
+	return &m
+}

@@ -1,0 +1,137 @@
+package stack
+
+import (
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// grant expands actions on resources into "action resource" lines.
+func grant(resources []string, actions ...string) []string {
+	var out []string
+	for _, a := range actions {
+		for _, r := range resources {
+			out = append(out, a+" "+r)
+		}
+	}
+	return out
+}
+
+// Each function's role holds exactly these grants: no more (least
+// privilege), no fewer (the function would fail).
+func TestLeastPrivilegePerFunction(t *testing.T) {
+	v := synth(t, "dev")
+	arn := func(id string) []string { return []string{"<" + id + ".Arn>"} }
+	tables := []string{"<ExecutionTable.Arn>", "<KeyTable.Arn>", "<PayloadTable.Arn>", "<DeadLetterTable.Arn>"}
+	common := func(fnID string) []string {
+		out := grant(arn(fnID+"Logs"), "logs:CreateLogStream", "logs:PutLogEvents")
+		out = append(out, grant(tables, "dynamodb:DescribeTable")...)                                        // strict startup
+		out = append(out, grant([]string{"<WorkQueue.Arn>", "<DlqQueue.Arn>"}, "sqs:GetQueueAttributes")...) // strict startup
+		return out
+	}
+	events := `events:PutEvents <LifecycleEventBus.Arn> if {"StringEquals":{"events:source":"qasync"}}`
+	consume := []string{"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"}
+	want := map[string][]string{
+		SubmitFunctionID: concat(common(SubmitFunctionID),
+			grant(arn(ExecutionTableID), "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
+			grant(arn(KeyTableID), "dynamodb:GetItem", "dynamodb:PutItem"),
+			grant(arn(PayloadTableID), "dynamodb:GetItem", "dynamodb:PutItem"),
+			grant(arn(WorkQueueID), "sqs:SendMessage")),
+		WorkerFunctionID: concat(common(WorkerFunctionID),
+			grant(arn(ExecutionTableID), "dynamodb:GetItem", "dynamodb:UpdateItem"),
+			grant(arn(PayloadTableID), "dynamodb:GetItem", "dynamodb:PutItem"),
+			grant(arn(WorkQueueID), consume...),
+			grant(arn(WorkQueueID), "sqs:SendMessage"),
+			grant(arn(DLQQueueID), "sqs:SendMessage"),
+			[]string{events}),
+		SweeperFunctionID: concat(common(SweeperFunctionID),
+			grant([]string{"<ExecutionTable.Arn>/index/due-work"}, "dynamodb:Query"),
+			grant(arn(ExecutionTableID), "dynamodb:GetItem", "dynamodb:UpdateItem"),
+			grant(arn(WorkQueueID), "sqs:SendMessage"),
+			grant(arn(DLQQueueID), "sqs:SendMessage"),
+			[]string{events}),
+		DLQFunctionID: concat(common(DLQFunctionID),
+			grant(arn(DeadLetterTableID), "dynamodb:GetItem", "dynamodb:PutItem"),
+			grant(arn(ExecutionTableID), "dynamodb:GetItem", "dynamodb:UpdateItem"),
+			grant([]string{"<DlqQueue.Arn>", "<PoisonQueue.Arn>"}, consume...),
+			[]string{events}),
+	}
+	for fnID, w := range want {
+		sort.Strings(w)
+		got := v.grantsOf(t, fnID+"Role")
+		if !reflect.DeepEqual(got, w) {
+			t.Errorf("%s grants:\n got  %s\n want %s\n extra %v\n missing %v", fnID,
+				strings.Join(got, "\n      "), strings.Join(w, "\n      "), minus(got, w), minus(w, got))
+		}
+	}
+	// Roles carry no managed policies (AWSLambdaBasicExecutionRole and
+	// the like) and no inline policies of their own.
+	for _, id := range v.ofType("AWS::IAM::Role") {
+		p := v.props(t, id)
+		if p["ManagedPolicyArns"] != nil || p["Policies"] != nil {
+			t.Errorf("%s: ManagedPolicyArns %v, Policies %v", id, p["ManagedPolicyArns"], p["Policies"])
+		}
+		if doc := str(p["AssumeRolePolicyDocument"]); !strings.Contains(doc, `"Service":"lambda.amazonaws.com"`) {
+			t.Errorf("%s: trust policy %s", id, doc)
+		}
+	}
+}
+
+// No policy of any variant grants a wildcard action; a wildcard resource
+// appears only for X-Ray, which has no resource-level permissions.
+func TestNoWildcardActions(t *testing.T) {
+	for _, variant := range []string{"dev", "prod", "full"} {
+		v := synth(t, variant)
+		n := 0
+		for id, sts := range v.statements() {
+			for _, st := range sts {
+				n++
+				for _, a := range list(st["Action"]) {
+					if strings.Contains(str(a), "*") {
+						t.Errorf("%s %s: wildcard action %q", variant, id, str(a))
+					}
+				}
+				if st["NotAction"] != nil {
+					t.Errorf("%s %s: NotAction %v", variant, id, st["NotAction"])
+				}
+				for _, r := range list(st["Resource"]) {
+					if str(r) != "*" {
+						continue
+					}
+					for _, a := range list(st["Action"]) {
+						if !strings.HasPrefix(str(a), "xray:") || !v.settings.Tracing {
+							t.Errorf("%s %s: %s on Resource *", variant, id, str(a))
+						}
+					}
+				}
+			}
+		}
+		if n == 0 {
+			t.Fatalf("%s: no policy statements found", variant)
+		}
+	}
+}
+
+func concat(parts ...[]string) []string {
+	var out []string
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+// minus returns the items of a not in b.
+func minus(a, b []string) []string {
+	in := map[string]bool{}
+	for _, x := range b {
+		in[x] = true
+	}
+	var out []string
+	for _, x := range a {
+		if !in[x] {
+			out = append(out, x)
+		}
+	}
+	return out
+}

@@ -1,0 +1,76 @@
+package stack
+
+import (
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/constructs-go/constructs/v10"
+	"github.com/aws/jsii-runtime-go"
+	"github.com/cdklabs/cdk-nag-go/cdknag/v2"
+)
+
+// AddNagChecks applies cdk-nag's AwsSolutions rules to every construct in
+// scope (the app in main.go, the stack in tests). Violations become error
+// annotations, which fail `cdk synth`/`deploy` and the tests; the stack's
+// few suppressions, each with its reason, are added by New.
+func AddNagChecks(scope constructs.IConstruct, reports bool) {
+	awscdk.Aspects_Of(scope).Add(cdknag.NewAwsSolutionsChecks(&cdknag.NagPackProps{
+		Verbose: jsii.Bool(true),
+		Reports: jsii.Bool(reports),
+	}), nil)
+}
+
+// nagged is one suppression New adds.
+type nagged struct {
+	target    constructs.IConstruct
+	rule      string
+	reason    string
+	appliesTo []string
+}
+
+// suppress records a suppression of rule on target's CloudFormation
+// resource only (never on its children), with its reason and, for
+// AwsSolutions-IAM5, the exact findings it covers.
+func (b *builder) suppress(target constructs.IConstruct, rule, reason string, appliesTo ...string) {
+	b.nagged = append(b.nagged, nagged{target: target, rule: rule, reason: reason, appliesTo: appliesTo})
+}
+
+// suppressions adds every suppression, each with the reason the rule does
+// not apply or what the stack does instead. The tests require every
+// reason to be a real sentence.
+func (b *builder) suppressions() {
+	b.suppress(b.queue[DLQQueueID], "AwsSolutions-SQS3",
+		"The DLQ queue is itself the dead-letter destination of execution envelopes (published by the runtime, not moved by an SQS redrive policy). An envelope the dlq function cannot record stays on it, is retried and raises the DlqQueueMessagesVisibleAlarm; redriving it elsewhere would hide it.")
+	for _, client := range []bool{true, false} {
+		policy, findings := b.http.operatorPolicy, []string(nil)
+		if client {
+			policy = b.http.clientPolicy
+		}
+		for _, r := range Routes {
+			if r.Client == client {
+				findings = append(findings, "Resource::arn:<AWS::Partition>:execute-api:<AWS::Region>:<AWS::AccountId>:<"+HTTPAPIID+">/*/"+r.Method+wildcardParams(r.Path))
+			}
+		}
+		b.suppress(policy, "AwsSolutions-IAM5",
+			"An execute-api ARN names one route as <api>/<stage>/<METHOD>/<path>. Here '*' stands only for the stage and for path parameters ({pipelineId}, {executionId}: ids the caller chooses); every statement names its method and route, so the redrive route stays out of the client policy.",
+			findings...)
+	}
+	if b.s.Tracing {
+		for _, name := range FunctionNames {
+			b.suppress(b.fn[name].role.Node().FindChild(jsii.String("DefaultPolicy")), "AwsSolutions-IAM5",
+				"X-Ray active tracing: xray:PutTraceSegments and xray:PutTelemetryRecords support no resource-level permissions, so CDK grants them on Resource '*' (the actions are explicit).",
+				"Resource::*")
+		}
+	}
+	for _, s := range b.nagged {
+		var applies *[]any
+		if len(s.appliesTo) > 0 {
+			l := make([]any, len(s.appliesTo))
+			for i, a := range s.appliesTo {
+				l[i] = a
+			}
+			applies = &l
+		}
+		cdknag.NagSuppressions_AddResourceSuppressions(s.target, &[]*cdknag.NagPackSuppression{{
+			Id: jsii.String(s.rule), Reason: jsii.String(s.reason), AppliesTo: applies,
+		}}, jsii.Bool(false))
+	}
+}

@@ -1,0 +1,533 @@
+package stack
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/constructs-go/constructs/v10"
+)
+
+// Function names, as used in Settings.ReservedConcurrency, dist/<name>.zip
+// and the physical function names (<prefix>-<name>).
+const (
+	Submit  = "submit"
+	Worker  = "worker"
+	Sweeper = "sweeper"
+	DLQ     = "dlq"
+)
+
+// FunctionNames lists the four functions in deployment order.
+var FunctionNames = []string{Submit, Worker, Sweeper, DLQ}
+
+// Settings are a deployment's stage settings. DefaultSettings gives a
+// stage's defaults; SettingsFromContext reads them from CDK context
+// (cdk.json, `-c key=value`). Validate checks them; New calls it.
+type Settings struct {
+	// Stage names the deployment (context "stage", default "dev"):
+	// lower-case letters, digits and '-'. The stack is "qasync-<stage>".
+	Stage string
+	// Prefix names every table, queue, function, bus and log group
+	// (context "prefix", default "qasync-<stage>"), via schema.Prefixed.
+	Prefix string
+	// DistDir holds the Lambda zips <fn>.zip (context "distDir", default
+	// ../../dist relative to infra/cdk).
+	DistDir string
+	// Retain keeps tables, queues and log groups when the stack or the
+	// resource is deleted (context "retain"; default true except in dev).
+	Retain bool
+	// DeletionProtection turns on DynamoDB deletion protection (context
+	// "deletionProtection"; default true except in dev).
+	DeletionProtection bool
+	// LogRetentionDays is the retention of every log group (context
+	// "logRetentionDays", default 30); one of CloudWatch's allowed values.
+	LogRetentionDays int
+	// MemoryMB is every function's memory (context "memoryMb", default 256).
+	MemoryMB int
+	// SubmitTimeout is the submit function's timeout (context
+	// "submitTimeoutSeconds", default 20 s; API Gateway waits at most 30 s).
+	SubmitTimeout time.Duration
+	// WorkerTimeout is the worker function's timeout (context
+	// "workerTimeoutSeconds", default 60 s). It must exceed Lease: the
+	// worker starts a record only with at least Lease left.
+	WorkerTimeout time.Duration
+	// Lease is the execution lease, config key lease-ms (context "leaseMs",
+	// default 30000).
+	Lease time.Duration
+	// SweeperTimeout is the sweeper function's timeout (context
+	// "sweeperTimeoutSeconds", default 60 s).
+	SweeperTimeout time.Duration
+	// DLQTimeout is the dlq function's timeout (context
+	// "dlqTimeoutSeconds", default 30 s).
+	DLQTimeout time.Duration
+	// WorkerBatchSize is the work queue event source's batch size (context
+	// "workerBatchSize", default 10, 1 to 10).
+	WorkerBatchSize int
+	// WorkerBatchingWindow is the work queue event source's maximum
+	// batching window (context "workerBatchingWindowSeconds", default 0).
+	WorkerBatchingWindow time.Duration
+	// WorkerMaxConcurrency caps the concurrent worker invocations the work
+	// queue event source starts (context "workerMaxConcurrency", 2 to
+	// 1000; default 0: no cap).
+	WorkerMaxConcurrency int
+	// DLQBatchSize is the batch size of the dlq function's two event
+	// sources (context "dlqBatchSize", default 10, 1 to 10).
+	DLQBatchSize int
+	// DLQMaxConcurrency caps each of the dlq function's event sources
+	// (context "dlqMaxConcurrency", 2 to 1000; default 0: no cap).
+	DLQMaxConcurrency int
+	// ReservedConcurrency reserves concurrency per function name (context
+	// "reservedConcurrency", an object such as {"worker": 50}; default
+	// none).
+	ReservedConcurrency map[string]int
+	// Tracing turns on X-Ray active tracing of every function (context
+	// "tracing", default false).
+	Tracing bool
+	// SweeperRate is the sweeper's schedule (context "sweeperRateMinutes",
+	// default 1 minute; whole minutes).
+	SweeperRate time.Duration
+	// OldestMessageAlarm is the threshold of the alarm on the age of the
+	// oldest work queue message (context "oldestMessageAlarmSeconds",
+	// default 300).
+	OldestMessageAlarm time.Duration
+	// AlarmEmail, when set, creates an encrypted SNS topic with this email
+	// subscription as the alarms' action (context "alarmEmail").
+	AlarmEmail string
+	// JWTIssuer is the issuer URL of a JWT authorizer (context
+	// "jwtIssuer"). With JWTAudience set too, the tenant routes and the
+	// redrive route use it instead of IAM, and http.tenant-source is jwt.
+	JWTIssuer string
+	// JWTAudience lists the audiences the JWT authorizer accepts (context
+	// "jwtAudience": a comma-separated list or an array).
+	JWTAudience []string
+	// JWTTenantClaim is the claim naming the tenant under JWT (context
+	// "jwtTenantClaim", default tenant_id).
+	JWTTenantClaim string
+	// JWTRedriveScope is the OAuth scope the redrive route requires under
+	// JWT (context "jwtRedriveScope", default qasync/redrive).
+	JWTRedriveScope string
+	// ThrottleRateLimit is the API stage's steady request rate per second
+	// (context "throttleRateLimit", default 100).
+	ThrottleRateLimit float64
+	// ThrottleBurstLimit is the API stage's burst (context
+	// "throttleBurstLimit", default 200).
+	ThrottleBurstLimit int
+	// MetricsNamespace is the EMF namespace, config key metrics.namespace
+	// (context "metricsNamespace", default qasync/<stage>).
+	MetricsNamespace string
+	// LogLevel is the functions' log level (context "logLevel": debug,
+	// info, warn or error; default info). It sets both config key
+	// log-level and Lambda's application log level.
+	LogLevel string
+	// RuntimeConfig sets further configuration keys (without the
+	// pipeline.orchestrator. prefix), e.g. {"max-retries": "5"} (context
+	// "runtimeConfig", an object). Keys the stack derives from its
+	// resources cannot be set here.
+	RuntimeConfig map[string]string
+}
+
+// Context keys read by SettingsFromContext.
+const (
+	CtxStage                 = "stage"
+	CtxPrefix                = "prefix"
+	CtxDistDir               = "distDir"
+	CtxRetain                = "retain"
+	CtxDeletionProtection    = "deletionProtection"
+	CtxLogRetentionDays      = "logRetentionDays"
+	CtxMemoryMB              = "memoryMb"
+	CtxSubmitTimeout         = "submitTimeoutSeconds"
+	CtxWorkerTimeout         = "workerTimeoutSeconds"
+	CtxLeaseMs               = "leaseMs"
+	CtxSweeperTimeout        = "sweeperTimeoutSeconds"
+	CtxDLQTimeout            = "dlqTimeoutSeconds"
+	CtxWorkerBatchSize       = "workerBatchSize"
+	CtxWorkerBatchingWindow  = "workerBatchingWindowSeconds"
+	CtxWorkerMaxConcurrency  = "workerMaxConcurrency"
+	CtxDLQBatchSize          = "dlqBatchSize"
+	CtxDLQMaxConcurrency     = "dlqMaxConcurrency"
+	CtxReservedConcurrency   = "reservedConcurrency"
+	CtxTracing               = "tracing"
+	CtxSweeperRateMinutes    = "sweeperRateMinutes"
+	CtxOldestMessageAlarm    = "oldestMessageAlarmSeconds"
+	CtxAlarmEmail            = "alarmEmail"
+	CtxJWTIssuer             = "jwtIssuer"
+	CtxJWTAudience           = "jwtAudience"
+	CtxJWTTenantClaim        = "jwtTenantClaim"
+	CtxJWTRedriveScope       = "jwtRedriveScope"
+	CtxThrottleRateLimit     = "throttleRateLimit"
+	CtxThrottleBurstLimit    = "throttleBurstLimit"
+	CtxMetricsNamespace      = "metricsNamespace"
+	CtxLogLevel              = "logLevel"
+	CtxRuntimeConfig         = "runtimeConfig"
+	defaultStage             = "dev"
+	defaultDistDirFromCDKDir = "../../dist"
+)
+
+// ContextKeys lists every context key SettingsFromContext reads.
+var ContextKeys = []string{
+	CtxStage, CtxPrefix, CtxDistDir, CtxRetain, CtxDeletionProtection, CtxLogRetentionDays, CtxMemoryMB,
+	CtxSubmitTimeout, CtxWorkerTimeout, CtxLeaseMs, CtxSweeperTimeout, CtxDLQTimeout,
+	CtxWorkerBatchSize, CtxWorkerBatchingWindow, CtxWorkerMaxConcurrency, CtxDLQBatchSize, CtxDLQMaxConcurrency,
+	CtxReservedConcurrency, CtxTracing, CtxSweeperRateMinutes, CtxOldestMessageAlarm, CtxAlarmEmail,
+	CtxJWTIssuer, CtxJWTAudience, CtxJWTTenantClaim, CtxJWTRedriveScope,
+	CtxThrottleRateLimit, CtxThrottleBurstLimit, CtxMetricsNamespace, CtxLogLevel, CtxRuntimeConfig,
+}
+
+// DefaultSettings returns the defaults of stage. Only "dev" lets CloudFormation
+// destroy data: every other stage (prod in particular) retains tables,
+// queues and log groups and turns on deletion protection.
+func DefaultSettings(stage string) Settings {
+	durable := stage != "dev"
+	return Settings{
+		Stage:              stage,
+		Prefix:             "qasync-" + stage,
+		DistDir:            defaultDistDirFromCDKDir,
+		Retain:             durable,
+		DeletionProtection: durable,
+		LogRetentionDays:   30,
+		MemoryMB:           256,
+		SubmitTimeout:      20 * time.Second,
+		WorkerTimeout:      60 * time.Second,
+		Lease:              30 * time.Second,
+		SweeperTimeout:     60 * time.Second,
+		DLQTimeout:         30 * time.Second,
+		WorkerBatchSize:    10,
+		DLQBatchSize:       10,
+		SweeperRate:        time.Minute,
+		OldestMessageAlarm: 5 * time.Minute,
+		JWTTenantClaim:     "tenant_id",
+		JWTRedriveScope:    "qasync/redrive",
+		ThrottleRateLimit:  100,
+		ThrottleBurstLimit: 200,
+		MetricsNamespace:   "qasync/" + stage,
+		LogLevel:           "info",
+	}
+}
+
+// StackName is the CloudFormation stack name of s: qasync-<stage>.
+func (s Settings) StackName() string { return "qasync-" + s.Stage }
+
+// JWT reports whether a JWT authorizer is configured.
+func (s Settings) JWT() bool { return s.JWTIssuer != "" && len(s.JWTAudience) > 0 }
+
+// SettingsFromContext reads the settings from node's context: the stage's
+// defaults (DefaultSettings), overridden by each context key that is set.
+// Values given with `-c key=value` arrive as strings, values from cdk.json
+// or CDK_CONTEXT_JSON as JSON; both are accepted. A relative distDir is
+// taken relative to baseDir. The result is validated.
+func SettingsFromContext(node constructs.Node, baseDir string) (Settings, error) {
+	get := func(key string) (any, bool) {
+		v := node.TryGetContext(&key)
+		if v == nil {
+			return nil, false
+		}
+		if s, ok := v.(string); ok && s == "" {
+			return nil, false
+		}
+		return v, true
+	}
+	return settingsFrom(get, baseDir)
+}
+
+// settingsFrom builds settings from a context lookup.
+func settingsFrom(get func(string) (any, bool), baseDir string) (Settings, error) {
+	stage := defaultStage
+	if v, ok := get(CtxStage); ok {
+		stage = fmt.Sprint(v)
+	}
+	s := DefaultSettings(stage)
+	var errs []error
+	try := func(key string, f func(v any) error) {
+		if v, ok := get(key); ok {
+			if err := f(v); err != nil {
+				errs = append(errs, fmt.Errorf("context %q: %w", key, err))
+			}
+		}
+	}
+	str := func(p *string) func(any) error {
+		return func(v any) error { *p = strings.TrimSpace(fmt.Sprint(v)); return nil }
+	}
+	integer := func(p *int) func(any) error {
+		return func(v any) error { n, err := toInt(v); *p = n; return err }
+	}
+	seconds := func(p *time.Duration, unit time.Duration) func(any) error {
+		return func(v any) error { n, err := toInt(v); *p = time.Duration(n) * unit; return err }
+	}
+	boolean := func(p *bool) func(any) error {
+		return func(v any) error { b, err := toBool(v); *p = b; return err }
+	}
+	try(CtxPrefix, str(&s.Prefix))
+	try(CtxDistDir, str(&s.DistDir))
+	try(CtxRetain, boolean(&s.Retain))
+	try(CtxDeletionProtection, boolean(&s.DeletionProtection))
+	try(CtxLogRetentionDays, integer(&s.LogRetentionDays))
+	try(CtxMemoryMB, integer(&s.MemoryMB))
+	try(CtxSubmitTimeout, seconds(&s.SubmitTimeout, time.Second))
+	try(CtxWorkerTimeout, seconds(&s.WorkerTimeout, time.Second))
+	try(CtxLeaseMs, seconds(&s.Lease, time.Millisecond))
+	try(CtxSweeperTimeout, seconds(&s.SweeperTimeout, time.Second))
+	try(CtxDLQTimeout, seconds(&s.DLQTimeout, time.Second))
+	try(CtxWorkerBatchSize, integer(&s.WorkerBatchSize))
+	try(CtxWorkerBatchingWindow, seconds(&s.WorkerBatchingWindow, time.Second))
+	try(CtxWorkerMaxConcurrency, integer(&s.WorkerMaxConcurrency))
+	try(CtxDLQBatchSize, integer(&s.DLQBatchSize))
+	try(CtxDLQMaxConcurrency, integer(&s.DLQMaxConcurrency))
+	try(CtxReservedConcurrency, func(v any) error {
+		m, err := toMap(v)
+		if err != nil {
+			return err
+		}
+		s.ReservedConcurrency = map[string]int{}
+		for k, x := range m {
+			n, err := toInt(x)
+			if err != nil {
+				return fmt.Errorf("%s: %w", k, err)
+			}
+			s.ReservedConcurrency[k] = n
+		}
+		return nil
+	})
+	try(CtxTracing, boolean(&s.Tracing))
+	try(CtxSweeperRateMinutes, seconds(&s.SweeperRate, time.Minute))
+	try(CtxOldestMessageAlarm, seconds(&s.OldestMessageAlarm, time.Second))
+	try(CtxAlarmEmail, str(&s.AlarmEmail))
+	try(CtxJWTIssuer, str(&s.JWTIssuer))
+	try(CtxJWTAudience, func(v any) error {
+		s.JWTAudience = nil
+		var items []any
+		switch x := v.(type) {
+		case []any:
+			items = x
+		default:
+			for _, p := range strings.Split(fmt.Sprint(x), ",") {
+				items = append(items, p)
+			}
+		}
+		for _, it := range items {
+			if a := strings.TrimSpace(fmt.Sprint(it)); a != "" {
+				s.JWTAudience = append(s.JWTAudience, a)
+			}
+		}
+		return nil
+	})
+	try(CtxJWTTenantClaim, str(&s.JWTTenantClaim))
+	try(CtxJWTRedriveScope, str(&s.JWTRedriveScope))
+	try(CtxThrottleRateLimit, func(v any) error {
+		f, err := toFloat(v)
+		s.ThrottleRateLimit = f
+		return err
+	})
+	try(CtxThrottleBurstLimit, integer(&s.ThrottleBurstLimit))
+	try(CtxMetricsNamespace, str(&s.MetricsNamespace))
+	try(CtxLogLevel, str(&s.LogLevel))
+	try(CtxRuntimeConfig, func(v any) error {
+		m, err := toMap(v)
+		if err != nil {
+			return err
+		}
+		s.RuntimeConfig = map[string]string{}
+		for k, x := range m {
+			s.RuntimeConfig[k] = fmt.Sprint(x)
+		}
+		return nil
+	})
+	if err := errors.Join(errs...); err != nil {
+		return s, err
+	}
+	if !filepath.IsAbs(s.DistDir) && baseDir != "" {
+		s.DistDir = filepath.Join(baseDir, s.DistDir)
+	}
+	return s, s.Validate()
+}
+
+func toInt(v any) (int, error) {
+	f, err := toFloat(v)
+	if err != nil {
+		return 0, err
+	}
+	if f != math.Trunc(f) || math.Abs(f) > 1<<31 {
+		return 0, fmt.Errorf("%v is not an integer", v)
+	}
+	return int(f), nil
+}
+
+func toFloat(v any) (float64, error) {
+	switch x := v.(type) {
+	case float64:
+		return x, nil
+	case int:
+		return float64(x), nil
+	}
+	f, err := strconv.ParseFloat(strings.TrimSpace(fmt.Sprint(v)), 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		return 0, fmt.Errorf("%q is not a number", fmt.Sprint(v))
+	}
+	return f, nil
+}
+
+func toBool(v any) (bool, error) {
+	if b, ok := v.(bool); ok {
+		return b, nil
+	}
+	b, err := strconv.ParseBool(strings.TrimSpace(fmt.Sprint(v)))
+	if err != nil {
+		return false, fmt.Errorf("%q is not true or false", fmt.Sprint(v))
+	}
+	return b, nil
+}
+
+// toMap accepts a JSON object, or a string holding one (from -c).
+func toMap(v any) (map[string]any, error) {
+	if m, ok := v.(map[string]any); ok {
+		return m, nil
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(fmt.Sprint(v)), &m); err != nil {
+		return nil, fmt.Errorf("want a JSON object: %v", err)
+	}
+	return m, nil
+}
+
+var (
+	stageRE  = regexp.MustCompile(`^[a-z][a-z0-9-]{0,19}$`)
+	prefixRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9-]{0,39}$`)
+)
+
+// logRetentionDays are the retention periods CloudWatch Logs accepts.
+var logRetentionDays = []int{1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653}
+
+// Validate checks the settings, naming the context key of each problem.
+func (s Settings) Validate() error {
+	var errs []error
+	bad := func(key, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("context %q: "+format, append([]any{key}, args...)...))
+	}
+	if !stageRE.MatchString(s.Stage) {
+		bad(CtxStage, "%q must be 1-20 lower-case letters, digits or '-', starting with a letter", s.Stage)
+	}
+	if !prefixRE.MatchString(s.Prefix) {
+		bad(CtxPrefix, "%q must be 1-40 letters, digits or '-', starting with a letter", s.Prefix)
+	}
+	if s.DistDir == "" {
+		bad(CtxDistDir, "must not be empty")
+	}
+	if !containsInt(logRetentionDays, s.LogRetentionDays) {
+		bad(CtxLogRetentionDays, "%d is not a CloudWatch Logs retention (one of %v)", s.LogRetentionDays, logRetentionDays)
+	}
+	if s.MemoryMB < 128 || s.MemoryMB > 10240 {
+		bad(CtxMemoryMB, "%d must be between 128 and 10240", s.MemoryMB)
+	}
+	for key, d := range map[string]time.Duration{CtxSubmitTimeout: s.SubmitTimeout, CtxSweeperTimeout: s.SweeperTimeout, CtxDLQTimeout: s.DLQTimeout, CtxWorkerTimeout: s.WorkerTimeout} {
+		if d < time.Second || d > 15*time.Minute {
+			bad(key, "%v must be between 1s and 15m", d)
+		}
+	}
+	if s.SubmitTimeout > 29*time.Second {
+		bad(CtxSubmitTimeout, "%v exceeds what API Gateway waits for an integration (29s is the useful maximum)", s.SubmitTimeout)
+	}
+	if s.Lease < 100*time.Millisecond {
+		bad(CtxLeaseMs, "%d must be at least 100", s.Lease.Milliseconds())
+	}
+	if s.Lease >= s.WorkerTimeout {
+		bad(CtxLeaseMs, "lease %v must be shorter than the worker timeout %v: the worker starts a record only with at least the lease left", s.Lease, s.WorkerTimeout)
+	}
+	for key, n := range map[string]int{CtxWorkerBatchSize: s.WorkerBatchSize, CtxDLQBatchSize: s.DLQBatchSize} {
+		if n < 1 || n > 10 {
+			bad(key, "%d must be between 1 and 10", n)
+		}
+	}
+	if s.WorkerBatchingWindow < 0 || s.WorkerBatchingWindow > 5*time.Minute {
+		bad(CtxWorkerBatchingWindow, "%v must be between 0 and 300 seconds", s.WorkerBatchingWindow)
+	}
+	for key, n := range map[string]int{CtxWorkerMaxConcurrency: s.WorkerMaxConcurrency, CtxDLQMaxConcurrency: s.DLQMaxConcurrency} {
+		if n != 0 && (n < 2 || n > 1000) {
+			bad(key, "%d must be 0 (no cap) or between 2 and 1000", n)
+		}
+	}
+	for fn, n := range s.ReservedConcurrency {
+		if !containsString(FunctionNames, fn) {
+			bad(CtxReservedConcurrency, "unknown function %q (want one of %v)", fn, FunctionNames)
+		} else if n < 0 {
+			bad(CtxReservedConcurrency, "%s: %d must be at least 0", fn, n)
+		}
+	}
+	if s.SweeperRate < time.Minute || s.SweeperRate%time.Minute != 0 {
+		bad(CtxSweeperRateMinutes, "%v must be a whole number of minutes, at least 1", s.SweeperRate)
+	}
+	if s.OldestMessageAlarm < time.Minute {
+		bad(CtxOldestMessageAlarm, "%v must be at least 60 seconds", s.OldestMessageAlarm)
+	}
+	if s.AlarmEmail != "" && !strings.Contains(s.AlarmEmail, "@") {
+		bad(CtxAlarmEmail, "%q is not an email address", s.AlarmEmail)
+	}
+	if (s.JWTIssuer == "") != (len(s.JWTAudience) == 0) {
+		bad(CtxJWTIssuer, "jwtIssuer and jwtAudience must be set together")
+	}
+	if s.JWTIssuer != "" && !strings.HasPrefix(s.JWTIssuer, "https://") {
+		bad(CtxJWTIssuer, "%q must be an https:// URL", s.JWTIssuer)
+	}
+	if s.JWT() && (s.JWTTenantClaim == "" || s.JWTRedriveScope == "") {
+		bad(CtxJWTTenantClaim, "jwtTenantClaim and jwtRedriveScope must not be empty with a JWT authorizer")
+	}
+	if s.ThrottleRateLimit <= 0 || s.ThrottleBurstLimit < 1 {
+		bad(CtxThrottleRateLimit, "throttle rate %v and burst %d must be positive", s.ThrottleRateLimit, s.ThrottleBurstLimit)
+	}
+	if s.MetricsNamespace == "" {
+		bad(CtxMetricsNamespace, "must not be empty")
+	}
+	if _, ok := lambdaLogLevels[s.LogLevel]; !ok {
+		bad(CtxLogLevel, "%q must be debug, info, warn or error", s.LogLevel)
+	}
+	keys := make([]string, 0, len(s.RuntimeConfig))
+	for k := range s.RuntimeConfig {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		short := strings.TrimPrefix(k, keyPrefix)
+		if _, derived := derivedKeys[short]; derived {
+			bad(CtxRuntimeConfig, "%q is set by the stack from its resources and settings", k)
+		}
+		for _, p := range testOnlyKeyPrefixes {
+			if strings.HasPrefix(short, p) && s.Stage != "dev" {
+				bad(CtxRuntimeConfig, "%q is a test-only (fault injection) key: allowed in stage dev only", k)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// testOnlyKeyPrefixes mark configuration keys meant for chaos and crash
+// tests (shared/config documents them as never for production).
+var testOnlyKeyPrefixes = []string{"faults.", "diag."}
+
+// VisibilityFor is the visibility timeout a queue consumed by a Lambda
+// function with the given timeout gets: six times the timeout, as AWS
+// recommends for SQS event sources, so that a batch retried after a
+// throttle or a crash is not delivered again while still being processed.
+func VisibilityFor(functionTimeout time.Duration) time.Duration { return 6 * functionTimeout }
+
+func containsInt(list []int, v int) bool {
+	for _, x := range list {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func containsString(list []string, v string) bool {
+	for _, x := range list {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}

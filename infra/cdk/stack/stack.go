@@ -1,0 +1,283 @@
+// Package stack is the qasync serverless application as one CDK stack:
+// the DynamoDB tables and SQS queues of shared/schema (the same
+// definitions `qasync provision` creates locally), the four Lambda
+// functions from dist/<fn>.zip with least-privilege roles, the HTTP API
+// with IAM authorization on every route, the sweeper's schedule, the
+// lifecycle event bus, alarms, and cdk-nag's AwsSolutions checks.
+//
+// New builds the stack from Settings; main.go reads the settings from CDK
+// context (SettingsFromContext) and tests call New directly.
+package stack
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
+	"github.com/aws/constructs-go/constructs/v10"
+	"github.com/aws/jsii-runtime-go"
+
+	"github.com/qasync/qasync/shared/schema"
+)
+
+// Logical ids of the stack's main resources. They are fixed (not derived
+// from construct paths) so that `sam local invoke <LogicalId>`, alarms
+// and IAM documentation can name them, and so that refactoring the CDK
+// code never replaces a table or a queue.
+const (
+	SubmitFunctionID  = "SubmitFunction"
+	WorkerFunctionID  = "WorkerFunction"
+	SweeperFunctionID = "SweeperFunction"
+	DLQFunctionID     = "DlqFunction"
+	ExecutionTableID  = "ExecutionTable"
+	KeyTableID        = "KeyTable"
+	PayloadTableID    = "PayloadTable"
+	DeadLetterTableID = "DeadLetterTable"
+	WorkQueueID       = "WorkQueue"
+	PoisonQueueID     = "PoisonQueue"
+	DLQQueueID        = "DlqQueue"
+	EventBusID        = "LifecycleEventBus"
+	SweeperScheduleID = "SweeperSchedule"
+	HTTPAPIID         = "HttpApi"
+	SubmitRouteID     = "SubmitRoute"
+	StatusRouteID     = "StatusRoute"
+	ResultRouteID     = "ResultRoute"
+	RedriveRouteID    = "RedriveRoute"
+	HealthRouteID     = "HealthRoute"
+	ClientPolicyID    = "ClientInvokePolicy"
+	OperatorPolicyID  = "OperatorRedrivePolicy"
+	lifecycleEventSrc = "qasync" // shared/lifecycle.Source; TestSharedNames keeps them equal
+)
+
+// FunctionIDs maps each function name to its logical id.
+var FunctionIDs = map[string]string{
+	Submit: SubmitFunctionID, Worker: WorkerFunctionID, Sweeper: SweeperFunctionID, DLQ: DLQFunctionID,
+}
+
+// Props configure New.
+type Props struct {
+	awscdk.StackProps
+	// Settings are the stage settings; New validates them.
+	Settings Settings
+}
+
+// New builds the qasync stack in scope. It fails when the settings are
+// invalid, a dist/<fn>.zip is missing, or the functions' environment
+// would not pass config.Load.
+func New(scope constructs.Construct, id string, props Props) (awscdk.Stack, error) {
+	s := props.Settings
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	for _, fn := range FunctionNames {
+		zip := filepath.Join(s.DistDir, fn+".zip")
+		if st, err := os.Stat(zip); err != nil || st.IsDir() {
+			return nil, fmt.Errorf("stack: %s is missing: build the Lambda zips first (make build-lambda), or point context %q at them", zip, CtxDistDir)
+		}
+	}
+	sp := props.StackProps
+	if sp.Description == nil {
+		sp.Description = jsii.String(fmt.Sprintf("qasync durable queue-async runtime, stage %s", s.Stage))
+	}
+	stack := awscdk.NewStack(scope, &id, &sp)
+	awscdk.Tags_Of(stack).Add(jsii.String("app"), jsii.String("qasync"), nil)
+	awscdk.Tags_Of(stack).Add(jsii.String("stage"), jsii.String(s.Stage), nil)
+
+	b := &builder{stack: stack, s: s, names: schema.Prefixed(s.Prefix)}
+	b.tables()
+	b.queues()
+	b.bus = awsevents.NewEventBus(stack, jsii.String(EventBusID), &awsevents.EventBusProps{
+		EventBusName: jsii.String(s.Prefix + "-lifecycle"),
+		Description:  jsii.String("qasync terminal lifecycle events (source " + lifecycleEventSrc + ")"),
+	})
+	setLogicalID(b.bus, EventBusID)
+	if err := b.functions(); err != nil {
+		return nil, err
+	}
+	b.eventSources()
+	b.schedule()
+	b.httpAPI()
+	b.alarms()
+	b.outputs()
+	b.suppressions()
+	return stack, nil
+}
+
+// builder holds the stack's resources while New builds it.
+type builder struct {
+	stack  awscdk.Stack
+	s      Settings
+	names  schema.Names
+	tbl    map[string]awsdynamodb.Table // by logical id
+	queue  map[string]awssqs.Queue      // by logical id
+	bus    awsevents.EventBus
+	fn     map[string]*function // by function name
+	http   *httpAPI
+	alarm  *alarmSet
+	nagged []nagged
+}
+
+// removal is the removal policy of stateful resources.
+func (b *builder) removal() awscdk.RemovalPolicy {
+	if b.s.Retain {
+		return awscdk.RemovalPolicy_RETAIN
+	}
+	return awscdk.RemovalPolicy_DESTROY
+}
+
+// tableIDs maps schema table names to logical ids.
+func (b *builder) tableIDs() map[string]string {
+	return map[string]string{
+		b.names.ExecutionTable: ExecutionTableID, b.names.KeyTable: KeyTableID,
+		b.names.PayloadTable: PayloadTableID, b.names.DeadLetterTable: DeadLetterTableID,
+	}
+}
+
+// tables creates every table of schema.Tables: on demand, point-in-time
+// recovery, AWS managed KMS encryption, TTL, the schema's indexes.
+func (b *builder) tables() {
+	b.tbl = map[string]awsdynamodb.Table{}
+	ids := b.tableIDs()
+	for _, t := range schema.Tables(b.names) {
+		id, ok := ids[t.Name]
+		if !ok {
+			panic(fmt.Sprintf("stack: schema table %q has no logical id", t.Name))
+		}
+		props := &awsdynamodb.TableProps{
+			TableName:    jsii.String(t.Name),
+			PartitionKey: attr(t.PartitionKey),
+			BillingMode:  awsdynamodb.BillingMode_PAY_PER_REQUEST,
+			PointInTimeRecoverySpecification: &awsdynamodb.PointInTimeRecoverySpecification{
+				PointInTimeRecoveryEnabled: jsii.Bool(true),
+			},
+			// AWS managed key (aws/dynamodb): encryption with KMS, key use
+			// visible in CloudTrail, no key policy to maintain and no kms:
+			// grants for the functions; see the README's Deploy section.
+			Encryption:          awsdynamodb.TableEncryption_AWS_MANAGED,
+			TimeToLiveAttribute: jsii.String(t.TTLAttribute),
+			DeletionProtection:  jsii.Bool(b.s.DeletionProtection),
+			RemovalPolicy:       b.removal(),
+		}
+		if t.SortKey.Name != "" {
+			props.SortKey = attr(t.SortKey)
+		}
+		table := awsdynamodb.NewTable(b.stack, jsii.String(id), props)
+		for _, ix := range t.Indexes {
+			table.AddGlobalSecondaryIndex(&awsdynamodb.GlobalSecondaryIndexProps{
+				IndexName:        jsii.String(ix.Name),
+				PartitionKey:     attr(ix.PartitionKey),
+				SortKey:          attr(ix.SortKey),
+				ProjectionType:   awsdynamodb.ProjectionType_INCLUDE,
+				NonKeyAttributes: jsii.Strings(ix.NonKeyAttributes...),
+			})
+		}
+		setLogicalID(table, id)
+		b.tbl[id] = table
+	}
+}
+
+// attr converts a schema key attribute.
+func attr(a schema.Attr) *awsdynamodb.Attribute {
+	t := map[schema.AttrType]awsdynamodb.AttributeType{
+		schema.String: awsdynamodb.AttributeType_STRING,
+		schema.Number: awsdynamodb.AttributeType_NUMBER,
+		schema.Binary: awsdynamodb.AttributeType_BINARY,
+	}[a.Type]
+	if t == "" {
+		panic(fmt.Sprintf("stack: attribute %s has unknown type %q", a.Name, a.Type))
+	}
+	return &awsdynamodb.Attribute{Name: jsii.String(a.Name), Type: t}
+}
+
+// QueueVisibility is the visibility timeout the stack gives a schema queue
+// consumed by a function with the given timeout: the schema's default, or
+// VisibilityFor(timeout) when that is longer.
+func QueueVisibility(q schema.Queue, consumerTimeout time.Duration) time.Duration {
+	return max(q.VisibilityTimeout, VisibilityFor(consumerTimeout))
+}
+
+// queues creates every queue of schema.Queues: SQS managed encryption,
+// TLS enforced, the schema's retention and redrive, and a visibility
+// timeout raised to six times the consuming function's timeout.
+func (b *builder) queues() {
+	b.queue = map[string]awssqs.Queue{}
+	ids := map[string]string{b.names.WorkQueue: WorkQueueID, b.names.PoisonQueue: PoisonQueueID, b.names.DLQQueue: DLQQueueID}
+	consumer := map[string]time.Duration{
+		b.names.WorkQueue: b.s.WorkerTimeout, b.names.PoisonQueue: b.s.DLQTimeout, b.names.DLQQueue: b.s.DLQTimeout,
+	}
+	byName := map[string]awssqs.Queue{}
+	for _, q := range schema.Queues(b.names) {
+		id, ok := ids[q.Name]
+		if !ok {
+			panic(fmt.Sprintf("stack: schema queue %q has no logical id", q.Name))
+		}
+		props := &awssqs.QueueProps{
+			QueueName:         jsii.String(q.Name),
+			VisibilityTimeout: seconds(QueueVisibility(q, consumer[q.Name])),
+			RetentionPeriod:   seconds(q.Retention),
+			// SSE-SQS: encrypted at rest with keys SQS owns, at no cost,
+			// and without kms: grants for producers and consumers.
+			Encryption:    awssqs.QueueEncryption_SQS_MANAGED,
+			EnforceSSL:    jsii.Bool(true),
+			RemovalPolicy: b.removal(),
+		}
+		if q.RedriveTo != "" {
+			target, ok := byName[q.RedriveTo]
+			if !ok {
+				panic(fmt.Sprintf("stack: queue %q redrives to %q, which the schema lists later or not at all", q.Name, q.RedriveTo))
+			}
+			props.DeadLetterQueue = &awssqs.DeadLetterQueue{Queue: target, MaxReceiveCount: jsii.Number(float64(q.MaxReceiveCount))}
+		}
+		queue := awssqs.NewQueue(b.stack, jsii.String(id), props)
+		setLogicalID(queue, id)
+		byName[q.Name] = queue
+		b.queue[id] = queue
+	}
+}
+
+// schedule runs the sweeper on an EventBridge schedule.
+func (b *builder) schedule() {
+	rule := awsevents.NewRule(b.stack, jsii.String(SweeperScheduleID), &awsevents.RuleProps{
+		Description: jsii.String("qasync sweeper: re-dispatch due executions, publish pending dead letters"),
+		Schedule:    awsevents.Schedule_Rate(awscdk.Duration_Minutes(jsii.Number(b.s.SweeperRate.Minutes()))),
+	})
+	rule.AddTarget(lambdaTarget(b.fn[Sweeper].fn, b.s.SweeperRate))
+	setLogicalID(rule, SweeperScheduleID)
+}
+
+// outputs prints what a deployment needs to be used.
+func (b *builder) outputs() {
+	out := func(id, desc string, v *string) {
+		awscdk.NewCfnOutput(b.stack, jsii.String(id), &awscdk.CfnOutputProps{Value: v, Description: jsii.String(desc)})
+	}
+	out("ApiUrl", "HTTP API base URL (IAM SigV4-signed requests, service execute-api)", b.http.stage.Url())
+	out("WorkQueueUrl", "SQS work queue", b.queue[WorkQueueID].QueueUrl())
+	out("DlqQueueUrl", "SQS queue of execution dead-letter envelopes", b.queue[DLQQueueID].QueueUrl())
+	out("PoisonQueueUrl", "SQS poison queue (work items the work queue gave up on)", b.queue[PoisonQueueID].QueueUrl())
+	out("ExecutionTableName", "DynamoDB execution table", b.tbl[ExecutionTableID].TableName())
+	out("KeyTableName", "DynamoDB idempotency key table", b.tbl[KeyTableID].TableName())
+	out("PayloadTableName", "DynamoDB payload chunk table", b.tbl[PayloadTableID].TableName())
+	out("DeadLetterTableName", "DynamoDB dead-letter record table", b.tbl[DeadLetterTableID].TableName())
+	out("EventBusName", "EventBridge bus of terminal lifecycle events", b.bus.EventBusName())
+	out("ClientPolicyArn", "managed policy: invoke submit, status and result", b.http.clientPolicy.ManagedPolicyArn())
+	out("OperatorPolicyArn", "managed policy: invoke the redrive route", b.http.operatorPolicy.ManagedPolicyArn())
+	out("RedriveRouteArn", "execute-api ARN of the redrive route (for your own policies)", b.http.routeArn("POST", redrivePath))
+	if b.alarm.topic != nil {
+		out("AlarmTopicArn", "SNS topic of the alarms", b.alarm.topic.TopicArn())
+	}
+}
+
+// setLogicalID fixes the logical id of c's CloudFormation resource.
+func setLogicalID(c constructs.IConstruct, id string) {
+	c.Node().DefaultChild().(awscdk.CfnResource).OverrideLogicalId(jsii.String(id))
+}
+
+// seconds converts d to a CDK Duration in whole seconds.
+func seconds(d time.Duration) awscdk.Duration {
+	return awscdk.Duration_Seconds(jsii.Number(float64(d / time.Second)))
+}

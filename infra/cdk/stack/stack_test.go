@@ -1,0 +1,548 @@
+package stack
+
+import (
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
+	"github.com/aws/jsii-runtime-go"
+
+	"github.com/qasync/qasync/shared/config"
+	"github.com/qasync/qasync/shared/schema"
+)
+
+func TestResourceCounts(t *testing.T) {
+	dev := synth(t, "dev")
+	want := map[string]int{
+		"AWS::DynamoDB::Table":            4,
+		"AWS::SQS::Queue":                 3,
+		"AWS::SQS::QueuePolicy":           3, // enforceSSL
+		"AWS::Lambda::Function":           4,
+		"AWS::IAM::Role":                  4,
+		"AWS::IAM::Policy":                4,
+		"AWS::IAM::ManagedPolicy":         2,
+		"AWS::Logs::LogGroup":             5, // one per function, the API's access logs
+		"AWS::Lambda::EventSourceMapping": 3,
+		"AWS::ApiGatewayV2::Api":          1,
+		"AWS::ApiGatewayV2::Stage":        1,
+		"AWS::ApiGatewayV2::Integration":  1,
+		"AWS::ApiGatewayV2::Route":        5,
+		"AWS::ApiGatewayV2::Authorizer":   0, // IAM needs none
+		"AWS::Lambda::Permission":         6, // five routes, the schedule
+		"AWS::Events::EventBus":           1,
+		"AWS::Events::Rule":               1,
+		"AWS::CloudWatch::Alarm":          6,
+		"AWS::SNS::Topic":                 0,
+		"AWS::KMS::Key":                   0,
+	}
+	for typ, n := range want {
+		dev.tpl.ResourceCountIs(jsii.String(typ), jsii.Number(float64(n)))
+	}
+	full := synth(t, "full")
+	for typ, n := range map[string]int{"AWS::SNS::Topic": 1, "AWS::SNS::Subscription": 1, "AWS::KMS::Key": 1, "AWS::ApiGatewayV2::Authorizer": 1} {
+		full.tpl.ResourceCountIs(jsii.String(typ), jsii.Number(float64(n)))
+	}
+	t.Logf("template resource count: dev %d, prod %d, full %d; synth time: first %v (includes starting the jsii runtime), dev->prod %v",
+		len(dev.res), len(synth(t, "prod").res), len(full.res), dev.took.Round(time.Millisecond), variants["prod"].took.Round(time.Millisecond))
+}
+
+func TestTablesFollowSchema(t *testing.T) {
+	for _, variant := range []string{"dev", "prod"} {
+		v := synth(t, variant)
+		names := schema.Prefixed(v.settings.Prefix)
+		ids := map[string]string{names.ExecutionTable: ExecutionTableID, names.KeyTable: KeyTableID, names.PayloadTable: PayloadTableID, names.DeadLetterTable: DeadLetterTableID}
+		for _, table := range schema.Tables(names) {
+			id := ids[table.Name]
+			p := v.props(t, id)
+			if p["TableName"] != table.Name {
+				t.Errorf("%s: TableName %v, want %s", id, p["TableName"], table.Name)
+			}
+			keys := []any{map[string]any{"AttributeName": table.PartitionKey.Name, "KeyType": "HASH"}}
+			attrs := map[string]string{table.PartitionKey.Name: string(table.PartitionKey.Type)}
+			if table.SortKey.Name != "" {
+				keys = append(keys, map[string]any{"AttributeName": table.SortKey.Name, "KeyType": "RANGE"})
+				attrs[table.SortKey.Name] = string(table.SortKey.Type)
+			}
+			if !reflect.DeepEqual(p["KeySchema"], keys) {
+				t.Errorf("%s: KeySchema %v, want %v", id, p["KeySchema"], keys)
+			}
+			var gsis []any
+			for _, ix := range table.Indexes {
+				var nonKey []any
+				for _, a := range ix.NonKeyAttributes {
+					nonKey = append(nonKey, a)
+				}
+				gsis = append(gsis, map[string]any{
+					"IndexName": ix.Name,
+					"KeySchema": []any{
+						map[string]any{"AttributeName": ix.PartitionKey.Name, "KeyType": "HASH"},
+						map[string]any{"AttributeName": ix.SortKey.Name, "KeyType": "RANGE"},
+					},
+					"Projection": map[string]any{"ProjectionType": "INCLUDE", "NonKeyAttributes": nonKey},
+				})
+				attrs[ix.PartitionKey.Name], attrs[ix.SortKey.Name] = string(ix.PartitionKey.Type), string(ix.SortKey.Type)
+			}
+			if !reflect.DeepEqual(p["GlobalSecondaryIndexes"], any(gsis)) && !(gsis == nil && p["GlobalSecondaryIndexes"] == nil) {
+				t.Errorf("%s: GlobalSecondaryIndexes %v, want %v", id, p["GlobalSecondaryIndexes"], gsis)
+			}
+			gotAttrs := map[string]string{}
+			for _, a := range list(p["AttributeDefinitions"]) {
+				m := a.(map[string]any)
+				gotAttrs[m["AttributeName"].(string)] = m["AttributeType"].(string)
+			}
+			if !reflect.DeepEqual(gotAttrs, attrs) {
+				t.Errorf("%s: AttributeDefinitions %v, want %v", id, gotAttrs, attrs)
+			}
+			checks := map[string]any{
+				"BillingMode":                      "PAY_PER_REQUEST",
+				"TimeToLiveSpecification":          map[string]any{"AttributeName": table.TTLAttribute, "Enabled": true},
+				"SSESpecification":                 map[string]any{"SSEEnabled": true}, // KMS with the AWS managed key: no SSEType, no KMSMasterKeyId
+				"PointInTimeRecoverySpecification": map[string]any{"PointInTimeRecoveryEnabled": true},
+				"DeletionProtectionEnabled":        variant == "prod",
+			}
+			for k, want := range checks {
+				if !reflect.DeepEqual(p[k], want) {
+					t.Errorf("%s %s: %s = %v, want %v", variant, id, k, p[k], want)
+				}
+			}
+		}
+	}
+	// The due-work index, spelled out once more against the brief.
+	synth(t, "dev").tpl.HasResourceProperties(jsii.String("AWS::DynamoDB::Table"), map[string]any{
+		"TableName": "qasync-dev-executions",
+		"GlobalSecondaryIndexes": []any{map[string]any{
+			"IndexName": "due-work",
+			"KeySchema": []any{
+				map[string]any{"AttributeName": "due_shard", "KeyType": "HASH"},
+				map[string]any{"AttributeName": "next_due_epoch_ms", "KeyType": "RANGE"},
+			},
+			"Projection": map[string]any{"ProjectionType": "INCLUDE",
+				"NonKeyAttributes": []any{"status", "pipeline_id", "dlq_pending", "ttl_epoch_s"}},
+		}},
+	})
+}
+
+// Stateful resources are destroyed with a dev stack and retained, with
+// deletion protection, in prod (and every other stage).
+func TestRetentionByStage(t *testing.T) {
+	for variant, want := range map[string]string{"dev": "Delete", "prod": "Retain", "full": "Retain"} {
+		v := synth(t, variant)
+		for _, typ := range []string{"AWS::DynamoDB::Table", "AWS::SQS::Queue", "AWS::Logs::LogGroup"} {
+			for _, id := range v.ofType(typ) {
+				r := v.res[id]
+				if r["DeletionPolicy"] != want || r["UpdateReplacePolicy"] != want {
+					t.Errorf("%s %s: DeletionPolicy %v, UpdateReplacePolicy %v, want %s", variant, id, r["DeletionPolicy"], r["UpdateReplacePolicy"], want)
+				}
+			}
+		}
+		for _, id := range v.ofType("AWS::DynamoDB::Table") {
+			if got := v.props(t, id)["DeletionProtectionEnabled"]; got != (want == "Retain") {
+				t.Errorf("%s %s: DeletionProtectionEnabled %v", variant, id, got)
+			}
+		}
+	}
+}
+
+func TestQueues(t *testing.T) {
+	for _, variant := range []string{"dev", "full"} {
+		v := synth(t, variant)
+		names := schema.Prefixed(v.settings.Prefix)
+		ids := map[string]string{names.WorkQueue: WorkQueueID, names.PoisonQueue: PoisonQueueID, names.DLQQueue: DLQQueueID}
+		consumer := map[string]string{WorkQueueID: WorkerFunctionID, PoisonQueueID: DLQFunctionID, DLQQueueID: DLQFunctionID}
+		for _, q := range schema.Queues(names) {
+			id := ids[q.Name]
+			p := v.props(t, id)
+			if p["QueueName"] != q.Name || p["SqsManagedSseEnabled"] != true {
+				t.Errorf("%s: QueueName %v, SqsManagedSseEnabled %v", id, p["QueueName"], p["SqsManagedSseEnabled"])
+			}
+			if got := num(t, p["MessageRetentionPeriod"]); got != schema.Retention.Seconds() || got != 14*24*3600 {
+				t.Errorf("%s: MessageRetentionPeriod %v, want 14 days", id, got)
+			}
+			// Visibility at least six times the consumer's timeout, and
+			// never below the schema's default.
+			timeout := num(t, v.props(t, consumer[id])["Timeout"])
+			vis := num(t, p["VisibilityTimeout"])
+			if vis < 6*timeout || vis < q.VisibilityTimeout.Seconds() {
+				t.Errorf("%s %s: VisibilityTimeout %v, consumer %s timeout %v: want >= 6x and >= %v", variant, id, vis, consumer[id], timeout, q.VisibilityTimeout)
+			}
+			if q.RedriveTo != "" {
+				want := map[string]any{
+					"deadLetterTargetArn": map[string]any{"Fn::GetAtt": []any{ids[q.RedriveTo], "Arn"}},
+					"maxReceiveCount":     float64(q.MaxReceiveCount),
+				}
+				if !reflect.DeepEqual(p["RedrivePolicy"], want) {
+					t.Errorf("%s: RedrivePolicy %v, want %v", id, p["RedrivePolicy"], want)
+				}
+			} else if p["RedrivePolicy"] != nil {
+				t.Errorf("%s: unexpected RedrivePolicy %v", id, p["RedrivePolicy"])
+			}
+		}
+		if got := num(t, v.props(t, WorkQueueID)["RedrivePolicy"].(map[string]any)["maxReceiveCount"]); got != schema.PoisonAfter {
+			t.Errorf("work queue maxReceiveCount %v, want schema.PoisonAfter %d", got, schema.PoisonAfter)
+		}
+		if want := VisibilityFor(v.settings.WorkerTimeout).Seconds(); num(t, v.props(t, WorkQueueID)["VisibilityTimeout"]) != want {
+			t.Errorf("%s: work queue visibility %v, want %v", variant, v.props(t, WorkQueueID)["VisibilityTimeout"], want)
+		}
+		// enforceSSL: each queue's policy denies requests without TLS.
+		for _, id := range v.ofType("AWS::SQS::QueuePolicy") {
+			p := v.props(t, id)
+			st := list(p["PolicyDocument"].(map[string]any)["Statement"])[0].(map[string]any)
+			if st["Effect"] != "Deny" || str(st["Condition"]) != `{"Bool":{"aws:SecureTransport":"false"}}` {
+				t.Errorf("%s: first statement %v is not the TLS deny", id, st)
+			}
+		}
+	}
+}
+
+func TestFunctions(t *testing.T) {
+	v := synth(t, "dev")
+	for _, name := range FunctionNames {
+		id := FunctionIDs[name]
+		p := v.props(t, id)
+		for k, want := range map[string]any{
+			"Runtime": "provided.al2023", "Handler": "bootstrap", "Architectures": []any{"arm64"},
+			"FunctionName": "qasync-dev-" + name, "MemorySize": float64(256),
+			"Role":          map[string]any{"Fn::GetAtt": []any{id + "Role", "Arn"}},
+			"LoggingConfig": map[string]any{"LogFormat": "JSON", "LogGroup": map[string]any{"Ref": id + "Logs"}, "ApplicationLogLevel": "INFO", "SystemLogLevel": "WARN"},
+		} {
+			if !reflect.DeepEqual(p[k], want) {
+				t.Errorf("%s: %s = %v, want %v", id, k, p[k], want)
+			}
+		}
+		if p["ReservedConcurrentExecutions"] != nil {
+			t.Errorf("%s: reserved concurrency %v without a setting", id, p["ReservedConcurrentExecutions"])
+		}
+		if got := num(t, v.props(t, id+"Logs")["RetentionInDays"]); got != 30 {
+			t.Errorf("%sLogs: RetentionInDays %v, want 30", id, got)
+		}
+		if v.props(t, id+"Logs")["LogGroupName"] != "/aws/lambda/qasync-dev-"+name {
+			t.Errorf("%sLogs: LogGroupName %v", id, v.props(t, id+"Logs")["LogGroupName"])
+		}
+		if code := p["Code"].(map[string]any); code["S3Key"] == nil {
+			t.Errorf("%s: code is not an asset: %v", id, code)
+		}
+	}
+	timeout := func(id string) time.Duration {
+		return time.Duration(num(t, v.props(t, id)["Timeout"])) * time.Second
+	}
+	if w := timeout(WorkerFunctionID); w != 60*time.Second || v.settings.Lease >= w {
+		t.Errorf("worker timeout %v, lease %v: want 60s and a shorter lease", w, v.settings.Lease)
+	}
+	if s := timeout(SubmitFunctionID); s > 29*time.Second {
+		t.Errorf("submit timeout %v exceeds API Gateway's integration timeout", s)
+	}
+	full := synth(t, "full")
+	if got := num(t, full.props(t, WorkerFunctionID)["ReservedConcurrentExecutions"]); got != 60 {
+		t.Errorf("full: worker reserved concurrency %v, want 60", got)
+	}
+	if got := num(t, full.props(t, SweeperFunctionID)["ReservedConcurrentExecutions"]); got != 1 {
+		t.Errorf("full: sweeper reserved concurrency %v, want 1", got)
+	}
+	for _, name := range FunctionNames {
+		if got := full.props(t, FunctionIDs[name])["TracingConfig"]; !reflect.DeepEqual(got, map[string]any{"Mode": "Active"}) {
+			t.Errorf("full %s: TracingConfig %v", name, got)
+		}
+		if got := v.props(t, FunctionIDs[name])["TracingConfig"]; got != nil && !reflect.DeepEqual(got, map[string]any{"Mode": "PassThrough"}) {
+			t.Errorf("dev %s: TracingConfig %v, want none", name, got)
+		}
+	}
+}
+
+// Every configuration key reaches every function, built from the deployed
+// resources, and the result passes config.Load.
+func TestFunctionEnvironment(t *testing.T) {
+	v := synth(t, "dev")
+	env := func(key string) string { return config.EnvName(config.KeyPrefix + key) }
+	for _, name := range FunctionNames {
+		id := FunctionIDs[name]
+		got := v.env(t, id)
+		for _, k := range config.Keys() {
+			_, present := got[k.Env]
+			excluded := false
+			for _, e := range ExcludedEnv {
+				excluded = excluded || e == k.Env
+			}
+			if present == excluded {
+				t.Errorf("%s: %s present=%v, excluded=%v", id, k.Env, present, excluded)
+			}
+		}
+		if len(got) != len(config.Keys())-len(ExcludedEnv) {
+			t.Errorf("%s: %d variables, want %d (no strays)", id, len(got), len(config.Keys())-len(ExcludedEnv))
+		}
+		bus := "<" + EventBusID + ">"
+		if name == Submit {
+			bus = ""
+		}
+		for key, want := range map[string]string{
+			"state-provider": "dynamo", "dispatcher-provider": "sqs", "dlq-provider": "sqs",
+			"idempotency-policy": "CLIENT_KEY_REQUIRED", "strict-startup": "true", "lease-ms": "30000",
+			"queue-url": "<WorkQueue>", "dlq-url": "<DlqQueue>",
+			"dynamo.execution-table": "<ExecutionTable>", "dynamo.key-table": "<KeyTable>",
+			"dynamo.execution-payload-table": "<PayloadTable>", "dynamo.dead-letter-table": "<DeadLetterTable>",
+			"events.bus-name": bus, "metrics.namespace": "qasync/dev", "http.tenant-source": "iam",
+			"http.tenant-claim": "tenant_id", "sqs.visibility-timeout": "6m0s", "log-level": "info",
+			"sweep-interval": "1m0s", "dynamo.due-shards": "4", "mode": "QUEUE_ASYNC",
+		} {
+			if got[env(key)] != want {
+				t.Errorf("%s: %s = %q, want %q", id, env(key), got[env(key)], want)
+			}
+		}
+		// Lambda caps a function's environment at 4 KB. Estimate the
+		// deployed size with generous lengths for the resolved references.
+		size := 0
+		for k, val := range got {
+			if strings.HasPrefix(val, "<") {
+				val = strings.Repeat("x", 120) // a queue URL or a long name
+			}
+			size += len(k) + len(val)
+		}
+		if size > 3500 {
+			t.Errorf("%s: environment about %d bytes, too close to Lambda's 4 KB", id, size)
+		}
+	}
+	full := synth(t, "full").env(t, WorkerFunctionID)
+	for key, want := range map[string]string{"http.tenant-source": "jwt", "max-retries": "5", "retry-delay": "2s",
+		"lease-ms": "45000", "sqs.visibility-timeout": "12m0s", "sweep-interval": "5m0s", "metrics.namespace": "qasync/staging"} {
+		if full[env(key)] != want {
+			t.Errorf("full worker: %s = %q, want %q", env(key), full[env(key)], want)
+		}
+	}
+}
+
+func TestEventSources(t *testing.T) {
+	v := synth(t, "dev")
+	want := map[string][2]string{ // mapping -> function, queue
+		"WorkerWorkQueueSource": {WorkerFunctionID, WorkQueueID},
+		"DlqDlqQueueSource":     {DLQFunctionID, DLQQueueID},
+		"DlqPoisonQueueSource":  {DLQFunctionID, PoisonQueueID},
+	}
+	if got := v.ofType("AWS::Lambda::EventSourceMapping"); len(got) != len(want) {
+		t.Fatalf("event source mappings %v", got)
+	}
+	for id, fq := range want {
+		p := v.props(t, id)
+		if str(p["FunctionName"]) != "<"+fq[0]+">" || str(p["EventSourceArn"]) != "<"+fq[1]+".Arn>" {
+			t.Errorf("%s: %v <- %v, want %v", id, str(p["FunctionName"]), str(p["EventSourceArn"]), fq)
+		}
+		if !reflect.DeepEqual(p["FunctionResponseTypes"], []any{"ReportBatchItemFailures"}) {
+			t.Errorf("%s: FunctionResponseTypes %v", id, p["FunctionResponseTypes"])
+		}
+		if num(t, p["BatchSize"]) != 10 || p["ScalingConfig"] != nil || p["MaximumBatchingWindowInSeconds"] != nil {
+			t.Errorf("%s: BatchSize %v, ScalingConfig %v, window %v", id, p["BatchSize"], p["ScalingConfig"], p["MaximumBatchingWindowInSeconds"])
+		}
+		// The mapping waits for its role's policy (Lambda checks the
+		// permissions when it creates the mapping).
+		deps := list(v.res[id]["DependsOn"])
+		has := false
+		for _, d := range deps {
+			has = has || d == fq[0]+"Policy"
+		}
+		if !has {
+			t.Errorf("%s: DependsOn %v lacks %sPolicy", id, deps, fq[0])
+		}
+	}
+	full := synth(t, "full")
+	full.tpl.HasResourceProperties(jsii.String("AWS::Lambda::EventSourceMapping"), map[string]any{
+		"FunctionName":                   map[string]any{"Ref": WorkerFunctionID},
+		"BatchSize":                      5,
+		"MaximumBatchingWindowInSeconds": 2,
+		"ScalingConfig":                  map[string]any{"MaximumConcurrency": 50},
+		"FunctionResponseTypes":          []any{"ReportBatchItemFailures"},
+	})
+	full.tpl.ResourcePropertiesCountIs(jsii.String("AWS::Lambda::EventSourceMapping"), map[string]any{
+		"FunctionName":  map[string]any{"Ref": DLQFunctionID},
+		"ScalingConfig": map[string]any{"MaximumConcurrency": 2},
+	}, jsii.Number(2))
+}
+
+func TestHTTPAPIRoutesUseIAM(t *testing.T) {
+	v := synth(t, "dev")
+	var keys []string
+	for _, r := range Routes {
+		p := v.props(t, r.ID)
+		key := r.Method + " " + r.Path
+		keys = append(keys, key)
+		if p["RouteKey"] != key || p["AuthorizationType"] != "AWS_IAM" {
+			t.Errorf("%s: RouteKey %v, AuthorizationType %v; want %q with AWS_IAM", r.ID, p["RouteKey"], p["AuthorizationType"], key)
+		}
+		if !strings.HasPrefix(str(p["Target"]), "integrations/<") {
+			t.Errorf("%s: Target %v", r.ID, p["Target"])
+		}
+	}
+	sort.Strings(keys)
+	wantKeys := []string{"GET /healthz", "GET /v1/executions/{executionId}", "GET /v1/executions/{executionId}/result",
+		"POST /v1/executions/{executionId}/redrive", "POST /v1/pipelines/{pipelineId}/executions"}
+	if !reflect.DeepEqual(keys, wantKeys) {
+		t.Errorf("route keys %v, want %v", keys, wantKeys)
+	}
+	if got := v.ofType("AWS::ApiGatewayV2::Route"); len(got) != len(Routes) {
+		t.Errorf("routes %v: want exactly %d", got, len(Routes))
+	}
+	integ := v.props(t, v.ofType("AWS::ApiGatewayV2::Integration")[0])
+	if integ["PayloadFormatVersion"] != "2.0" || integ["IntegrationType"] != "AWS_PROXY" || !strings.Contains(str(integ["IntegrationUri"]), "<"+SubmitFunctionID+".Arn>") {
+		t.Errorf("integration %v", integ)
+	}
+	stage := v.props(t, "HttpApiDefaultStage")
+	als, _ := stage["AccessLogSettings"].(map[string]any)
+	if stage["StageName"] != "$default" || stage["AutoDeploy"] != true || str(als["DestinationArn"]) != "<HttpApiAccessLogs.Arn>" ||
+		!strings.Contains(str(als["Format"]), "$context.requestId") {
+		t.Errorf("stage %v", stage)
+	}
+	if rs, _ := stage["DefaultRouteSettings"].(map[string]any); num(t, rs["ThrottlingRateLimit"]) != 100 || num(t, rs["ThrottlingBurstLimit"]) != 200 {
+		t.Errorf("stage throttling %v", rs)
+	}
+
+	// The redrive route has its own permission: the client policy names
+	// every client route and not redrive, the operator policy redrive only.
+	arn := func(method, path string) string {
+		return "arn:<AWS::Partition>:execute-api:<AWS::Region>:<AWS::AccountId>:<HttpApi>/*/" + method + path
+	}
+	for id, want := range map[string][]string{
+		ClientPolicyID: {arn("POST", "/v1/pipelines/*/executions"), arn("GET", "/v1/executions/*"),
+			arn("GET", "/v1/executions/*/result"), arn("GET", "/healthz")},
+		OperatorPolicyID: {arn("POST", "/v1/executions/*/redrive")},
+	} {
+		sts := v.statements()[id]
+		if len(sts) != 1 || str(sts[0]["Action"]) != "execute-api:Invoke" {
+			t.Fatalf("%s: statements %v", id, sts)
+		}
+		var got []string
+		for _, r := range list(sts[0]["Resource"]) {
+			got = append(got, str(r))
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: resources %v, want %v", id, got, want)
+		}
+		for _, r := range got {
+			if id == ClientPolicyID && strings.Contains(r, "redrive") {
+				t.Errorf("client policy can re-drive: %s", r)
+			}
+		}
+	}
+}
+
+func TestJWTAuthorizer(t *testing.T) {
+	v := synth(t, "full")
+	v.tpl.HasResourceProperties(jsii.String("AWS::ApiGatewayV2::Authorizer"), map[string]any{
+		"AuthorizerType": "JWT",
+		"JwtConfiguration": map[string]any{
+			"Issuer": "https://issuer.example.com/", "Audience": []any{"qasync-api", "qasync-cli"},
+		},
+		"IdentitySource": []any{"$request.header.Authorization"},
+	})
+	for _, r := range Routes {
+		p := v.props(t, r.ID)
+		wantType := "JWT"
+		if r.ID == HealthRouteID {
+			wantType = "AWS_IAM"
+		}
+		if p["AuthorizationType"] != wantType {
+			t.Errorf("%s: AuthorizationType %v, want %s", r.ID, p["AuthorizationType"], wantType)
+		}
+		var scopes any
+		if r.ID == RedriveRouteID {
+			scopes = []any{"qasync/redrive"}
+		}
+		if !reflect.DeepEqual(p["AuthorizationScopes"], scopes) {
+			t.Errorf("%s: AuthorizationScopes %v, want %v", r.ID, p["AuthorizationScopes"], scopes)
+		}
+	}
+}
+
+func TestScheduleAndBus(t *testing.T) {
+	v := synth(t, "dev")
+	rule := v.props(t, SweeperScheduleID)
+	if rule["ScheduleExpression"] != "rate(1 minute)" || rule["State"] != "ENABLED" {
+		t.Errorf("schedule %v", rule)
+	}
+	targets := list(rule["Targets"])
+	if len(targets) != 1 || str(targets[0].(map[string]any)["Arn"]) != "<"+SweeperFunctionID+".Arn>" {
+		t.Errorf("schedule targets %v", targets)
+	}
+	v.tpl.HasResourceProperties(jsii.String("AWS::Lambda::Permission"), map[string]any{
+		"FunctionName": map[string]any{"Fn::GetAtt": []any{SweeperFunctionID, "Arn"}},
+		"Principal":    "events.amazonaws.com",
+		"SourceArn":    map[string]any{"Fn::GetAtt": []any{SweeperScheduleID, "Arn"}},
+	})
+	if got := synth(t, "full").props(t, SweeperScheduleID)["ScheduleExpression"]; got != "rate(5 minutes)" {
+		t.Errorf("full: schedule %v", got)
+	}
+	if got := v.props(t, EventBusID)["Name"]; got != "qasync-dev-lifecycle" {
+		t.Errorf("bus name %v", got)
+	}
+}
+
+func TestAlarms(t *testing.T) {
+	v := synth(t, "dev")
+	type want struct {
+		metric, namespace, stat string
+		dims                    string
+		threshold               float64
+	}
+	for id, w := range map[string]want{
+		DLQVisibleAlarmID:      {"ApproximateNumberOfMessagesVisible", "AWS/SQS", "Maximum", `[{"Name":"QueueName","Value":{"Fn::GetAtt":["DlqQueue","QueueName"]}}]`, 0},
+		PoisonVisibleAlarmID:   {"ApproximateNumberOfMessagesVisible", "AWS/SQS", "Maximum", `[{"Name":"QueueName","Value":{"Fn::GetAtt":["PoisonQueue","QueueName"]}}]`, 0},
+		OldestWorkAlarmID:      {"ApproximateAgeOfOldestMessage", "AWS/SQS", "Maximum", `[{"Name":"QueueName","Value":{"Fn::GetAtt":["WorkQueue","QueueName"]}}]`, 300},
+		WorkerErrorsAlarmID:    {"Errors", "AWS/Lambda", "Sum", `[{"Name":"FunctionName","Value":{"Ref":"WorkerFunction"}}]`, 0},
+		WorkerThrottlesAlarmID: {"Throttles", "AWS/Lambda", "Sum", `[{"Name":"FunctionName","Value":{"Ref":"WorkerFunction"}}]`, 0},
+	} {
+		p := v.props(t, id)
+		if p["MetricName"] != w.metric || p["Namespace"] != w.namespace || p["Statistic"] != w.stat ||
+			str(p["Dimensions"]) != w.dims || num(t, p["Threshold"]) != w.threshold ||
+			p["ComparisonOperator"] != "GreaterThanThreshold" || p["TreatMissingData"] != "notBreaching" {
+			t.Errorf("%s: %v", id, p)
+		}
+		if p["AlarmActions"] != nil {
+			t.Errorf("%s: actions %v without alarmEmail", id, p["AlarmActions"])
+		}
+	}
+	dl := v.props(t, DeadLetterRecordsAlarmID)
+	if !strings.Contains(str(dl["Metrics"]), `"Namespace":"qasync/dev"`) || !strings.Contains(str(dl["Metrics"]), `"MetricName":"`+metricDeadLetterRecords+`"`) {
+		t.Errorf("dead-letter records alarm %v", dl["Metrics"])
+	}
+	full := synth(t, "full")
+	full.tpl.HasResourceProperties(jsii.String("AWS::SNS::Topic"), map[string]any{
+		"KmsMasterKeyId": map[string]any{"Fn::GetAtt": []any{"AlarmTopicKey" + logicalSuffix(t, full, "AWS::KMS::Key"), "Arn"}},
+	})
+	full.tpl.HasResourceProperties(jsii.String("AWS::SNS::Subscription"), map[string]any{"Protocol": "email", "Endpoint": "ops@example.com"})
+	full.tpl.HasResourceProperties(jsii.String("AWS::KMS::Key"), map[string]any{"EnableKeyRotation": true})
+	for _, id := range full.ofType("AWS::CloudWatch::Alarm") {
+		if got := str(full.props(t, id)["AlarmActions"]); got != `[{"Ref":"AlarmTopic"}]` {
+			t.Errorf("full %s: AlarmActions %s", id, got)
+		}
+	}
+	if got := num(t, full.props(t, OldestWorkAlarmID)["Threshold"]); got != full.settings.OldestMessageAlarm.Seconds() {
+		t.Errorf("full: oldest message threshold %v", got)
+	}
+}
+
+// logicalSuffix returns the hash suffix CDK gave the only resource of typ.
+func logicalSuffix(t *testing.T, v *synthesized, typ string) string {
+	ids := v.ofType(typ)
+	if len(ids) != 1 {
+		t.Fatalf("%s: %v", typ, ids)
+	}
+	return strings.TrimPrefix(ids[0], "AlarmTopicKey")
+}
+
+func TestOutputs(t *testing.T) {
+	v := synth(t, "dev")
+	for _, id := range []string{"ApiUrl", "WorkQueueUrl", "DlqQueueUrl", "PoisonQueueUrl", "ExecutionTableName", "KeyTableName",
+		"PayloadTableName", "DeadLetterTableName", "EventBusName", "ClientPolicyArn", "OperatorPolicyArn", "RedriveRouteArn"} {
+		v.tpl.HasOutput(jsii.String(id), assertions.Match_AnyValue())
+	}
+	synth(t, "full").tpl.HasOutput(jsii.String("AlarmTopicArn"), assertions.Match_AnyValue())
+}
+
+// The stack does not depend on where it is deployed: no AWS account or
+// region is needed to synthesize it.
+func TestEnvironmentAgnostic(t *testing.T) {
+	v := synth(t, "dev")
+	if !*awscdk.Token_IsUnresolved(v.stack.Account()) || !*awscdk.Token_IsUnresolved(v.stack.Region()) {
+		t.Errorf("stack has a concrete environment: %s/%s", *v.stack.Account(), *v.stack.Region())
+	}
+}
