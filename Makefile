@@ -51,7 +51,7 @@ run: build-local ## serve the API, workers and sweeper on $(ADDR) with in-memory
 	PIPELINE_ORCHESTRATOR_SWEEP_INTERVAL=$${PIPELINE_ORCHESTRATOR_SWEEP_INTERVAL:-1s} \
 	exec $(BIN)/qasync serve --addr $(ADDR)
 
-test: build-lambda vet fmt-check test-unit fuzz ## everything CI runs: vet, gofmt, all tests with -race against the local AWS stack, a short fuzz
+test: build-lambda vet fmt-check test-unit fuzz cdk-test ## everything CI runs: vet, gofmt, all tests with -race against the local AWS stack, a short fuzz
 
 # The stack is started for the tests and stopped afterwards, also on failure.
 test-unit: build-local rie
@@ -92,6 +92,28 @@ fuzz: ## fuzz the submit handler ($(FUZZTIME) inputs, a few seconds)
 bench: ## report transitions per second of the memory providers on this machine
 	go test -run '^$$' -bench Transitions -benchtime 20x ./shared/runtime/
 
+# The chaos run (shared/crashtest.RunChaos): CHAOS_EXECUTIONS executions of
+# diag.drill and checkout.deliver-order on CHAOS_WORKERS `qasync serve`
+# processes sharing fresh tables and queues, a random one SIGKILLed and
+# restarted every ~CHAOS_KILL_EVERY (at least CHAOS_MIN_KILLS times), work
+# items duplicated and dropped and DynamoDB calls failed by the faults.*
+# keys; then it waits for quiescence, checks every invariant and prints one
+# table. CHAOS_SEED=<n> repeats a run's inputs; CHAOS_RATE (submits per
+# second), CHAOS_DYNAMO_ERROR_RATE, CHAOS_DUPLICATE_RATE, CHAOS_DROP_RATE,
+# CHAOS_QUIESCE_TIMEOUT and CHAOS_LOG_DIR are the other knobs. `make test`
+# runs the short profile (60 executions, 2 workers) with the HA gate.
+CHAOS_EXECUTIONS ?= 1000
+CHAOS_WORKERS    ?= 3
+CHAOS_KILL_EVERY ?= 3s
+CHAOS_MIN_KILLS  ?= 20
+CHAOS_RATE       ?= 15
+
+.PHONY: chaos
+chaos: build-local ## chaos run: 1000 executions on 3 serve processes, SIGKILLs every ~3 s, faults injected; prints one table (CHAOS_* knobs)
+	CHAOS_EXECUTIONS=$(CHAOS_EXECUTIONS) CHAOS_WORKERS=$(CHAOS_WORKERS) CHAOS_KILL_EVERY=$(CHAOS_KILL_EVERY) \
+	CHAOS_MIN_KILLS=$(CHAOS_MIN_KILLS) CHAOS_RATE=$(CHAOS_RATE) QASYNC_REQUIRE_STACK=1 QASYNC_BIN=$(BIN)/qasync \
+	$(STACK) run go test -count=1 -v -run '^TestChaos$$' -timeout 30m ./shared/crashtest/
+
 vet:
 	go vet ./...
 
@@ -101,3 +123,41 @@ fmt-check:
 
 clean: ## remove build outputs and the tool cache
 	rm -rf $(CACHE) $(DIST)
+
+# --- AWS deployment: the CDK app in infra/cdk (its own Go module; see the
+# README's Deploy section). STAGE picks the stage settings (dev, prod, ...);
+# CDK_ARGS passes more options to the CDK CLI, e.g. CDK_ARGS='-c tracing=true'.
+# The CLI is pinned and installed into .cache/cdk on first use. synth needs
+# neither the CLI nor AWS credentials; diff and deploy need credentials.
+CDK_DIR     := infra/cdk
+CDK_VERSION := 2.1148.1
+CDK_HOME    := $(CACHE)/cdk
+CDK         := $(CDK_HOME)/node_modules/.bin/cdk
+CDK_STAMP   := $(CDK_HOME)/.installed-$(CDK_VERSION)
+STAGE       ?= dev
+CDK_ARGS    ?=
+
+.PHONY: synth diff deploy cdk-test cdk-cli
+
+$(CDK_STAMP):
+	rm -rf $(CDK_HOME) && mkdir -p $(CDK_HOME)
+	npm install --prefix $(CDK_HOME) --no-audit --no-fund --loglevel=error aws-cdk@$(CDK_VERSION)
+	touch $@
+
+cdk-cli: $(CDK_STAMP) ## install the pinned AWS CDK CLI into .cache/cdk
+
+synth: build-lambda ## synthesize the CloudFormation template into infra/cdk/cdk.out (STAGE=dev; no AWS credentials needed)
+	cd $(CDK_DIR) && CDK_OUTDIR=cdk.out CDK_CONTEXT_JSON='{"stage":"$(STAGE)"}' go run .
+
+diff: build-lambda $(CDK_STAMP) ## show what `make deploy` would change in the AWS account (STAGE=dev)
+	cd $(CDK_DIR) && $(CDK) diff -c stage=$(STAGE) $(CDK_ARGS)
+
+deploy: build-lambda $(CDK_STAMP) ## deploy the stack to the AWS account of your credentials (STAGE=dev) and print its outputs
+	cd $(CDK_DIR) && $(CDK) deploy -c stage=$(STAGE) --require-approval broadening \
+		--outputs-file cdk.out/outputs-$(STAGE).json $(CDK_ARGS)
+
+cdk-test: ## test the CDK app: vet, gofmt, template assertions and cdk-nag (placeholder zips, no AWS)
+	cd $(CDK_DIR) && go vet ./... && out=$$(gofmt -l .) && \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	cd $(CDK_DIR) && go test -count=1 -timeout 10m -v ./... 2>&1 | \
+		grep -vE '^(!!|=== (RUN|PAUSE|CONT))' || exit 1

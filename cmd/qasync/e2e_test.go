@@ -3,18 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,153 +17,38 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/qasync/qasync/shared/awstest"
-	"github.com/qasync/qasync/shared/config"
+	"github.com/qasync/qasync/shared/crashtest"
 	"github.com/qasync/qasync/shared/schema"
 )
 
-// binary builds qasync once per test binary (or uses QASYNC_BIN).
-var binary = sync.OnceValues(func() (string, error) {
-	if p := os.Getenv("QASYNC_BIN"); p != "" {
-		return p, nil
-	}
-	dir, err := os.MkdirTemp("", "qasync-e2e")
-	if err != nil {
-		return "", err
-	}
-	out := filepath.Join(dir, "qasync")
-	b, err := exec.Command("go", "build", "-o", out, ".").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("go build: %v: %s", err, b)
-	}
-	return out, nil
-})
-
-// server is one `qasync serve` process.
-type server struct {
-	cmd  *exec.Cmd
-	addr string
-	log  *bytes.Buffer
-	done chan error
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
+// The process harness (building qasync, fresh tables and queues, starting
+// and stopping `qasync serve`, the HTTP calls) is shared with the HA gate
+// and the chaos runner in shared/crashtest.
 
 // durableEnv provisions fresh tables and queues and returns the serve
 // environment pointing at them.
 func durableEnv(t *testing.T) []string {
 	t.Helper()
-	clients, _ := awstest.Clients(t)
-	n := awstest.Names(t)
-	awstest.Tables(t, clients, schema.Tables(n)...)
-	urls := awstest.Queues(t, clients, schema.Queues(n)...)
-	set := map[string]string{
-		"state-provider": "dynamo", "dispatcher-provider": "sqs", "dlq-provider": "sqs",
-		"queue-url": urls[n.WorkQueue], "dlq-url": urls[n.DLQQueue],
-		"dynamo.execution-table": n.ExecutionTable, "dynamo.key-table": n.KeyTable, "dynamo.execution-payload-table": n.PayloadTable,
-		"dynamo.dead-letter-table": n.DeadLetterTable,
-		"idempotency-policy":       "CLIENT_KEY_REQUIRED", "strict-startup": "true",
-		"sqs.wait-seconds": "1", "sweep-interval": "1s", "sweep-grace": "5s", "log-level": "warn",
-	}
-	env := os.Environ()
-	for k, v := range set {
-		env = append(env, config.EnvName(config.KeyPrefix+k)+"="+v)
-	}
-	return env
+	return crashtest.NewStack(t).Env()
 }
 
-func startServer(t *testing.T, env []string) *server {
+// startServer starts one `qasync serve` process, killed when the test ends.
+func startServer(t *testing.T, env []string) *crashtest.Server {
 	t.Helper()
-	bin, err := binary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &server{addr: freeAddr(t), log: &bytes.Buffer{}, done: make(chan error, 1)}
-	s.cmd = exec.Command(bin, "serve", "--addr", s.addr)
-	s.cmd.Env = env
-	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
-	if err := s.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { s.done <- s.cmd.Wait() }()
-	t.Cleanup(func() { s.cmd.Process.Kill() })
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get("http://" + s.addr + "/healthz")
-		if err == nil && resp.StatusCode == 200 {
-			resp.Body.Close()
-			return s
-		}
-		select {
-		case err := <-s.done:
-			t.Fatalf("qasync serve exited: %v\n%s", err, s.log)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("qasync serve did not answer /healthz\n%s", s.log)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return crashtest.Start(t, env, "serve")
 }
 
 // stop sends SIGTERM and expects a clean exit.
-func (s *server) stop(t *testing.T) {
+func stop(t *testing.T, s *crashtest.Server) {
 	t.Helper()
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-s.done:
-		if err != nil {
-			t.Errorf("qasync serve exited with %v after SIGTERM\n%s", err, s.log)
-		}
-	case <-time.After(30 * time.Second):
-		t.Errorf("qasync serve did not stop within 30 s of SIGTERM")
+	if err := s.Stop(30 * time.Second); err != nil {
+		t.Error(err)
 	}
-}
-
-type submitted struct {
-	ExecutionID string `json:"executionId"`
-	Duplicate   bool   `json:"duplicate"`
-}
-
-func submit(addr, pipelineID, key string, body []byte) (int, submitted, error) {
-	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/pipelines/"+pipelineID+"/executions", bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", key)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, submitted{}, err
-	}
-	defer resp.Body.Close()
-	var s submitted
-	err = json.NewDecoder(resp.Body).Decode(&s)
-	return resp.StatusCode, s, err
-}
-
-type status struct {
-	Status  string `json:"status"`
-	Version int64  `json:"version"`
-}
-
-func getStatus(addr, id string) (status, error) {
-	resp, err := http.Get("http://" + addr + "/v1/executions/" + id)
-	if err != nil {
-		return status{}, err
-	}
-	defer resp.Body.Close()
-	var s status
-	return s, json.NewDecoder(resp.Body).Decode(&s)
 }
 
 // runAcross submits n executions alternately to the servers, 8 at a time,
 // and waits until all are terminal; it returns ids and the elapsed time.
-func runAcross(t *testing.T, servers []*server, n int, pipelineID string, body func(i int) []byte) ([]string, time.Duration) {
+func runAcross(t *testing.T, servers []*crashtest.Server, n int, pipelineID string, body func(i int) []byte) ([]string, time.Duration) {
 	t.Helper()
 	ids := make([]string, n)
 	start := time.Now()
@@ -181,7 +60,7 @@ func runAcross(t *testing.T, servers []*server, n int, pipelineID string, body f
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			code, s, err := submit(servers[i%len(servers)].addr, pipelineID, "key-"+strconv.Itoa(i), body(i))
+			code, s, err := crashtest.Submit(servers[i%len(servers)].Addr, pipelineID, "key-"+strconv.Itoa(i), body(i))
 			if err != nil || code != http.StatusAccepted {
 				failed.Add(1)
 				t.Errorf("submit %d: %d %v", i, code, err)
@@ -198,7 +77,7 @@ func runAcross(t *testing.T, servers []*server, n int, pipelineID string, body f
 	for pending := ids; len(pending) > 0; {
 		var still []string
 		for _, id := range pending {
-			s, err := getStatus(servers[0].addr, id)
+			s, err := crashtest.GetStatus(servers[0].Addr, id)
 			if err != nil || (s.Status != "SUCCEEDED" && s.Status != "DLQ" && s.Status != "FAILED") {
 				still = append(still, id)
 			}
@@ -221,25 +100,25 @@ func runAcross(t *testing.T, servers []*server, n int, pipelineID string, body f
 // same execution.
 func TestTwoServersShareTheWork(t *testing.T) {
 	env := durableEnv(t)
-	servers := []*server{startServer(t, env), startServer(t, env)}
+	servers := []*crashtest.Server{startServer(t, env), startServer(t, env)}
 	const n = 200
 	ids, elapsed := runAcross(t, servers, n, "checkout.deliver-order", func(i int) []byte {
 		return []byte(fmt.Sprintf(`{"orderId":"o-%d","items":[{"sku":"sku-%d","qty":1}],"amountCents":%d}`, i, i, 100+i))
 	})
 	for i, id := range ids {
-		s, err := getStatus(servers[1].addr, id)
+		s, err := crashtest.GetStatus(servers[1].Addr, id)
 		if err != nil || s.Status != "SUCCEEDED" || s.Version != 9 {
 			t.Errorf("execution %d (%s): %+v %v, want SUCCEEDED at version 9", i, id, s, err)
 		}
 	}
 	for i := range 10 { // duplicates through the other server
-		code, s, err := submit(servers[(i+1)%2].addr, "checkout.deliver-order", "key-"+strconv.Itoa(i),
+		code, s, err := crashtest.Submit(servers[(i+1)%2].Addr, "checkout.deliver-order", "key-"+strconv.Itoa(i),
 			[]byte(fmt.Sprintf(`{"orderId":"o-%d","items":[{"sku":"sku-%d","qty":1}],"amountCents":%d}`, i, i, 100+i)))
 		if err != nil || code != http.StatusOK || !s.Duplicate || s.ExecutionID != ids[i] {
 			t.Errorf("duplicate %d: %d %+v %v", i, code, s, err)
 		}
 	}
-	resp, err := http.Get("http://" + servers[0].addr + "/v1/executions/" + ids[0] + "/result")
+	resp, err := http.Get("http://" + servers[0].Addr + "/v1/executions/" + ids[0] + "/result")
 	if err == nil {
 		b, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
@@ -250,7 +129,7 @@ func TestTwoServersShareTheWork(t *testing.T) {
 	t.Logf("two servers: %d checkout executions (4 steps) in %s: %.1f executions/s, %.1f transitions/s",
 		n, elapsed.Round(time.Millisecond), n/elapsed.Seconds(), 4*n/elapsed.Seconds())
 	for _, s := range servers {
-		s.stop(t)
+		stop(t, s)
 	}
 }
 
@@ -265,7 +144,7 @@ func TestThroughputAgainstUpdateItemCeiling(t *testing.T) {
 	awstest.Tables(t, clients, schema.Table{Name: table, PartitionKey: schema.Attr{Name: "pk", Type: schema.String}})
 	rate := updateItemRate(t, clients.DynamoDB, table, 8, 3*time.Second)
 
-	servers := []*server{startServer(t, env), startServer(t, env)}
+	servers := []*crashtest.Server{startServer(t, env), startServer(t, env)}
 	const n = 300
 	_, elapsed := runAcross(t, servers, n, "diag.drill", func(i int) []byte { return []byte(`{"echo":` + strconv.Itoa(i) + `}`) })
 	execRate := n / elapsed.Seconds()
@@ -273,7 +152,7 @@ func TestThroughputAgainstUpdateItemCeiling(t *testing.T) {
 	t.Logf("DynamoDB Local conditional UpdateItem ceiling: %.0f/s (8 goroutines); diag.drill: %.1f executions/s = %.0f conditional writes/s (%.0f%% of the ceiling)",
 		rate, execRate, execRate*7, 100*execRate*7/rate)
 	for _, s := range servers {
-		s.stop(t)
+		stop(t, s)
 	}
 }
 

@@ -17,12 +17,15 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/qasync/qasync/pipelines"
+	"github.com/qasync/qasync/pipelines/diag"
 	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/httpapi"
+	"github.com/qasync/qasync/shared/lambdafn"
 	"github.com/qasync/qasync/shared/providers"
 )
 
@@ -76,6 +79,10 @@ func serve(args []string) int {
 		fmt.Fprintf(os.Stderr, "qasync: %v\n", err)
 		return 2
 	}
+	if cfg.RedriveAuthorizedUpstream {
+		fmt.Fprintf(os.Stderr, "qasync: %sadmin.redrive-authorized-upstream is for the submit function behind API Gateway; qasync serve needs admin.token\n", config.KeyPrefix)
+		return 2
+	}
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(cfg.LogLevel)) // validated by config
 	log := slog.New(slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{Level: level}))
@@ -85,11 +92,21 @@ func serve(args []string) int {
 		fmt.Fprintf(os.Stderr, "qasync: %v\n", err)
 		return 1
 	}
+	// Test only: lets diag.drill's crashAttempts exit this process.
+	diag.AllowCrash(cfg.DiagAllowCrash)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	set, err := providers.Open(ctx, cfg, reg, log, providers.WithDrainTimeout(drainTimeout))
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "qasync: %v\n", err)
+		return 2
+	}
+	// With dlq-provider=sqs this process is also the dead-letter consumer
+	// (the dlq Lambda's job): the DLQ queue and the work queue's poison queue.
+	consumers, err := set.DeadLetterConsumers(ctx, cfg, lambdafn.DLQ(set.Runtime, set.Recorder, set.Metrics, log), log)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "qasync: %v\n", err)
+		_ = set.Close(context.Background())
 		return 2
 	}
 	tenant := httpapi.TenantFromHeader
@@ -111,6 +128,10 @@ func serve(args []string) int {
 	swept, worked := make(chan struct{}), make(chan struct{})
 	go func() { defer close(swept); set.Runtime.RunSweeper(bg, cfg.SweepInterval) }()
 	go func() { defer close(worked); _ = set.Work(bg) }()
+	var consumed sync.WaitGroup
+	for _, c := range consumers {
+		consumed.Go(func() { _ = c.Run(bg) })
+	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
@@ -134,6 +155,7 @@ func serve(args []string) int {
 	stopBackground()        // stop sweeping and receiving; the poller drains its in-flight work
 	<-swept
 	<-worked
+	consumed.Wait()
 	if err := set.Close(drain); err != nil {
 		log.Warn("shutdown_drain_timeout", slog.String("event", "shutdown_drain_timeout"), slog.String("error", err.Error()))
 	}

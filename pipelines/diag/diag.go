@@ -2,7 +2,9 @@
 // prepare -> work -> finish. The input scripts how long work sleeps, how
 // many of its attempts fail and how, and how large the result is, so that
 // retries, dead-lettering, lease renewal, cancellation and chunked
-// payloads can be exercised end to end.
+// payloads can be exercised end to end. For crash tests only, it can also
+// exit the whole process on chosen attempts (Drill.CrashAttempts, off
+// unless AllowCrash).
 package diag
 
 import (
@@ -11,7 +13,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/qasync/qasync/shared/pipeline"
@@ -43,6 +47,20 @@ const (
 	FailModeNonRetryable = "non_retryable"
 )
 
+// CrashExitCode is the exit status of a process that work crashed on
+// purpose (Drill.CrashAttempts).
+const CrashExitCode = 3
+
+// allowCrash gates Drill.CrashAttempts; see AllowCrash.
+var allowCrash atomic.Bool
+
+// AllowCrash lets (or, with false, stops) Drill.CrashAttempts exit the
+// process. It is off by default and must never be on in production:
+// qasync serve turns it on only when its configuration sets
+// pipeline.orchestrator.diag.allow-crash=true, for the crash tests. While
+// it is off, a drill with crashAttempts fails validation.
+func AllowCrash(on bool) { allowCrash.Store(on) }
+
 // Limits of a Drill.
 const (
 	// MaxSleepMs is the longest sleep: 15 minutes, the Lambda maximum.
@@ -64,6 +82,11 @@ type Drill struct {
 	// Echo is returned in Result.Echo as the same JSON value (compacted,
 	// numbers kept digit for digit).
 	Echo json.RawMessage `json:"echo,omitempty"`
+	// CrashAttempts makes attempts 1..CrashAttempts of work exit the whole
+	// process with CrashExitCode after the sleep (a simulated worker
+	// crash: no commit, the lease is left to expire). Test only: it needs
+	// AllowCrash(true), otherwise the drill fails validation.
+	CrashAttempts int `json:"crashAttempts,omitempty"`
 }
 
 // Result is the pipeline's final output.
@@ -105,11 +128,19 @@ func work(ctx context.Context, info pipeline.StepInfo, s state) (state, error) {
 	if err := sleep(ctx, time.Duration(s.SleepMs)*time.Millisecond); err != nil {
 		return state{}, err
 	}
-	failing := s.FailAttempts > 0 && info.Attempt <= s.FailAttempts
 	log := info.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if s.CrashAttempts > 0 && info.Attempt <= s.CrashAttempts {
+		if !allowCrash.Load() {
+			return state{}, pipeline.NonRetryable(CodeInvalidDrill, errCrashNotAllowed)
+		}
+		log.LogAttrs(ctx, slog.LevelWarn, "drill_crash", slog.String("event", "drill_crash"),
+			slog.Int("crash_attempts", s.CrashAttempts), slog.Int("exit_code", CrashExitCode))
+		os.Exit(CrashExitCode)
+	}
+	failing := s.FailAttempts > 0 && info.Attempt <= s.FailAttempts
 	log.LogAttrs(ctx, slog.LevelInfo, "drill_work", slog.String("event", "drill_work"),
 		slog.Int("sleep_ms", s.SleepMs), slog.Bool("scripted_failure", failing))
 	if failing {
@@ -144,11 +175,18 @@ func (d Drill) validate() error {
 		msg = fmt.Sprintf("failMode must be %q or %q", FailModeRetryable, FailModeNonRetryable)
 	case d.ResultBytes < 0 || d.ResultBytes > MaxResultBytes:
 		msg = fmt.Sprintf("resultBytes must be 0..%d", MaxResultBytes)
+	case d.CrashAttempts < 0:
+		msg = "crashAttempts must not be negative"
+	case d.CrashAttempts > 0 && !allowCrash.Load():
+		msg = errCrashNotAllowed.Error()
 	default:
 		return nil
 	}
 	return pipeline.NonRetryable(CodeInvalidDrill, errors.New(msg))
 }
+
+// errCrashNotAllowed refuses crashAttempts while AllowCrash is off.
+var errCrashNotAllowed = errors.New("crashAttempts needs pipeline.orchestrator.diag.allow-crash=true (test only)")
 
 // sleep waits for d or until ctx ends, returning ctx's cause in that case.
 func sleep(ctx context.Context, d time.Duration) error {

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -290,4 +292,40 @@ func TestSleep(t *testing.T) {
 			}
 		})
 	})
+}
+
+// TestCrashAttempts: crashAttempts is refused unless AllowCrash is on;
+// with it on, work exits the process with CrashExitCode on the scripted
+// attempts only. (Not parallel: AllowCrash is process-wide.)
+func TestCrashAttempts(t *testing.T) {
+	if os.Getenv("DIAG_CRASH_CHILD") == "1" {
+		diag.AllowCrash(true)
+		_, _ = run(context.Background(), work, 1, raw(t, `{"crashAttempts":1}`))
+		t.Fatal("work returned instead of exiting")
+	}
+	for _, in := range []string{`{"crashAttempts":1}`, `{"crashAttempts":-1}`} {
+		_, err := run(t.Context(), prepare, 1, raw(t, in))
+		if code, msg, retryable := pipeline.Classify(err); err == nil || code != diag.CodeInvalidDrill || retryable || !strings.Contains(msg, "crashAttempts") {
+			t.Errorf("prepare %s with crashes off: %v, want non-retryable %s naming crashAttempts", in, err, diag.CodeInvalidDrill)
+		}
+	}
+	if _, err := run(t.Context(), work, 1, raw(t, `{"crashAttempts":1}`)); err == nil {
+		t.Error("work with crashes off did not refuse crashAttempts")
+	}
+
+	diag.AllowCrash(true)
+	defer diag.AllowCrash(false)
+	if _, err := run(t.Context(), prepare, 1, raw(t, `{"crashAttempts":2}`)); err != nil {
+		t.Errorf("prepare with crashes on: %v", err)
+	}
+	if _, err := run(t.Context(), work, 3, raw(t, `{"crashAttempts":2}`)); err != nil {
+		t.Errorf("work past the crash attempts: %v", err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashAttempts$")
+	cmd.Env = append(os.Environ(), "DIAG_CRASH_CHILD=1")
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != diag.CrashExitCode {
+		t.Errorf("crashing work: %v, want exit status %d\n%s", err, diag.CrashExitCode, out)
+	}
 }

@@ -83,6 +83,11 @@ type Config struct {
 	// AdminToken is key "admin.token", default empty, which disables the
 	// admin redrive route. It is never printed or marshaled.
 	AdminToken string `json:"-"`
+	// RedriveAuthorizedUpstream is key "admin.redrive-authorized-upstream",
+	// default false: the submit function behind API Gateway serves the
+	// redrive route without admin.token, because the gateway authorizes
+	// that route on its own (IAM or a JWT scope). `qasync serve` refuses it.
+	RedriveAuthorizedUpstream bool
 	// HTTPAddr is key "http.addr" (flag alias --addr), default
 	// 127.0.0.1:8080.
 	HTTPAddr string
@@ -131,6 +136,25 @@ type Config struct {
 	// a received work item stays hidden; the poller extends it while a
 	// transition runs.
 	SQSVisibility time.Duration
+	// FaultDynamoErrorRate is key "faults.dynamo-error-rate", default 0
+	// (off), between 0 and 0.5. Test only (chaos runs): the share of
+	// DynamoDB request attempts failed with an injected throttling or 500
+	// error before they are sent, which the SDK's retryer then handles like
+	// real ones.
+	FaultDynamoErrorRate float64
+	// FaultDispatchDuplicateRate is key "faults.dispatch-duplicate-rate",
+	// default 0 (off), between 0 and 0.5. Test only: the share of
+	// dispatched work items sent twice.
+	FaultDispatchDuplicateRate float64
+	// FaultDispatchDropRate is key "faults.dispatch-drop-rate", default 0
+	// (off), between 0 and 0.5. Test only: the share of dispatched work
+	// items silently not sent (as if lost), left to the sweeper.
+	FaultDispatchDropRate float64
+	// DiagAllowCrash is key "diag.allow-crash", default false. Test only,
+	// never in production: lets the diag.drill pipeline's crashAttempts
+	// exit the whole process to simulate a worker crash. qasync serve
+	// honors it (diag.AllowCrash); the Lambda functions do not.
+	DiagAllowCrash bool
 }
 
 // Default returns the built-in configuration.
@@ -263,6 +287,8 @@ var entries = []entry{
 		func(c *Config) *int { return &c.InlineBudgetBytes }, parseInt[int], between(0, 192<<10)),
 	secret(field("admin.token", "Token for the admin redrive route; empty disables the route. Never printed.",
 		func(c *Config) *string { return &c.AdminToken }, verbatim, nil)),
+	field("admin.redrive-authorized-upstream", "The redrive route is authorized by API Gateway (its own IAM permission or JWT scope), so the submit function serves it without admin.token; qasync serve refuses it.",
+		func(c *Config) *bool { return &c.RedriveAuthorizedUpstream }, parseBool, nil),
 	field("http.addr", "HTTP listen address, host:port (flag alias --addr).",
 		func(c *Config) *string { return &c.HTTPAddr }, verbatim,
 		func(_ Config, v string) error {
@@ -277,25 +303,25 @@ var entries = []entry{
 		func(c *Config) *string { return &c.TenantSource }, lower, oneOf("header", "none", "iam", "jwt")),
 	field("http.tenant-claim", "JWT claim naming the tenant when http.tenant-source is jwt.",
 		func(c *Config) *string { return &c.TenantClaim }, verbatim,
-		requiredWhen("http.tenant-source", func(c Config) bool { return c.TenantSource == "jwt" })),
+		requiredWhen("http.tenant-source", "jwt", func(c Config) bool { return c.TenantSource == "jwt" })),
 	field("queue-url", "SQS work queue URL; required when dispatcher-provider is sqs.",
 		func(c *Config) *string { return &c.QueueURL }, verbatim,
-		requiredWhen("dispatcher-provider", func(c Config) bool { return c.DispatcherProvider == "sqs" })),
+		requiredWhen("dispatcher-provider", "sqs", func(c Config) bool { return c.DispatcherProvider == "sqs" })),
 	field("dlq-url", "SQS dead-letter queue URL; required when dlq-provider is sqs.",
 		func(c *Config) *string { return &c.DLQURL }, verbatim,
-		requiredWhen("dlq-provider", func(c Config) bool { return c.DLQProvider == "sqs" })),
+		requiredWhen("dlq-provider", "sqs", func(c Config) bool { return c.DLQProvider == "sqs" })),
 	field("log-level", "Log level: debug, info, warn or error.",
 		func(c *Config) *string { return &c.LogLevel }, lower, oneOf("debug", "info", "warn", "error")),
 	field("dynamo.execution-table", "DynamoDB execution table (state-provider dynamo).",
-		func(c *Config) *string { return &c.ExecutionTable }, verbatim, requiredWhen("state-provider", usesDynamo)),
+		func(c *Config) *string { return &c.ExecutionTable }, verbatim, requiredWhen("state-provider", "dynamo", usesDynamo)),
 	field("dynamo.key-table", "DynamoDB idempotency key table (state-provider dynamo).",
-		func(c *Config) *string { return &c.KeyTable }, verbatim, requiredWhen("state-provider", usesDynamo)),
+		func(c *Config) *string { return &c.KeyTable }, verbatim, requiredWhen("state-provider", "dynamo", usesDynamo)),
 	field("dynamo.execution-payload-table", "DynamoDB payload chunk table, PK payload_id, SK payload_part (state-provider dynamo).",
-		func(c *Config) *string { return &c.PayloadTable }, verbatim, requiredWhen("state-provider", usesDynamo)),
+		func(c *Config) *string { return &c.PayloadTable }, verbatim, requiredWhen("state-provider", "dynamo", usesDynamo)),
 	field("dynamo.due-shards", "Partitions of the due-work index; every process sharing the table must agree; 1 to 64.",
 		func(c *Config) *int { return &c.DueShards }, parseInt[int], between(1, 64)),
 	field("dynamo.dead-letter-table", "DynamoDB table of dead-letter records kept by the dlq consumer (state-provider dynamo).",
-		func(c *Config) *string { return &c.DeadLetterTable }, verbatim, requiredWhen("state-provider", usesDynamo)),
+		func(c *Config) *string { return &c.DeadLetterTable }, verbatim, requiredWhen("state-provider", "dynamo", usesDynamo)),
 	field("events.bus-name", "EventBridge bus for terminal lifecycle events (succeeded, dead-lettered, outcome unknown); empty: off.",
 		func(c *Config) *string { return &c.EventsBusName }, verbatim, nil),
 	field("metrics.namespace", "CloudWatch namespace of metrics written to stdout in Embedded Metric Format; empty: off.",
@@ -304,6 +330,14 @@ var entries = []entry{
 		func(c *Config) *int { return &c.SQSWaitSeconds }, parseInt[int], between(0, 20)),
 	field("sqs.visibility-timeout", "Visibility timeout of a received work item (duration); the poller extends it while a transition runs; 1s to 12h.",
 		func(c *Config) *time.Duration { return &c.SQSVisibility }, parseDuration, between(time.Second, 12*time.Hour)),
+	field("faults.dynamo-error-rate", "Test only (chaos): share of DynamoDB request attempts failed with an injected throttling or 500 error before they are sent; the SDK retries them like real ones; 0 (off) to 0.5.",
+		func(c *Config) *float64 { return &c.FaultDynamoErrorRate }, parseFloat, between(0.0, 0.5)),
+	field("faults.dispatch-duplicate-rate", "Test only (chaos): share of dispatched work items sent twice; 0 (off) to 0.5.",
+		func(c *Config) *float64 { return &c.FaultDispatchDuplicateRate }, parseFloat, between(0.0, 0.5)),
+	field("faults.dispatch-drop-rate", "Test only (chaos): share of dispatched work items silently dropped (left to the sweeper); 0 (off) to 0.5.",
+		func(c *Config) *float64 { return &c.FaultDispatchDropRate }, parseFloat, between(0.0, 0.5)),
+	field("diag.allow-crash", "Test only, never in production: let diag.drill's crashAttempts exit the process (status 3) to simulate a worker crash; honored by qasync serve.",
+		func(c *Config) *bool { return &c.DiagAllowCrash }, parseBool, nil),
 }
 
 func usesDynamo(c Config) bool { return c.StateProvider == "dynamo" }
@@ -406,10 +440,10 @@ func positive(_ Config, v time.Duration) error {
 	return nil
 }
 
-func requiredWhen(key string, cond func(Config) bool) func(Config, string) error {
+func requiredWhen(key, value string, cond func(Config) bool) func(Config, string) error {
 	return func(c Config, v string) error {
 		if v == "" && cond(c) {
-			return fmt.Errorf("required when %s%s is sqs", KeyPrefix, key)
+			return fmt.Errorf("required when %s%s is %s", KeyPrefix, key, value)
 		}
 		return nil
 	}

@@ -230,6 +230,9 @@ func TestValidate(t *testing.T) {
 		{"queue-url", func(c *Config) { c.DispatcherProvider = "sqs" }},
 		{"dlq-url", func(c *Config) { c.DLQProvider = "sqs" }},
 		{"log-level", func(c *Config) { c.LogLevel = "trace" }},
+		{"faults.dynamo-error-rate", func(c *Config) { c.FaultDynamoErrorRate = 0.51 }},
+		{"faults.dispatch-duplicate-rate", func(c *Config) { c.FaultDispatchDuplicateRate = -0.1 }},
+		{"faults.dispatch-drop-rate", func(c *Config) { c.FaultDispatchDropRate = 1 }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.key, func(t *testing.T) {

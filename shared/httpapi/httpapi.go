@@ -90,8 +90,8 @@ type api struct {
 	tenantFunc func(*http.Request) (string, error)
 	// redriveUpstream: the re-drive route is authorized in front of us.
 	redriveUpstream bool
-	log        *slog.Logger
-	basePath   string
+	log             *slog.Logger
+	basePath        string
 }
 
 // New returns the HTTP handler of rt. It panics if rt is nil.

@@ -53,8 +53,10 @@ func (e Env) HTTPHandler() http.Handler {
 	return httpapi.New(e.Set.Runtime, httpapi.Options{
 		MaxBodyBytes: e.Config.MaxBodyBytes,
 		AdminToken:   e.Config.AdminToken,
-		TenantFunc:   apigw.TenantFunc(e.Config),
-		Logger:       e.Logger,
+		// Behind API Gateway the redrive route has its own permission.
+		RedriveAuthorizedUpstream: e.Config.RedriveAuthorizedUpstream,
+		TenantFunc:                apigw.TenantFunc(e.Config),
+		Logger:                    e.Logger,
 	})
 }
 

@@ -126,7 +126,10 @@ func WithDrainTimeout(d time.Duration) Option {
 // Open validates c, builds the providers it names and the runtime on them.
 // Under strict startup it also checks that the tables and queues exist and
 // refuses a durable configuration that keeps the OPTIONAL_CLIENT_KEY
-// idempotency policy; every error names the key to fix.
+// idempotency policy; every error names the key to fix. The test-only
+// faults.* keys, when set, add DynamoFaults to the AWS clients and wrap
+// the dispatcher in a FaultyDispatcher (logged once as event
+// test_faults_enabled).
 func Open(ctx context.Context, c config.Config, reg *pipeline.Registry, log *slog.Logger, opts ...Option) (*Set, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -137,6 +140,15 @@ func Open(ctx context.Context, c config.Config, reg *pipeline.Registry, log *slo
 	}
 	set := &Set{}
 	clk := clock.System{}
+	if c.FaultDynamoErrorRate > 0 {
+		o.apiOptions = append(o.apiOptions, DynamoFaults(c.FaultDynamoErrorRate, log))
+	}
+	if (c.FaultDynamoErrorRate > 0 || c.FaultDispatchDuplicateRate > 0 || c.FaultDispatchDropRate > 0) && log != nil {
+		log.LogAttrs(ctx, slog.LevelWarn, "test_faults_enabled", slog.String("event", "test_faults_enabled"),
+			slog.Float64("dynamo_error_rate", c.FaultDynamoErrorRate),
+			slog.Float64("dispatch_duplicate_rate", c.FaultDispatchDuplicateRate),
+			slog.Float64("dispatch_drop_rate", c.FaultDispatchDropRate))
+	}
 	if needsAWS(c) {
 		clients, err := awsclient.Load(ctx, o.apiOptions...)
 		if err != nil {
@@ -193,6 +205,9 @@ func Open(ctx context.Context, c config.Config, reg *pipeline.Registry, log *slo
 	default:
 		set.Local = localdispatch.New(handler, localdispatch.Options{Workers: c.WorkerConcurrency})
 		d = set.Local
+	}
+	if c.FaultDispatchDuplicateRate > 0 || c.FaultDispatchDropRate > 0 {
+		d = &FaultyDispatcher{Inner: d, DuplicateRate: c.FaultDispatchDuplicateRate, DropRate: c.FaultDispatchDropRate, Logger: log}
 	}
 	rt, err := runtime.New(RuntimeConfig(c), runtime.Deps{
 		Registry: reg, Store: st, Payloads: ps, Dispatcher: d, DeadLetter: dlq, Clock: clk, Logger: log,

@@ -2,6 +2,7 @@ package runtime_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -75,6 +76,40 @@ func TestConfirmDeadLetter(t *testing.T) {
 		missing.ExecutionID = "gone"
 		if changed, err := h.rt.ConfirmDeadLetter(ctx, missing); err != nil || changed {
 			t.Fatalf("unknown execution: %v %v", changed, err)
+		}
+	})
+}
+
+// confirmingDLQ plays a dead-letter consumer so fast that it marks the
+// execution DLQ before the publisher's own update.
+type confirmingDLQ struct{ rt **runtime.Runtime }
+
+func (c confirmingDLQ) Publish(ctx context.Context, env deadletter.Envelope) error {
+	_, err := (*c.rt).ConfirmDeadLetter(ctx, env)
+	return err
+}
+
+// TestConsumerMarkingFirstIsNotAFailure: when the consumer marks the row
+// DLQ before the publisher does, the publisher's conflict is success.
+func TestConsumerMarkingFirstIsNotAFailure(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, runtime.Config{Retry: fastRetry}, pipeline.Pipeline{ID: "p.bad", Steps: []pipeline.Step{failing("bad", false)}})
+		rt := h.rt
+		fast, err := runtime.New(runtime.Config{Retry: fastRetry, WorkerID: "worker-1"}, runtime.Deps{
+			Registry: rt.Registry, Store: rt.Store, Payloads: rt.Payloads, Dispatcher: h, Logger: rt.Logger,
+			DeadLetter: confirmingDLQ{&h.rt},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.rt = fast
+		e := h.submit("p.bad", "k1", map[string]any{})
+		synctest.Wait()
+		if got := h.get(e.ExecutionID); got.Status != execution.DLQ {
+			t.Fatalf("row = %+v", got)
+		}
+		if strings.Contains(h.logs.String(), "dlq_mark_failed") {
+			t.Fatal("a consumer marking the row first was logged as a failure")
 		}
 	})
 }

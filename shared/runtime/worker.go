@@ -332,7 +332,15 @@ func (r *Runtime) deadLetter(ctx context.Context, e execution.Execution) bool {
 		log.LogAttrs(ctx, slog.LevelError, "dlq_publish_failed", slog.String("event", "dlq_publish_failed"), slog.String("error", err.Error()))
 		return false
 	}
-	if _, err := r.markDeadLettered(ctx, e); err != nil {
+	_, err := r.markDeadLettered(ctx, e)
+	if errors.Is(err, store.ErrConflict) {
+		// The dead-letter consumer may have marked it first (it reads the
+		// envelope just published): that is success, not a failure.
+		if now, gerr := r.Store.Get(ctx, e.Key()); gerr == nil && now.Status == execution.DLQ && now.LastTransitionKey == e.LastTransitionKey {
+			return true
+		}
+	}
+	if err != nil {
 		// Published but not marked: the sweeper (or the dlq consumer)
 		// marks it later; the envelope may be published again.
 		log.LogAttrs(ctx, slog.LevelWarn, "dlq_mark_failed", slog.String("event", "dlq_mark_failed"), slog.String("error", err.Error()))

@@ -37,7 +37,8 @@ const (
 	// belong in a Lambda environment (anyone who can read the function's
 	// configuration reads it), and API Gateway's IAM (or JWT scope)
 	// authorization of the redrive route takes the bearer token's place.
-	keyAdminToken = "admin.token"
+	keyAdminToken      = "admin.token"
+	keyRedriveUpstream = "admin.redrive-authorized-upstream"
 )
 
 // derivedKeys are the keys Settings.RuntimeConfig may not set.
@@ -112,6 +113,9 @@ func Environment(s Settings, r Resources) (map[string]string, error) {
 		keySQSVisibility:      VisibilityFor(s.WorkerTimeout).String(),
 		keyLogLevel:           s.LogLevel,
 		keySweepInterval:      s.SweeperRate.String(),
+		// The redrive route has its own IAM permission (or JWT scope) at
+		// the gateway; a SigV4 request cannot also carry a bearer token.
+		keyRedriveUpstream: "true",
 	}
 	var unknown []string
 	for k, v := range derived {
