@@ -17,6 +17,7 @@ import (
 	"github.com/qasync/qasync/shared/awsclient"
 	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/localcloud"
+	"github.com/qasync/qasync/shared/sqsdispatch"
 )
 
 // localCmd runs the serverless topology on this machine: the four Lambda
@@ -75,7 +76,7 @@ func localCmd(args []string) int {
 		fmt.Fprintf(os.Stderr, "qasync local: %v\n", err)
 		return 1
 	}
-	poison, err := localcloud.RedriveTargetURL(ctx, clients.SQS, cfg.QueueURL)
+	poison, err := sqsdispatch.RedriveTargetURL(ctx, clients.SQS, cfg.QueueURL)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "qasync local: %squeue-url: %v\n", config.KeyPrefix, err)
 		return 1

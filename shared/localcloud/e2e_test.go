@@ -25,6 +25,7 @@ import (
 	"github.com/qasync/qasync/shared/dynamostore"
 	"github.com/qasync/qasync/shared/localcloud"
 	"github.com/qasync/qasync/shared/schema"
+	"github.com/qasync/qasync/shared/sqsdispatch"
 )
 
 // app is the real topology on fresh tables and queues.
@@ -70,7 +71,7 @@ func startApp(t *testing.T, cfg map[string]string, tweak func(*localcloud.Option
 		env = append(env, config.EnvName(config.KeyPrefix+k)+"="+v)
 	}
 
-	poison, err := localcloud.RedriveTargetURL(t.Context(), clients.SQS, urls[names.WorkQueue])
+	poison, err := sqsdispatch.RedriveTargetURL(t.Context(), clients.SQS, urls[names.WorkQueue])
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,6 +31,7 @@ import (
 	"github.com/qasync/qasync/shared/awstest"
 	"github.com/qasync/qasync/shared/localcloud"
 	"github.com/qasync/qasync/shared/schema"
+	"github.com/qasync/qasync/shared/sqsdispatch"
 )
 
 // repoRoot finds the module root above the test's working directory.
@@ -435,7 +436,7 @@ func TestSQSMappingHonoursBatchItemFailures(t *testing.T) {
 	workURL, dlqURL, poisonURL := urls[names.WorkQueue], urls[names.DLQQueue], urls[names.PoisonQueue]
 	ctx := t.Context()
 
-	derived, err := localcloud.RedriveTargetURL(ctx, clients.SQS, workURL)
+	derived, err := sqsdispatch.RedriveTargetURL(ctx, clients.SQS, workURL)
 	if err != nil || derived != poisonURL {
 		t.Fatalf("RedriveTargetURL = %q, %v; want the poison queue %q", derived, err, poisonURL)
 	}

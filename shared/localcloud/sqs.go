@@ -2,8 +2,6 @@ package localcloud
 
 import (
 	"context"
-	"crypto/md5"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +14,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/qasync/qasync/shared/sqsdispatch"
 )
 
 // mapping is one SQS event source mapping.
@@ -58,31 +58,6 @@ func queueAttribute(ctx context.Context, client *sqs.Client, url string, name ty
 	return out.Attributes[string(name)], nil
 }
 
-// RedriveTargetURL returns the URL of the queue that the queue at url
-// redrives to (its RedrivePolicy's deadLetterTargetArn), or "" when it has
-// no redrive policy. For qasync's work queue that is the poison queue.
-func RedriveTargetURL(ctx context.Context, client *sqs.Client, url string) (string, error) {
-	policy, err := queueAttribute(ctx, client, url, types.QueueAttributeNameRedrivePolicy)
-	if err != nil || policy == "" {
-		return "", err
-	}
-	var p struct {
-		DeadLetterTargetArn string `json:"deadLetterTargetArn"`
-	}
-	if err := json.Unmarshal([]byte(policy), &p); err != nil || p.DeadLetterTargetArn == "" {
-		return "", fmt.Errorf("localcloud: queue %s: unreadable redrive policy", url)
-	}
-	parts := strings.Split(p.DeadLetterTargetArn, ":")
-	if len(parts) != 6 {
-		return "", fmt.Errorf("localcloud: queue %s: redrive target %q is not a queue ARN", url, p.DeadLetterTargetArn)
-	}
-	out, err := client.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(parts[5])})
-	if err != nil {
-		return "", fmt.Errorf("localcloud: redrive target %s: %w", parts[5], err)
-	}
-	return aws.ToString(out.QueueUrl), nil
-}
-
 // poll is one poller of an event source mapping: it long-polls the queue
 // and hands each batch to the function until the cloud closes.
 func (c *Cloud) poll(m mapping) {
@@ -121,11 +96,7 @@ func (c *Cloud) poll(m mapping) {
 // handleBatch invokes the function with one batch and deletes the
 // messages it handled: all of them, minus its batchItemFailures.
 func (c *Cloud) handleBatch(log *slog.Logger, m mapping, msgs []types.Message) {
-	ev := events.SQSEvent{Records: make([]events.SQSMessage, len(msgs))}
-	for i, msg := range msgs {
-		ev.Records[i] = sqsRecord(msg, m.arn, m.region)
-	}
-	payload, err := json.Marshal(ev)
+	payload, err := json.Marshal(sqsdispatch.Event(msgs, m.arn, m.region))
 	if err != nil {
 		log.LogAttrs(c.invokeCtx, slog.LevelError, "sqs_batch_failed", slog.String("event", "sqs_batch_failed"),
 			slog.Int("messages", len(msgs)), slog.String("error", err.Error()))
@@ -207,46 +178,6 @@ func batchItemFailures(out []byte, ids map[string]bool) (map[string]bool, error)
 		failed[*f.ItemIdentifier] = true
 	}
 	return failed, nil
-}
-
-// sqsRecord builds the record Lambda puts in an SQS event.
-func sqsRecord(m types.Message, arn, region string) events.SQSMessage {
-	body := aws.ToString(m.Body)
-	md5sum := aws.ToString(m.MD5OfBody)
-	if md5sum == "" {
-		sum := md5.Sum([]byte(body))
-		md5sum = hex.EncodeToString(sum[:])
-	}
-	attrs := make(map[string]string, len(m.Attributes))
-	for k, v := range m.Attributes {
-		attrs[k] = v
-	}
-	mattrs := make(map[string]events.SQSMessageAttribute, len(m.MessageAttributes))
-	for k, v := range m.MessageAttributes {
-		a := events.SQSMessageAttribute{
-			StringValue: v.StringValue, BinaryValue: v.BinaryValue, DataType: aws.ToString(v.DataType),
-			StringListValues: v.StringListValues, BinaryListValues: v.BinaryListValues,
-		}
-		if a.StringListValues == nil {
-			a.StringListValues = []string{}
-		}
-		if a.BinaryListValues == nil {
-			a.BinaryListValues = [][]byte{}
-		}
-		mattrs[k] = a
-	}
-	return events.SQSMessage{
-		MessageId:              aws.ToString(m.MessageId),
-		ReceiptHandle:          aws.ToString(m.ReceiptHandle),
-		Body:                   body,
-		Md5OfBody:              md5sum,
-		Md5OfMessageAttributes: aws.ToString(m.MD5OfMessageAttributes),
-		Attributes:             attrs,
-		MessageAttributes:      mattrs,
-		EventSourceARN:         arn,
-		EventSource:            "aws:sqs",
-		AWSRegion:              region,
-	}
 }
 
 // schedule invokes the sweeper every SweepEvery with the event an
