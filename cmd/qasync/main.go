@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/qasync/qasync/pipelines"
+	"github.com/qasync/qasync/pipelines/checkout"
 	"github.com/qasync/qasync/pipelines/diag"
 	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/httpapi"
@@ -94,6 +95,11 @@ func serve(args []string) int {
 	}
 	// Test only: lets diag.drill's crashAttempts exit this process.
 	diag.AllowCrash(cfg.DiagAllowCrash)
+	// Test only: checkout charges a payment ledger file that outlives
+	// this process (and pauses after each charge).
+	if cfg.DiagPaymentLedger != "" {
+		checkout.UsePayments(&checkout.LedgerPayments{Path: cfg.DiagPaymentLedger, Pause: cfg.DiagPaymentPause})
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	set, err := providers.Open(ctx, cfg, reg, log, providers.WithDrainTimeout(drainTimeout))

@@ -31,6 +31,7 @@ func provisionCmd(args []string) int {
 	}
 	names := schema.DefaultNames
 	names.ExecutionTable, names.KeyTable, names.PayloadTable, names.DeadLetterTable = cfg.ExecutionTable, cfg.KeyTable, cfg.PayloadTable, cfg.DeadLetterTable
+	names.EffectTable = cfg.EffectTable
 	if len(rest) == 1 {
 		names = schema.Prefixed(rest[0])
 	}
@@ -61,5 +62,6 @@ func provisionCmd(args []string) int {
 	fmt.Printf("export %s=%s\n", config.EnvName(config.KeyPrefix+"dynamo.key-table"), names.KeyTable)
 	fmt.Printf("export %s=%s\n", config.EnvName(config.KeyPrefix+"dynamo.execution-payload-table"), names.PayloadTable)
 	fmt.Printf("export %s=%s\n", config.EnvName(config.KeyPrefix+"dynamo.dead-letter-table"), names.DeadLetterTable)
+	fmt.Printf("export %s=%s\n", config.EnvName(config.KeyPrefix+"dynamo.effect-table"), names.EffectTable)
 	return 0
 }

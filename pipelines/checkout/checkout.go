@@ -4,6 +4,13 @@
 //
 // Every id a step produces derives from the order id alone, so a replayed
 // step (after a crash or a retry) yields exactly the same result.
+//
+// capture-payment is a command step (package command): the charge is a
+// managed side effect whose command id is the order id. Its record in the
+// effect log makes a re-run (a retry, a lease takeover, a duplicate
+// submission of the same order) return the recorded payment instead of
+// charging again; a run that died between the charge and recording it is
+// reconciled by asking the payment provider (Payments.Find).
 package checkout
 
 import (
@@ -14,6 +21,7 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/qasync/qasync/shared/command"
 	"github.com/qasync/qasync/shared/pipeline"
 )
 
@@ -65,12 +73,46 @@ type progress struct {
 	PaymentID     string `json:"paymentId,omitempty"`
 }
 
-// Pipeline returns the checkout pipeline.
-func Pipeline() pipeline.Pipeline {
+// paid is capture-payment's output, recorded in the effect log: ids only,
+// so that it stays small whatever the size of the order.
+type paid struct {
+	OrderID       string `json:"orderId"`
+	ReservationID string `json:"reservationId"`
+	PaymentID     string `json:"paymentId"`
+}
+
+// Pipeline returns the checkout pipeline, charging the provider set by
+// UsePayments (by default the in-process FakePayments).
+func Pipeline() pipeline.Pipeline { return New(nil) }
+
+// New returns the checkout pipeline charging p (nil: the provider set by
+// UsePayments, read at each charge).
+func New(p Payments) pipeline.Pipeline {
+	provider := func() Payments {
+		if p != nil {
+			return p
+		}
+		return currentPayments()
+	}
+	capture := func(ctx context.Context, info pipeline.StepInfo, in progress) (paid, error) {
+		return capturePayment(ctx, info, in, provider())
+	}
+	reconcile := func(ctx context.Context, info pipeline.StepInfo, in progress) (paid, bool, error) {
+		id, found, err := provider().Find(ctx, in.Order.OrderID)
+		if err != nil || !found {
+			return paid{}, false, err
+		}
+		logger(info).LogAttrs(ctx, slog.LevelWarn, "payment_reconciled", slog.String("event", "payment_reconciled"),
+			slog.String("order_id", in.Order.OrderID), slog.String("payment_id", id))
+		return paid{OrderID: in.Order.OrderID, ReservationID: in.ReservationID, PaymentID: id}, true, nil
+	}
 	return pipeline.Pipeline{ID: ID, Steps: []pipeline.Step{
 		pipeline.NewStep(StepValidate, validate),
 		pipeline.NewStep(StepReserveInventory, reserveInventory),
-		pipeline.NewStep(StepCapturePayment, capturePayment),
+		command.Step(StepCapturePayment, command.Spec[progress, paid]{
+			ID:        func(in progress) string { return in.Order.OrderID },
+			Reconcile: reconcile,
+		}, capture),
 		pipeline.NewStep(StepScheduleDelivery, scheduleDelivery),
 	}}
 }
@@ -114,31 +156,27 @@ func reserveInventory(ctx context.Context, info pipeline.StepInfo, p progress) (
 	return p, nil
 }
 
-func capturePayment(ctx context.Context, info pipeline.StepInfo, p progress) (progress, error) {
+func capturePayment(ctx context.Context, info pipeline.StepInfo, p progress, payments Payments) (paid, error) {
 	if err := ctx.Err(); err != nil {
-		return progress{}, context.Cause(ctx)
+		return paid{}, context.Cause(ctx)
 	}
 	if p.ReservationID == "" {
-		return progress{}, pipeline.NonRetryable(CodeInvalidOrder, errors.New("no reservationId to pay for"))
+		return paid{}, pipeline.NonRetryable(CodeInvalidOrder, errors.New("no reservationId to pay for"))
 	}
-	// A real integration charges the customer here and passes
-	// info.IdempotencyKey as the provider's idempotency key: it is the same
-	// for every attempt of this step, so a retry or a takeover after a
-	// crash never charges twice.
-	//
-	//	charge, err := payments.Capture(ctx, payments.CaptureRequest{
-	//		Reference:      p.Order.OrderID,
-	//		AmountCents:    p.Order.AmountCents,
-	//		IdempotencyKey: info.IdempotencyKey,
-	//	})
-	p.PaymentID = derive("pay-", "payment", p.Order.OrderID)
+	// The command step calls this at most once per order while the effect
+	// log keeps its record; the provider still gets a stable idempotency
+	// key, its own line of defence.
+	id, err := payments.Charge(ctx, p.Order.OrderID, p.Order.AmountCents, info.IdempotencyKey)
+	if err != nil {
+		return paid{}, err
+	}
 	logger(info).LogAttrs(ctx, slog.LevelInfo, "payment_captured", slog.String("event", "payment_captured"),
-		slog.String("order_id", p.Order.OrderID), slog.String("payment_id", p.PaymentID),
+		slog.String("order_id", p.Order.OrderID), slog.String("payment_id", id),
 		slog.String("idempotency_key", info.IdempotencyKey))
-	return p, nil
+	return paid{OrderID: p.Order.OrderID, ReservationID: p.ReservationID, PaymentID: id}, nil
 }
 
-func scheduleDelivery(ctx context.Context, info pipeline.StepInfo, p progress) (Result, error) {
+func scheduleDelivery(ctx context.Context, info pipeline.StepInfo, p paid) (Result, error) {
 	if err := ctx.Err(); err != nil {
 		return Result{}, context.Cause(ctx)
 	}
@@ -146,9 +184,9 @@ func scheduleDelivery(ctx context.Context, info pipeline.StepInfo, p progress) (
 		return Result{}, pipeline.NonRetryable(CodeInvalidOrder, errors.New("no paymentId: order is not paid"))
 	}
 	r := Result{
-		OrderID: p.Order.OrderID, Status: StatusDeliveryScheduled,
+		OrderID: p.OrderID, Status: StatusDeliveryScheduled,
 		ReservationID: p.ReservationID, PaymentID: p.PaymentID,
-		DeliveryID: derive("dlv-", "delivery", p.Order.OrderID),
+		DeliveryID: derive("dlv-", "delivery", p.OrderID),
 	}
 	logger(info).LogAttrs(ctx, slog.LevelInfo, "delivery_scheduled", slog.String("event", "delivery_scheduled"),
 		slog.String("order_id", r.OrderID), slog.String("delivery_id", r.DeliveryID))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/qasync/qasync/pipelines/checkout"
+	"github.com/qasync/qasync/shared/memstore"
 	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/pipeline"
 )
@@ -17,11 +18,12 @@ func ExamplePipeline() {
 		panic(err)
 	}
 	p := checkout.Pipeline()
+	effects := memstore.NewEffects(nil) // the runtime hands steps its effect log
 	for i, step := range p.Steps {
 		info := pipeline.StepInfo{
 			ExecutionID: "exec-1", TenantID: "acme", PipelineID: p.ID,
 			StepName: step.Name, StepIndex: i, Attempt: 1,
-			IdempotencyKey: fmt.Sprintf("acme:exec-1:%d", i),
+			IdempotencyKey: fmt.Sprintf("acme:exec-1:%d", i), Effects: effects,
 		}
 		if in, err = step.Run(context.Background(), info, in); err != nil {
 			panic(err)

@@ -75,7 +75,8 @@ func Names(t testing.TB) schema.Names {
 	base := Name(t, "t")
 	return schema.Names{
 		ExecutionTable: base + "-exec", KeyTable: base + "-keys", PayloadTable: base + "-payload", DeadLetterTable: base + "-dl",
-		WorkQueue: base + "-work", PoisonQueue: base + "-poison", DLQQueue: base + "-dlq",
+		EffectTable: base + "-fx",
+		WorkQueue:   base + "-work", PoisonQueue: base + "-poison", DLQQueue: base + "-dlq",
 	}
 }
 

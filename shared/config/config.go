@@ -122,6 +122,9 @@ type Config struct {
 	// DeadLetterTable is key "dynamo.dead-letter-table", default
 	// qasync-dead-letters: the dead-letter consumer's records.
 	DeadLetterTable string
+	// EffectTable is key "dynamo.effect-table", default qasync-effects:
+	// the effect log of command steps.
+	EffectTable string
 	// EventsBusName is key "events.bus-name", default empty (off): the
 	// EventBridge bus that receives terminal lifecycle events.
 	EventsBusName string
@@ -155,6 +158,17 @@ type Config struct {
 	// exit the whole process to simulate a worker crash. qasync serve
 	// honors it (diag.AllowCrash); the Lambda functions do not.
 	DiagAllowCrash bool
+	// DiagPaymentLedger is key "diag.payment-ledger", default empty (off).
+	// Test only: a file where the checkout pipeline's fake payment
+	// provider appends every charge (and looks charges up to reconcile),
+	// so that a test can count charges across processes. qasync serve
+	// honors it; the Lambda functions do not.
+	DiagPaymentLedger string
+	// DiagPaymentPause is key "diag.payment-pause", default 0. Test only:
+	// with diag.payment-ledger, how long capture-payment waits after
+	// charging before it returns, so that a test can kill the process
+	// between the charge and the commit.
+	DiagPaymentPause time.Duration
 }
 
 // Default returns the built-in configuration.
@@ -184,6 +198,7 @@ func Default() Config {
 		KeyTable:           schema.DefaultNames.KeyTable,
 		PayloadTable:       schema.DefaultNames.PayloadTable,
 		DeadLetterTable:    schema.DefaultNames.DeadLetterTable,
+		EffectTable:        schema.DefaultNames.EffectTable,
 		TenantClaim:        "tenant_id",
 		DueShards:          schema.DefaultDueShards,
 		SQSWaitSeconds:     20,
@@ -322,6 +337,8 @@ var entries = []entry{
 		func(c *Config) *int { return &c.DueShards }, parseInt[int], between(1, 64)),
 	field("dynamo.dead-letter-table", "DynamoDB table of dead-letter records kept by the dlq consumer (state-provider dynamo).",
 		func(c *Config) *string { return &c.DeadLetterTable }, verbatim, requiredWhen("state-provider", "dynamo", usesDynamo)),
+	field("dynamo.effect-table", "DynamoDB effect log of command steps, PK command_id (state-provider dynamo).",
+		func(c *Config) *string { return &c.EffectTable }, verbatim, requiredWhen("state-provider", "dynamo", usesDynamo)),
 	field("events.bus-name", "EventBridge bus for terminal lifecycle events (succeeded, dead-lettered, outcome unknown); empty: off.",
 		func(c *Config) *string { return &c.EventsBusName }, verbatim, nil),
 	field("metrics.namespace", "CloudWatch namespace of metrics written to stdout in Embedded Metric Format; empty: off.",
@@ -338,6 +355,10 @@ var entries = []entry{
 		func(c *Config) *float64 { return &c.FaultDispatchDropRate }, parseFloat, between(0.0, 0.5)),
 	field("diag.allow-crash", "Test only, never in production: let diag.drill's crashAttempts exit the process (status 3) to simulate a worker crash; honored by qasync serve.",
 		func(c *Config) *bool { return &c.DiagAllowCrash }, parseBool, nil),
+	field("diag.payment-ledger", "Test only: file where checkout's fake payment provider appends each charge and looks charges up, to count them across processes; empty: in-process ids; honored by qasync serve.",
+		func(c *Config) *string { return &c.DiagPaymentLedger }, verbatim, nil),
+	field("diag.payment-pause", "Test only: with diag.payment-ledger, how long capture-payment waits after charging before it returns (duration); 0 to 10m.",
+		func(c *Config) *time.Duration { return &c.DiagPaymentPause }, parseDuration, between(0, 10*time.Minute)),
 }
 
 func usesDynamo(c Config) bool { return c.StateProvider == "dynamo" }

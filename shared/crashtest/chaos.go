@@ -22,6 +22,7 @@ import (
 	"github.com/qasync/qasync/pipelines/diag"
 	"github.com/qasync/qasync/shared/deadletter"
 	"github.com/qasync/qasync/shared/execution"
+	"github.com/qasync/qasync/shared/memstore"
 	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/pipeline"
 	"github.com/qasync/qasync/shared/providers"
@@ -676,11 +677,12 @@ func crashFree(p pipeline.Pipeline, input []byte, attempts map[int]int) ([]byte,
 	if err != nil {
 		return nil, err
 	}
+	effects := memstore.NewEffects(nil) // command steps record here
 	for i, step := range p.Steps {
 		attempt := max(attempts[i], 1)
 		info := pipeline.StepInfo{ExecutionID: "crash-free", TenantID: "default", PipelineID: p.ID,
 			StepName: step.Name, StepIndex: i, Attempt: attempt,
-			IdempotencyKey: execution.StepIdempotencyKey("default", "crash-free", i)}
+			IdempotencyKey: execution.StepIdempotencyKey("default", "crash-free", i), Effects: effects}
 		out, err := step.Run(context.Background(), info, in)
 		if err != nil {
 			return nil, fmt.Errorf("crash-free run of %s step %s: %w", p.ID, step.Name, err)

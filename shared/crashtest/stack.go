@@ -112,7 +112,8 @@ func (s *Stack) Env(settings ...Settings) []string {
 		"queue-url": s.WorkQueueURL(), "dlq-url": s.DLQURL(),
 		"dynamo.execution-table": s.Names.ExecutionTable, "dynamo.key-table": s.Names.KeyTable,
 		"dynamo.execution-payload-table": s.Names.PayloadTable, "dynamo.dead-letter-table": s.Names.DeadLetterTable,
-		"idempotency-policy": "CLIENT_KEY_REQUIRED", "strict-startup": "true",
+		"dynamo.effect-table": s.Names.EffectTable,
+		"idempotency-policy":  "CLIENT_KEY_REQUIRED", "strict-startup": "true",
 		"sqs.wait-seconds": "1", "sweep-interval": "1s", "sweep-grace": "5s", "log-level": "warn",
 	}
 	for _, extra := range settings {

@@ -248,7 +248,7 @@ func unitRuntime(t *testing.T, cfg runtime.Config) (*runtime.Runtime, *hookStore
 	d := &recordingDispatcher{}
 	rt, err := runtime.New(cfg, runtime.Deps{
 		Registry: reg, Store: hs, Payloads: memstore.NewPayloadStore(clock.System{}), Dispatcher: d,
-		DeadLetter: logdlq.New(log), Logger: log,
+		DeadLetter: logdlq.New(log), Effects: memstore.NewEffects(clock.System{}), Logger: log,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -56,7 +56,8 @@ func startApp(t *testing.T, cfg map[string]string, tweak func(*localcloud.Option
 		"queue-url": urls[names.WorkQueue], "dlq-url": urls[names.DLQQueue],
 		"dynamo.execution-table": names.ExecutionTable, "dynamo.key-table": names.KeyTable,
 		"dynamo.execution-payload-table": names.PayloadTable, "dynamo.dead-letter-table": names.DeadLetterTable,
-		"idempotency-policy": "OPTIONAL_CLIENT_KEY", "retry-delay": "200ms",
+		"dynamo.effect-table": names.EffectTable,
+		"idempotency-policy":  "OPTIONAL_CLIENT_KEY", "retry-delay": "200ms",
 	}
 	for k, v := range cfg {
 		keys[k] = v

@@ -16,7 +16,9 @@ import (
 	"log/slog"
 	"regexp"
 	"sort"
+	"time"
 
+	"github.com/qasync/qasync/shared/effect"
 	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/retry"
 )
@@ -41,6 +43,12 @@ type StepInfo struct {
 	IdempotencyKey string
 	// Logger carries execution_id, tenant, pipeline, step and attempt.
 	Logger *slog.Logger
+	// Effects is the effect log that command steps (package command)
+	// record their side effects in; nil when the runtime has none.
+	Effects effect.Log
+	// ExpiresAt is when the execution expires (its TTL): records kept for
+	// it, such as a command's effect record, expire with it.
+	ExpiresAt time.Time
 }
 
 // StepFunc is the untyped form every step is reduced to.

@@ -1,5 +1,5 @@
 // Package providers turns configuration into a wired Runtime: it builds
-// the state store, payload store, dispatcher and dead-letter publisher the
+// the state store, payload store, effect log, dispatcher and dead-letter publisher the
 // configuration names (memory / event / log for local development,
 // DynamoDB / SQS for durable execution), verifies their resources under
 // strict startup, and maps the configuration onto runtime.Config. Every
@@ -22,6 +22,7 @@ import (
 	"github.com/qasync/qasync/shared/deadletter"
 	"github.com/qasync/qasync/shared/dispatch"
 	"github.com/qasync/qasync/shared/dynamostore"
+	"github.com/qasync/qasync/shared/effect"
 	"github.com/qasync/qasync/shared/lifecycle"
 	"github.com/qasync/qasync/shared/localdispatch"
 	"github.com/qasync/qasync/shared/logdlq"
@@ -166,6 +167,7 @@ func Open(ctx context.Context, c config.Config, reg *pipeline.Registry, log *slo
 		ps  payload.Store
 		dlq deadletter.Publisher
 		d   dispatch.Dispatcher
+		fx  effect.Log
 	)
 	switch c.StateProvider {
 	case "dynamo":
@@ -176,9 +178,11 @@ func Open(ctx context.Context, c config.Config, reg *pipeline.Registry, log *slo
 		}
 		st, ps = ds, dynamostore.NewPayloadStore(set.Clients.DynamoDB, c.PayloadTable, clk)
 		set.Recorder = dynamostore.NewDeadLetters(set.Clients.DynamoDB, c.DeadLetterTable, clk)
+		fx = dynamostore.NewEffects(set.Clients.DynamoDB, c.EffectTable, clk)
 	default:
 		st, ps = memstore.NewStateStore(clk), memstore.NewPayloadStore(clk)
 		set.Recorder = memstore.NewDeadLetters(clk)
+		fx = memstore.NewEffects(clk)
 	}
 	var observers []runtime.Observer
 	if c.MetricsNamespace != "" {
@@ -210,7 +214,7 @@ func Open(ctx context.Context, c config.Config, reg *pipeline.Registry, log *slo
 		d = &FaultyDispatcher{Inner: d, DuplicateRate: c.FaultDispatchDuplicateRate, DropRate: c.FaultDispatchDropRate, Logger: log}
 	}
 	rt, err := runtime.New(RuntimeConfig(c), runtime.Deps{
-		Registry: reg, Store: st, Payloads: ps, Dispatcher: d, DeadLetter: dlq, Clock: clk, Logger: log,
+		Registry: reg, Store: st, Payloads: ps, Dispatcher: d, DeadLetter: dlq, Effects: fx, Clock: clk, Logger: log,
 		Observers: observers,
 	})
 	if err != nil {
@@ -235,6 +239,7 @@ func strict(ctx context.Context, c config.Config, clients awsclient.Clients) err
 		key("dynamo.key-table", provision.CheckTables(ctx, clients.DynamoDB, []schema.Table{schema.KeyTable(c.KeyTable)}))
 		key("dynamo.execution-payload-table", provision.CheckTables(ctx, clients.DynamoDB, []schema.Table{schema.PayloadTable(c.PayloadTable)}))
 		key("dynamo.dead-letter-table", provision.CheckTables(ctx, clients.DynamoDB, []schema.Table{schema.DeadLetterTable(c.DeadLetterTable)}))
+		key("dynamo.effect-table", provision.CheckTables(ctx, clients.DynamoDB, []schema.Table{schema.EffectTable(c.EffectTable)}))
 	}
 	if c.DispatcherProvider == "sqs" {
 		key("queue-url", provision.CheckQueue(ctx, clients.SQS, c.QueueURL))

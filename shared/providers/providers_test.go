@@ -53,7 +53,7 @@ func TestStrictStartupNamesEveryMissingResource(t *testing.T) {
 	if err == nil {
 		t.Fatal("strict startup accepted missing tables and queues")
 	}
-	for _, key := range []string{"dynamo.execution-table", "dynamo.key-table", "dynamo.execution-payload-table", "dynamo.dead-letter-table", "queue-url", "dlq-url", "idempotency-policy"} {
+	for _, key := range []string{"dynamo.execution-table", "dynamo.key-table", "dynamo.execution-payload-table", "dynamo.dead-letter-table", "dynamo.effect-table", "queue-url", "dlq-url", "idempotency-policy"} {
 		if !strings.Contains(err.Error(), config.KeyPrefix+key+":") {
 			t.Errorf("error does not name %s: %v", key, err)
 		}
@@ -83,6 +83,7 @@ func durableConfig(n schema.Names, queueURL, dlqURL string) config.Config {
 	c := config.Default()
 	c.StateProvider, c.DispatcherProvider, c.DLQProvider = "dynamo", "sqs", "sqs"
 	c.ExecutionTable, c.KeyTable, c.PayloadTable, c.DeadLetterTable = n.ExecutionTable, n.KeyTable, n.PayloadTable, n.DeadLetterTable
+	c.EffectTable = n.EffectTable
 	c.QueueURL, c.DLQURL = queueURL, dlqURL
 	c.IdempotencyPolicy = "CLIENT_KEY_REQUIRED"
 	return c

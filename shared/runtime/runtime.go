@@ -4,8 +4,9 @@
 // cannot finish, sweeps for work whose dispatch was lost, and answers
 // status, result and re-drive requests.
 //
-// It depends only on the seams (store, payload, dispatch, deadletter) and
-// on pipeline; the providers behind them are chosen by the caller.
+// It depends only on the seams (store, payload, effect, dispatch,
+// deadletter) and on pipeline; the providers behind them are chosen by the
+// caller.
 package runtime
 
 import (
@@ -21,6 +22,7 @@ import (
 	"github.com/qasync/qasync/shared/clock"
 	"github.com/qasync/qasync/shared/deadletter"
 	"github.com/qasync/qasync/shared/dispatch"
+	"github.com/qasync/qasync/shared/effect"
 	"github.com/qasync/qasync/shared/execution"
 	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/pipeline"
@@ -130,6 +132,10 @@ type Deps struct {
 	Payloads   payload.Store
 	Dispatcher dispatch.Dispatcher
 	DeadLetter deadletter.Publisher
+	// Effects is the effect log of command steps, handed to every step as
+	// pipeline.StepInfo.Effects. Optional: without one, command steps fail
+	// with code command_effect_log_missing (other steps are unaffected).
+	Effects effect.Log
 	// Clock defaults to the system clock.
 	Clock clock.Clock
 	// Logger defaults to slog.Default().

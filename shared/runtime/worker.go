@@ -144,7 +144,7 @@ func (t *transition) invoke(ctx context.Context, step pipeline.Step, in payload.
 		StepName: step.Name, StepIndex: row.StepIndex, Attempt: row.Attempt,
 		TransitionKey: row.TransitionKey(), FencingToken: row.Version,
 		IdempotencyKey: execution.StepIdempotencyKey(row.TenantID, row.ExecutionID, row.StepIndex),
-		Logger:         t.log,
+		Logger:         t.log, Effects: t.r.Effects, ExpiresAt: row.ExpiresAt,
 	}
 	func() {
 		defer func() {

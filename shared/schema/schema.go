@@ -113,7 +113,9 @@ type Names struct {
 	PayloadTable   string
 	// DeadLetterTable keeps the dead-letter consumer's records.
 	DeadLetterTable string
-	WorkQueue       string
+	// EffectTable is the command steps' effect log.
+	EffectTable string
+	WorkQueue   string
 	// PoisonQueue receives work items the work queue gave up on.
 	PoisonQueue string
 	// DLQQueue receives execution dead-letter envelopes.
@@ -130,6 +132,7 @@ func Prefixed(prefix string) Names {
 		KeyTable:        prefix + "-execution-keys",
 		PayloadTable:    prefix + "-execution-payloads",
 		DeadLetterTable: prefix + "-dead-letters",
+		EffectTable:     prefix + "-effects",
 		WorkQueue:       prefix + "-work",
 		PoisonQueue:     prefix + "-work-poison",
 		DLQQueue:        prefix + "-dlq",
@@ -175,9 +178,25 @@ func DeadLetterTable(name string) Table {
 	return Table{Name: name, PartitionKey: Attr{AttrRecordID, String}, TTLAttribute: AttrTTL}
 }
 
+// Attribute names of the effect table (besides ttl_epoch_s).
+const (
+	AttrCommandID     = "command_id"
+	AttrEffectState   = "state"
+	AttrDispatcher    = "dispatcher"
+	AttrDispatches    = "dispatches"
+	AttrEffectOutput  = "output"
+	AttrEffectVersion = AttrVersion
+)
+
+// EffectTable is the command steps' effect log: one item per command,
+// PK command_id, TTL.
+func EffectTable(name string) Table {
+	return Table{Name: name, PartitionKey: Attr{AttrCommandID, String}, TTLAttribute: AttrTTL}
+}
+
 // Tables lists every table.
 func Tables(n Names) []Table {
-	return []Table{ExecutionTable(n.ExecutionTable), KeyTable(n.KeyTable), PayloadTable(n.PayloadTable), DeadLetterTable(n.DeadLetterTable)}
+	return []Table{ExecutionTable(n.ExecutionTable), KeyTable(n.KeyTable), PayloadTable(n.PayloadTable), DeadLetterTable(n.DeadLetterTable), EffectTable(n.EffectTable)}
 }
 
 // Queue settings.

@@ -26,6 +26,7 @@ const (
 	keyKeyTable           = "dynamo.key-table"
 	keyPayloadTable       = "dynamo.execution-payload-table"
 	keyDeadLetterTable    = "dynamo.dead-letter-table"
+	keyEffectTable        = "dynamo.effect-table"
 	keyEventsBus          = "events.bus-name"
 	keyMetricsNamespace   = "metrics.namespace"
 	keyTenantSource       = "http.tenant-source"
@@ -45,7 +46,7 @@ const (
 var derivedKeys = map[string]struct{}{
 	keyStateProvider: {}, keyDispatcherProvider: {}, keyDLQProvider: {}, keyIdempotencyPolicy: {},
 	keyStrictStartup: {}, keyLease: {}, keyQueueURL: {}, keyDLQURL: {}, keyExecutionTable: {},
-	keyKeyTable: {}, keyPayloadTable: {}, keyDeadLetterTable: {}, keyEventsBus: {}, keyMetricsNamespace: {},
+	keyKeyTable: {}, keyPayloadTable: {}, keyDeadLetterTable: {}, keyEffectTable: {}, keyEventsBus: {}, keyMetricsNamespace: {},
 	keyTenantSource: {}, keyTenantClaim: {}, keySQSVisibility: {}, keyLogLevel: {}, keySweepInterval: {},
 	keyAdminToken: {},
 }
@@ -65,6 +66,8 @@ type Resources struct {
 	PayloadTable string
 	// DeadLetterTable is the dead-letter record table's name.
 	DeadLetterTable string
+	// EffectTable is the command steps' effect log table's name.
+	EffectTable string
 	// QueueURL is the work queue's URL.
 	QueueURL string
 	// DLQURL is the DLQ queue's URL.
@@ -106,6 +109,7 @@ func Environment(s Settings, r Resources) (map[string]string, error) {
 		keyKeyTable:           r.KeyTable,
 		keyPayloadTable:       r.PayloadTable,
 		keyDeadLetterTable:    r.DeadLetterTable,
+		keyEffectTable:        r.EffectTable,
 		keyEventsBus:          r.EventBus,
 		keyMetricsNamespace:   s.MetricsNamespace,
 		keyTenantSource:       tenantSource,

@@ -62,7 +62,8 @@ func (b *builder) functions() error {
 	res := Resources{
 		ExecutionTable: *b.tbl[ExecutionTableID].TableName(), KeyTable: *b.tbl[KeyTableID].TableName(),
 		PayloadTable: *b.tbl[PayloadTableID].TableName(), DeadLetterTable: *b.tbl[DeadLetterTableID].TableName(),
-		QueueURL: *b.queue[WorkQueueID].QueueUrl(), DLQURL: *b.queue[DLQQueueID].QueueUrl(),
+		EffectTable: *b.tbl[EffectTableID].TableName(),
+		QueueURL:    *b.queue[WorkQueueID].QueueUrl(), DLQURL: *b.queue[DLQQueueID].QueueUrl(),
 	}
 	timeouts := map[string]time.Duration{Submit: b.s.SubmitTimeout, Worker: b.s.WorkerTimeout, Sweeper: b.s.SweeperTimeout, DLQ: b.s.DLQTimeout}
 	descriptions := map[string]string{
@@ -143,18 +144,19 @@ func (f *function) allow(sid string, actions []string, resources ...*string) {
 //     read (status, result, duplicates) and updated (redrive); key rows
 //     created and read; payload chunks written and read; work items sent.
 //   - worker: execution rows read, claimed, renewed and committed; payload
-//     chunks read and written; work queue consumed and next steps sent;
-//     dead-letter envelopes sent; lifecycle events put.
+//     chunks read and written; command steps' effect records created
+//     (PutItem), read and transitioned (UpdateItem); work queue consumed
+//     and next steps sent; dead-letter envelopes sent; lifecycle events put.
 //   - sweeper: the due-work index queried; rows read and updated; work
 //     items and dead-letter envelopes sent; lifecycle events put.
 //   - dlq: DLQ and poison queues consumed; dead-letter records written
 //     and read; rows read and marked DLQ; lifecycle events put.
 func (b *builder) grants(f *function) {
-	exec, keys, payloads, dead := b.tbl[ExecutionTableID], b.tbl[KeyTableID], b.tbl[PayloadTableID], b.tbl[DeadLetterTableID]
+	exec, keys, payloads, dead, effects := b.tbl[ExecutionTableID], b.tbl[KeyTableID], b.tbl[PayloadTableID], b.tbl[DeadLetterTableID], b.tbl[EffectTableID]
 	work, dlq, poison := b.queue[WorkQueueID], b.queue[DLQQueueID], b.queue[PoisonQueueID]
 	f.allow("WriteOwnLogs", []string{"logs:CreateLogStream", "logs:PutLogEvents"}, f.logs.LogGroupArn())
 	f.allow("StrictStartupTables", []string{"dynamodb:DescribeTable"},
-		exec.TableArn(), keys.TableArn(), payloads.TableArn(), dead.TableArn())
+		exec.TableArn(), keys.TableArn(), payloads.TableArn(), dead.TableArn(), effects.TableArn())
 	f.allow("StrictStartupQueues", []string{"sqs:GetQueueAttributes"}, work.QueueArn(), dlq.QueueArn())
 	consume := []string{"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"}
 	putEvents := func() {
@@ -174,6 +176,7 @@ func (b *builder) grants(f *function) {
 	case Worker:
 		f.allow("ExecutionRows", []string{"dynamodb:GetItem", "dynamodb:UpdateItem"}, exec.TableArn())
 		f.allow("Payloads", []string{"dynamodb:GetItem", "dynamodb:PutItem"}, payloads.TableArn())
+		f.allow("CommandEffects", []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, effects.TableArn())
 		f.allow("ConsumeWork", consume, work.QueueArn())
 		f.allow("DispatchWork", []string{"sqs:SendMessage"}, work.QueueArn())
 		f.allow("PublishDeadLetters", []string{"sqs:SendMessage"}, dlq.QueueArn())

@@ -23,7 +23,7 @@ func grant(resources []string, actions ...string) []string {
 func TestLeastPrivilegePerFunction(t *testing.T) {
 	v := synth(t, "dev")
 	arn := func(id string) []string { return []string{"<" + id + ".Arn>"} }
-	tables := []string{"<ExecutionTable.Arn>", "<KeyTable.Arn>", "<PayloadTable.Arn>", "<DeadLetterTable.Arn>"}
+	tables := []string{"<ExecutionTable.Arn>", "<KeyTable.Arn>", "<PayloadTable.Arn>", "<DeadLetterTable.Arn>", "<EffectTable.Arn>"}
 	common := func(fnID string) []string {
 		out := grant(arn(fnID+"Logs"), "logs:CreateLogStream", "logs:PutLogEvents")
 		out = append(out, grant(tables, "dynamodb:DescribeTable")...)                                        // strict startup
@@ -41,6 +41,7 @@ func TestLeastPrivilegePerFunction(t *testing.T) {
 		WorkerFunctionID: concat(common(WorkerFunctionID),
 			grant(arn(ExecutionTableID), "dynamodb:GetItem", "dynamodb:UpdateItem"),
 			grant(arn(PayloadTableID), "dynamodb:GetItem", "dynamodb:PutItem"),
+			grant(arn(EffectTableID), "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
 			grant(arn(WorkQueueID), consume...),
 			grant(arn(WorkQueueID), "sqs:SendMessage"),
 			grant(arn(DLQQueueID), "sqs:SendMessage"),

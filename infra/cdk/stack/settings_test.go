@@ -102,7 +102,7 @@ func TestSettingsValidation(t *testing.T) {
 
 func TestEnvironmentRefusesBadConfig(t *testing.T) {
 	s := DefaultSettings("dev")
-	r := Resources{ExecutionTable: "e", KeyTable: "k", PayloadTable: "p", DeadLetterTable: "d", QueueURL: "q", DLQURL: "l"}
+	r := Resources{ExecutionTable: "e", KeyTable: "k", PayloadTable: "p", DeadLetterTable: "d", EffectTable: "x", QueueURL: "q", DLQURL: "l"}
 	if _, err := Environment(s, r); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
@@ -250,6 +250,7 @@ func TestPhysicalNamesFromSchema(t *testing.T) {
 	n := schema.Prefixed("qasync-dev")
 	for id, want := range map[string]string{
 		ExecutionTableID: n.ExecutionTable, KeyTableID: n.KeyTable, PayloadTableID: n.PayloadTable, DeadLetterTableID: n.DeadLetterTable,
+		EffectTableID: n.EffectTable,
 	} {
 		if got := v.props(t, id)["TableName"]; got != want {
 			t.Errorf("%s: %v, want %s", id, got, want)

@@ -38,6 +38,7 @@ const (
 	KeyTableID        = "KeyTable"
 	PayloadTableID    = "PayloadTable"
 	DeadLetterTableID = "DeadLetterTable"
+	EffectTableID     = "EffectTable"
 	WorkQueueID       = "WorkQueue"
 	PoisonQueueID     = "PoisonQueue"
 	DLQQueueID        = "DlqQueue"
@@ -135,6 +136,7 @@ func (b *builder) tableIDs() map[string]string {
 	return map[string]string{
 		b.names.ExecutionTable: ExecutionTableID, b.names.KeyTable: KeyTableID,
 		b.names.PayloadTable: PayloadTableID, b.names.DeadLetterTable: DeadLetterTableID,
+		b.names.EffectTable: EffectTableID,
 	}
 }
 
@@ -263,6 +265,7 @@ func (b *builder) outputs() {
 	out("KeyTableName", "DynamoDB idempotency key table", b.tbl[KeyTableID].TableName())
 	out("PayloadTableName", "DynamoDB payload chunk table", b.tbl[PayloadTableID].TableName())
 	out("DeadLetterTableName", "DynamoDB dead-letter record table", b.tbl[DeadLetterTableID].TableName())
+	out("EffectTableName", "DynamoDB effect log of command steps", b.tbl[EffectTableID].TableName())
 	out("EventBusName", "EventBridge bus of terminal lifecycle events", b.bus.EventBusName())
 	out("ClientPolicyArn", "managed policy: invoke submit, status and result", b.http.clientPolicy.ManagedPolicyArn())
 	out("OperatorPolicyArn", "managed policy: invoke the redrive route", b.http.operatorPolicy.ManagedPolicyArn())

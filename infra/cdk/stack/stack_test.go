@@ -18,7 +18,7 @@ import (
 func TestResourceCounts(t *testing.T) {
 	dev := synth(t, "dev")
 	want := map[string]int{
-		"AWS::DynamoDB::Table":            4,
+		"AWS::DynamoDB::Table":            5,
 		"AWS::SQS::Queue":                 3,
 		"AWS::SQS::QueuePolicy":           3, // enforceSSL
 		"AWS::Lambda::Function":           4,
@@ -54,7 +54,7 @@ func TestTablesFollowSchema(t *testing.T) {
 	for _, variant := range []string{"dev", "prod"} {
 		v := synth(t, variant)
 		names := schema.Prefixed(v.settings.Prefix)
-		ids := map[string]string{names.ExecutionTable: ExecutionTableID, names.KeyTable: KeyTableID, names.PayloadTable: PayloadTableID, names.DeadLetterTable: DeadLetterTableID}
+		ids := map[string]string{names.ExecutionTable: ExecutionTableID, names.KeyTable: KeyTableID, names.PayloadTable: PayloadTableID, names.DeadLetterTable: DeadLetterTableID, names.EffectTable: EffectTableID}
 		for _, table := range schema.Tables(names) {
 			id := ids[table.Name]
 			p := v.props(t, id)
@@ -283,7 +283,8 @@ func TestFunctionEnvironment(t *testing.T) {
 			"queue-url": "<WorkQueue>", "dlq-url": "<DlqQueue>",
 			"dynamo.execution-table": "<ExecutionTable>", "dynamo.key-table": "<KeyTable>",
 			"dynamo.execution-payload-table": "<PayloadTable>", "dynamo.dead-letter-table": "<DeadLetterTable>",
-			"events.bus-name": bus, "metrics.namespace": "qasync/dev", "http.tenant-source": "iam",
+			"dynamo.effect-table": "<EffectTable>",
+			"events.bus-name":     bus, "metrics.namespace": "qasync/dev", "http.tenant-source": "iam",
 			"http.tenant-claim": "tenant_id", "sqs.visibility-timeout": "6m0s", "log-level": "info",
 			"sweep-interval": "1m0s", "dynamo.due-shards": "4", "mode": "QUEUE_ASYNC",
 		} {
@@ -532,7 +533,7 @@ func logicalSuffix(t *testing.T, v *synthesized, typ string) string {
 func TestOutputs(t *testing.T) {
 	v := synth(t, "dev")
 	for _, id := range []string{"ApiUrl", "WorkQueueUrl", "DlqQueueUrl", "PoisonQueueUrl", "ExecutionTableName", "KeyTableName",
-		"PayloadTableName", "DeadLetterTableName", "EventBusName", "ClientPolicyArn", "OperatorPolicyArn", "RedriveRouteArn"} {
+		"PayloadTableName", "DeadLetterTableName", "EffectTableName", "EventBusName", "ClientPolicyArn", "OperatorPolicyArn", "RedriveRouteArn"} {
 		v.tpl.HasOutput(jsii.String(id), assertions.Match_AnyValue())
 	}
 	synth(t, "full").tpl.HasOutput(jsii.String("AlarmTopicArn"), assertions.Match_AnyValue())
