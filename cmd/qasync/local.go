@@ -265,7 +265,7 @@ func configFlagEnv(args []string) ([]string, error) {
 	}
 	aliases := map[string]string{"http.addr": "addr", "state-provider": "state", "dispatcher-provider": "dispatcher", "dlq-provider": "dlq"}
 	for _, k := range config.Keys() {
-		name := strings.TrimPrefix(k.Key, config.KeyPrefix)
+		name := k.Flag
 		isBool := k.Default == "true" || k.Default == "false"
 		add(name, k.Env, isBool)
 		if alias, ok := aliases[name]; ok {

@@ -18,7 +18,7 @@ import (
 //	qasync provision [config flags] [PREFIX]
 //
 // Without PREFIX the tables are named by the dynamo.* keys and the queues
-// qasync-work, qasync-work-poison and qasync-dlq; with it, everything is
+// qasync-work, qasync-work-poison, qasync-dlq and qasync-item-rejects; with it, everything is
 // named PREFIX-executions, PREFIX-work and so on.
 func provisionCmd(args []string) int {
 	cfg, rest, err := config.Load(os.LookupEnv, args)
@@ -63,5 +63,7 @@ func provisionCmd(args []string) int {
 	fmt.Printf("export %s=%s\n", config.EnvName(config.KeyPrefix+"dynamo.execution-payload-table"), names.PayloadTable)
 	fmt.Printf("export %s=%s\n", config.EnvName(config.KeyPrefix+"dynamo.dead-letter-table"), names.DeadLetterTable)
 	fmt.Printf("export %s=%s\n", config.EnvName(config.KeyPrefix+"dynamo.effect-table"), names.EffectTable)
+	fmt.Printf("export %s=sqs\n", config.EnvName(config.FullKey("item-reject.provider")))
+	fmt.Printf("export %s=%s\n", config.EnvName(config.FullKey("item-reject.queue-url")), urls[names.RejectQueue])
 	return 0
 }

@@ -18,6 +18,7 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go/middleware"
 )
@@ -28,6 +29,9 @@ type Clients struct {
 	DynamoDB    *dynamodb.Client
 	SQS         *sqs.Client
 	EventBridge *eventbridge.Client
+	// S3 uses path-style addressing when its endpoint is on this machine
+	// (the local stack serves S3 at AWS_ENDPOINT_URL_S3).
+	S3 *s3.Client
 }
 
 // Load reads the SDK's default configuration (environment, shared files,
@@ -65,6 +69,11 @@ func FromConfig(cfg aws.Config) Clients {
 		}),
 		SQS:         sqs.NewFromConfig(cfg),
 		EventBridge: eventbridge.NewFromConfig(cfg),
+		S3: s3.NewFromConfig(cfg, func(o *s3.Options) {
+			if IsLoopback(os.Getenv("AWS_ENDPOINT_URL_S3")) || (o.BaseEndpoint != nil && IsLoopback(*o.BaseEndpoint)) {
+				o.UsePathStyle = true
+			}
+		}),
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
@@ -77,6 +78,7 @@ func Names(t testing.TB) schema.Names {
 		ExecutionTable: base + "-exec", KeyTable: base + "-keys", PayloadTable: base + "-payload", DeadLetterTable: base + "-dl",
 		EffectTable: base + "-fx",
 		WorkQueue:   base + "-work", PoisonQueue: base + "-poison", DLQQueue: base + "-dlq",
+		RejectQueue: base + "-rej",
 	}
 }
 
@@ -123,6 +125,41 @@ func Queues(t testing.TB, c awsclient.Clients, queues ...schema.Queue) map[strin
 		t.Fatalf("awstest: %v", err)
 	}
 	return urls
+}
+
+// Bucket creates an S3 bucket on the local stack (AWS_ENDPOINT_URL_S3,
+// served by the SQS server) and empties and deletes it when the test
+// ends; it returns the bucket's name.
+func Bucket(t testing.TB, c awsclient.Clients) string {
+	t.Helper()
+	if ep := os.Getenv("AWS_ENDPOINT_URL_S3"); !awsclient.IsLoopback(ep) {
+		if ep != "" || os.Getenv("QASYNC_REQUIRE_STACK") == "1" || os.Getenv("CI") != "" {
+			t.Fatal("awstest: AWS_ENDPOINT_URL_S3 must point at the local stack (scripts/stack.sh env)")
+		}
+		t.Skip("local S3 endpoint not configured")
+	}
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := "qasync-test-" + hex.EncodeToString(b[:])
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := c.S3.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(name)}); err != nil {
+		t.Fatalf("awstest: create bucket: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		out, err := c.S3.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String(name)})
+		if err == nil {
+			for _, o := range out.Contents {
+				_, _ = c.S3.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(name), Key: o.Key})
+			}
+		}
+		if _, err := c.S3.DeleteBucket(ctx, &s3.DeleteBucketInput{Bucket: aws.String(name)}); err != nil {
+			t.Errorf("awstest: delete bucket %s: %v", name, err)
+		}
+	})
+	return name
 }
 
 // Receive reads messages (with all attributes) from the queue at url until

@@ -1,9 +1,12 @@
 // Package config holds the runtime's configuration: defaults, then the
 // environment, then command-line flags on top.
 //
-// Every setting has a key under KeyPrefix ("pipeline.orchestrator."). Its
-// environment variable is EnvName(key) (PIPELINE_ORCHESTRATOR_LEASE_MS) and
-// its flag is the key without the prefix (--lease-ms). A single table of
+// Every setting has a key under KeyPrefix ("pipeline.orchestrator."), or
+// for the Item Reject Sink under ItemRejectPrefix ("pipeline.item-reject.").
+// Its environment variable is EnvName(key) (PIPELINE_ORCHESTRATOR_LEASE_MS,
+// PIPELINE_ITEM_REJECT_PROVIDER) and its flag is its short name, the key
+// without "pipeline.orchestrator." (--lease-ms) or without "pipeline."
+// (--item-reject.provider); see FullKey and ShortKey. A single table of
 // keys drives loading, validation, String, LogValue and the documentation
 // (Keys, MarkdownTable), so a key is defined exactly once.
 //
@@ -28,8 +31,34 @@ import (
 	"github.com/qasync/qasync/shared/schema"
 )
 
-// KeyPrefix prefixes every configuration key.
+// KeyPrefix prefixes every configuration key of the orchestrator.
 const KeyPrefix = "pipeline.orchestrator."
+
+// ItemRejectPrefix prefixes the keys of the Item Reject Sink, the
+// step-level recover-and-continue failure channel. Their short names
+// (flags, Settings) keep "item-reject." (--item-reject.provider).
+const ItemRejectPrefix = "pipeline.item-reject."
+
+// itemRejectShort is the short-name form of ItemRejectPrefix.
+const itemRejectShort = "item-reject."
+
+// FullKey returns the full key of a short name: "lease-ms" is
+// pipeline.orchestrator.lease-ms, "item-reject.provider" is
+// pipeline.item-reject.provider.
+func FullKey(short string) string {
+	if rest, ok := strings.CutPrefix(short, itemRejectShort); ok {
+		return ItemRejectPrefix + rest
+	}
+	return KeyPrefix + short
+}
+
+// ShortKey is FullKey's inverse: the key's flag name.
+func ShortKey(full string) string {
+	if rest, ok := strings.CutPrefix(full, ItemRejectPrefix); ok {
+		return itemRejectShort + rest
+	}
+	return strings.TrimPrefix(full, KeyPrefix)
+}
 
 // Config is the runtime configuration. Build one with Default or Load; each
 // field's comment names its key (under KeyPrefix) and default. Enumerated
@@ -169,6 +198,21 @@ type Config struct {
 	// charging before it returns, so that a test can kill the process
 	// between the charge and the commit.
 	DiagPaymentPause time.Duration
+	// ItemRejectProvider is key pipeline.item-reject.provider: log
+	// (default), memory or sqs; where steps' rejected items go.
+	ItemRejectProvider string
+	// ItemRejectQueueURL is key pipeline.item-reject.queue-url; required
+	// when ItemRejectProvider is sqs.
+	ItemRejectQueueURL string
+	// ItemRejectIncludePayload is key pipeline.item-reject.include-payload,
+	// default false: envelopes carry the rejected item's bytes only when
+	// true (otherwise only its SHA-256 fingerprint).
+	ItemRejectIncludePayload bool
+	// ItemRejectPublishFailurePolicy is key
+	// pipeline.item-reject.publish-failure-policy: CONTINUE (default; a
+	// failed publish is logged and the step goes on) or FAIL_PIPELINE (the
+	// step fails retryably).
+	ItemRejectPublishFailurePolicy string
 }
 
 // Default returns the built-in configuration.
@@ -203,12 +247,15 @@ func Default() Config {
 		DueShards:          schema.DefaultDueShards,
 		SQSWaitSeconds:     20,
 		SQSVisibility:      schema.WorkVisibility,
+
+		ItemRejectProvider:             "log",
+		ItemRejectPublishFailurePolicy: "CONTINUE",
 	}
 }
 
 // entry is one row of the key table.
 type entry struct {
-	key    string // without KeyPrefix
+	key    string // short name (ShortKey)
 	doc    string
 	secret bool // never displayed
 	isBool bool // flag may be given without a value
@@ -359,6 +406,15 @@ var entries = []entry{
 		func(c *Config) *string { return &c.DiagPaymentLedger }, verbatim, nil),
 	field("diag.payment-pause", "Test only: with diag.payment-ledger, how long capture-payment waits after charging before it returns (duration); 0 to 10m.",
 		func(c *Config) *time.Duration { return &c.DiagPaymentPause }, parseDuration, between(0, 10*time.Minute)),
+	field("item-reject.provider", "Item Reject Sink of steps' rejected items and streams: log, memory or sqs; strict startup with state-provider dynamo requires sqs.",
+		func(c *Config) *string { return &c.ItemRejectProvider }, lower, oneOf("log", "memory", "sqs")),
+	field("item-reject.queue-url", "SQS queue URL of the Item Reject Sink; required when item-reject.provider is sqs.",
+		func(c *Config) *string { return &c.ItemRejectQueueURL }, verbatim,
+		requiredWhen("item-reject.provider", "sqs", func(c Config) bool { return c.ItemRejectProvider == "sqs" })),
+	field("item-reject.include-payload", "Put the rejected item's bytes in the reject envelope (otherwise only its SHA-256 fingerprint).",
+		func(c *Config) *bool { return &c.ItemRejectIncludePayload }, parseBool, nil),
+	field("item-reject.publish-failure-policy", "When publishing a reject fails: CONTINUE (log it, the step goes on) or FAIL_PIPELINE (the step fails retryably) (case-insensitive).",
+		func(c *Config) *string { return &c.ItemRejectPublishFailurePolicy }, upper, oneOf("CONTINUE", "FAIL_PIPELINE")),
 }
 
 func usesDynamo(c Config) bool { return c.StateProvider == "dynamo" }
@@ -464,7 +520,7 @@ func positive(_ Config, v time.Duration) error {
 func requiredWhen(key, value string, cond func(Config) bool) func(Config, string) error {
 	return func(c Config, v string) error {
 		if v == "" && cond(c) {
-			return fmt.Errorf("required when %s%s is %s", KeyPrefix, key, value)
+			return fmt.Errorf("required when %s is %s", FullKey(key), value)
 		}
 		return nil
 	}
@@ -487,18 +543,19 @@ func EnvName(key string) string {
 // KeyDoc documents one configuration key.
 type KeyDoc struct {
 	Key     string // full key, e.g. pipeline.orchestrator.lease-ms
+	Flag    string // short name, the flag without "--": lease-ms, item-reject.provider
 	Env     string // environment variable, e.g. PIPELINE_ORCHESTRATOR_LEASE_MS
 	Default string // default value as accepted by Load; empty if none
 	Doc     string // meaning and accepted values
 }
 
 // Keys lists every configuration key in documentation order. The flag for a
-// key is "--" followed by the key without KeyPrefix.
+// key is "--" followed by its short name (ShortKey).
 func Keys() []KeyDoc {
 	def := Default()
 	docs := make([]KeyDoc, len(entries))
 	for i, e := range entries {
-		docs[i] = KeyDoc{KeyPrefix + e.key, EnvName(KeyPrefix + e.key), format(e.get(def)), e.doc}
+		docs[i] = KeyDoc{FullKey(e.key), e.key, EnvName(FullKey(e.key)), format(e.get(def)), e.doc}
 	}
 	return docs
 }
@@ -556,10 +613,10 @@ func Load(lookupEnv func(string) (string, bool), args []string) (Config, []strin
 	}
 	for i := range entries {
 		e := &entries[i]
-		name := EnvName(KeyPrefix + e.key)
+		name := EnvName(FullKey(e.key))
 		if s, ok := lookupEnv(name); ok {
 			if err := e.set(&c, s); err != nil {
-				errs = append(errs, fmt.Errorf("config: %s (%s%s): %w", name, KeyPrefix, e.key, err))
+				errs = append(errs, fmt.Errorf("config: %s (%s): %w", name, FullKey(e.key), err))
 			}
 			from[e.key] = name
 		}
@@ -609,7 +666,7 @@ func (v *flagValue) String() string {
 
 func (v *flagValue) Set(s string) error {
 	if err := v.e.set(v.c, s); err != nil {
-		*v.err = fmt.Errorf("config: --%s (%s%s): %w", v.name, KeyPrefix, v.e.key, err)
+		*v.err = fmt.Errorf("config: --%s (%s): %w", v.name, FullKey(v.e.key), err)
 		return *v.err
 	}
 	v.from[v.e.key] = "--" + v.name
@@ -631,14 +688,13 @@ func (c Config) validate(from map[string]string) error {
 			if from[e.key] != "" {
 				src = " (from " + from[e.key] + ")"
 			}
-			errs = append(errs, fmt.Errorf("%s%s: %w%s", KeyPrefix, e.key, err, src))
+			errs = append(errs, fmt.Errorf("%s: %w%s", FullKey(e.key), err, src))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// String lists the effective values as key=value pairs (keys without
-// KeyPrefix), with the admin token shown only as set or unset.
+// String lists the effective values as key=value pairs (short names), with the admin token shown only as set or unset.
 func (c Config) String() string {
 	var b strings.Builder
 	b.WriteString("config{")

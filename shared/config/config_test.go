@@ -49,7 +49,10 @@ func TestEveryKeyLoads(t *testing.T) {
 	var args []string
 	for _, k := range Keys() {
 		m[k.Env] = k.Default
-		args = append(args, "--"+strings.TrimPrefix(k.Key, KeyPrefix)+"="+k.Default)
+		args = append(args, "--"+k.Flag+"="+k.Default)
+		if FullKey(k.Flag) != k.Key || ShortKey(k.Key) != k.Flag {
+			t.Errorf("key %s: flag %s does not round-trip", k.Key, k.Flag)
+		}
 	}
 	lookup := func(name string) (string, bool) { seen[name] = true; return env(m)(name) }
 	for _, a := range [][]string{nil, args} {
@@ -233,6 +236,9 @@ func TestValidate(t *testing.T) {
 		{"faults.dynamo-error-rate", func(c *Config) { c.FaultDynamoErrorRate = 0.51 }},
 		{"faults.dispatch-duplicate-rate", func(c *Config) { c.FaultDispatchDuplicateRate = -0.1 }},
 		{"faults.dispatch-drop-rate", func(c *Config) { c.FaultDispatchDropRate = 1 }},
+		{"item-reject.provider", func(c *Config) { c.ItemRejectProvider = "file" }},
+		{"item-reject.queue-url", func(c *Config) { c.ItemRejectProvider = "sqs" }},
+		{"item-reject.publish-failure-policy", func(c *Config) { c.ItemRejectPublishFailurePolicy = "IGNORE" }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.key, func(t *testing.T) {
@@ -240,8 +246,8 @@ func TestValidate(t *testing.T) {
 			c := Default()
 			tt.mut(&c)
 			err := c.Validate()
-			if err == nil || !strings.HasPrefix(err.Error(), KeyPrefix+tt.key+": ") {
-				t.Errorf("Validate() = %v, want an error for %s", err, KeyPrefix+tt.key)
+			if err == nil || !strings.HasPrefix(err.Error(), FullKey(tt.key)+": ") {
+				t.Errorf("Validate() = %v, want an error for %s", err, FullKey(tt.key))
 			}
 		})
 	}
@@ -293,5 +299,28 @@ func TestMarkdownTable(t *testing.T) {
 	}
 	if n := strings.Count(table, "\n"); n != len(Keys())+2 {
 		t.Errorf("table has %d lines, want %d", n, len(Keys())+2)
+	}
+}
+
+// The Item Reject Sink's keys live under their own prefix: full key,
+// environment variable and flag.
+func TestItemRejectPrefix(t *testing.T) {
+	t.Parallel()
+	c, _, err := Load(env(map[string]string{
+		"PIPELINE_ITEM_REJECT_INCLUDE_PAYLOAD":        "true",
+		"PIPELINE_ITEM_REJECT_PUBLISH_FAILURE_POLICY": "fail_pipeline",
+	}), []string{"--item-reject.provider=memory"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.ItemRejectIncludePayload || c.ItemRejectPublishFailurePolicy != "FAIL_PIPELINE" || c.ItemRejectProvider != "memory" {
+		t.Fatalf("loaded %v", c)
+	}
+	_, _, err = Load(env(map[string]string{"PIPELINE_ITEM_REJECT_PROVIDER": "sqs"}), nil)
+	if err == nil || !strings.Contains(err.Error(), "pipeline.item-reject.queue-url: required when pipeline.item-reject.provider is sqs") {
+		t.Fatalf("Load without a queue URL: %v", err)
+	}
+	if FullKey("item-reject.provider") != "pipeline.item-reject.provider" || EnvName(FullKey("item-reject.queue-url")) != "PIPELINE_ITEM_REJECT_QUEUE_URL" {
+		t.Fatal("FullKey/EnvName of item-reject keys")
 	}
 }

@@ -91,7 +91,9 @@ func GetResult(addr, id string) (int, []byte, error) {
 	return resp.StatusCode, b, err
 }
 
-// Terminal reports whether status is SUCCEEDED, FAILED or DLQ.
+// Terminal reports whether status is settled: SUCCEEDED or DLQ (or
+// parked as REMOTE_OUTCOME_UNKNOWN). FAILED is not: through the API it is
+// the short window while the dead letter is published, before DLQ.
 func Terminal(status string) bool {
-	return status == "SUCCEEDED" || status == "FAILED" || status == "DLQ"
+	return status == "SUCCEEDED" || status == "DLQ" || status == "REMOTE_OUTCOME_UNKNOWN"
 }

@@ -365,6 +365,7 @@ func TestGatePoisonWorkItem(t *testing.T) {
 		return []schema.Queue{
 			{Name: n.PoisonQueue, VisibilityTimeout: 2 * time.Second, Retention: time.Hour},
 			{Name: n.DLQQueue, VisibilityTimeout: 2 * time.Second, Retention: time.Hour},
+			{Name: n.RejectQueue, VisibilityTimeout: 2 * time.Second, Retention: time.Hour},
 			{Name: n.WorkQueue, VisibilityTimeout: 2 * time.Second, Retention: time.Hour, RedriveTo: n.PoisonQueue, MaxReceiveCount: maxReceives},
 		}
 	}))
@@ -403,10 +404,7 @@ func TestGatePoisonWorkItem(t *testing.T) {
 	if poison.ReceiveCount <= maxReceives || !strings.HasPrefix(poison.ID, "poison:") {
 		t.Errorf("poison record %+v: want a receive count above %d", poison, maxReceives)
 	}
-	s, err := crashtest.GetStatus(sup.addr(), sub.ExecutionID)
-	if err != nil || !crashtest.Terminal(s.Status) {
-		t.Fatalf("status through the API: %+v %v", s, err)
-	}
+	s := awaitStatus(t, sup.addr(), sub.ExecutionID, 30*time.Second)
 	switch s.Status {
 	case "DLQ":
 		if s.Error == nil || s.Error.Code != "worker_lost" {

@@ -85,8 +85,8 @@ func (s *Stack) DLQURL() string { return s.URLs[s.Names.DLQQueue] }
 // PoisonQueueURL is the poison queue's URL.
 func (s *Stack) PoisonQueueURL() string { return s.URLs[s.Names.PoisonQueue] }
 
-// Settings are configuration keys without config.KeyPrefix ("lease-ms")
-// and their values.
+// Settings are configuration keys by short name (config.ShortKey:
+// "lease-ms", "item-reject.provider") and their values.
 type Settings map[string]string
 
 // GateTimings are the short timings of the HA gate: a 1.5 s lease, a
@@ -112,17 +112,20 @@ func (s *Stack) Env(settings ...Settings) []string {
 		"queue-url": s.WorkQueueURL(), "dlq-url": s.DLQURL(),
 		"dynamo.execution-table": s.Names.ExecutionTable, "dynamo.key-table": s.Names.KeyTable,
 		"dynamo.execution-payload-table": s.Names.PayloadTable, "dynamo.dead-letter-table": s.Names.DeadLetterTable,
-		"dynamo.effect-table": s.Names.EffectTable,
-		"idempotency-policy":  "CLIENT_KEY_REQUIRED", "strict-startup": "true",
+		"dynamo.effect-table":  s.Names.EffectTable,
+		"item-reject.provider": "sqs", "item-reject.queue-url": s.URLs[s.Names.RejectQueue],
+		"idempotency-policy": "CLIENT_KEY_REQUIRED", "strict-startup": "true",
 		"sqs.wait-seconds": "1", "sweep-interval": "1s", "sweep-grace": "5s", "log-level": "warn",
 	}
 	for _, extra := range settings {
 		maps.Copy(set, extra)
 	}
-	prefix := config.EnvName(config.KeyPrefix)
-	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, prefix) })
+	prefix, rejectPrefix := config.EnvName(config.KeyPrefix), config.EnvName(config.ItemRejectPrefix)
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, prefix) || strings.HasPrefix(kv, rejectPrefix)
+	})
 	for _, k := range slices.Sorted(maps.Keys(set)) {
-		env = append(env, config.EnvName(config.KeyPrefix+k)+"="+set[k])
+		env = append(env, config.EnvName(config.FullKey(k))+"="+set[k])
 	}
 	return env
 }

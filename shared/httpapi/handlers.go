@@ -112,6 +112,10 @@ type RedriveRequest struct {
 	Reason string `json:"reason"`
 	// ExpectedVersion, when set, must equal the execution's current version.
 	ExpectedVersion *int64 `json:"expectedVersion,omitempty"`
+	// ConfirmedNoRemoteEffect states that the remote invocation of a
+	// REMOTE_OUTCOME_UNKNOWN execution completed, was cancelled or can
+	// make no more effects; required to re-drive that status.
+	ConfirmedNoRemoteEffect bool `json:"confirmedNoRemoteEffect,omitempty"`
 }
 
 func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
@@ -418,14 +422,17 @@ func (a *api) redrive(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, kindInvalidRequest.problem(detail))
 		return
 	}
-	e, err := a.rt.Redrive(r.Context(), key, req.Reason, req.ExpectedVersion)
+	e, err := a.rt.RedriveWith(r.Context(), key, runtime.RedriveOptions{
+		Reason: req.Reason, ExpectedVersion: req.ExpectedVersion, ConfirmedNoRemoteEffect: req.ConfirmedNoRemoteEffect})
 	var prob Problem
 	switch {
 	case err == nil:
 		writeJSON(w, http.StatusAccepted, statusDocument(&e))
 		return
+	case errors.Is(err, runtime.ErrRemoteEffectUnconfirmed):
+		prob = kindNotRedrivable.problem(fmt.Sprintf(`The execution is %s: its remote worker may still make effects. Confirm that the remote invocation completed, was cancelled or can make no more effects, then re-drive with "confirmedNoRemoteEffect": true.`, e.Status))
 	case errors.Is(err, runtime.ErrNotRedrivable):
-		prob = kindNotRedrivable.problem(fmt.Sprintf("The execution is %s; only %s and %s executions can be re-driven.", e.Status, execution.DLQ, execution.Failed))
+		prob = kindNotRedrivable.problem(fmt.Sprintf("The execution is %s; only %s and %s executions (and %s ones with confirmedNoRemoteEffect) can be re-driven.", e.Status, execution.DLQ, execution.Failed, execution.RemoteOutcomeUnknown))
 	case errors.Is(err, runtime.ErrVersionMismatch):
 		prob = kindVersionMismatch.problem(fmt.Sprintf("The execution is at version %d, not %d.", e.Version, *req.ExpectedVersion))
 		prob.CurrentVersion = e.Version
@@ -468,7 +475,7 @@ func parseRedrive(body []byte) (RedriveRequest, string) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		return req, `The body must be a JSON object {"reason": string, "expectedVersion": integer (optional)} with no other members.`
+		return req, `The body must be a JSON object {"reason": string, "expectedVersion": integer (optional), "confirmedNoRemoteEffect": boolean (optional)} with no other members.`
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return req, "The body must hold exactly one JSON object."

@@ -8,7 +8,9 @@
 //	POST /v1/pipelines/{pipelineId}/executions   submit: 202 new, 200 duplicate
 //	GET  /v1/executions/{executionId}            status document
 //	GET  /v1/executions/{executionId}/result     result bytes once SUCCEEDED, else 409
-//	POST /v1/executions/{executionId}/redrive    operator re-drive (Bearer admin token)
+//	POST /v1/executions/{executionId}/redrive    operator re-drive (Bearer admin token; a
+//	                                             REMOTE_OUTCOME_UNKNOWN execution needs
+//	                                             "confirmedNoRemoteEffect": true)
 //	GET  /healthz                                {"status":"ok"}
 //
 // Every error is an RFC 9457 application/problem+json document (Problem)

@@ -65,11 +65,15 @@ func testPipelines() []pipeline.Pipeline {
 	fail := pipeline.NewStep("explode", func(context.Context, pipeline.StepInfo, payload.Payload) (payload.Payload, error) {
 		return payload.Payload{}, pipeline.NonRetryable("boom", errors.New("the step always fails"))
 	})
+	unknown := pipeline.NewStep("remote", func(context.Context, pipeline.StepInfo, payload.Payload) (payload.Payload, error) {
+		return payload.Payload{}, &pipeline.OutcomeUnknownError{Protocol: "rest", Target: "http://worker/run", Deadline: time.Second, Elapsed: time.Second}
+	})
 	return []pipeline.Pipeline{
 		{ID: "echo", Steps: []pipeline.Step{echo}},
 		{ID: "echo-2", Steps: []pipeline.Step{echo}},
 		{ID: "greet", Steps: []pipeline.Step{greet}},
 		{ID: "fail", Steps: []pipeline.Step{fail}},
+		{ID: "unknown", Steps: []pipeline.Step{unknown}},
 	}
 }
 
@@ -581,6 +585,33 @@ func TestRedrive(t *testing.T) {
 	}
 	if w := e.do(redriveReq(sub.StatusURL, adminToken, `{"reason":"again"}`)); w.Code != http.StatusAccepted {
 		t.Errorf("second redrive: %d %s", w.Code, w.Body)
+	}
+}
+
+// TestRedriveRemoteOutcomeUnknown: a REMOTE_OUTCOME_UNKNOWN execution is
+// re-driven only with confirmedNoRemoteEffect.
+func TestRedriveRemoteOutcomeUnknown(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	sub := e.mustSubmit("unknown", "k", `{}`)
+	e.drive()
+	doc := decode[httpapi.StatusResponse](t, e.do(req{method: http.MethodGet, path: sub.StatusURL}))
+	if doc.Status != execution.RemoteOutcomeUnknown || doc.NextDueAt != "" || doc.Error == nil || doc.Error.Code != pipeline.CodeRemoteOutcomeUnknown {
+		t.Fatalf("parked: %+v (error %+v)", doc, doc.Error)
+	}
+	for _, body := range []string{`{"reason":"x"}`, `{"reason":"x","confirmedNoRemoteEffect":false}`} {
+		p := wantProblem(t, e.do(redriveReq(sub.StatusURL, adminToken, body)), http.StatusConflict, "execution-not-redrivable")
+		if p.ExecutionStatus != execution.RemoteOutcomeUnknown || !strings.Contains(p.Detail, `"confirmedNoRemoteEffect": true`) {
+			t.Errorf("unconfirmed: %+v", p)
+		}
+	}
+	wantProblem(t, e.do(redriveReq(sub.StatusURL, adminToken, `{"reason":"x","confirmedNoRemoteEffect":"yes"}`)), http.StatusBadRequest, "invalid-request")
+	w := e.do(redriveReq(sub.StatusURL, adminToken, `{"reason":"worker confirmed stopped","confirmedNoRemoteEffect":true,"expectedVersion":`+jsonInt(doc.Version)+`}`))
+	if w.Code != http.StatusAccepted {
+		t.Fatalf("confirmed redrive: %d %s", w.Code, w.Body)
+	}
+	if re := decode[httpapi.StatusResponse](t, w); re.Status != execution.Queued || re.Attempt != 2 || re.Error != nil {
+		t.Errorf("after redrive: %+v", re)
 	}
 }
 

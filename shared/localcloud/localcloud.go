@@ -556,7 +556,7 @@ func ForwardEnv(environ []string) []string {
 		k, _, _ := strings.Cut(kv, "=")
 		switch {
 		case strings.HasPrefix(k, "AWS_LAMBDA_"):
-		case strings.HasPrefix(k, "PIPELINE_ORCHESTRATOR_"), strings.HasPrefix(k, "AWS_"):
+		case strings.HasPrefix(k, "PIPELINE_ORCHESTRATOR_"), strings.HasPrefix(k, "PIPELINE_ITEM_REJECT_"), strings.HasPrefix(k, "AWS_"):
 			out = append(out, kv)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"regexp"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/qasync/qasync/shared/effect"
@@ -49,6 +50,34 @@ type StepInfo struct {
 	// ExpiresAt is when the execution expires (its TTL): records kept for
 	// it, such as a command's effect record, expire with it.
 	ExpiresAt time.Time
+	// Rejects is the Item Reject Sink (package reject has the helpers
+	// steps call: reject.RejectItem, reject.RejectStream); nil when the
+	// runtime has none (the helpers then log the envelope).
+	Rejects RejectSink
+	// Objects is the object store that a pipeline's Output is published
+	// to (package objectstore); nil when the runtime has none.
+	Objects ObjectStore
+}
+
+// RejectSink takes the items (or whole streams) a step rejects and goes
+// on without: the step-level recover-and-continue failure channel, apart
+// from the execution-level dead-letter queue. Package reject implements
+// it; steps call reject.RejectItem and reject.RejectStream.
+type RejectSink interface {
+	// RejectItem reports one rejected item (its serialized bytes). A
+	// non-nil error is a step error to return (publish-failure policy
+	// FAIL_PIPELINE); under CONTINUE a failed publish is logged and nil
+	// is returned.
+	RejectItem(ctx context.Context, info StepInfo, item []byte, cause error) error
+	// RejectStream reports a rejected stream of itemCount items, as
+	// RejectItem.
+	RejectStream(ctx context.Context, info StepInfo, itemCount int, cause error) error
+}
+
+// ObjectStore writes objects addressed by URI (file:///path, s3://bucket/key).
+// Put of the same URI with the same bytes is idempotent.
+type ObjectStore interface {
+	Put(ctx context.Context, uri string, data []byte, contentType string) error
 }
 
 // StepFunc is the untyped form every step is reduced to.
@@ -102,6 +131,63 @@ func NewStep[I, O any](name string, fn func(ctx context.Context, info StepInfo, 
 type Pipeline struct {
 	ID    string
 	Steps []Step
+	// Output, when set, publishes the terminal output (the last step's
+	// output) to an object before the execution is marked SUCCEEDED
+	// (Terminal Object Publish).
+	Output *Output
+}
+
+// Output is a pipeline's Terminal Object Publish target. NewRegistry wraps
+// the last step: after it returns, its output bytes are written with the
+// runtime's ObjectStore (StepInfo.Objects) to To, expanded for the
+// execution, and only then returned for the commit. A failed write is a
+// retryable step error (CodeOutputPublishFailed): the step retries and
+// dead-letters like any other. A replay writes the same key again (the
+// same bytes when the step is deterministic; the object always holds the
+// output that is committed, since the write precedes each commit).
+type Output struct {
+	// To is the target URI template: file:///abs/dir/{executionId}.json
+	// for local runs, s3://bucket/prefix/{tenant}/{pipelineId}/{executionId}.json
+	// in AWS. It must contain {executionId}, so that each execution has
+	// its own object; {tenant} and {pipelineId} are optional.
+	To string
+}
+
+// CodeOutputPublishFailed is the retryable error code of a failed
+// Terminal Object Publish.
+const CodeOutputPublishFailed = "output_publish_failed"
+
+// Target expands To for the execution of info.
+func (o Output) Target(info StepInfo) string {
+	return strings.NewReplacer("{tenant}", info.TenantID, "{pipelineId}", info.PipelineID, "{executionId}", info.ExecutionID).Replace(o.To)
+}
+
+func (o Output) validate() error {
+	if !strings.HasPrefix(o.To, "file:///") && !strings.HasPrefix(o.To, "s3://") {
+		return fmt.Errorf("output.to %q: want file:///path or s3://bucket/key", o.To)
+	}
+	if !strings.Contains(o.To, "{executionId}") {
+		return fmt.Errorf("output.to %q: must contain {executionId}", o.To)
+	}
+	return nil
+}
+
+// publishing wraps the last step's function with the publish of its output.
+func publishing(run StepFunc, o Output) StepFunc {
+	return func(ctx context.Context, info StepInfo, in payload.Payload) (payload.Payload, error) {
+		out, err := run(ctx, info, in)
+		if err != nil {
+			return out, err
+		}
+		target := o.Target(info)
+		if info.Objects == nil {
+			return payload.Payload{}, Retryable(CodeOutputPublishFailed, fmt.Errorf("publish output to %s: the runtime has no object store", target))
+		}
+		if err := info.Objects.Put(ctx, target, out.Data, out.ContentType); err != nil {
+			return payload.Payload{}, Retryable(CodeOutputPublishFailed, fmt.Errorf("publish output to %s: %w", target, err))
+		}
+		return out, nil
+	}
 }
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
@@ -135,6 +221,11 @@ func (p *Pipeline) Validate() error {
 		}
 		seen[s.Name] = true
 	}
+	if p.Output != nil {
+		if err := p.Output.validate(); err != nil {
+			return fmt.Errorf("pipeline %s: %w", p.ID, err)
+		}
+	}
 	return nil
 }
 
@@ -144,7 +235,9 @@ type Registry struct {
 	byID map[string]*Pipeline
 }
 
-// NewRegistry validates and registers pipelines; ids must be unique.
+// NewRegistry validates and registers pipelines; ids must be unique. A
+// pipeline with an Output gets its last step wrapped to publish the
+// terminal output (see Output); the caller's Steps are not modified.
 func NewRegistry(ps ...Pipeline) (*Registry, error) {
 	r := &Registry{byID: map[string]*Pipeline{}}
 	for i := range ps {
@@ -154,6 +247,11 @@ func NewRegistry(ps ...Pipeline) (*Registry, error) {
 		}
 		if _, dup := r.byID[p.ID]; dup {
 			return nil, fmt.Errorf("pipeline %s registered twice", p.ID)
+		}
+		if p.Output != nil {
+			p.Steps = append([]Step(nil), p.Steps...)
+			last := &p.Steps[len(p.Steps)-1]
+			last.Run = publishing(last.Run, *p.Output)
 		}
 		r.byID[p.ID] = &p
 	}

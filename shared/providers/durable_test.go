@@ -47,7 +47,7 @@ func openDurable(t *testing.T, adjust func(*config.Config), ps ...pipeline.Pipel
 	n := awstest.Names(t)
 	awstest.Tables(t, clients, schema.Tables(n)...)
 	urls := awstest.Queues(t, clients, schema.Queues(n)...)
-	c := durableConfig(n, urls[n.WorkQueue], urls[n.DLQQueue])
+	c := durableConfig(n, urls[n.WorkQueue], urls[n.DLQQueue], urls[n.RejectQueue])
 	c.StrictStartup = true
 	c.Lease, c.MaxRetries, c.RetryDelay, c.SweepGrace = 1500*time.Millisecond, 2, time.Second, time.Second
 	c.SQSWaitSeconds, c.SQSVisibility = 1, 10*time.Second

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/aws/smithy-go/middleware"
@@ -28,14 +29,17 @@ import (
 	"github.com/qasync/qasync/shared/logdlq"
 	"github.com/qasync/qasync/shared/memstore"
 	"github.com/qasync/qasync/shared/metrics"
+	"github.com/qasync/qasync/shared/objectstore"
 	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/pipeline"
 	"github.com/qasync/qasync/shared/provision"
+	"github.com/qasync/qasync/shared/reject"
 	"github.com/qasync/qasync/shared/retry"
 	"github.com/qasync/qasync/shared/runtime"
 	"github.com/qasync/qasync/shared/schema"
 	"github.com/qasync/qasync/shared/sqsdispatch"
 	"github.com/qasync/qasync/shared/sqsdlq"
+	"github.com/qasync/qasync/shared/sqsreject"
 	"github.com/qasync/qasync/shared/store"
 )
 
@@ -56,6 +60,14 @@ type Set struct {
 	// Metrics writes EMF metrics when metrics.namespace is set; nil (a
 	// no-op) otherwise.
 	Metrics *metrics.EMF
+	// Rejects is the Item Reject Sink handed to steps
+	// (pipeline.item-reject.*).
+	Rejects *reject.Sink
+	// RejectMemory holds the envelopes when item-reject.provider=memory.
+	RejectMemory *reject.Memory
+	// Objects is the object store of pipelines' Output (Terminal Object
+	// Publish): file:// always, s3:// with AWS clients.
+	Objects objectstore.Router
 }
 
 // Work runs the work consumer until ctx ends: the SQS poller when the
@@ -101,7 +113,9 @@ func Durable(c config.Config) bool {
 }
 
 // needsAWS reports whether the configuration uses any AWS service.
-func needsAWS(c config.Config) bool { return Durable(c) || c.EventsBusName != "" }
+func needsAWS(c config.Config) bool {
+	return Durable(c) || c.EventsBusName != "" || c.ItemRejectProvider == "sqs"
+}
 
 // Option adjusts Open.
 type Option func(*options)
@@ -150,7 +164,7 @@ func Open(ctx context.Context, c config.Config, reg *pipeline.Registry, log *slo
 			slog.Float64("dispatch_duplicate_rate", c.FaultDispatchDuplicateRate),
 			slog.Float64("dispatch_drop_rate", c.FaultDispatchDropRate))
 	}
-	if needsAWS(c) {
+	if needsAWS(c) || usesS3Output(reg) {
 		clients, err := awsclient.Load(ctx, o.apiOptions...)
 		if err != nil {
 			return nil, fmt.Errorf("providers: AWS configuration: %w", err)
@@ -198,6 +212,20 @@ func Open(ctx context.Context, c config.Config, reg *pipeline.Registry, log *slo
 	default:
 		dlq = logdlq.New(log)
 	}
+	set.Objects = objectstore.Router{File: objectstore.File{}}
+	if set.Clients != nil {
+		set.Objects.S3 = objectstore.S3{Client: set.Clients.S3}
+	}
+	set.Rejects = &reject.Sink{IncludePayload: c.ItemRejectIncludePayload, Policy: reject.Policy(c.ItemRejectPublishFailurePolicy), Logger: log}
+	switch c.ItemRejectProvider {
+	case "sqs":
+		set.Rejects.Publisher = sqsreject.New(set.Clients.SQS, c.ItemRejectQueueURL)
+	case "memory":
+		set.RejectMemory = reject.NewMemory()
+		set.Rejects.Publisher = set.RejectMemory
+	default:
+		set.Rejects.Publisher = reject.NewLog(log)
+	}
 	handler := func(ctx context.Context, item dispatch.WorkItem) error { return set.Runtime.Process(ctx, item) }
 	switch c.DispatcherProvider {
 	case "sqs":
@@ -215,7 +243,7 @@ func Open(ctx context.Context, c config.Config, reg *pipeline.Registry, log *slo
 	}
 	rt, err := runtime.New(RuntimeConfig(c), runtime.Deps{
 		Registry: reg, Store: st, Payloads: ps, Dispatcher: d, DeadLetter: dlq, Effects: fx, Clock: clk, Logger: log,
-		Observers: observers,
+		Observers: observers, Rejects: set.Rejects, Objects: set.Objects,
 	})
 	if err != nil {
 		_ = set.Close(context.Background())
@@ -225,13 +253,27 @@ func Open(ctx context.Context, c config.Config, reg *pipeline.Registry, log *slo
 	return set, nil
 }
 
+// usesS3Output reports whether a registered pipeline publishes its output
+// to S3 (which needs the AWS clients even with the memory providers).
+func usesS3Output(reg *pipeline.Registry) bool {
+	if reg == nil {
+		return false
+	}
+	for _, id := range reg.IDs() {
+		if p, _ := reg.Get(id); p.Output != nil && strings.HasPrefix(p.Output.To, "s3://") {
+			return true
+		}
+	}
+	return false
+}
+
 // strict verifies the durable resources and policy, naming the key of
 // each problem.
 func strict(ctx context.Context, c config.Config, clients awsclient.Clients) error {
 	var errs []error
 	key := func(k string, err error) {
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s%s: %w", config.KeyPrefix, k, err))
+			errs = append(errs, fmt.Errorf("%s: %w", config.FullKey(k), err))
 		}
 	}
 	if c.StateProvider == "dynamo" {
@@ -246,6 +288,12 @@ func strict(ctx context.Context, c config.Config, clients awsclient.Clients) err
 	}
 	if c.DLQProvider == "sqs" {
 		key("dlq-url", provision.CheckQueue(ctx, clients.SQS, c.DLQURL))
+	}
+	switch {
+	case c.ItemRejectProvider == "sqs":
+		key("item-reject.queue-url", provision.CheckQueue(ctx, clients.SQS, c.ItemRejectQueueURL))
+	case c.StateProvider == "dynamo":
+		key("item-reject.provider", fmt.Errorf("strict durable startup refuses the non-durable Item Reject Sink %q (rejected items would be lost with the process or its log): use sqs with %s", c.ItemRejectProvider, config.FullKey("item-reject.queue-url")))
 	}
 	if c.IdempotencyPolicy == string(runtime.OptionalClientKey) {
 		key("idempotency-policy", errors.New("strict durable startup refuses OPTIONAL_CLIENT_KEY: use CLIENT_KEY_REQUIRED (or SERVER_KEY_ONLY)"))

@@ -46,15 +46,15 @@ func TestStrictStartupNamesEveryMissingResource(t *testing.T) {
 	t.Parallel()
 	awstest.Require(t)
 	n := awstest.Names(t) // never created
-	c := durableConfig(n, "http://127.0.0.1:1/000000000000/"+n.WorkQueue, "http://127.0.0.1:1/000000000000/"+n.DLQQueue)
+	c := durableConfig(n, "http://127.0.0.1:1/000000000000/"+n.WorkQueue, "http://127.0.0.1:1/000000000000/"+n.DLQQueue, "http://127.0.0.1:1/000000000000/"+n.RejectQueue)
 	c.StrictStartup = true
 	c.IdempotencyPolicy = "OPTIONAL_CLIENT_KEY"
 	_, err := providers.Open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler))
 	if err == nil {
 		t.Fatal("strict startup accepted missing tables and queues")
 	}
-	for _, key := range []string{"dynamo.execution-table", "dynamo.key-table", "dynamo.execution-payload-table", "dynamo.dead-letter-table", "dynamo.effect-table", "queue-url", "dlq-url", "idempotency-policy"} {
-		if !strings.Contains(err.Error(), config.KeyPrefix+key+":") {
+	for _, key := range []string{"dynamo.execution-table", "dynamo.key-table", "dynamo.execution-payload-table", "dynamo.dead-letter-table", "dynamo.effect-table", "queue-url", "dlq-url", "item-reject.queue-url", "idempotency-policy"} {
+		if !strings.Contains(err.Error(), config.FullKey(key)+":") {
 			t.Errorf("error does not name %s: %v", key, err)
 		}
 	}
@@ -68,7 +68,7 @@ func TestStrictStartupAcceptsProvisionedStack(t *testing.T) {
 	n := awstest.Names(t)
 	awstest.Tables(t, clients, schema.Tables(n)...)
 	urls := awstest.Queues(t, clients, schema.Queues(n)...)
-	c := durableConfig(n, urls[n.WorkQueue], urls[n.DLQQueue])
+	c := durableConfig(n, urls[n.WorkQueue], urls[n.DLQQueue], urls[n.RejectQueue])
 	c.StrictStartup = true
 	set, err := providers.Open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler))
 	if err != nil {
@@ -79,12 +79,39 @@ func TestStrictStartupAcceptsProvisionedStack(t *testing.T) {
 	}
 }
 
-func durableConfig(n schema.Names, queueURL, dlqURL string) config.Config {
+func durableConfig(n schema.Names, queueURL, dlqURL, rejectURL string) config.Config {
 	c := config.Default()
 	c.StateProvider, c.DispatcherProvider, c.DLQProvider = "dynamo", "sqs", "sqs"
 	c.ExecutionTable, c.KeyTable, c.PayloadTable, c.DeadLetterTable = n.ExecutionTable, n.KeyTable, n.PayloadTable, n.DeadLetterTable
 	c.EffectTable = n.EffectTable
 	c.QueueURL, c.DLQURL = queueURL, dlqURL
+	c.ItemRejectProvider, c.ItemRejectQueueURL = "sqs", rejectURL
 	c.IdempotencyPolicy = "CLIENT_KEY_REQUIRED"
 	return c
+}
+
+// TestStrictStartupRefusesNonDurableRejectSink: with state-provider
+// dynamo, strict startup refuses the log and memory Item Reject Sinks and
+// names the key; without strict startup they are accepted.
+func TestStrictStartupRefusesNonDurableRejectSink(t *testing.T) {
+	t.Parallel()
+	clients, _ := awstest.Clients(t)
+	n := awstest.Names(t)
+	awstest.Tables(t, clients, schema.Tables(n)...)
+	urls := awstest.Queues(t, clients, schema.Queues(n)...)
+	for _, provider := range []string{"log", "memory"} {
+		c := durableConfig(n, urls[n.WorkQueue], urls[n.DLQQueue], "")
+		c.ItemRejectProvider = provider
+		c.StrictStartup = true
+		_, err := providers.Open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler))
+		if err == nil || !strings.Contains(err.Error(), "pipeline.item-reject.provider:") {
+			t.Fatalf("strict startup with item-reject.provider=%s: error %v, want one naming pipeline.item-reject.provider", provider, err)
+		}
+		c.StrictStartup = false
+		set, err := providers.Open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatalf("non-strict startup with item-reject.provider=%s: %v", provider, err)
+		}
+		_ = set.Close(context.Background())
+	}
 }

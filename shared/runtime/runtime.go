@@ -53,8 +53,12 @@ var (
 	ErrKeyRequired = errors.New("runtime: idempotency key required")
 	// ErrNotSucceeded: the result was asked of an execution that has not succeeded.
 	ErrNotSucceeded = errors.New("runtime: execution has not succeeded")
-	// ErrNotRedrivable: re-drive asked of an execution that is not DLQ or FAILED.
-	ErrNotRedrivable = errors.New("runtime: execution is not in DLQ or FAILED")
+	// ErrNotRedrivable: re-drive asked of an execution that is not DLQ,
+	// FAILED or REMOTE_OUTCOME_UNKNOWN.
+	ErrNotRedrivable = errors.New("runtime: execution is not in DLQ, FAILED or REMOTE_OUTCOME_UNKNOWN")
+	// ErrRemoteEffectUnconfirmed: re-drive of a REMOTE_OUTCOME_UNKNOWN
+	// execution without RedriveOptions.ConfirmedNoRemoteEffect.
+	ErrRemoteEffectUnconfirmed = errors.New("runtime: re-driving a REMOTE_OUTCOME_UNKNOWN execution needs confirmedNoRemoteEffect")
 	// ErrVersionMismatch: re-drive's expected version is not the current one.
 	ErrVersionMismatch = errors.New("runtime: version mismatch")
 	// ErrLeaseLost is the cancellation cause of a step whose lease was lost.
@@ -136,6 +140,12 @@ type Deps struct {
 	// pipeline.StepInfo.Effects. Optional: without one, command steps fail
 	// with code command_effect_log_missing (other steps are unaffected).
 	Effects effect.Log
+	// Rejects is the Item Reject Sink, handed to every step as
+	// pipeline.StepInfo.Rejects. Optional.
+	Rejects pipeline.RejectSink
+	// Objects is the object store of pipelines' Output, handed to every
+	// step as pipeline.StepInfo.Objects. Optional.
+	Objects pipeline.ObjectStore
 	// Clock defaults to the system clock.
 	Clock clock.Clock
 	// Logger defaults to slog.Default().
@@ -253,10 +263,34 @@ func (r *Runtime) Result(ctx context.Context, key execution.Key) (execution.Exec
 	return e, p, err
 }
 
+// RedriveOptions are the operator's inputs to a re-drive.
+type RedriveOptions struct {
+	// Reason is recorded as the audit note.
+	Reason string
+	// ExpectedVersion, when non-nil, must equal the current version.
+	ExpectedVersion *int64
+	// ConfirmedNoRemoteEffect is the operator's statement that the remote
+	// invocation of a REMOTE_OUTCOME_UNKNOWN execution completed, was
+	// cancelled, or can otherwise make no more effects. Required to
+	// re-drive that status; ignored for DLQ and FAILED.
+	ConfirmedNoRemoteEffect bool
+}
+
 // Redrive sends a DLQ or FAILED execution back to QUEUED at its failed
 // step for exactly one more attempt, recording reason as an audit note.
 // expectedVersion, when non-nil, must equal the current version.
 func (r *Runtime) Redrive(ctx context.Context, key execution.Key, reason string, expectedVersion *int64) (execution.Execution, error) {
+	return r.RedriveWith(ctx, key, RedriveOptions{Reason: reason, ExpectedVersion: expectedVersion})
+}
+
+// RedriveWith is Redrive with every option. A DLQ or FAILED execution, or
+// a REMOTE_OUTCOME_UNKNOWN one when opts.ConfirmedNoRemoteEffect is set,
+// goes back to QUEUED at its current step for exactly one more (new)
+// attempt. REMOTE_OUTCOME_UNKNOWN without the confirmation returns an
+// error wrapping ErrRemoteEffectUnconfirmed; any other status
+// ErrNotRedrivable.
+func (r *Runtime) RedriveWith(ctx context.Context, key execution.Key, opts RedriveOptions) (execution.Execution, error) {
+	reason, expectedVersion := opts.Reason, opts.ExpectedVersion
 	e, err := r.Store.Get(ctx, key)
 	if err != nil {
 		return e, err
@@ -264,7 +298,12 @@ func (r *Runtime) Redrive(ctx context.Context, key execution.Key, reason string,
 	if expectedVersion != nil && *expectedVersion != e.Version {
 		return e, fmt.Errorf("%w: expected %d, current %d", ErrVersionMismatch, *expectedVersion, e.Version)
 	}
-	if e.Status != execution.DLQ && e.Status != execution.Failed {
+	switch {
+	case e.Status == execution.DLQ, e.Status == execution.Failed:
+	case e.Status == execution.RemoteOutcomeUnknown && opts.ConfirmedNoRemoteEffect:
+	case e.Status == execution.RemoteOutcomeUnknown:
+		return e, ErrRemoteEffectUnconfirmed
+	default:
 		return e, fmt.Errorf("%w: status %s", ErrNotRedrivable, e.Status)
 	}
 	now := r.Clock.Now()
@@ -279,7 +318,8 @@ func (r *Runtime) Redrive(ctx context.Context, key execution.Key, reason string,
 		return e, err
 	}
 	r.execLogger(&got).LogAttrs(ctx, slog.LevelWarn, "execution_redriven", slog.String("event", "execution_redriven"),
-		slog.String("reason", next.Note), slog.Int("redrive_count", got.RedriveCount))
+		slog.String("reason", next.Note), slog.Int("redrive_count", got.RedriveCount),
+		slog.String("from_status", string(e.Status)), slog.Bool("confirmed_no_remote_effect", opts.ConfirmedNoRemoteEffect))
 	r.dispatch(ctx, &got, 0)
 	return got, nil
 }

@@ -117,6 +117,11 @@ func (t *transition) run(ctx context.Context, takeover bool) error {
 		t.log.LogAttrs(ctx, slog.LevelWarn, "lease_lost", slog.String("event", "lease_lost"))
 		return nil // the new owner runs the step; nothing of ours may commit
 	}
+	if ou, ok := pipeline.AsOutcomeUnknown(stepErr); ok {
+		// Checked before shutdown: an unknown outcome is never handed back
+		// for another automatic attempt.
+		return t.outcomeUnknown(ctx, ou)
+	}
 	if stepErr != nil && ctx.Err() != nil {
 		return t.release(ctx, stepErr) // shutting down: hand the step back untouched
 	}
@@ -145,6 +150,7 @@ func (t *transition) invoke(ctx context.Context, step pipeline.Step, in payload.
 		TransitionKey: row.TransitionKey(), FencingToken: row.Version,
 		IdempotencyKey: execution.StepIdempotencyKey(row.TenantID, row.ExecutionID, row.StepIndex),
 		Logger:         t.log, Effects: t.r.Effects, ExpiresAt: row.ExpiresAt,
+		Rejects: t.r.Rejects, Objects: t.r.Objects,
 	}
 	func() {
 		defer func() {
@@ -266,6 +272,34 @@ func (t *transition) fail(ctx context.Context, stepErr error, policy retry.Polic
 		return err
 	}
 	r.deadLetter(ctx, *got)
+	return nil
+}
+
+// outcomeUnknown parks the execution as REMOTE_OUTCOME_UNKNOWN: the remote
+// call reached its deadline and nothing says whether the remote worker
+// stopped. The row leaves the due index (no sweep, claim or retry) until
+// an operator re-drives it with confirmedNoRemoteEffect.
+func (t *transition) outcomeUnknown(ctx context.Context, ou *pipeline.OutcomeUnknownError) error {
+	r := t.r
+	now := r.Clock.Now()
+	next := t.base(now)
+	next.Status = execution.RemoteOutcomeUnknown
+	next.Error = &execution.Failure{Code: pipeline.CodeRemoteOutcomeUnknown,
+		Message: execution.Truncate(ou.Error(), execution.MaxErrorMessage)}
+	// Commit on a context that outlives a shutdown: the park must land.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	got, err := t.commit(cctx, next, slog.String("error_code", pipeline.CodeRemoteOutcomeUnknown))
+	if err != nil || got == nil {
+		return err
+	}
+	r.execLogger(got).LogAttrs(ctx, slog.LevelError, "remote_transition_outcome_unknown",
+		slog.String("event", "remote_transition_outcome_unknown"),
+		slog.String("transition_key", t.row.TransitionKey()),
+		slog.String("protocol", ou.Protocol), slog.String("target", ou.Target),
+		slog.Int64("elapsed_ms", ou.Elapsed.Milliseconds()), slog.Int64("deadline_ms", ou.Deadline.Milliseconds()),
+		slog.String("decision", "automatic_retry_suppressed"))
+	r.notify(ctx, EventOutcomeUnknown, *got, SweepResult{})
 	return nil
 }
 

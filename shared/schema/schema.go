@@ -120,6 +120,9 @@ type Names struct {
 	PoisonQueue string
 	// DLQQueue receives execution dead-letter envelopes.
 	DLQQueue string
+	// RejectQueue receives the Item Reject Sink's envelopes (items and
+	// streams that steps rejected and went on without).
+	RejectQueue string
 }
 
 // DefaultNames are the names used when nothing else is configured.
@@ -136,6 +139,7 @@ func Prefixed(prefix string) Names {
 		WorkQueue:       prefix + "-work",
 		PoisonQueue:     prefix + "-work-poison",
 		DLQQueue:        prefix + "-dlq",
+		RejectQueue:     prefix + "-item-rejects",
 	}
 }
 
@@ -211,11 +215,12 @@ const (
 )
 
 // Queues lists every queue: the work queue (redriving to the poison
-// queue), the poison queue and the DLQ queue.
+// queue), the poison queue, the DLQ queue and the item reject queue.
 func Queues(n Names) []Queue {
 	return []Queue{
 		{Name: n.PoisonQueue, VisibilityTimeout: WorkVisibility, Retention: Retention},
 		{Name: n.DLQQueue, VisibilityTimeout: WorkVisibility, Retention: Retention},
+		{Name: n.RejectQueue, VisibilityTimeout: WorkVisibility, Retention: Retention},
 		{Name: n.WorkQueue, VisibilityTimeout: WorkVisibility, Retention: Retention, RedriveTo: n.PoisonQueue, MaxReceiveCount: PoisonAfter},
 	}
 }

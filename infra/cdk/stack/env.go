@@ -34,6 +34,8 @@ const (
 	keySQSVisibility      = "sqs.visibility-timeout"
 	keyLogLevel           = "log-level"
 	keySweepInterval      = "sweep-interval"
+	keyRejectProvider     = "item-reject.provider"
+	keyRejectQueueURL     = "item-reject.queue-url"
 	// keyAdminToken is never passed to a function: a secret does not
 	// belong in a Lambda environment (anyone who can read the function's
 	// configuration reads it), and API Gateway's IAM (or JWT scope)
@@ -48,12 +50,12 @@ var derivedKeys = map[string]struct{}{
 	keyStrictStartup: {}, keyLease: {}, keyQueueURL: {}, keyDLQURL: {}, keyExecutionTable: {},
 	keyKeyTable: {}, keyPayloadTable: {}, keyDeadLetterTable: {}, keyEffectTable: {}, keyEventsBus: {}, keyMetricsNamespace: {},
 	keyTenantSource: {}, keyTenantClaim: {}, keySQSVisibility: {}, keyLogLevel: {}, keySweepInterval: {},
-	keyAdminToken: {},
+	keyAdminToken: {}, keyRejectProvider: {}, keyRejectQueueURL: {},
 }
 
 // ExcludedEnv lists the environment variables of configuration keys that
 // no function gets: the admin token (see the README's IAM section).
-var ExcludedEnv = []string{config.EnvName(keyPrefix + keyAdminToken)}
+var ExcludedEnv = []string{config.EnvName(config.FullKey(keyAdminToken))}
 
 // Resources are the deployed names and URLs a function's environment is
 // built from (CloudFormation tokens at synthesis).
@@ -72,6 +74,8 @@ type Resources struct {
 	QueueURL string
 	// DLQURL is the DLQ queue's URL.
 	DLQURL string
+	// RejectQueueURL is the item reject queue's URL.
+	RejectQueueURL string
 	// EventBus is the lifecycle bus name ("" for functions that publish no
 	// lifecycle events).
 	EventBus string
@@ -86,7 +90,7 @@ func Environment(s Settings, r Resources) (map[string]string, error) {
 	env := map[string]string{}
 	known := map[string]bool{}
 	for _, k := range config.Keys() {
-		known[strings.TrimPrefix(k.Key, keyPrefix)] = true
+		known[k.Flag] = true
 		env[k.Env] = k.Default
 	}
 	for _, e := range ExcludedEnv {
@@ -117,6 +121,8 @@ func Environment(s Settings, r Resources) (map[string]string, error) {
 		keySQSVisibility:      VisibilityFor(s.WorkerTimeout).String(),
 		keyLogLevel:           s.LogLevel,
 		keySweepInterval:      s.SweeperRate.String(),
+		keyRejectProvider:     "sqs",
+		keyRejectQueueURL:     r.RejectQueueURL,
 		// The redrive route has its own IAM permission (or JWT scope) at
 		// the gateway; a SigV4 request cannot also carry a bearer token.
 		keyRedriveUpstream: "true",
@@ -126,14 +132,14 @@ func Environment(s Settings, r Resources) (map[string]string, error) {
 		if !known[k] {
 			unknown = append(unknown, k)
 		}
-		env[config.EnvName(keyPrefix+k)] = v
+		env[config.EnvName(config.FullKey(k))] = v
 	}
 	for k, v := range s.RuntimeConfig {
-		k = strings.TrimPrefix(k, keyPrefix)
+		k = config.ShortKey(k)
 		if !known[k] {
 			unknown = append(unknown, k)
 		}
-		env[config.EnvName(keyPrefix+k)] = v
+		env[config.EnvName(config.FullKey(k))] = v
 	}
 	if len(unknown) > 0 {
 		sort.Strings(unknown)

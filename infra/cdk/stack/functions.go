@@ -64,6 +64,7 @@ func (b *builder) functions() error {
 		PayloadTable: *b.tbl[PayloadTableID].TableName(), DeadLetterTable: *b.tbl[DeadLetterTableID].TableName(),
 		EffectTable: *b.tbl[EffectTableID].TableName(),
 		QueueURL:    *b.queue[WorkQueueID].QueueUrl(), DLQURL: *b.queue[DLQQueueID].QueueUrl(),
+		RejectQueueURL: *b.queue[RejectQueueID].QueueUrl(),
 	}
 	timeouts := map[string]time.Duration{Submit: b.s.SubmitTimeout, Worker: b.s.WorkerTimeout, Sweeper: b.s.SweeperTimeout, DLQ: b.s.DLQTimeout}
 	descriptions := map[string]string{
@@ -136,8 +137,8 @@ func (f *function) allow(sid string, actions []string, resources ...*string) {
 // grants writes f's policy: explicit actions on explicit resources.
 //
 // Every function boots with strict-startup=true, which describes every
-// table and reads the attributes of the work and DLQ queues (shared/
-// providers.strict), and writes its logs to its own log group. Beyond
+// table and reads the attributes of the work, DLQ and item reject queues
+// (shared/providers.strict), and writes its logs to its own log group. Beyond
 // that:
 //
 //   - submit: execution rows created (PutItem inside TransactWriteItems),
@@ -146,18 +147,19 @@ func (f *function) allow(sid string, actions []string, resources ...*string) {
 //   - worker: execution rows read, claimed, renewed and committed; payload
 //     chunks read and written; command steps' effect records created
 //     (PutItem), read and transitioned (UpdateItem); work queue consumed
-//     and next steps sent; dead-letter envelopes sent; lifecycle events put.
+//     and next steps sent; dead-letter envelopes and item rejects sent;
+//     lifecycle events put.
 //   - sweeper: the due-work index queried; rows read and updated; work
 //     items and dead-letter envelopes sent; lifecycle events put.
 //   - dlq: DLQ and poison queues consumed; dead-letter records written
 //     and read; rows read and marked DLQ; lifecycle events put.
 func (b *builder) grants(f *function) {
 	exec, keys, payloads, dead, effects := b.tbl[ExecutionTableID], b.tbl[KeyTableID], b.tbl[PayloadTableID], b.tbl[DeadLetterTableID], b.tbl[EffectTableID]
-	work, dlq, poison := b.queue[WorkQueueID], b.queue[DLQQueueID], b.queue[PoisonQueueID]
+	work, dlq, poison, rejects := b.queue[WorkQueueID], b.queue[DLQQueueID], b.queue[PoisonQueueID], b.queue[RejectQueueID]
 	f.allow("WriteOwnLogs", []string{"logs:CreateLogStream", "logs:PutLogEvents"}, f.logs.LogGroupArn())
 	f.allow("StrictStartupTables", []string{"dynamodb:DescribeTable"},
 		exec.TableArn(), keys.TableArn(), payloads.TableArn(), dead.TableArn(), effects.TableArn())
-	f.allow("StrictStartupQueues", []string{"sqs:GetQueueAttributes"}, work.QueueArn(), dlq.QueueArn())
+	f.allow("StrictStartupQueues", []string{"sqs:GetQueueAttributes"}, work.QueueArn(), dlq.QueueArn(), rejects.QueueArn())
 	consume := []string{"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"}
 	putEvents := func() {
 		f.role.AddToPrincipalPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
@@ -180,6 +182,7 @@ func (b *builder) grants(f *function) {
 		f.allow("ConsumeWork", consume, work.QueueArn())
 		f.allow("DispatchWork", []string{"sqs:SendMessage"}, work.QueueArn())
 		f.allow("PublishDeadLetters", []string{"sqs:SendMessage"}, dlq.QueueArn())
+		f.allow("PublishItemRejects", []string{"sqs:SendMessage"}, rejects.QueueArn())
 		putEvents()
 	case Sweeper:
 		f.allow("QueryDueWork", []string{"dynamodb:Query"},

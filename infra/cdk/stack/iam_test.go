@@ -26,8 +26,8 @@ func TestLeastPrivilegePerFunction(t *testing.T) {
 	tables := []string{"<ExecutionTable.Arn>", "<KeyTable.Arn>", "<PayloadTable.Arn>", "<DeadLetterTable.Arn>", "<EffectTable.Arn>"}
 	common := func(fnID string) []string {
 		out := grant(arn(fnID+"Logs"), "logs:CreateLogStream", "logs:PutLogEvents")
-		out = append(out, grant(tables, "dynamodb:DescribeTable")...)                                        // strict startup
-		out = append(out, grant([]string{"<WorkQueue.Arn>", "<DlqQueue.Arn>"}, "sqs:GetQueueAttributes")...) // strict startup
+		out = append(out, grant(tables, "dynamodb:DescribeTable")...)                                                                 // strict startup
+		out = append(out, grant([]string{"<WorkQueue.Arn>", "<DlqQueue.Arn>", "<ItemRejectQueue.Arn>"}, "sqs:GetQueueAttributes")...) // strict startup
 		return out
 	}
 	events := `events:PutEvents <LifecycleEventBus.Arn> if {"StringEquals":{"events:source":"qasync"}}`
@@ -45,6 +45,7 @@ func TestLeastPrivilegePerFunction(t *testing.T) {
 			grant(arn(WorkQueueID), consume...),
 			grant(arn(WorkQueueID), "sqs:SendMessage"),
 			grant(arn(DLQQueueID), "sqs:SendMessage"),
+			grant(arn(RejectQueueID), "sqs:SendMessage"),
 			[]string{events}),
 		SweeperFunctionID: concat(common(SweeperFunctionID),
 			grant([]string{"<ExecutionTable.Arn>/index/due-work"}, "dynamodb:Query"),

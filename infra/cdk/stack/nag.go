@@ -39,6 +39,8 @@ func (b *builder) suppress(target constructs.IConstruct, rule, reason string, ap
 func (b *builder) suppressions() {
 	b.suppress(b.queue[DLQQueueID], "AwsSolutions-SQS3",
 		"The DLQ queue is itself the dead-letter destination of execution envelopes (published by the runtime, not moved by an SQS redrive policy). An envelope the dlq function cannot record stays on it, is retried and raises the DlqQueueMessagesVisibleAlarm; redriving it elsewhere would hide it.")
+	b.suppress(b.queue[RejectQueueID], "AwsSolutions-SQS3",
+		"The item reject queue is itself a dead-letter destination: the Item Reject Sink publishes rejected items there for an operator or a consumer of their own to read, and nothing in the stack consumes it, so there is no receive count that a redrive policy could act on.")
 	for _, client := range []bool{true, false} {
 		policy, findings := b.http.operatorPolicy, []string(nil)
 		if client {

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/aws/constructs-go/constructs/v10"
+
+	"github.com/qasync/qasync/shared/config"
 )
 
 // Function names, as used in Settings.ReservedConcurrency, dist/<name>.zip
@@ -491,7 +493,7 @@ func (s Settings) Validate() error {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		short := strings.TrimPrefix(k, keyPrefix)
+		short := config.ShortKey(k)
 		if _, derived := derivedKeys[short]; derived {
 			bad(CtxRuntimeConfig, "%q is set by the stack from its resources and settings", k)
 		}

@@ -102,7 +102,7 @@ func TestSettingsValidation(t *testing.T) {
 
 func TestEnvironmentRefusesBadConfig(t *testing.T) {
 	s := DefaultSettings("dev")
-	r := Resources{ExecutionTable: "e", KeyTable: "k", PayloadTable: "p", DeadLetterTable: "d", EffectTable: "x", QueueURL: "q", DLQURL: "l"}
+	r := Resources{ExecutionTable: "e", KeyTable: "k", PayloadTable: "p", DeadLetterTable: "d", EffectTable: "x", QueueURL: "q", DLQURL: "l", RejectQueueURL: "r"}
 	if _, err := Environment(s, r); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
@@ -256,7 +256,7 @@ func TestPhysicalNamesFromSchema(t *testing.T) {
 			t.Errorf("%s: %v, want %s", id, got, want)
 		}
 	}
-	for id, want := range map[string]string{WorkQueueID: n.WorkQueue, PoisonQueueID: n.PoisonQueue, DLQQueueID: n.DLQQueue} {
+	for id, want := range map[string]string{WorkQueueID: n.WorkQueue, PoisonQueueID: n.PoisonQueue, DLQQueueID: n.DLQQueue, RejectQueueID: n.RejectQueue} {
 		if got := v.props(t, id)["QueueName"]; got != want {
 			t.Errorf("%s: %v, want %s", id, got, want)
 		}

@@ -42,6 +42,7 @@ const (
 	WorkQueueID       = "WorkQueue"
 	PoisonQueueID     = "PoisonQueue"
 	DLQQueueID        = "DlqQueue"
+	RejectQueueID     = "ItemRejectQueue"
 	EventBusID        = "LifecycleEventBus"
 	SweeperScheduleID = "SweeperSchedule"
 	HTTPAPIID         = "HttpApi"
@@ -208,7 +209,8 @@ func QueueVisibility(q schema.Queue, consumerTimeout time.Duration) time.Duratio
 // timeout raised to six times the consuming function's timeout.
 func (b *builder) queues() {
 	b.queue = map[string]awssqs.Queue{}
-	ids := map[string]string{b.names.WorkQueue: WorkQueueID, b.names.PoisonQueue: PoisonQueueID, b.names.DLQQueue: DLQQueueID}
+	ids := map[string]string{b.names.WorkQueue: WorkQueueID, b.names.PoisonQueue: PoisonQueueID, b.names.DLQQueue: DLQQueueID,
+		b.names.RejectQueue: RejectQueueID}
 	consumer := map[string]time.Duration{
 		b.names.WorkQueue: b.s.WorkerTimeout, b.names.PoisonQueue: b.s.DLQTimeout, b.names.DLQQueue: b.s.DLQTimeout,
 	}
@@ -261,6 +263,7 @@ func (b *builder) outputs() {
 	out("WorkQueueUrl", "SQS work queue", b.queue[WorkQueueID].QueueUrl())
 	out("DlqQueueUrl", "SQS queue of execution dead-letter envelopes", b.queue[DLQQueueID].QueueUrl())
 	out("PoisonQueueUrl", "SQS poison queue (work items the work queue gave up on)", b.queue[PoisonQueueID].QueueUrl())
+	out("ItemRejectQueueUrl", "SQS queue of the Item Reject Sink (items and streams steps rejected)", b.queue[RejectQueueID].QueueUrl())
 	out("ExecutionTableName", "DynamoDB execution table", b.tbl[ExecutionTableID].TableName())
 	out("KeyTableName", "DynamoDB idempotency key table", b.tbl[KeyTableID].TableName())
 	out("PayloadTableName", "DynamoDB payload chunk table", b.tbl[PayloadTableID].TableName())

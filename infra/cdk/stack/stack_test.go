@@ -19,8 +19,8 @@ func TestResourceCounts(t *testing.T) {
 	dev := synth(t, "dev")
 	want := map[string]int{
 		"AWS::DynamoDB::Table":            5,
-		"AWS::SQS::Queue":                 3,
-		"AWS::SQS::QueuePolicy":           3, // enforceSSL
+		"AWS::SQS::Queue":                 4, // work, poison, DLQ, item rejects
+		"AWS::SQS::QueuePolicy":           4, // enforceSSL
 		"AWS::Lambda::Function":           4,
 		"AWS::IAM::Role":                  4,
 		"AWS::IAM::Policy":                4,
@@ -151,7 +151,8 @@ func TestQueues(t *testing.T) {
 	for _, variant := range []string{"dev", "full"} {
 		v := synth(t, variant)
 		names := schema.Prefixed(v.settings.Prefix)
-		ids := map[string]string{names.WorkQueue: WorkQueueID, names.PoisonQueue: PoisonQueueID, names.DLQQueue: DLQQueueID}
+		ids := map[string]string{names.WorkQueue: WorkQueueID, names.PoisonQueue: PoisonQueueID, names.DLQQueue: DLQQueueID,
+			names.RejectQueue: RejectQueueID}
 		consumer := map[string]string{WorkQueueID: WorkerFunctionID, PoisonQueueID: DLQFunctionID, DLQQueueID: DLQFunctionID}
 		for _, q := range schema.Queues(names) {
 			id := ids[q.Name]
@@ -163,8 +164,12 @@ func TestQueues(t *testing.T) {
 				t.Errorf("%s: MessageRetentionPeriod %v, want 14 days", id, got)
 			}
 			// Visibility at least six times the consumer's timeout, and
-			// never below the schema's default.
-			timeout := num(t, v.props(t, consumer[id])["Timeout"])
+			// never below the schema's default. The item reject queue has
+			// no consumer in the stack.
+			timeout := 0.0
+			if consumer[id] != "" {
+				timeout = num(t, v.props(t, consumer[id])["Timeout"])
+			}
 			vis := num(t, p["VisibilityTimeout"])
 			if vis < 6*timeout || vis < q.VisibilityTimeout.Seconds() {
 				t.Errorf("%s %s: VisibilityTimeout %v, consumer %s timeout %v: want >= 6x and >= %v", variant, id, vis, consumer[id], timeout, q.VisibilityTimeout)
@@ -256,7 +261,7 @@ func TestFunctions(t *testing.T) {
 // resources, and the result passes config.Load.
 func TestFunctionEnvironment(t *testing.T) {
 	v := synth(t, "dev")
-	env := func(key string) string { return config.EnvName(config.KeyPrefix + key) }
+	env := func(key string) string { return config.EnvName(config.FullKey(key)) }
 	for _, name := range FunctionNames {
 		id := FunctionIDs[name]
 		got := v.env(t, id)
@@ -287,6 +292,7 @@ func TestFunctionEnvironment(t *testing.T) {
 			"events.bus-name":     bus, "metrics.namespace": "qasync/dev", "http.tenant-source": "iam",
 			"http.tenant-claim": "tenant_id", "sqs.visibility-timeout": "6m0s", "log-level": "info",
 			"sweep-interval": "1m0s", "dynamo.due-shards": "4", "mode": "QUEUE_ASYNC",
+			"item-reject.provider": "sqs", "item-reject.queue-url": "<ItemRejectQueue>",
 		} {
 			if got[env(key)] != want {
 				t.Errorf("%s: %s = %q, want %q", id, env(key), got[env(key)], want)
@@ -532,7 +538,7 @@ func logicalSuffix(t *testing.T, v *synthesized, typ string) string {
 
 func TestOutputs(t *testing.T) {
 	v := synth(t, "dev")
-	for _, id := range []string{"ApiUrl", "WorkQueueUrl", "DlqQueueUrl", "PoisonQueueUrl", "ExecutionTableName", "KeyTableName",
+	for _, id := range []string{"ApiUrl", "WorkQueueUrl", "DlqQueueUrl", "PoisonQueueUrl", "ItemRejectQueueUrl", "ExecutionTableName", "KeyTableName",
 		"PayloadTableName", "DeadLetterTableName", "EffectTableName", "EventBusName", "ClientPolicyArn", "OperatorPolicyArn", "RedriveRouteArn"} {
 		v.tpl.HasOutput(jsii.String(id), assertions.Match_AnyValue())
 	}

@@ -1,0 +1,63 @@
+package reject_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/qasync/qasync/shared/logtest"
+	"github.com/qasync/qasync/shared/reject"
+	"github.com/qasync/qasync/shared/reject/rejecttest"
+)
+
+func TestMemoryConformance(t *testing.T) {
+	rejecttest.Run(t, func(t *testing.T) (reject.Publisher, rejecttest.ReadBack) {
+		m := reject.NewMemory()
+		return m, func(context.Context, int) ([]reject.Envelope, error) { return m.Envelopes(), nil }
+	})
+}
+
+// The log provider, read back from the captured log lines.
+func TestLogConformance(t *testing.T) {
+	rejecttest.Run(t, func(t *testing.T) (reject.Publisher, rejecttest.ReadBack) {
+		sink := &logtest.Buffer{}
+		pub := reject.NewLog(slog.New(slog.NewJSONHandler(sink, nil)))
+		return pub, func(context.Context, int) ([]reject.Envelope, error) {
+			var envs []reject.Envelope
+			for _, line := range sink.Lines() {
+				var rec struct {
+					Event         string    `json:"event"`
+					Tenant        string    `json:"tenant"`
+					ExecutionID   string    `json:"execution_id"`
+					Pipeline      string    `json:"pipeline"`
+					StepIndex     int       `json:"step_index"`
+					Step          string    `json:"step"`
+					Scope         string    `json:"scope"`
+					Attempt       int       `json:"attempt"`
+					TransitionKey string    `json:"transition_key"`
+					ErrorCode     string    `json:"error_code"`
+					ErrorMessage  string    `json:"error_message"`
+					Fingerprint   string    `json:"fingerprint"`
+					ItemCount     int       `json:"item_count"`
+					Payload       []byte    `json:"payload"`
+					RejectedAt    time.Time `json:"rejected_at"`
+				}
+				if err := json.Unmarshal([]byte(line), &rec); err != nil {
+					return nil, err
+				}
+				if rec.Event != reject.EventPublished {
+					continue
+				}
+				envs = append(envs, reject.Envelope{
+					TenantID: rec.Tenant, ExecutionID: rec.ExecutionID, PipelineID: rec.Pipeline,
+					StepIndex: rec.StepIndex, StepName: rec.Step, Scope: reject.Scope(rec.Scope), Attempt: rec.Attempt,
+					TransitionKey: rec.TransitionKey, ErrorCode: rec.ErrorCode, ErrorMessage: rec.ErrorMessage,
+					Fingerprint: rec.Fingerprint, ItemCount: rec.ItemCount, Payload: rec.Payload, RejectedAt: rec.RejectedAt,
+				})
+			}
+			return envs, nil
+		}
+	})
+}

@@ -1,0 +1,135 @@
+package remote_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/qasync/qasync/shared/payload"
+	"github.com/qasync/qasync/shared/pipeline"
+	"github.com/qasync/qasync/shared/remote"
+)
+
+func info(log *slog.Logger) pipeline.StepInfo {
+	return pipeline.StepInfo{ExecutionID: "e-1", TenantID: "t1", StepName: "s", Attempt: 3,
+		TransitionKey: "e-1:0:3", IdempotencyKey: "t1:e-1:0", FencingToken: 7, Logger: log}
+}
+
+func TestErrorsClassified(t *testing.T) {
+	for _, tc := range []struct {
+		status    int
+		body      string
+		code      string
+		retryable bool
+	}{
+		{400, `{"code":"bad_order","message":"no lines"}`, "bad_order", false},
+		{404, `not json`, "remote_http_404", false},
+		{500, ``, "remote_http_500", true},
+		{503, `{"code":"busy"}`, "busy", true},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(tc.status)
+			_, _ = w.Write([]byte(tc.body))
+		}))
+		in, _ := payload.JSON(map[string]string{"secret": "payload-bytes"})
+		_, err := remote.Step("s", remote.Spec{URL: srv.URL}).Run(context.Background(), info(nil), in)
+		srv.Close()
+		code, msg, retryable := pipeline.Classify(err)
+		if code != tc.code || retryable != tc.retryable || strings.Contains(msg, "payload-bytes") {
+			t.Errorf("%d: code %s retryable %v msg %q", tc.status, code, retryable, msg)
+		}
+	}
+}
+
+func TestTransportErrorIsRetryable(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	url := srv.URL + "/x?token=hidden"
+	srv.Close()
+	in, _ := payload.JSON(1)
+	_, err := remote.Step("s", remote.Spec{URL: url}).Run(context.Background(), info(nil), in)
+	code, msg, retryable := pipeline.Classify(err)
+	if code != remote.CodeTransport || !retryable || strings.Contains(msg, "hidden") {
+		t.Fatalf("code %s retryable %v msg %q", code, retryable, msg)
+	}
+	if _, err := remote.Step("s", remote.Spec{URL: "ftp://x"}).Run(context.Background(), info(nil), in); err == nil {
+		t.Fatal("ftp URL accepted")
+	} else if code, _, retryable := pipeline.Classify(err); code != remote.CodeBadSpec || retryable {
+		t.Fatalf("bad spec: %s %v", code, retryable)
+	}
+}
+
+// TestDeadline: a worker that does not answer in time gives an
+// OutcomeUnknownError, after one warning at 75% of the deadline.
+func TestDeadline(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	var buf bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&buf, nil))
+	in, _ := payload.JSON(map[string]string{"secret": "payload-bytes"})
+	start := time.Now()
+	_, err := remote.Step("s", remote.Spec{URL: srv.URL + "/w?k=v", Deadline: 400 * time.Millisecond}).Run(context.Background(), info(log), in)
+	ou, ok := pipeline.AsOutcomeUnknown(err)
+	if !ok || ou.Protocol != "rest" || ou.Deadline != 400*time.Millisecond || ou.Elapsed < 400*time.Millisecond || ou.Target != srv.URL+"/w" {
+		t.Fatalf("err = %v (%+v)", err, ou)
+	}
+	if time.Since(start) > 5*time.Second {
+		t.Fatal("the call outlived its deadline")
+	}
+	logs := buf.String()
+	if strings.Count(logs, `"msg":"remote_transition_deadline_warning"`) != 1 || strings.Contains(logs, "payload-bytes") ||
+		!strings.Contains(logs, `"transition_key":"e-1:0:3"`) || !strings.Contains(logs, `"deadline_ms":400`) || strings.Contains(logs, "k=v") {
+		t.Fatalf("logs: %s", logs)
+	}
+	// A cancelled caller (shutdown, lost lease) is not an unknown outcome:
+	// the runtime decides.
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(50*time.Millisecond, cancel)
+	_, err = remote.Step("s", remote.Spec{URL: srv.URL, Deadline: time.Minute}).Run(ctx, info(log), in)
+	if _, ok := pipeline.AsOutcomeUnknown(err); ok || !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled call err = %v", err)
+	}
+}
+
+func TestHandler(t *testing.T) {
+	var got pipeline.StepInfo
+	h := remote.Handler(pipeline.NewStep("w", func(_ context.Context, info pipeline.StepInfo, in []int) ([]int, error) {
+		got = info
+		if len(in) == 0 {
+			return nil, pipeline.NonRetryable("empty", errors.New("no numbers"))
+		}
+		return append(in, len(in)), nil
+	}).Run)
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	step := remote.Step("w", remote.Spec{URL: srv.URL})
+	in, _ := payload.JSON([]int{4, 5})
+	out, err := step.Run(context.Background(), info(nil), in)
+	if err != nil || string(out.Data) != "[4,5,2]" || out.Encoding != payload.EncodingJSON {
+		t.Fatalf("out %s %v", out.Data, err)
+	}
+	if got.ExecutionID != "e-1" || got.TenantID != "t1" || got.Attempt != 3 || got.TransitionKey != "e-1:0:3" || got.IdempotencyKey != "t1:e-1:0" || got.FencingToken != 7 {
+		t.Fatalf("info = %+v", got)
+	}
+	empty, _ := payload.JSON([]int{})
+	_, err = step.Run(context.Background(), info(nil), empty)
+	if code, msg, retryable := pipeline.Classify(err); code != "empty" || retryable || !strings.Contains(msg, "no numbers") {
+		t.Fatalf("non-retryable: %s %q %v", code, msg, retryable)
+	}
+	raw := payload.Raw("text/csv", []byte("a,b"))
+	if _, err := remote.Step("w", remote.Spec{URL: srv.URL}).Run(context.Background(), info(nil), raw); err == nil {
+		t.Fatal("csv decoded as JSON ints")
+	}
+}
