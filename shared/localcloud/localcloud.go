@@ -493,12 +493,6 @@ func (c *Cloud) ColdStarts() []ColdStart {
 	return slices.Clone(c.colds)
 }
 
-func (c *Cloud) recordCold(cs ColdStart) {
-	c.mu.Lock()
-	c.colds = append(c.colds, cs)
-	c.mu.Unlock()
-}
-
 // Close stops the HTTP front (finishing requests in flight), the
 // event source mappings and the schedule (waiting up to DrainTimeout for
 // their invocations), then kills every emulator process and what it
