@@ -9,9 +9,7 @@ import (
 	"github.com/qasync/qasync/shared/config"
 )
 
-const keyPrefix = config.KeyPrefix
-
-// Configuration keys (without keyPrefix) the stack sets from its
+// Configuration keys (short names, see config.FullKey) the stack sets from its
 // resources and settings.
 const (
 	keyStateProvider      = "state-provider"
