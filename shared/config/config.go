@@ -112,6 +112,11 @@ type Config struct {
 	// AdminToken is key "admin.token", default empty, which disables the
 	// admin redrive route. It is never printed or marshaled.
 	AdminToken string `json:"-"`
+	// AwaitResumeTokenSecret is key "await.resume-token-secret", default
+	// empty, which disables await steps (they fail with
+	// await_resume_token_secret_missing) and their completion route. It
+	// keys the HMAC of resume tokens and is never printed or marshaled.
+	AwaitResumeTokenSecret string `json:"-"`
 	// RedriveAuthorizedUpstream is key "admin.redrive-authorized-upstream",
 	// default false: the submit function behind API Gateway serves the
 	// redrive route without admin.token, because the gateway authorizes
@@ -349,6 +354,8 @@ var entries = []entry{
 		func(c *Config) *int { return &c.InlineBudgetBytes }, parseInt[int], between(0, 192<<10)),
 	secret(field("admin.token", "Token for the admin redrive route; empty disables the route. Never printed.",
 		func(c *Config) *string { return &c.AdminToken }, verbatim, nil)),
+	secret(field("await.resume-token-secret", "HMAC key of await steps' resume tokens; empty disables await steps. Never printed.",
+		func(c *Config) *string { return &c.AwaitResumeTokenSecret }, verbatim, nil)),
 	field("admin.redrive-authorized-upstream", "The redrive route is authorized by API Gateway (its own IAM permission or JWT scope), so the submit function serves it without admin.token; qasync serve refuses it.",
 		func(c *Config) *bool { return &c.RedriveAuthorizedUpstream }, parseBool, nil),
 	field("http.addr", "HTTP listen address, host:port (flag alias --addr).",

@@ -97,6 +97,55 @@ func mutable(u *update, e *execution.Execution, shards int) {
 	u.setOrRemove(s.AttrErrorMessage, e.Error != nil, str(f.Message))
 	u.setOrRemove(s.AttrTerminalReason, f.TerminalReason != "", str(f.TerminalReason))
 	u.setOrRemove(s.AttrNote, e.Note != "", str(e.Note))
+	u.setOrRemove(s.AttrAwait, e.Await != nil, awaitAttr(e.Await))
+}
+
+// awaitAttr encodes an external await as a map attribute.
+func awaitAttr(a *execution.Await) types.AttributeValue {
+	if a == nil {
+		return nil
+	}
+	m := map[string]types.AttributeValue{
+		"id":     str(a.ID),
+		"status": str(string(a.Status)),
+		"late":   boolean(a.Late),
+	}
+	if !a.TimeoutAt.IsZero() {
+		m["timeout_epoch_ms"] = millis(a.TimeoutAt)
+	}
+	if !a.CompletedAt.IsZero() {
+		m["completed_epoch_ms"] = millis(a.CompletedAt)
+	}
+	if a.Digest != "" {
+		m["sha256"] = str(a.Digest)
+	}
+	if !a.LatePayload.IsZero() {
+		m["late_payload"] = ref(a.LatePayload)
+	}
+	return &types.AttributeValueMemberM{Value: m}
+}
+
+// await decodes the await map attribute (nil when absent).
+func (r *reader) await(name string) *execution.Await {
+	m, ok := r.item[name].(*types.AttributeValueMemberM)
+	if !ok {
+		if r.item[name] != nil {
+			r.fail(name, "a map")
+		}
+		return nil
+	}
+	sub := &reader{item: m.Value}
+	a := &execution.Await{
+		ID: sub.str("id"), Status: execution.AwaitStatus(sub.str("status")), Late: sub.bool("late"),
+		TimeoutAt: sub.millis("timeout_epoch_ms"), CompletedAt: sub.millis("completed_epoch_ms"), Digest: sub.str("sha256"),
+	}
+	if _, ok := m.Value["late_payload"]; ok {
+		a.LatePayload = sub.ref("late_payload")
+	}
+	if sub.err != nil && r.err == nil {
+		r.err = fmt.Errorf("%s: %w", name, sub.err)
+	}
+	return a
 }
 
 // reader decodes attributes, remembering the first error.
@@ -206,6 +255,7 @@ func decode(item map[string]types.AttributeValue) (execution.Execution, error) {
 		Input: r.ref(s.AttrInput), Result: r.ref(s.AttrResult),
 		DLQPending: r.bool(s.AttrDLQPending), Note: r.str(s.AttrNote), RedriveCount: r.int(s.AttrRedriveCount),
 		CreatedAt: r.millis(s.AttrCreated), UpdatedAt: r.millis(s.AttrUpdated), ExpiresAt: r.seconds(s.AttrTTL),
+		Await: r.await(s.AttrAwait),
 	}
 	if _, ok := item[s.AttrErrorCode]; ok {
 		e.Error = &execution.Failure{Code: r.str(s.AttrErrorCode), Message: r.str(s.AttrErrorMessage), TerminalReason: r.str(s.AttrTerminalReason)}

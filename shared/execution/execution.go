@@ -141,6 +141,44 @@ type Execution struct {
 	// ExpiresAt is when the row may be deleted (TTL); reads treat an
 	// expired row as absent.
 	ExpiresAt time.Time // ttl_epoch_s
+	// Await is the current step's external await, if it started one (the
+	// row is then WAITING_EXTERNAL until it is completed or times out).
+	Await *Await // await (one map attribute)
+}
+
+// AwaitStatus is the state of an external await.
+type AwaitStatus string
+
+// Await statuses.
+const (
+	// AwaitWaiting: the execution is parked, waiting for the completion.
+	AwaitWaiting AwaitStatus = "WAITING"
+	// AwaitCompleted: the completion arrived; the execution moved on.
+	AwaitCompleted AwaitStatus = "COMPLETED"
+	// AwaitTimedOut: the timeout passed first; the step failed with
+	// AWAIT_TIMEOUT.
+	AwaitTimedOut AwaitStatus = "TIMED_OUT"
+)
+
+// Await is an external await started by a step: the execution is parked
+// until a completion with the await's resume token arrives.
+type Await struct {
+	// ID identifies the await; it is derived from execution, step and
+	// attempt, so a retried await step starts a new await.
+	ID string
+	// Status is the await's state.
+	Status AwaitStatus
+	// TimeoutAt is when the await times out (zero: never).
+	TimeoutAt time.Time
+	// CompletedAt is when the completion was accepted.
+	CompletedAt time.Time
+	// Digest is the hex SHA-256 of the accepted completion payload.
+	Digest string
+	// Late marks a completion that arrived after the timeout; it is kept
+	// for reconciliation (LatePayload) and changes nothing else.
+	Late bool
+	// LatePayload is the late completion's payload.
+	LatePayload payload.Ref
 }
 
 // Key returns the execution's key.

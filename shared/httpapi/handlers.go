@@ -93,6 +93,24 @@ type StatusResponse struct {
 	NextDueAt string `json:"nextDueAt,omitempty"`
 	// Error is the last failure; omitted when there is none.
 	Error *ErrorResponse `json:"error,omitempty"`
+	// Await is the execution's current (or last) external await; omitted
+	// when it has none.
+	Await *AwaitResponse `json:"await,omitempty"`
+}
+
+// AwaitResponse is the external await of a status document.
+type AwaitResponse struct {
+	// AwaitID identifies the await (the completion route's {awaitId}).
+	AwaitID string `json:"awaitId"`
+	// Status is WAITING, COMPLETED or TIMED_OUT.
+	Status execution.AwaitStatus `json:"status"`
+	// TimeoutAt is omitted when the await has no timeout.
+	TimeoutAt string `json:"timeoutAt,omitempty"`
+	// CompletedAt is when the completion was accepted (also a late one).
+	CompletedAt string `json:"completedAt,omitempty"`
+	// Late is true when a completion arrived after the timeout; it is kept
+	// for reconciliation and changed nothing else.
+	Late bool `json:"late"`
 }
 
 // ErrorResponse is the failure of a status document.
@@ -131,6 +149,15 @@ func statusDocument(e *execution.Execution) StatusResponse {
 	}
 	if e.Error != nil {
 		d.Error = &ErrorResponse{Code: e.Error.Code, Message: e.Error.Message, TerminalReason: e.Error.TerminalReason}
+	}
+	if aw := e.Await; aw != nil {
+		d.Await = &AwaitResponse{AwaitID: aw.ID, Status: aw.Status, Late: aw.Late}
+		if !aw.TimeoutAt.IsZero() {
+			d.Await.TimeoutAt = formatTime(aw.TimeoutAt)
+		}
+		if !aw.CompletedAt.IsZero() {
+			d.Await.CompletedAt = formatTime(aw.CompletedAt)
+		}
 	}
 	return d
 }
@@ -268,6 +295,32 @@ func (a *api) readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]b
 	return b, true
 }
 
+// readPayload reads the body as a payload by its Content-Type (JSON, raw
+// or protobuf), or writes the 400 or 413 and returns false.
+func (a *api) readPayload(w http.ResponseWriter, r *http.Request) (payload.Payload, bool) {
+	kind, contentType, message, prob := classifyBody(r)
+	if prob != nil {
+		writeProblem(w, *prob)
+		return payload.Payload{}, false
+	}
+	body, ok := a.readBody(w, r, a.maxBody)
+	if !ok {
+		return payload.Payload{}, false
+	}
+	switch kind {
+	case bodyJSON:
+		if !utf8.Valid(body) || !json.Valid(body) {
+			writeProblem(w, kindInvalidJSON.problem("The request body is not valid UTF-8 JSON."))
+			return payload.Payload{}, false
+		}
+		return payload.Payload{Encoding: payload.EncodingJSON, ContentType: contentType, Data: body}, true
+	case bodyProto:
+		return payload.Payload{Encoding: payload.EncodingProtobuf, ContentType: contentType, Message: message, Data: body}, true
+	default:
+		return payload.Raw(contentType, body), true
+	}
+}
+
 // submit handles POST /v1/pipelines/{pipelineId}/executions.
 func (a *api) submit(w http.ResponseWriter, r *http.Request) {
 	pid := r.PathValue("pipelineId")
@@ -291,27 +344,9 @@ func (a *api) submit(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, kindKeyRequired.problem("This service requires an Idempotency-Key header on every submission."))
 		return
 	}
-	kind, contentType, message, prob := classifyBody(r)
-	if prob != nil {
-		writeProblem(w, *prob)
-		return
-	}
-	body, ok := a.readBody(w, r, a.maxBody)
+	in, ok := a.readPayload(w, r)
 	if !ok {
 		return
-	}
-	var in payload.Payload
-	switch kind {
-	case bodyJSON:
-		if !utf8.Valid(body) || !json.Valid(body) {
-			writeProblem(w, kindInvalidJSON.problem("The request body is not valid UTF-8 JSON."))
-			return
-		}
-		in = payload.Payload{Encoding: payload.EncodingJSON, ContentType: contentType, Data: body}
-	case bodyProto:
-		in = payload.Payload{Encoding: payload.EncodingProtobuf, ContentType: contentType, Message: message, Data: body}
-	default:
-		in = payload.Raw(contentType, body)
 	}
 
 	res, err := a.rt.Submit(r.Context(), runtime.SubmitRequest{TenantID: tenant, PipelineID: pid, IdempotencyKey: key, Input: in})
@@ -443,6 +478,52 @@ func (a *api) redrive(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	prob.ExecutionID, prob.ExecutionStatus = e.ExecutionID, e.Status
+	writeProblem(w, prob)
+}
+
+// ResumeTokenHeader carries the resume token of an await completion.
+const ResumeTokenHeader = "X-Resume-Token"
+
+// completeAwait handles POST /v1/executions/{executionId}/awaits/{awaitId}/complete.
+func (a *api) completeAwait(w http.ResponseWriter, r *http.Request) {
+	key, ok := a.executionKey(w, r)
+	if !ok {
+		return
+	}
+	awaitID := r.PathValue("awaitId")
+	in, ok := a.readPayload(w, r)
+	if !ok {
+		return
+	}
+	e, _, err := a.rt.CompleteAwait(r.Context(), key, awaitID, r.Header.Get(ResumeTokenHeader), in)
+	var prob Problem
+	switch {
+	case err == nil:
+		writeJSON(w, http.StatusOK, statusDocument(&e))
+		return
+	case errors.Is(err, runtime.ErrResumeTokenMissing):
+		prob = kindUnauthorized.problem("This route requires the await's resume token in the X-Resume-Token header.")
+	case errors.Is(err, runtime.ErrResumeTokenInvalid):
+		prob = kindForbidden.problem("The resume token is not valid for this await.")
+	case errors.Is(err, runtime.ErrAwaitsDisabled):
+		prob = kindAwaitsDisabled.problem("Await completion is not configured on this service.")
+	case errors.Is(err, runtime.ErrAwaitNotCurrent):
+		prob = kindAwaitConflict.problem("This await is not the execution's current await.")
+	case errors.Is(err, runtime.ErrAwaitAlreadyCompleted):
+		prob = kindAwaitConflict.problem("This await was already completed with a different payload.")
+	case errors.Is(err, runtime.ErrAwaitBusy):
+		w.Header().Set("Retry-After", "1")
+		prob = kindAwaitConflict.problem("The await timed out and its step is running again; retry the completion later.")
+	case errors.Is(err, store.ErrConflict):
+		w.Header().Set("Retry-After", "1")
+		prob = kindAwaitConflict.problem("The execution changed while the completion was recorded; retry it.")
+	default:
+		a.fail(w, r, err)
+		return
+	}
+	if prob.Status == http.StatusConflict {
+		prob.ExecutionID, prob.ExecutionStatus = e.ExecutionID, e.Status
+	}
 	writeProblem(w, prob)
 }
 

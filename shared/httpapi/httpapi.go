@@ -11,17 +11,20 @@
 //	POST /v1/executions/{executionId}/redrive    operator re-drive (Bearer admin token; a
 //	                                             REMOTE_OUTCOME_UNKNOWN execution needs
 //	                                             "confirmedNoRemoteEffect": true)
+//	POST /v1/executions/{executionId}/awaits/{awaitId}/complete
+//	                                             complete an await step (X-Resume-Token;
+//	                                             body = completion payload): 200
 //	GET  /healthz                                {"status":"ok"}
 //
 // Every error is an RFC 9457 application/problem+json document (Problem)
 // whose type is ProblemTypePrefix followed by one of these kinds:
 // invalid-request, invalid-pipeline-id, invalid-tenant,
 // invalid-idempotency-key, idempotency-key-required, invalid-content-type,
-// invalid-json (400); unauthorized (401); not-found, pipeline-not-found,
+// invalid-json (400); unauthorized (401); forbidden (403); not-found, pipeline-not-found,
 // execution-not-found (404); method-not-allowed (405, with Allow);
-// execution-not-succeeded, execution-not-redrivable, version-mismatch
-// (409); payload-too-large (413); idempotency-key-mismatch (422); internal
-// (500); unavailable (503).
+// execution-not-succeeded, execution-not-redrivable, version-mismatch,
+// await-conflict (409); payload-too-large (413); idempotency-key-mismatch
+// (422); internal (500); unavailable, awaits-disabled (503).
 //
 // A request is validated completely before the runtime is called, so a
 // rejected request stores nothing. Each request is logged once as event
@@ -81,6 +84,7 @@ const (
 	routeResult  = "GET /v1/executions/{executionId}/result"
 	routeRedrive = "POST /v1/executions/{executionId}/redrive"
 	routeHealth  = "GET /healthz"
+	routeAwait   = "POST /v1/executions/{executionId}/awaits/{awaitId}/complete"
 )
 
 // api is the handler New returns.
@@ -125,6 +129,7 @@ func New(rt *runtime.Runtime, opts Options) http.Handler {
 	a.route(routeStatus, a.status)
 	a.route(routeResult, a.result)
 	a.route(routeHealth, a.health)
+	a.route(routeAwait, a.completeAwait)
 	switch {
 	case opts.RedriveAuthorizedUpstream:
 		a.redriveUpstream = true

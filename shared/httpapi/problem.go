@@ -56,6 +56,7 @@ var (
 	kindInvalidContentType = kind{"invalid-content-type", http.StatusBadRequest, "Invalid content type"}
 	kindInvalidJSON        = kind{"invalid-json", http.StatusBadRequest, "Invalid JSON body"}
 	kindUnauthorized       = kind{"unauthorized", http.StatusUnauthorized, "Unauthorized"}
+	kindForbidden          = kind{"forbidden", http.StatusForbidden, "Forbidden"}
 	kindNotFound           = kind{"not-found", http.StatusNotFound, "Not found"}
 	kindPipelineNotFound   = kind{"pipeline-not-found", http.StatusNotFound, "Pipeline not found"}
 	kindExecutionNotFound  = kind{"execution-not-found", http.StatusNotFound, "Execution not found"}
@@ -63,6 +64,8 @@ var (
 	kindNotSucceeded       = kind{"execution-not-succeeded", http.StatusConflict, "Execution has not succeeded"}
 	kindNotRedrivable      = kind{"execution-not-redrivable", http.StatusConflict, "Execution cannot be re-driven"}
 	kindVersionMismatch    = kind{"version-mismatch", http.StatusConflict, "Execution version mismatch"}
+	kindAwaitConflict      = kind{"await-conflict", http.StatusConflict, "Await cannot be completed"}
+	kindAwaitsDisabled     = kind{"awaits-disabled", http.StatusServiceUnavailable, "Await completion not configured"}
 	kindTooLarge           = kind{"payload-too-large", http.StatusRequestEntityTooLarge, "Request body too large"}
 	kindKeyMismatch        = kind{"idempotency-key-mismatch", http.StatusUnprocessableEntity, "Idempotency key reused with a different request"}
 	kindInternal           = kind{"internal", http.StatusInternalServerError, "Internal server error"}

@@ -217,6 +217,11 @@ func clone(e execution.Execution) execution.Execution {
 	}
 	e.Input.Inline = cloneBytes(e.Input.Inline)
 	e.Result.Inline = cloneBytes(e.Result.Inline)
+	if e.Await != nil {
+		a := *e.Await
+		a.LatePayload.Inline = cloneBytes(a.LatePayload.Inline)
+		e.Await = &a
+	}
 	return e
 }
 

@@ -38,3 +38,40 @@ func AsOutcomeUnknown(err error) (*OutcomeUnknownError, bool) {
 	ok := errors.As(err, &ou)
 	return ou, ok
 }
+
+// Error codes of external awaits (package await).
+const (
+	// CodeAwaitTimeout: the await's timeout passed before its completion
+	// arrived; the await step failed (and retries under its policy).
+	CodeAwaitTimeout = "AWAIT_TIMEOUT"
+	// CodeAwaitTokenSecretMissing: a step awaited but the runtime has no
+	// resume-token secret configured, so nobody could complete the await.
+	CodeAwaitTokenSecretMissing = "await_resume_token_secret_missing"
+)
+
+// AwaitError is returned by a step that suspends until an external party
+// completes an await (package await builds it). The runtime parks the
+// execution as WAITING_EXTERNAL; the completion payload becomes the next
+// step's input (or the result, after the last step).
+type AwaitError struct {
+	// ID is the await's id (AwaitID of the step attempt).
+	ID string
+	// Timeout, when positive, fails the step with AWAIT_TIMEOUT if no
+	// completion arrived that long after the execution was parked.
+	Timeout time.Duration
+}
+
+// Error implements error.
+func (e *AwaitError) Error() string {
+	if e.Timeout > 0 {
+		return fmt.Sprintf("awaiting external completion %s (timeout %s)", e.ID, e.Timeout)
+	}
+	return fmt.Sprintf("awaiting external completion %s", e.ID)
+}
+
+// AsAwait reports whether err is (or wraps) an AwaitError.
+func AsAwait(err error) (*AwaitError, bool) {
+	var ae *AwaitError
+	ok := errors.As(err, &ae)
+	return ae, ok
+}

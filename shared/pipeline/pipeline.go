@@ -57,6 +57,10 @@ type StepInfo struct {
 	// Objects is the object store that a pipeline's Output is published
 	// to (package objectstore); nil when the runtime has none.
 	Objects ObjectStore
+	// ResumeToken returns the resume token of an await this step starts
+	// (package await: await.Token); nil when the runtime has no
+	// resume-token secret configured.
+	ResumeToken func(awaitID string) string
 }
 
 // RejectSink takes the items (or whole streams) a step rejects and goes

@@ -103,6 +103,7 @@ func RuntimeConfig(c config.Config) runtime.Config {
 		ExecutionTTL:      time.Duration(c.ExecutionTTLDays) * 24 * time.Hour,
 		InlineBudget:      c.InlineBudgetBytes,
 		IdempotencyPolicy: runtime.IdempotencyPolicy(c.IdempotencyPolicy),
+		AwaitSecret:       c.AwaitResumeTokenSecret,
 	}
 }
 

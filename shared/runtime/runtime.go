@@ -85,6 +85,10 @@ type Config struct {
 	IdempotencyPolicy IdempotencyPolicy
 	// WorkerID names this process's leases. Default host name + random.
 	WorkerID string
+	// AwaitSecret keys the resume tokens of await steps (package await).
+	// Empty: await steps fail with await_resume_token_secret_missing and
+	// CompleteAwait returns ErrAwaitsDisabled.
+	AwaitSecret string
 }
 
 func (c *Config) defaults() error {

@@ -17,6 +17,8 @@ type SweepResult struct {
 	Redispatched int `json:"redispatched"`
 	// DeadLettersPublished counts pending dead letters now published.
 	DeadLettersPublished int `json:"deadLettersPublished"`
+	// AwaitsTimedOut counts parked awaits whose timeout the sweep enforced.
+	AwaitsTimedOut int `json:"awaitsTimedOut"`
 	// Failed counts rows the sweep could not handle this time.
 	Failed int `json:"failed"`
 	// More reports that the limit was reached: more rows may be due.
@@ -26,8 +28,9 @@ type SweepResult struct {
 // SweepOnce finds rows that are due by more than the sweep grace (their
 // work item was lost, their lease lapsed, their retry time came, or their
 // dead letter is still to be published) and re-dispatches or publishes
-// them, at most the sweep limit. Parked and terminal rows are never in the
-// due index, so they are never touched.
+// them, at most the sweep limit. A WAITING_EXTERNAL row is due only at
+// its await's timeout: the sweep fails its await step with AWAIT_TIMEOUT.
+// Other parked rows and terminal rows are never in the due index.
 func (r *Runtime) SweepOnce(ctx context.Context) (SweepResult, error) {
 	now := r.Clock.Now()
 	refs, err := r.Store.Due(ctx, now.Add(-r.cfg.SweepGrace), r.cfg.SweepLimit)
@@ -44,6 +47,15 @@ func (r *Runtime) SweepOnce(ctx context.Context) (SweepResult, error) {
 				res.DeadLettersPublished++
 			} else {
 				res.Failed++
+			}
+		case ref.Status == execution.WaitingExternal:
+			// A parked row is due only at its await's timeout.
+			if done, err := r.awaitTimeout(ctx, ref.Key); err != nil {
+				res.Failed++
+				r.Logger.LogAttrs(ctx, slog.LevelWarn, "await_timeout_failed", slog.String("event", "await_timeout_failed"),
+					slog.String("execution_id", ref.Key.ExecutionID), slog.String("tenant", ref.Key.TenantID), slog.String("error", err.Error()))
+			} else if done {
+				res.AwaitsTimedOut++
 			}
 		case ref.Status.Claimable():
 			msgs = append(msgs, dispatch.Message{Item: dispatch.WorkItem{TenantID: ref.Key.TenantID, ExecutionID: ref.Key.ExecutionID, PipelineID: ref.PipelineID}})

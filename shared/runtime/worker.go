@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/qasync/qasync/shared/await"
 	"github.com/qasync/qasync/shared/deadletter"
 	"github.com/qasync/qasync/shared/dispatch"
 	"github.com/qasync/qasync/shared/execution"
@@ -81,6 +82,9 @@ type transition struct {
 	r   *Runtime
 	row execution.Execution // as claimed: the commit guard's version
 	log *slog.Logger
+	// unleased: the row is not leased (the sweeper failing a timed-out
+	// await); commits are guarded by the version alone.
+	unleased bool
 }
 
 func (t *transition) run(ctx context.Context, takeover bool) error {
@@ -117,6 +121,10 @@ func (t *transition) run(ctx context.Context, takeover bool) error {
 		t.log.LogAttrs(ctx, slog.LevelWarn, "lease_lost", slog.String("event", "lease_lost"))
 		return nil // the new owner runs the step; nothing of ours may commit
 	}
+	if aw, ok := pipeline.AsAwait(stepErr); ok {
+		// Checked before shutdown: the step has handed out its token.
+		return t.park(ctx, aw, policy)
+	}
 	if ou, ok := pipeline.AsOutcomeUnknown(stepErr); ok {
 		// Checked before shutdown: an unknown outcome is never handed back
 		// for another automatic attempt.
@@ -151,6 +159,11 @@ func (t *transition) invoke(ctx context.Context, step pipeline.Step, in payload.
 		IdempotencyKey: execution.StepIdempotencyKey(row.TenantID, row.ExecutionID, row.StepIndex),
 		Logger:         t.log, Effects: t.r.Effects, ExpiresAt: row.ExpiresAt,
 		Rejects: t.r.Rejects, Objects: t.r.Objects,
+	}
+	if secret := t.r.cfg.AwaitSecret; secret != "" {
+		info.ResumeToken = func(awaitID string) string {
+			return await.Sign([]byte(secret), row.TenantID, row.ExecutionID, awaitID)
+		}
 	}
 	func() {
 		defer func() {
@@ -317,8 +330,12 @@ func (t *transition) base(now time.Time) execution.Execution {
 // commit writes next under this transition's lease. A lost lease is not
 // an error (got is nil); another worker owns the execution now.
 func (t *transition) commit(ctx context.Context, next execution.Execution, attrs ...slog.Attr) (*execution.Execution, error) {
-	got, err := t.r.Store.Update(ctx, store.Guard{Key: t.row.Key(), Version: t.row.Version, LeaseOwner: t.r.cfg.WorkerID}, next)
-	if errors.Is(err, store.ErrLeaseLost) || errors.Is(err, store.ErrNotFound) {
+	guard := store.Guard{Key: t.row.Key(), Version: t.row.Version, LeaseOwner: t.r.cfg.WorkerID}
+	if t.unleased {
+		guard.LeaseOwner = ""
+	}
+	got, err := t.r.Store.Update(ctx, guard, next)
+	if errors.Is(err, store.ErrLeaseLost) || errors.Is(err, store.ErrNotFound) || (t.unleased && errors.Is(err, store.ErrConflict)) {
 		t.log.LogAttrs(ctx, slog.LevelWarn, "lease_lost", slog.String("event", "lease_lost"), slog.String("phase", "commit"))
 		return nil, nil
 	}

@@ -82,6 +82,8 @@ const (
 	AttrCreated           = "created_epoch_ms"
 	AttrUpdated           = "updated_epoch_ms"
 	AttrTTL               = "ttl_epoch_s"
+	// AttrAwait is the map attribute of the current external await.
+	AttrAwait = "await"
 )
 
 // Attribute names of the idempotency key table.

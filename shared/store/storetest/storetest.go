@@ -458,6 +458,10 @@ func testRoundTrip(e *env) {
 	next.Error = &execution.Failure{Code: "c", Message: "m", TerminalReason: execution.ReasonRetryExhausted}
 	next.DLQPending, next.Note, next.RedriveCount = true, "audit", 2
 	next.UpdatedAt = e.clock.Now().Add(time.Second)
+	next.Await = &execution.Await{ID: "aw-1", Status: execution.AwaitTimedOut,
+		TimeoutAt: e.clock.Now().Add(2 * time.Second), CompletedAt: e.clock.Now().Add(3 * time.Second),
+		Digest: payload.Digest([]byte("done")), Late: true,
+		LatePayload: payload.Ref{Encoding: payload.EncodingJSON, ContentType: "application/json", Length: 4, SHA256: payload.Digest([]byte("done")), Inline: []byte("done")}}
 	if _, err := e.s.Update(e.ctx, store.Guard{Key: x.Key(), Version: held.Version, LeaseOwner: "w1"}, next); err != nil {
 		e.t.Fatalf("Update: %v", err)
 	}
@@ -478,6 +482,20 @@ func testRoundTrip(e *env) {
 	if again.Error.Message != "m" {
 		e.t.Fatalf("store shares memory with callers")
 	}
+	got.Await.ID = "mutated"
+	if again, _ := e.s.Get(e.ctx, x.Key()); again.Await == nil || again.Await.ID != "aw-1" {
+		e.t.Fatalf("store shares await memory with callers")
+	}
+	// Clearing the await removes it.
+	cur, _ := e.s.Get(e.ctx, x.Key())
+	cleared := cur
+	cleared.Await = nil
+	if _, err := e.s.Update(e.ctx, store.Guard{Key: x.Key(), Version: cur.Version}, cleared); err != nil {
+		e.t.Fatalf("Update clearing await: %v", err)
+	}
+	if got, _ := e.s.Get(e.ctx, x.Key()); got.Await != nil {
+		e.t.Fatalf("await not cleared: %+v", got.Await)
+	}
 }
 
 // normalize drops what a backend may legitimately represent differently:
@@ -486,6 +504,18 @@ func testRoundTrip(e *env) {
 // nil versus empty inline bytes.
 func normalize(x execution.Execution) execution.Execution {
 	x.Error = nil
+	if x.Await != nil {
+		a := *x.Await
+		for _, t := range []*time.Time{&a.TimeoutAt, &a.CompletedAt} {
+			if !t.IsZero() {
+				*t = t.UTC().Round(0).Truncate(time.Millisecond)
+			}
+		}
+		if len(a.LatePayload.Inline) == 0 && a.LatePayload.Inline != nil {
+			a.LatePayload.Inline = []byte{}
+		}
+		x.Await = &a
+	}
 	for _, t := range []*time.Time{&x.LeaseExpiresAt, &x.NextDueAt, &x.CreatedAt, &x.UpdatedAt, &x.ExpiresAt} {
 		if !t.IsZero() {
 			*t = t.UTC().Round(0).Truncate(time.Millisecond)
