@@ -8,6 +8,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/qasync/qasync/shared/execution"
 	"github.com/qasync/qasync/shared/runtime"
 )
 
@@ -37,8 +38,9 @@ type SweepReport struct {
 }
 
 // Sweeper is the sweeper function's handler for its EventBridge schedule
-// (the event's content is not used). It runs Runtime.SweepOnce, again
-// while the sweep reports More and the deadline leaves more than margin,
+// (the event's content is not used). It runs Runtime.Sweep, again while
+// the sweep reports More and the deadline leaves more than margin, each
+// sweep skipping the rows the invocation already handled,
 // at most MaxSweeps times (the first sweep always runs), and returns and
 // logs (event "sweeper_completed") the totals. A SweepOnce error is
 // logged ("sweep_failed") and returned, so that the invocation counts as
@@ -52,8 +54,9 @@ func Sweeper(rt *runtime.Runtime, margin time.Duration, log *slog.Logger) func(c
 		start := time.Now()
 		var rep SweepReport
 		stop := "drained"
+		seen := map[execution.Key]bool{} // page on: never the same row twice per invocation
 		for {
-			res, err := rt.SweepOnce(ctx)
+			res, err := rt.Sweep(ctx, seen)
 			if err != nil {
 				log.LogAttrs(ctx, slog.LevelWarn, "sweep_failed", slog.String("event", "sweep_failed"),
 					slog.Int("sweeps", rep.Sweeps), slog.String("error", err.Error()))

@@ -50,10 +50,11 @@ func TestSweeperFixture(t *testing.T) {
 	}
 }
 
-// TestSweeperStopsAtMaxSweeps: while sweeps report More (the dispatched
-// items are never delivered here, so the same rows stay due) the handler
-// sweeps again, at most MaxSweeps times.
-func TestSweeperStopsAtMaxSweeps(t *testing.T) {
+// TestSweeperPagesThroughDueRows: with more due rows than the sweep
+// limit, the handler sweeps again, each sweep skipping the rows handled
+// before (the dispatched items are never delivered here, so every row
+// stays due): each row's work item is sent once per invocation.
+func TestSweeperPagesThroughDueRows(t *testing.T) {
 	rt, _, d, _ := unitRuntime(t, runtime.Config{SweepLimit: 2})
 	for i := range 5 {
 		seed(t, rt, fmt.Sprintf("sweep-%d", i), checkout.ID, orderInput, overdue)
@@ -62,7 +63,23 @@ func TestSweeperStopsAtMaxSweeps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Sweeps != lambdafn.MaxSweeps || !rep.More || rep.Due != 2*lambdafn.MaxSweeps || d.count() != 2*lambdafn.MaxSweeps {
+	if rep.Sweeps != 3 || rep.More || rep.Due != 5 || rep.Redispatched != 5 || d.count() != 5 {
+		t.Fatalf("report %+v, %d dispatched; want 3 sweeps handling the 5 rows once each", rep, d.count())
+	}
+}
+
+// TestSweeperStopsAtMaxSweeps: while sweeps report More the handler sweeps
+// again, at most MaxSweeps times.
+func TestSweeperStopsAtMaxSweeps(t *testing.T) {
+	rt, _, d, _ := unitRuntime(t, runtime.Config{SweepLimit: 1})
+	for i := range lambdafn.MaxSweeps + 3 {
+		seed(t, rt, fmt.Sprintf("sweep-%d", i), checkout.ID, orderInput, overdue)
+	}
+	rep, err := lambdafn.Sweeper(rt, time.Second, rt.Logger)(context.Background(), events.EventBridgeEvent{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Sweeps != lambdafn.MaxSweeps || !rep.More || rep.Due != lambdafn.MaxSweeps || d.count() != lambdafn.MaxSweeps {
 		t.Fatalf("report %+v, %d dispatched", rep, d.count())
 	}
 }

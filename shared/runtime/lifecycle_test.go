@@ -601,3 +601,35 @@ func TestUnreadableInputDeadLetters(t *testing.T) {
 		}
 	})
 }
+
+// TestSweepPagesWithSeen: repeated sweeps of one pass never handle a row
+// twice, even while the rows stay due.
+func TestSweepPagesWithSeen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t, runtime.Config{Retry: fastRetry, SweepGrace: time.Second, SweepLimit: 2}, threeSteps())
+		h.dropNext = 5 // every submit's work item is lost
+		for i := range 5 {
+			h.submit("p.three", fmt.Sprint("k", i), map[string]any{})
+		}
+		h.drop = func(int) bool { return true } // and so are the sweeps' items: the rows stay due
+		time.Sleep(2 * time.Second)
+		seen := map[execution.Key]bool{}
+		var total int
+		for range 3 {
+			res, err := h.rt.Sweep(context.Background(), seen)
+			if err != nil {
+				t.Fatal(err)
+			}
+			total += res.Redispatched
+		}
+		if total != 5 || len(seen) != 5 {
+			t.Fatalf("3 sweeps re-dispatched %d rows (%d seen), want each of the 5 once", total, len(seen))
+		}
+		if res, _ := h.rt.Sweep(context.Background(), seen); res.Due != 0 || res.More {
+			t.Fatalf("a fourth sweep of the pass found %+v", res)
+		}
+		if res, _ := h.rt.SweepOnce(context.Background()); res.Redispatched != 2 {
+			t.Fatalf("a new pass starts over: %+v", res)
+		}
+	})
+}

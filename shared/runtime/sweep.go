@@ -7,6 +7,7 @@ import (
 
 	"github.com/qasync/qasync/shared/dispatch"
 	"github.com/qasync/qasync/shared/execution"
+	"github.com/qasync/qasync/shared/store"
 )
 
 // SweepResult counts what one sweep did.
@@ -32,12 +33,33 @@ type SweepResult struct {
 // its await's timeout: the sweep fails its await step with AWAIT_TIMEOUT.
 // Other parked rows and terminal rows are never in the due index.
 func (r *Runtime) SweepOnce(ctx context.Context) (SweepResult, error) {
+	return r.Sweep(ctx, nil)
+}
+
+// Sweep is SweepOnce for one pass of several sweeps: it skips the rows in
+// seen (handled by the pass's earlier sweeps) and adds those it handles,
+// so that repeated calls page through a large due set instead of handling
+// its oldest rows again (and re-sending their work items) each time. A
+// nil seen is a single sweep.
+func (r *Runtime) Sweep(ctx context.Context, seen map[execution.Key]bool) (SweepResult, error) {
 	now := r.Clock.Now()
-	refs, err := r.Store.Due(ctx, now.Add(-r.cfg.SweepGrace), r.cfg.SweepLimit)
+	want := r.cfg.SweepLimit + len(seen)
+	all, err := r.Store.Due(ctx, now.Add(-r.cfg.SweepGrace), want)
 	if err != nil {
 		return SweepResult{}, err
 	}
-	res := SweepResult{Due: len(refs), More: len(refs) >= r.cfg.SweepLimit}
+	refs := make([]store.DueRef, 0, len(all))
+	for _, ref := range all {
+		if !seen[ref.Key] && len(refs) < r.cfg.SweepLimit {
+			refs = append(refs, ref)
+		}
+	}
+	if seen != nil {
+		for _, ref := range refs {
+			seen[ref.Key] = true
+		}
+	}
+	res := SweepResult{Due: len(refs), More: len(all) >= want}
 	var msgs []dispatch.Message
 	for _, ref := range refs {
 		switch {
