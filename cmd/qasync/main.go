@@ -102,6 +102,10 @@ func serve(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if err := providers.ResolveAwaitSecret(ctx, &cfg, nil); err != nil {
+		fmt.Fprintf(os.Stderr, "qasync: %v\n", err)
+		return 2
+	}
 	set, err := providers.Open(ctx, cfg, reg, log, providers.WithDrainTimeout(drainTimeout))
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "qasync: %v\n", err)

@@ -1,6 +1,6 @@
 // Package awsclient builds the AWS SDK clients the durable providers use.
 // Endpoints come from the SDK's standard variables (AWS_ENDPOINT_URL_DYNAMODB,
-// AWS_ENDPOINT_URL_SQS), so one binary talks to AWS or to the local stack;
+// AWS_ENDPOINT_URL_SQS, AWS_ENDPOINT_URL_SECRETS_MANAGER), so one binary talks to AWS or to the local stack;
 // for a loopback endpoint the client is adjusted to DynamoDB Local's quirks.
 package awsclient
 
@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go/middleware"
 )
@@ -32,6 +33,9 @@ type Clients struct {
 	// S3 uses path-style addressing when its endpoint is on this machine
 	// (the local stack serves S3 at AWS_ENDPOINT_URL_S3).
 	S3 *s3.Client
+	// SecretsManager reads the await resume-token secret at startup
+	// (config key await.resume-token-secret-arn).
+	SecretsManager *secretsmanager.Client
 }
 
 // Load reads the SDK's default configuration (environment, shared files,
@@ -74,6 +78,7 @@ func FromConfig(cfg aws.Config) Clients {
 				o.UsePathStyle = true
 			}
 		}),
+		SecretsManager: secretsmanager.NewFromConfig(cfg),
 	}
 }
 

@@ -117,6 +117,15 @@ type Config struct {
 	// await_resume_token_secret_missing) and their completion route. It
 	// keys the HMAC of resume tokens and is never printed or marshaled.
 	AwaitResumeTokenSecret string `json:"-"`
+	// AwaitResumeTokenSecretARN is key "await.resume-token-secret-arn",
+	// default empty: a Secrets Manager secret whose value the Lambda
+	// functions (lambdafn.Boot) and qasync serve fetch once at startup and
+	// use as AwaitResumeTokenSecret when that key is empty. The ARN itself
+	// is no secret.
+	AwaitResumeTokenSecretARN string
+	// OutputBucket is key "output.bucket", default empty: the S3 bucket
+	// that the {outputBucket} placeholder of pipelines' Output.To names.
+	OutputBucket string
 	// RedriveAuthorizedUpstream is key "admin.redrive-authorized-upstream",
 	// default false: the submit function behind API Gateway serves the
 	// redrive route without admin.token, because the gateway authorizes
@@ -356,6 +365,10 @@ var entries = []entry{
 		func(c *Config) *string { return &c.AdminToken }, verbatim, nil)),
 	secret(field("await.resume-token-secret", "HMAC key of await steps' resume tokens; empty disables await steps. Never printed.",
 		func(c *Config) *string { return &c.AwaitResumeTokenSecret }, verbatim, nil)),
+	field("await.resume-token-secret-arn", "Secrets Manager secret (ARN) whose value is fetched once at startup (GetSecretValue) and used as await.resume-token-secret when that key is empty; a failed fetch stops startup.",
+		func(c *Config) *string { return &c.AwaitResumeTokenSecretARN }, verbatim, nil),
+	field("output.bucket", "S3 bucket of pipelines' terminal output: the value of the {outputBucket} placeholder of Output.To; a pipeline using it refuses to start while this is empty.",
+		func(c *Config) *string { return &c.OutputBucket }, verbatim, nil),
 	field("admin.redrive-authorized-upstream", "The redrive route is authorized by API Gateway (its own IAM permission or JWT scope), so the submit function serves it without admin.token; qasync serve refuses it.",
 		func(c *Config) *bool { return &c.RedriveAuthorizedUpstream }, parseBool, nil),
 	field("http.addr", "HTTP listen address, host:port (flag alias --addr).",

@@ -76,6 +76,7 @@ type bootOptions struct {
 	needRecorder bool
 	logOut       io.Writer
 	lookupEnv    func(string) (string, bool)
+	secrets      providers.SecretGetter
 }
 
 // RequireRecorder makes Boot fail when the providers have no dead-letter
@@ -91,14 +92,24 @@ func WithLookupEnv(lookup func(string) (string, bool)) BootOption {
 	return func(o *bootOptions) { o.lookupEnv = lookup }
 }
 
+// WithSecretsManager makes Boot read the resume-token secret of
+// await.resume-token-secret-arn through sm instead of a client from the
+// SDK's default configuration (tests).
+func WithSecretsManager(sm providers.SecretGetter) BootOption {
+	return func(o *bootOptions) { o.secrets = sm }
+}
+
 // ErrNoRecorder is returned by Boot with RequireRecorder when the
 // configuration provides no dead-letter Recorder.
 var ErrNoRecorder = errors.New("lambdafn: no dead-letter recorder configured (the dlq function needs one)")
 
 // Boot reads the configuration from the environment (config.Load with no
 // flags), builds the logger (NewLogger on stdout, level from
-// AWS_LAMBDA_LOG_LEVEL when Lambda sets it, else from the log-level key)
-// and opens the providers with every pipeline of this repository. A
+// AWS_LAMBDA_LOG_LEVEL when Lambda sets it, else from the log-level key),
+// resolves the await resume-token secret from Secrets Manager when only
+// its ARN is configured (providers.ResolveAwaitSecret; a failure names
+// the key), and opens the providers with every pipeline of this
+// repository. A
 // failure is logged as event "boot_failed" and returned; the returned Env
 // then has at least its Logger. A configuration whose providers are not
 // durable (memory state, in-process dispatcher) is allowed, for trying a
@@ -128,6 +139,12 @@ func Boot(ctx context.Context, opts ...BootOption) (Env, error) {
 	if cfgErr != nil {
 		return fail(cfgErr)
 	}
+	// The deployed functions get the resume-token secret's ARN, never its
+	// value: fetch the value once, before anything uses the config.
+	if err := providers.ResolveAwaitSecret(ctx, &cfg, o.secrets); err != nil {
+		return fail(err)
+	}
+	env.Config = cfg
 	reg, err := pipelines.Registry()
 	if err != nil {
 		return fail(err)

@@ -61,6 +61,10 @@ type StepInfo struct {
 	// (package await: await.Token); nil when the runtime has no
 	// resume-token secret configured.
 	ResumeToken func(awaitID string) string
+	// OutputBucket is the deployment's output bucket (config key
+	// pipeline.orchestrator.output.bucket), the value of the {outputBucket}
+	// placeholder of Output.To; empty when none is configured.
+	OutputBucket string
 }
 
 // RejectSink takes the items (or whole streams) a step rejects and goes
@@ -154,8 +158,24 @@ type Output struct {
 	// for local runs, s3://bucket/prefix/{tenant}/{pipelineId}/{executionId}.json
 	// in AWS. It must contain {executionId}, so that each execution has
 	// its own object; {tenant} and {pipelineId} are optional.
+	// {outputBucket} is the deployment's output bucket (config key
+	// pipeline.orchestrator.output.bucket, which the CDK stack sets with
+	// its outputBucket setting): s3://{outputBucket}/results/{tenant}/{pipelineId}/{executionId}.json
+	// works in every stage. A process whose registry has such a pipeline
+	// refuses to start without the key (providers.Open); a runtime built
+	// otherwise fails the publish retryably, naming the key.
 	To string
 }
+
+// OutputBucketPlaceholder is the placeholder of Output.To replaced by the
+// configured output bucket (StepInfo.OutputBucket).
+const OutputBucketPlaceholder = "{outputBucket}"
+
+// OutputBucketKey is the configuration key that sets the output bucket.
+const OutputBucketKey = "pipeline.orchestrator.output.bucket"
+
+// UsesOutputBucket reports whether To contains {outputBucket}.
+func (o Output) UsesOutputBucket() bool { return strings.Contains(o.To, OutputBucketPlaceholder) }
 
 // CodeOutputPublishFailed is the retryable error code of a failed
 // Terminal Object Publish.
@@ -163,7 +183,8 @@ const CodeOutputPublishFailed = "output_publish_failed"
 
 // Target expands To for the execution of info.
 func (o Output) Target(info StepInfo) string {
-	return strings.NewReplacer("{tenant}", info.TenantID, "{pipelineId}", info.PipelineID, "{executionId}", info.ExecutionID).Replace(o.To)
+	return strings.NewReplacer("{tenant}", info.TenantID, "{pipelineId}", info.PipelineID, "{executionId}", info.ExecutionID,
+		OutputBucketPlaceholder, info.OutputBucket).Replace(o.To)
 }
 
 func (o Output) validate() error {
@@ -182,6 +203,10 @@ func publishing(run StepFunc, o Output) StepFunc {
 		out, err := run(ctx, info, in)
 		if err != nil {
 			return out, err
+		}
+		if o.UsesOutputBucket() && info.OutputBucket == "" {
+			return payload.Payload{}, Retryable(CodeOutputPublishFailed,
+				fmt.Errorf("publish output to %s: %s is not set (the {outputBucket} placeholder has no value)", o.To, OutputBucketKey))
 		}
 		target := o.Target(info)
 		if info.Objects == nil {

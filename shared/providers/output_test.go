@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -42,7 +43,17 @@ func reportPipeline(to string) pipeline.Pipeline {
 // openReport opens a memory runtime serving p.
 func openReport(t *testing.T, p pipeline.Pipeline) *providers.Set {
 	t.Helper()
+	return openReportWith(t, p, nil)
+}
+
+// openReportWith opens a memory runtime serving p, with mutate applied
+// to the configuration.
+func openReportWith(t *testing.T, p pipeline.Pipeline, mutate func(*config.Config)) *providers.Set {
+	t.Helper()
 	c := config.Default()
+	if mutate != nil {
+		mutate(&c)
+	}
 	c.MaxRetries, c.RetryDelay, c.RetryMaxDelay = 2, 20*time.Millisecond, 20*time.Millisecond
 	reg, err := pipeline.NewRegistry(p)
 	if err != nil {
@@ -151,6 +162,40 @@ func TestOutputPublishedToS3(t *testing.T) {
 	set := openReport(t, reportPipeline("s3://"+bucket+"/out/{tenant}/{pipelineId}/{executionId}.json"))
 	row := submitAndWait(t, set, reportOrder{ID: "o-1", Cents: 450})
 	checkPublished(t, set, objectstore.S3{Client: c.S3}, row, "s3://"+bucket+"/out/acme/test.report/"+row.ExecutionID+".json")
+}
+
+// TestOutputBucketPlaceholderS3: s3://{outputBucket}/... publishes to
+// the bucket of output.bucket (the CDK stack's output bucket).
+func TestOutputBucketPlaceholderS3(t *testing.T) {
+	t.Parallel()
+	c, _ := awstest.Clients(t)
+	bucket := awstest.Bucket(t, c)
+	set := openReportWith(t, reportPipeline("s3://{outputBucket}/results/{tenant}/{pipelineId}/{executionId}.json"),
+		func(c *config.Config) { c.OutputBucket = bucket })
+	row := submitAndWait(t, set, reportOrder{ID: "o-1", Cents: 450})
+	checkPublished(t, set, objectstore.S3{Client: c.S3}, row, "s3://"+bucket+"/results/acme/test.report/"+row.ExecutionID+".json")
+}
+
+// TestOutputBucketRequiredAtStartup: a registry with a pipeline whose
+// target uses {outputBucket} does not open without output.bucket, and
+// the error names the key and the pipeline.
+func TestOutputBucketRequiredAtStartup(t *testing.T) {
+	t.Parallel()
+	reg, err := pipeline.NewRegistry(reportPipeline("s3://{outputBucket}/results/{executionId}.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := providers.Open(context.Background(), config.Default(), reg, slog.New(slog.DiscardHandler))
+	if err == nil {
+		_ = set.Close(context.Background())
+		t.Fatal("Open succeeded without output.bucket")
+	}
+	if pipeline.OutputBucketKey != config.FullKey("output.bucket") {
+		t.Fatalf("pipeline.OutputBucketKey %q is not the config key", pipeline.OutputBucketKey)
+	}
+	if msg := err.Error(); !strings.Contains(msg, "pipeline.orchestrator.output.bucket") || !strings.Contains(msg, "test.report") {
+		t.Fatalf("error %q names neither the key nor the pipeline", msg)
+	}
 }
 
 // TestOutputPublishFailureRetriesThenDeadLetters: a target that refuses

@@ -104,6 +104,7 @@ func RuntimeConfig(c config.Config) runtime.Config {
 		InlineBudget:      c.InlineBudgetBytes,
 		IdempotencyPolicy: runtime.IdempotencyPolicy(c.IdempotencyPolicy),
 		AwaitSecret:       c.AwaitResumeTokenSecret,
+		OutputBucket:      c.OutputBucket,
 	}
 }
 
@@ -164,6 +165,9 @@ func Open(ctx context.Context, c config.Config, reg *pipeline.Registry, log *slo
 			slog.Float64("dynamo_error_rate", c.FaultDynamoErrorRate),
 			slog.Float64("dispatch_duplicate_rate", c.FaultDispatchDuplicateRate),
 			slog.Float64("dispatch_drop_rate", c.FaultDispatchDropRate))
+	}
+	if err := checkOutputBucket(c, reg); err != nil {
+		return nil, err
 	}
 	if needsAWS(c) || usesS3Output(reg) {
 		clients, err := awsclient.Load(ctx, o.apiOptions...)
@@ -266,6 +270,22 @@ func usesS3Output(reg *pipeline.Registry) bool {
 		}
 	}
 	return false
+}
+
+// checkOutputBucket refuses a registry with a pipeline whose Output.To
+// uses {outputBucket} when output.bucket is not set: the publish could
+// never succeed.
+func checkOutputBucket(c config.Config, reg *pipeline.Registry) error {
+	if reg == nil || c.OutputBucket != "" {
+		return nil
+	}
+	for _, id := range reg.IDs() {
+		if p, _ := reg.Get(id); p.Output != nil && p.Output.UsesOutputBucket() {
+			return fmt.Errorf("%s: pipeline %s publishes its output to %q, but the key is empty (the CDK stack sets it with context outputBucket=true)",
+				config.FullKey("output.bucket"), id, p.Output.To)
+		}
+	}
+	return nil
 }
 
 // strict verifies the durable resources and policy, naming the key of

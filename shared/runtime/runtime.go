@@ -89,6 +89,9 @@ type Config struct {
 	// Empty: await steps fail with await_resume_token_secret_missing and
 	// CompleteAwait returns ErrAwaitsDisabled.
 	AwaitSecret string
+	// OutputBucket is handed to every step as pipeline.StepInfo.OutputBucket:
+	// the value of the {outputBucket} placeholder of pipelines' Output.
+	OutputBucket string
 }
 
 func (c *Config) defaults() error {

@@ -158,7 +158,7 @@ func (t *transition) invoke(ctx context.Context, step pipeline.Step, in payload.
 		TransitionKey: row.TransitionKey(), FencingToken: row.Version,
 		IdempotencyKey: execution.StepIdempotencyKey(row.TenantID, row.ExecutionID, row.StepIndex),
 		Logger:         t.log, Effects: t.r.Effects, ExpiresAt: row.ExpiresAt,
-		Rejects: t.r.Rejects, Objects: t.r.Objects,
+		Rejects: t.r.Rejects, Objects: t.r.Objects, OutputBucket: t.r.cfg.OutputBucket,
 	}
 	if secret := t.r.cfg.AwaitSecret; secret != "" {
 		info.ResumeToken = func(awaitID string) string {

@@ -40,6 +40,15 @@ const (
 	// authorization of the redrive route takes the bearer token's place.
 	keyAdminToken      = "admin.token"
 	keyRedriveUpstream = "admin.redrive-authorized-upstream"
+	// keyResumeTokenSecret is never passed either: the functions that
+	// sign or verify resume tokens get keyResumeTokenSecretARN, the ARN
+	// of the stack's Secrets Manager secret, and fetch the value at boot.
+	keyResumeTokenSecret    = "await.resume-token-secret"
+	keyResumeTokenSecretARN = "await.resume-token-secret-arn"
+	// keyOutputBucket is the output bucket's name, set when the stack
+	// creates one (Settings.OutputBucket); otherwise runtimeConfig may
+	// name a bucket of your own.
+	keyOutputBucket = "output.bucket"
 )
 
 // derivedKeys are the keys Settings.RuntimeConfig may not set.
@@ -49,11 +58,13 @@ var derivedKeys = map[string]struct{}{
 	keyKeyTable: {}, keyPayloadTable: {}, keyDeadLetterTable: {}, keyEffectTable: {}, keyEventsBus: {}, keyMetricsNamespace: {},
 	keyTenantSource: {}, keyTenantClaim: {}, keySQSVisibility: {}, keyLogLevel: {}, keySweepInterval: {},
 	keyAdminToken: {}, keyRejectProvider: {}, keyRejectQueueURL: {},
+	keyResumeTokenSecret: {}, keyResumeTokenSecretARN: {},
 }
 
 // ExcludedEnv lists the environment variables of configuration keys that
-// no function gets: the admin token (see the README's IAM section).
-var ExcludedEnv = []string{config.EnvName(config.FullKey(keyAdminToken))}
+// no function gets: the secrets, the admin token (see the README's IAM
+// section) and the await resume-token secret's value (its ARN is passed).
+var ExcludedEnv = []string{config.EnvName(config.FullKey(keyAdminToken)), config.EnvName(config.FullKey(keyResumeTokenSecret))}
 
 // Resources are the deployed names and URLs a function's environment is
 // built from (CloudFormation tokens at synthesis).
@@ -77,6 +88,12 @@ type Resources struct {
 	// EventBus is the lifecycle bus name ("" for functions that publish no
 	// lifecycle events).
 	EventBus string
+	// ResumeTokenSecretARN is the ARN of the await resume-token secret
+	// ("" for functions that neither sign nor verify resume tokens).
+	ResumeTokenSecretARN string
+	// OutputBucket is the output bucket's name ("" without one: the key
+	// keeps its default, or runtimeConfig's value).
+	OutputBucket string
 }
 
 // Environment returns the environment of a function: every configuration
@@ -123,7 +140,11 @@ func Environment(s Settings, r Resources) (map[string]string, error) {
 		keyRejectQueueURL:     r.RejectQueueURL,
 		// The redrive route has its own IAM permission (or JWT scope) at
 		// the gateway; a SigV4 request cannot also carry a bearer token.
-		keyRedriveUpstream: "true",
+		keyRedriveUpstream:      "true",
+		keyResumeTokenSecretARN: r.ResumeTokenSecretARN,
+	}
+	if r.OutputBucket != "" {
+		derived[keyOutputBucket] = r.OutputBucket
 	}
 	var unknown []string
 	for k, v := range derived {

@@ -78,6 +78,12 @@ func (b *builder) functions() error {
 		if name != Submit { // submit publishes no lifecycle events
 			r.EventBus = *b.bus.EventBusName()
 		}
+		if usesResumeSecret(name) {
+			r.ResumeTokenSecretARN = *b.secret.SecretArn()
+		}
+		if b.output != nil {
+			r.OutputBucket = *b.output.BucketName()
+		}
 		env, err := Environment(b.s, r)
 		if err != nil {
 			return err
@@ -125,6 +131,13 @@ func (b *builder) functions() error {
 	return nil
 }
 
+// usesResumeSecret reports whether the function signs or verifies await
+// resume tokens: submit serves the completion route (verifies), the
+// worker runs await steps (signs). The sweeper only fails timed-out
+// awaits and the dlq function only records dead letters: neither needs
+// the secret.
+func usesResumeSecret(name string) bool { return name == Submit || name == Worker }
+
 // allow adds one statement to f's role.
 func (f *function) allow(sid string, actions []string, resources ...*string) {
 	f.role.AddToPrincipalPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
@@ -153,6 +166,11 @@ func (f *function) allow(sid string, actions []string, resources ...*string) {
 //     items and dead-letter envelopes sent; lifecycle events put.
 //   - dlq: DLQ and poison queues consumed; dead-letter records written
 //     and read; rows read and marked DLQ; lifecycle events put.
+//
+// Submit and worker read the await resume-token secret at boot
+// (secretsmanager:GetSecretValue on that secret only); with an output
+// bucket the worker writes objects into it (s3:PutObject only: the S3
+// object store makes one PutObject per publish and never reads back).
 func (b *builder) grants(f *function) {
 	exec, keys, payloads, dead, effects := b.tbl[ExecutionTableID], b.tbl[KeyTableID], b.tbl[PayloadTableID], b.tbl[DeadLetterTableID], b.tbl[EffectTableID]
 	work, dlq, poison, rejects := b.queue[WorkQueueID], b.queue[DLQQueueID], b.queue[PoisonQueueID], b.queue[RejectQueueID]
@@ -168,6 +186,12 @@ func (b *builder) grants(f *function) {
 			Resources:  jsii.Strings(*b.bus.EventBusArn()),
 			Conditions: &map[string]any{"StringEquals": map[string]any{"events:source": lifecycleEventSrc}},
 		}))
+	}
+	if usesResumeSecret(f.name) {
+		f.allow("ReadResumeTokenSecret", []string{"secretsmanager:GetSecretValue"}, b.secret.SecretArn())
+	}
+	if f.name == Worker && b.output != nil {
+		f.allow("PublishOutputs", []string{"s3:PutObject"}, b.output.ArnForObjects(jsii.String("*")))
 	}
 	switch f.name {
 	case Submit:

@@ -91,6 +91,7 @@ func settingsFor(variant string) Settings {
 		s.ReservedConcurrency = map[string]int{Worker: 60, Sweeper: 1}
 		s.SweeperRate = 5 * time.Minute
 		s.RuntimeConfig = map[string]string{"max-retries": "5", "pipeline.orchestrator.retry-delay": "2s"}
+		s.OutputBucket = true
 		return s
 	}
 	panic("unknown variant " + variant)

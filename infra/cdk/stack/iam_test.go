@@ -32,13 +32,15 @@ func TestLeastPrivilegePerFunction(t *testing.T) {
 	}
 	events := `events:PutEvents <LifecycleEventBus.Arn> if {"StringEquals":{"events:source":"qasync"}}`
 	consume := []string{"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"}
+	secret := grant([]string{"<" + ResumeSecretID + ">"}, "secretsmanager:GetSecretValue")
 	want := map[string][]string{
 		SubmitFunctionID: concat(common(SubmitFunctionID),
 			grant(arn(ExecutionTableID), "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
 			grant(arn(KeyTableID), "dynamodb:GetItem", "dynamodb:PutItem"),
 			grant(arn(PayloadTableID), "dynamodb:GetItem", "dynamodb:PutItem"),
-			grant(arn(WorkQueueID), "sqs:SendMessage")),
-		WorkerFunctionID: concat(common(WorkerFunctionID),
+			grant(arn(WorkQueueID), "sqs:SendMessage"),
+			secret),
+		WorkerFunctionID: concat(common(WorkerFunctionID), secret,
 			grant(arn(ExecutionTableID), "dynamodb:GetItem", "dynamodb:UpdateItem"),
 			grant(arn(PayloadTableID), "dynamodb:GetItem", "dynamodb:PutItem"),
 			grant(arn(EffectTableID), "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
@@ -65,6 +67,26 @@ func TestLeastPrivilegePerFunction(t *testing.T) {
 		if !reflect.DeepEqual(got, w) {
 			t.Errorf("%s grants:\n got  %s\n want %s\n extra %v\n missing %v", fnID,
 				strings.Join(got, "\n      "), strings.Join(w, "\n      "), minus(got, w), minus(w, got))
+		}
+	}
+	// With outputBucket (full) the worker may also put objects into the
+	// bucket, and nothing else may touch it.
+	full := synth(t, "full")
+	put := "s3:PutObject <" + OutputBucketID + ".Arn>/*"
+	for _, name := range FunctionNames {
+		got := full.grantsOf(t, FunctionIDs[name]+"Role")
+		var s3 []string
+		for _, g := range got {
+			if strings.HasPrefix(g, "s3:") || strings.Contains(g, OutputBucketID) {
+				s3 = append(s3, g)
+			}
+		}
+		if want := []string(nil); name == Worker {
+			if want = []string{put}; !reflect.DeepEqual(s3, want) {
+				t.Errorf("full worker bucket grants %v, want %v", s3, want)
+			}
+		} else if len(s3) != 0 {
+			t.Errorf("full %s bucket grants %v, want none", name, s3)
 		}
 	}
 	// Roles carry no managed policies (AWSLambdaBasicExecutionRole and

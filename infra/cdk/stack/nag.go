@@ -55,6 +55,15 @@ func (b *builder) suppressions() {
 			"An execute-api ARN names one route as <api>/<stage>/<METHOD>/<path>. Here '*' stands only for the stage and for path parameters ({pipelineId}, {executionId}: ids the caller chooses); every statement names its method and route, so the redrive route stays out of the client policy.",
 			findings...)
 	}
+	b.suppress(b.secret, "AwsSolutions-SMG4",
+		"The secret is the HMAC key of await resume tokens handed to external parties; a token stays valid until its await completes or times out, so an automatic rotation would invalidate every outstanding token. An operator rotates it by hand when no await is outstanding (or accepts that outstanding ones fail and are re-driven): put a new random value (aws secretsmanager put-secret-value), then update the submit and worker functions' configuration so that new instances fetch it at boot.")
+	if b.output != nil {
+		b.suppress(b.output, "AwsSolutions-S1",
+			"The output bucket is written only by the worker role (s3:PutObject, a single IAM statement) and is never public; object-level activity is auditable with CloudTrail data events, which an account that needs them enables account-wide, so a second bucket of server access logs (itself needing the same rule's exception) would add cost without adding a control.")
+		b.suppress(b.fn[Worker].role.Node().FindChild(jsii.String("DefaultPolicy")), "AwsSolutions-IAM5",
+			"The worker publishes each execution's terminal output to a key of its own chosen by the pipeline's Output.To template (tenant, pipeline and execution ids): the object wildcard is confined to the stack's own output bucket and the only action is s3:PutObject.",
+			"Resource::<"+OutputBucketID+".Arn>/*")
+	}
 	if b.s.Tracing {
 		for _, name := range FunctionNames {
 			b.suppress(b.fn[name].role.Node().FindChild(jsii.String("DefaultPolicy")), "AwsSolutions-IAM5",

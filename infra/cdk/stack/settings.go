@@ -128,6 +128,13 @@ type Settings struct {
 	// info, warn or error; default info). It sets both config key
 	// log-level and Lambda's application log level.
 	LogLevel string
+	// OutputBucket creates the output bucket of pipelines' Terminal Object
+	// Publish (context "outputBucket", default false): S3 managed
+	// encryption, public access blocked, TLS only, versioned, retained
+	// like the tables; the worker may s3:PutObject into it and every
+	// function gets its name as config key output.bucket (the
+	// {outputBucket} placeholder of Output.To).
+	OutputBucket bool
 	// RuntimeConfig sets further configuration keys (without the
 	// pipeline.orchestrator. prefix), e.g. {"max-retries": "5"} (context
 	// "runtimeConfig", an object). Keys the stack derives from its
@@ -168,6 +175,7 @@ const (
 	CtxMetricsNamespace      = "metricsNamespace"
 	CtxLogLevel              = "logLevel"
 	CtxRuntimeConfig         = "runtimeConfig"
+	CtxOutputBucket          = "outputBucket"
 	defaultStage             = "dev"
 	defaultDistDirFromCDKDir = "../../dist"
 )
@@ -180,6 +188,7 @@ var ContextKeys = []string{
 	CtxReservedConcurrency, CtxTracing, CtxSweeperRateMinutes, CtxOldestMessageAlarm, CtxAlarmEmail,
 	CtxJWTIssuer, CtxJWTAudience, CtxJWTTenantClaim, CtxJWTRedriveScope,
 	CtxThrottleRateLimit, CtxThrottleBurstLimit, CtxMetricsNamespace, CtxLogLevel, CtxRuntimeConfig,
+	CtxOutputBucket,
 }
 
 // DefaultSettings returns the defaults of stage. Only "dev" lets CloudFormation
@@ -329,6 +338,7 @@ func settingsFrom(get func(string) (any, bool), baseDir string) (Settings, error
 	try(CtxThrottleBurstLimit, integer(&s.ThrottleBurstLimit))
 	try(CtxMetricsNamespace, str(&s.MetricsNamespace))
 	try(CtxLogLevel, str(&s.LogLevel))
+	try(CtxOutputBucket, boolean(&s.OutputBucket))
 	try(CtxRuntimeConfig, func(v any) error {
 		m, err := toMap(v)
 		if err != nil {
@@ -494,7 +504,7 @@ func (s Settings) Validate() error {
 	sort.Strings(keys)
 	for _, k := range keys {
 		short := config.ShortKey(k)
-		if _, derived := derivedKeys[short]; derived {
+		if _, derived := derivedKeys[short]; derived || (short == keyOutputBucket && s.OutputBucket) {
 			bad(CtxRuntimeConfig, "%q is set by the stack from its resources and settings", k)
 		}
 		for _, p := range testOnlyKeyPrefixes {

@@ -46,10 +46,10 @@ func TestSettingsFromContext(t *testing.T) {
 	for name, ctx := range map[string]map[string]any{
 		"strings": {"stage": "prod", "workerTimeoutSeconds": "90", "leaseMs": "40000", "tracing": "true",
 			"reservedConcurrency": `{"worker": 20}`, "jwtIssuer": "https://id.example.com", "jwtAudience": "a, b",
-			"runtimeConfig": `{"max-retries": 7}`, "retain": "false", "sweeperRateMinutes": "2", "distDir": "out"},
+			"runtimeConfig": `{"max-retries": 7}`, "retain": "false", "sweeperRateMinutes": "2", "distDir": "out", "outputBucket": "true"},
 		"json": {"stage": "prod", "workerTimeoutSeconds": 90.0, "leaseMs": 40000.0, "tracing": true,
 			"reservedConcurrency": map[string]any{"worker": 20.0}, "jwtIssuer": "https://id.example.com", "jwtAudience": []any{"a", "b"},
-			"runtimeConfig": map[string]any{"max-retries": 7.0}, "retain": false, "sweeperRateMinutes": 2.0, "distDir": "out"},
+			"runtimeConfig": map[string]any{"max-retries": 7.0}, "retain": false, "sweeperRateMinutes": 2.0, "distDir": "out", "outputBucket": true},
 	} {
 		s, err := settingsFrom(lookup(ctx), "/base")
 		if err != nil {
@@ -61,6 +61,7 @@ func TestSettingsFromContext(t *testing.T) {
 		want.JWTIssuer, want.JWTAudience = "https://id.example.com", []string{"a", "b"}
 		want.RuntimeConfig = map[string]string{"max-retries": "7"}
 		want.Retain, want.SweeperRate, want.DistDir = false, 2*time.Minute, filepath.Join("/base", "out")
+		want.OutputBucket = true
 		if !reflect.DeepEqual(s, want) {
 			t.Errorf("%s:\n got  %+v\n want %+v", name, s, want)
 		}
@@ -86,6 +87,10 @@ func TestSettingsValidation(t *testing.T) {
 		"longest worker timeout":         {map[string]any{"workerTimeoutSeconds": 900, "leaseMs": 1000}, ""},
 		"fault injection outside dev":    {map[string]any{"stage": "prod", "runtimeConfig": `{"faults.dispatch-drop-rate": "0.1"}`}, `"runtimeConfig"`},
 		"fault injection in dev":         {map[string]any{"runtimeConfig": `{"faults.dispatch-drop-rate": "0.1"}`}, ""},
+		"resume-token secret value":      {map[string]any{"runtimeConfig": `{"await.resume-token-secret": "x"}`}, `"runtimeConfig"`},
+		"resume-token secret arn":        {map[string]any{"runtimeConfig": `{"await.resume-token-secret-arn": "x"}`}, `"runtimeConfig"`},
+		"own bucket and output bucket":   {map[string]any{"outputBucket": true, "runtimeConfig": `{"output.bucket": "x"}`}, `"runtimeConfig"`},
+		"own bucket":                     {map[string]any{"runtimeConfig": `{"output.bucket": "my-bucket"}`}, ""},
 	} {
 		_, err := settingsFrom(lookup(tc.ctx), "")
 		if tc.want == "" {

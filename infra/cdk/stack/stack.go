@@ -18,6 +18,8 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awss3"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssecretsmanager"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
@@ -53,6 +55,8 @@ const (
 	HealthRouteID     = "HealthRoute"
 	ClientPolicyID    = "ClientInvokePolicy"
 	OperatorPolicyID  = "OperatorRedrivePolicy"
+	ResumeSecretID    = "AwaitResumeTokenSecret"
+	OutputBucketID    = "OutputBucket"
 	lifecycleEventSrc = "qasync" // shared/lifecycle.Source; TestSharedNames keeps them equal
 )
 
@@ -98,6 +102,10 @@ func New(scope constructs.Construct, id string, props Props) (awscdk.Stack, erro
 		Description:  jsii.String("qasync terminal lifecycle events (source " + lifecycleEventSrc + ")"),
 	})
 	setLogicalID(b.bus, EventBusID)
+	b.resumeSecret()
+	if s.OutputBucket {
+		b.outputBucket()
+	}
 	if err := b.functions(); err != nil {
 		return nil, err
 	}
@@ -121,6 +129,8 @@ type builder struct {
 	fn     map[string]*function // by function name
 	http   *httpAPI
 	alarm  *alarmSet
+	secret awssecretsmanager.Secret
+	output awss3.Bucket // nil unless Settings.OutputBucket
 	nagged []nagged
 }
 
@@ -244,6 +254,44 @@ func (b *builder) queues() {
 	}
 }
 
+// resumeSecret creates the HMAC key of await steps' resume tokens: a
+// Secrets Manager secret with a generated 64-character value (letters and
+// digits), encrypted with the AWS managed key (aws/secretsmanager). The
+// functions that sign (worker) or verify (submit) tokens get its ARN as
+// await.resume-token-secret-arn and fetch the value at boot; the value
+// itself never enters a function's configuration. It is not rotated
+// automatically (see the cdk-nag suppression). Its name is generated, so
+// that a secret scheduled for deletion never blocks a new deployment.
+func (b *builder) resumeSecret() {
+	b.secret = awssecretsmanager.NewSecret(b.stack, jsii.String(ResumeSecretID), &awssecretsmanager.SecretProps{
+		Description: jsii.String("qasync " + b.s.Stage + ": HMAC key of await steps' resume tokens (pipeline.orchestrator.await.resume-token-secret)"),
+		GenerateSecretString: &awssecretsmanager.SecretStringGenerator{
+			PasswordLength:     jsii.Number(64),
+			ExcludePunctuation: jsii.Bool(true),
+		},
+		RemovalPolicy: b.removal(),
+	})
+	setLogicalID(b.secret, ResumeSecretID)
+}
+
+// outputBucket creates the bucket of pipelines' Terminal Object Publish:
+// S3 managed encryption (SSE-S3: no key grants), all public access
+// blocked, bucket owner enforced (no ACLs), requests without TLS refused,
+// versioned (a replayed last step's earlier write stays recoverable),
+// retained outside dev like the tables. Its name is generated (bucket
+// names are global) and passed to the functions as output.bucket.
+func (b *builder) outputBucket() {
+	b.output = awss3.NewBucket(b.stack, jsii.String(OutputBucketID), &awss3.BucketProps{
+		Encryption:        awss3.BucketEncryption_S3_MANAGED,
+		BlockPublicAccess: awss3.BlockPublicAccess_BLOCK_ALL(),
+		ObjectOwnership:   awss3.ObjectOwnership_BUCKET_OWNER_ENFORCED,
+		EnforceSSL:        jsii.Bool(true),
+		Versioned:         jsii.Bool(true),
+		RemovalPolicy:     b.removal(),
+	})
+	setLogicalID(b.output, OutputBucketID)
+}
+
 // schedule runs the sweeper on an EventBridge schedule.
 func (b *builder) schedule() {
 	rule := awsevents.NewRule(b.stack, jsii.String(SweeperScheduleID), &awsevents.RuleProps{
@@ -273,6 +321,10 @@ func (b *builder) outputs() {
 	out("ClientPolicyArn", "managed policy: invoke submit, status and result", b.http.clientPolicy.ManagedPolicyArn())
 	out("OperatorPolicyArn", "managed policy: invoke the redrive route", b.http.operatorPolicy.ManagedPolicyArn())
 	out("RedriveRouteArn", "execute-api ARN of the redrive route (for your own policies)", b.http.routeArn("POST", redrivePath))
+	out("ResumeTokenSecretArn", "Secrets Manager secret keying await resume tokens (its ARN; read the value with GetSecretValue)", b.secret.SecretArn())
+	if b.output != nil {
+		out("OutputBucketName", "S3 bucket of pipelines' terminal output (config key output.bucket, placeholder {outputBucket})", b.output.BucketName())
+	}
 	if b.alarm.topic != nil {
 		out("AlarmTopicArn", "SNS topic of the alarms", b.alarm.topic.TopicArn())
 	}

@@ -38,12 +38,16 @@ func TestResourceCounts(t *testing.T) {
 		"AWS::CloudWatch::Alarm":          6,
 		"AWS::SNS::Topic":                 0,
 		"AWS::KMS::Key":                   0,
+		"AWS::SecretsManager::Secret":     1, // the await resume-token secret
+		"AWS::S3::Bucket":                 0, // outputBucket is off by default
+		"AWS::S3::BucketPolicy":           0,
 	}
 	for typ, n := range want {
 		dev.tpl.ResourceCountIs(jsii.String(typ), jsii.Number(float64(n)))
 	}
 	full := synth(t, "full")
-	for typ, n := range map[string]int{"AWS::SNS::Topic": 1, "AWS::SNS::Subscription": 1, "AWS::KMS::Key": 1, "AWS::ApiGatewayV2::Authorizer": 1} {
+	for typ, n := range map[string]int{"AWS::SNS::Topic": 1, "AWS::SNS::Subscription": 1, "AWS::KMS::Key": 1, "AWS::ApiGatewayV2::Authorizer": 1,
+		"AWS::SecretsManager::Secret": 1, "AWS::S3::Bucket": 1, "AWS::S3::BucketPolicy": 1} {
 		full.tpl.ResourceCountIs(jsii.String(typ), jsii.Number(float64(n)))
 	}
 	t.Logf("template resource count: dev %d, prod %d, full %d; synth time: first %v (includes starting the jsii runtime), dev->prod %v",
@@ -311,6 +315,27 @@ func TestFunctionEnvironment(t *testing.T) {
 			t.Errorf("%s: environment about %d bytes, too close to Lambda's 4 KB", id, size)
 		}
 	}
+	// The resume-token secret: its ARN for submit and worker, nothing for
+	// the others, its value for none (ExcludedEnv, checked above).
+	for _, name := range FunctionNames {
+		want := ""
+		if name == Submit || name == Worker {
+			want = "<" + ResumeSecretID + ">"
+		}
+		got := v.env(t, FunctionIDs[name])
+		if got[env("await.resume-token-secret-arn")] != want {
+			t.Errorf("%s: %s = %q, want %q", name, env("await.resume-token-secret-arn"), got[env("await.resume-token-secret-arn")], want)
+		}
+		if _, ok := got[env("await.resume-token-secret")]; ok {
+			t.Errorf("%s: the resume-token secret's value key is in the environment", name)
+		}
+		if got[env("output.bucket")] != "" {
+			t.Errorf("dev %s: output.bucket = %q without an output bucket", name, got[env("output.bucket")])
+		}
+		if fb := synth(t, "full").env(t, FunctionIDs[name])[env("output.bucket")]; fb != "<"+OutputBucketID+">" {
+			t.Errorf("full %s: output.bucket = %q, want the bucket's name", name, fb)
+		}
+	}
 	full := synth(t, "full").env(t, WorkerFunctionID)
 	for key, want := range map[string]string{"http.tenant-source": "jwt", "max-retries": "5", "retry-delay": "2s",
 		"lease-ms": "45000", "sqs.visibility-timeout": "12m0s", "sweep-interval": "5m0s", "metrics.namespace": "qasync/staging"} {
@@ -536,13 +561,59 @@ func logicalSuffix(t *testing.T, v *synthesized, typ string) string {
 	return strings.TrimPrefix(ids[0], "AlarmTopicKey")
 }
 
+// The await resume-token secret: generated, 64 letters and digits,
+// retained outside dev.
+func TestResumeTokenSecret(t *testing.T) {
+	for variant, policy := range map[string]string{"dev": "Delete", "prod": "Retain"} {
+		v := synth(t, variant)
+		v.tpl.HasResource(jsii.String("AWS::SecretsManager::Secret"), &map[string]any{"DeletionPolicy": policy})
+		p := v.props(t, ResumeSecretID)
+		gen, _ := p["GenerateSecretString"].(map[string]any)
+		if num(t, gen["PasswordLength"]) != 64 || gen["ExcludePunctuation"] != true || p["SecretString"] != nil {
+			t.Errorf("%s: secret %v", variant, p)
+		}
+	}
+}
+
+// The output bucket (outputBucket=true in full): SSE-S3, all public
+// access blocked, TLS only, versioned, retained outside dev.
+func TestOutputBucket(t *testing.T) {
+	v := synth(t, "full")
+	v.tpl.HasResource(jsii.String("AWS::S3::Bucket"), &map[string]any{"DeletionPolicy": "Retain", "UpdateReplacePolicy": "Retain"})
+	v.tpl.HasResourceProperties(jsii.String("AWS::S3::Bucket"), &map[string]any{
+		"BucketEncryption": map[string]any{"ServerSideEncryptionConfiguration": []any{
+			map[string]any{"ServerSideEncryptionByDefault": map[string]any{"SSEAlgorithm": "AES256"}}}},
+		"PublicAccessBlockConfiguration": map[string]any{"BlockPublicAcls": true, "BlockPublicPolicy": true,
+			"IgnorePublicAcls": true, "RestrictPublicBuckets": true},
+		"VersioningConfiguration": map[string]any{"Status": "Enabled"},
+		"OwnershipControls":       map[string]any{"Rules": []any{map[string]any{"ObjectOwnership": "BucketOwnerEnforced"}}},
+	})
+	v.tpl.HasResourceProperties(jsii.String("AWS::S3::BucketPolicy"), &map[string]any{
+		"PolicyDocument": assertions.Match_ObjectLike(&map[string]any{"Statement": assertions.Match_ArrayWith(&[]any{
+			assertions.Match_ObjectLike(&map[string]any{"Effect": "Deny", "Action": "s3:*",
+				"Condition": map[string]any{"Bool": map[string]any{"aws:SecureTransport": "false"}}})})}),
+	})
+	if ids := synth(t, "dev").ofType("AWS::S3::Bucket"); len(ids) != 0 {
+		t.Errorf("dev (outputBucket off) has buckets %v", ids)
+	}
+}
+
 func TestOutputs(t *testing.T) {
 	v := synth(t, "dev")
 	for _, id := range []string{"ApiUrl", "WorkQueueUrl", "DlqQueueUrl", "PoisonQueueUrl", "ItemRejectQueueUrl", "ExecutionTableName", "KeyTableName",
-		"PayloadTableName", "DeadLetterTableName", "EffectTableName", "EventBusName", "ClientPolicyArn", "OperatorPolicyArn", "RedriveRouteArn"} {
+		"PayloadTableName", "DeadLetterTableName", "EffectTableName", "EventBusName", "ClientPolicyArn", "OperatorPolicyArn", "RedriveRouteArn",
+		"ResumeTokenSecretArn"} {
 		v.tpl.HasOutput(jsii.String(id), assertions.Match_AnyValue())
 	}
-	synth(t, "full").tpl.HasOutput(jsii.String("AlarmTopicArn"), assertions.Match_AnyValue())
+	if outs, _ := v.doc["Outputs"].(map[string]any); outs["OutputBucketName"] != nil {
+		t.Error("dev has an OutputBucketName output without an output bucket")
+	}
+	full := synth(t, "full")
+	full.tpl.HasOutput(jsii.String("AlarmTopicArn"), assertions.Match_AnyValue())
+	full.tpl.HasOutput(jsii.String("OutputBucketName"), assertions.Match_ObjectLike(&map[string]any{
+		"Value": map[string]any{"Ref": OutputBucketID}}))
+	v.tpl.HasOutput(jsii.String("ResumeTokenSecretArn"), assertions.Match_ObjectLike(&map[string]any{
+		"Value": map[string]any{"Ref": ResumeSecretID}}))
 }
 
 // The stack does not depend on where it is deployed: no AWS account or

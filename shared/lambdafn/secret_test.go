@@ -1,0 +1,122 @@
+package lambdafn_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/qasync/qasync/shared/lambdafn"
+	"github.com/qasync/qasync/shared/logtest"
+)
+
+const (
+	testSecretARN   = "arn:aws:secretsmanager:us-east-1:123456789012:secret:qasync-dev-await-AbCdEf"
+	testSecretValue = "resume-token-secret-value-0123456789abcdef0123456789abcdef012345"
+)
+
+// fakeSecretsManager speaks Secrets Manager's JSON protocol for
+// GetSecretValue: the secret of testSecretARN, 400 for any other, 500
+// with fail.
+func fakeSecretsManager(t *testing.T, fail bool) (*httptest.Server, *atomic.Int32) {
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		body, _ := io.ReadAll(r.Body)
+		var in struct{ SecretId string }
+		_ = json.Unmarshal(body, &in)
+		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+		switch {
+		case r.Header.Get("X-Amz-Target") != "secretsmanager.GetSecretValue":
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = io.WriteString(w, `{"__type":"UnknownOperationException","message":"unexpected `+r.Header.Get("X-Amz-Target")+`"}`)
+		case fail || in.SecretId != testSecretARN:
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = io.WriteString(w, `{"__type":"ResourceNotFoundException","message":"Secrets Manager can't find the specified secret."}`)
+		default:
+			_ = json.NewEncoder(w).Encode(map[string]any{"ARN": testSecretARN, "Name": "qasync-dev-await", "SecretString": testSecretValue, "VersionId": "v1"})
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Setenv("AWS_ENDPOINT_URL_SECRETS_MANAGER", srv.URL)
+	t.Setenv("AWS_REGION", "us-east-1")
+	t.Setenv("AWS_ACCESS_KEY_ID", "test")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
+	t.Setenv("AWS_SESSION_TOKEN", "")
+	t.Setenv("AWS_PROFILE", "")
+	return srv, &calls
+}
+
+// TestBootResolvesResumeTokenSecret: with only the secret's ARN in the
+// environment, Boot fetches its value once (GetSecretValue, through the
+// SDK's AWS_ENDPOINT_URL_SECRETS_MANAGER) and keys resume tokens with
+// it; the value never reaches the logs.
+func TestBootResolvesResumeTokenSecret(t *testing.T) {
+	_, calls := fakeSecretsManager(t, false)
+	var out logtest.Buffer
+	env, err := lambdafn.Boot(context.Background(), lambdafn.WithLogOutput(&out), lambdafn.WithLookupEnv(envMap(map[string]string{
+		"PIPELINE_ORCHESTRATOR_AWAIT_RESUME_TOKEN_SECRET_ARN": testSecretARN,
+		"PIPELINE_ORCHESTRATOR_LOG_LEVEL":                     "debug",
+	})))
+	if err != nil {
+		t.Fatalf("boot: %v\n%s", err, out.String())
+	}
+	defer env.Close(context.Background())
+	if got := env.Set.Runtime.Config().AwaitSecret; got != testSecretValue {
+		t.Fatalf("runtime await secret %q, want the secret's value", got)
+	}
+	if env.Config.AwaitResumeTokenSecret != testSecretValue || env.Config.AwaitResumeTokenSecretARN != testSecretARN {
+		t.Fatal("Env.Config does not carry the resolved secret")
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("%d GetSecretValue calls, want 1", n)
+	}
+	if strings.Contains(out.String(), testSecretValue) {
+		t.Errorf("the secret value reached the logs:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), `"boot_completed"`) {
+		t.Errorf("no boot_completed:\n%s", out.String())
+	}
+}
+
+// TestBootSecretValueWins: an explicit await.resume-token-secret is used
+// as it is; Secrets Manager is not called.
+func TestBootSecretValueWins(t *testing.T) {
+	_, calls := fakeSecretsManager(t, true)
+	env, err := lambdafn.Boot(context.Background(), lambdafn.WithLogOutput(io.Discard), lambdafn.WithLookupEnv(envMap(map[string]string{
+		"PIPELINE_ORCHESTRATOR_AWAIT_RESUME_TOKEN_SECRET":     "explicit",
+		"PIPELINE_ORCHESTRATOR_AWAIT_RESUME_TOKEN_SECRET_ARN": testSecretARN,
+	})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close(context.Background())
+	if env.Set.Runtime.Config().AwaitSecret != "explicit" || calls.Load() != 0 {
+		t.Fatalf("secret %q after %d calls", env.Set.Runtime.Config().AwaitSecret, calls.Load())
+	}
+}
+
+// TestBootFailsWhenSecretFetchFails: a failed fetch fails boot with an
+// error (and a boot_failed log) naming the key.
+func TestBootFailsWhenSecretFetchFails(t *testing.T) {
+	fakeSecretsManager(t, true)
+	var out logtest.Buffer
+	env, err := lambdafn.Boot(context.Background(), lambdafn.WithLogOutput(&out), lambdafn.WithLookupEnv(envMap(map[string]string{
+		"PIPELINE_ORCHESTRATOR_AWAIT_RESUME_TOKEN_SECRET_ARN": testSecretARN,
+	})))
+	if err == nil {
+		env.Close(context.Background())
+		t.Fatal("boot succeeded without the secret")
+	}
+	const key = "pipeline.orchestrator.await.resume-token-secret-arn"
+	if !strings.Contains(err.Error(), key) || !strings.Contains(err.Error(), "ResourceNotFoundException") || env.Set != nil {
+		t.Fatalf("err %v, set %v", err, env.Set)
+	}
+	if logs := out.String(); !strings.Contains(logs, `"boot_failed"`) || !strings.Contains(logs, key) {
+		t.Errorf("logs:\n%s", logs)
+	}
+}
