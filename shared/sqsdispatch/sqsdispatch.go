@@ -29,6 +29,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/qasync/qasync/shared/dispatch"
+	"github.com/qasync/qasync/shared/sqsjson"
 )
 
 // MaxDelay is the longest delivery delay SQS supports; Dispatch caps
@@ -218,12 +219,7 @@ func encode(item dispatch.WorkItem) (string, error) {
 // attributes are a message's attributes. SQS refuses empty attribute
 // values, so an item without a tenant gets none.
 func attributes(item dispatch.WorkItem) map[string]types.MessageAttributeValue {
-	if item.TenantID == "" {
-		return nil
-	}
-	return map[string]types.MessageAttributeValue{
-		AttrTenant: {DataType: aws.String("String"), StringValue: aws.String(item.TenantID)},
-	}
+	return sqsjson.Attributes(map[string]string{AttrTenant: item.TenantID})
 }
 
 // DelaySeconds is the SQS DelaySeconds for a delay: rounded up to whole

@@ -9,14 +9,12 @@ package sqsdlq
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/qasync/qasync/shared/deadletter"
+	"github.com/qasync/qasync/shared/sqsjson"
 )
 
 // Message attribute names.
@@ -46,27 +44,8 @@ func New(client *sqs.Client, queueURL string) *Publisher {
 // refuses empty attribute values, so an empty TenantID or TerminalReason
 // leaves its attribute out (the body still has every field).
 func (p *Publisher) Publish(ctx context.Context, env deadletter.Envelope) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("sqsdlq: %w", err)
-	}
-	body, err := json.Marshal(env)
-	if err != nil {
-		return fmt.Errorf("sqsdlq: encode envelope: %w", err)
-	}
-	attrs := map[string]types.MessageAttributeValue{}
-	for name, v := range map[string]string{AttrTenant: env.TenantID, AttrTerminalReason: env.TerminalReason} {
-		if v != "" {
-			attrs[name] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
-		}
-	}
-	if len(attrs) == 0 {
-		attrs = nil
-	}
-	if _, err := p.client.SendMessage(ctx, &sqs.SendMessageInput{
-		QueueUrl:          aws.String(p.queueURL),
-		MessageBody:       aws.String(string(body)),
-		MessageAttributes: attrs,
-	}); err != nil {
+	attrs := map[string]string{AttrTenant: env.TenantID, AttrTerminalReason: env.TerminalReason}
+	if err := sqsjson.Send(ctx, p.client, p.queueURL, env, attrs); err != nil {
 		return fmt.Errorf("sqsdlq: publish %s: %w", env.TransitionKey, err)
 	}
 	return nil

@@ -7,14 +7,12 @@ package sqsreject
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
-	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/qasync/qasync/shared/reject"
+	"github.com/qasync/qasync/shared/sqsjson"
 )
 
 // Message attribute names.
@@ -42,25 +40,8 @@ func New(client *sqs.Client, queueURL string) *Publisher {
 // Publish implements reject.Publisher with one SendMessage call. An
 // envelope over SQS's message size (an included payload too large) fails.
 func (p *Publisher) Publish(ctx context.Context, env reject.Envelope) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("sqsreject: %w", err)
-	}
-	body, err := json.Marshal(env)
-	if err != nil {
-		return fmt.Errorf("sqsreject: encode envelope: %w", err)
-	}
-	attrs := map[string]types.MessageAttributeValue{}
-	for name, v := range map[string]string{AttrTenant: env.TenantID, AttrScope: string(env.Scope), AttrPipeline: env.PipelineID} {
-		if v != "" { // SQS refuses empty attribute values
-			attrs[name] = types.MessageAttributeValue{DataType: aws.String("String"), StringValue: aws.String(v)}
-		}
-	}
-	if len(attrs) == 0 {
-		attrs = nil
-	}
-	if _, err := p.client.SendMessage(ctx, &sqs.SendMessageInput{
-		QueueUrl: aws.String(p.queueURL), MessageBody: aws.String(string(body)), MessageAttributes: attrs,
-	}); err != nil {
+	attrs := map[string]string{AttrTenant: env.TenantID, AttrScope: string(env.Scope), AttrPipeline: env.PipelineID}
+	if err := sqsjson.Send(ctx, p.client, p.queueURL, env, attrs); err != nil {
 		return fmt.Errorf("sqsreject: publish %s reject of %s: %w", env.Scope, env.TransitionKey, err)
 	}
 	return nil
