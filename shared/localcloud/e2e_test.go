@@ -113,7 +113,23 @@ func startApp(t *testing.T, cfg map[string]string, tweak func(*localcloud.Option
 				cs.Init.Round(10*time.Microsecond), cs.ReportedInit.Round(10*time.Microsecond))
 		}
 	})
-	return &app{Cloud: c, clients: clients, names: names, urls: urls}
+	a := &app{Cloud: c, clients: clients, names: names, urls: urls}
+	// With many emulators starting at once on this machine, a process can
+	// lose its port to another between the port's choice and its bind and
+	// exit at its first invocation; the harness restarts it on fresh ports
+	// (as a platform retries a failed cold start). Wait until each
+	// function has answered once, so the tests start from a settled cloud.
+	eventually(t, 20*time.Second, "submit answering", func() bool {
+		status, _ := a.call(t, http.MethodGet, "/healthz", "", nil)
+		return status == http.StatusOK
+	})
+	for _, fn := range []string{localcloud.Worker, localcloud.DLQ} {
+		eventually(t, 20*time.Second, fn+" answering", func() bool {
+			_, err := c.Invoke(t.Context(), fn, []byte(`{"Records":[]}`))
+			return err == nil
+		})
+	}
+	return a
 }
 
 // call makes an HTTP request to the front and decodes a JSON answer.
