@@ -368,12 +368,24 @@ func (in *instance) awaitReady(addrs []string, gen int, up chan struct{}, exited
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
+	// The ports answering may be another process that took them between
+	// their choice and this one's bind (which then exits at once): give it
+	// a moment to fail before declaring it up.
+	select {
+	case <-exited:
+		return
+	case <-time.After(bindSettle):
+	}
 	in.mu.Lock()
 	if in.gen == gen && in.up == up {
 		close(up)
 	}
 	in.mu.Unlock()
 }
+
+// bindSettle is how long a process whose ports answer must stay alive
+// before it counts as up.
+const bindSettle = 50 * time.Millisecond
 
 var (
 	rapidInit    = regexp.MustCompile(`INIT REPORT\(durationMs: ([0-9.]+)\)`)
