@@ -44,8 +44,7 @@ func (d *DeadLetters) key(id string) map[string]types.AttributeValue {
 
 // live reports whether an item's TTL has not passed.
 func (d *DeadLetters) live(item map[string]types.AttributeValue) bool {
-	exp := (&reader{item: item}).seconds(s.AttrTTL)
-	return exp.IsZero() || d.clock.Now().Before(exp)
+	return alive(item, d.clock.Now())
 }
 
 // Put implements deadletter.Recorder with a PutItem conditional on no
@@ -59,7 +58,7 @@ func (d *DeadLetters) Put(ctx context.Context, r deadletter.Record) (bool, error
 	if err != nil {
 		return false, fmt.Errorf("dynamostore: encode dead letter %s: %w", r.ID, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, d.timeout)
+	ctx, cancel := withDeadline(ctx, d.timeout)
 	defer cancel()
 	item := d.key(r.ID)
 	item[s.AttrRecord] = str(string(doc))
@@ -88,7 +87,7 @@ func (d *DeadLetters) Get(ctx context.Context, id string) (deadletter.Record, er
 	if id == "" {
 		return deadletter.Record{}, fmt.Errorf("dynamostore: dead letter with an empty id: %w", deadletter.ErrNotFound)
 	}
-	ctx, cancel := context.WithTimeout(ctx, d.timeout)
+	ctx, cancel := withDeadline(ctx, d.timeout)
 	defer cancel()
 	out, err := d.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &d.table, Key: d.key(id), ConsistentRead: aws.Bool(true)})
 	if err != nil {

@@ -44,10 +44,7 @@ func NewEffects(db *dynamodb.Client, table string, c clock.Clock) *Effects {
 }
 
 func (l *Effects) deadline(ctx context.Context) (context.Context, context.CancelFunc) {
-	if _, ok := ctx.Deadline(); ok {
-		return ctx, func() {}
-	}
-	return context.WithTimeout(ctx, l.timeout)
+	return withDeadline(ctx, l.timeout)
 }
 
 func (l *Effects) key(id string) map[string]types.AttributeValue {
@@ -55,10 +52,7 @@ func (l *Effects) key(id string) map[string]types.AttributeValue {
 }
 
 // live reports whether an item's TTL has not passed.
-func (l *Effects) live(item map[string]types.AttributeValue) bool {
-	exp := (&reader{item: item}).seconds(s.AttrTTL)
-	return exp.IsZero() || l.clock.Now().Before(exp)
-}
+func (l *Effects) live(item map[string]types.AttributeValue) bool { return alive(item, l.clock.Now()) }
 
 // effectMutable adds to u every field a transition may change: set when
 // present, removed when empty.

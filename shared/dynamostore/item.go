@@ -1,6 +1,7 @@
 package dynamostore
 
 import (
+	"context"
 	"fmt"
 	"hash/fnv"
 	"strconv"
@@ -315,4 +316,20 @@ func (u *update) expression() string {
 		expr += " REMOVE " + strings.Join(u.removes, ", ")
 	}
 	return expr
+}
+
+// alive reports whether an item's TTL (ttl_epoch_s, whole seconds) has not
+// passed at now; DynamoDB deletes expired items lazily, so every read
+// checks.
+func alive(item map[string]types.AttributeValue, now time.Time) bool {
+	exp := (&reader{item: item}).seconds(s.AttrTTL)
+	return exp.IsZero() || now.Before(exp)
+}
+
+// withDeadline bounds ctx by d unless it already has a deadline.
+func withDeadline(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, d)
 }

@@ -40,9 +40,9 @@ func (ps *PayloadStore) key(id, name string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{s.AttrPayloadID: str(id), s.AttrPayloadPart: str(name)}
 }
 
+// live reports whether an item's TTL has not passed.
 func (ps *PayloadStore) live(item map[string]types.AttributeValue) bool {
-	exp := (&reader{item: item}).seconds(s.AttrTTL)
-	return exp.IsZero() || ps.clock.Now().Before(exp)
+	return alive(item, ps.clock.Now())
 }
 
 // PutPart implements payload.Store: a PutItem conditional on the part not
@@ -52,7 +52,7 @@ func (ps *PayloadStore) PutPart(ctx context.Context, p payload.Part) error {
 	if p.PayloadID == "" || p.Name == "" {
 		return errors.New("dynamostore: payload part needs an id and a name")
 	}
-	ctx, cancel := context.WithTimeout(ctx, ps.timeout)
+	ctx, cancel := withDeadline(ctx, ps.timeout)
 	defer cancel()
 	item := ps.key(p.PayloadID, p.Name)
 	item[s.AttrData] = bin(p.Data)
@@ -81,7 +81,7 @@ func (ps *PayloadStore) PutPart(ctx context.Context, p payload.Part) error {
 
 // GetPart implements payload.Store with a strongly consistent read.
 func (ps *PayloadStore) GetPart(ctx context.Context, payloadID, name string) (payload.Part, error) {
-	ctx, cancel := context.WithTimeout(ctx, ps.timeout)
+	ctx, cancel := withDeadline(ctx, ps.timeout)
 	defer cancel()
 	out, err := ps.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &ps.table, Key: ps.key(payloadID, name), ConsistentRead: aws.Bool(true)})
 	if err != nil {

@@ -73,10 +73,7 @@ func NewStateStore(db *dynamodb.Client, opts Options) (*StateStore, error) {
 func (st *StateStore) DueItemsRead() int64 { return st.dueItemsRead.Load() }
 
 func (st *StateStore) deadline(ctx context.Context) (context.Context, context.CancelFunc) {
-	if _, ok := ctx.Deadline(); ok {
-		return ctx, func() {}
-	}
-	return context.WithTimeout(ctx, st.opts.Timeout)
+	return withDeadline(ctx, st.opts.Timeout)
 }
 
 func (st *StateStore) key(k execution.Key) map[string]types.AttributeValue {
@@ -85,9 +82,7 @@ func (st *StateStore) key(k execution.Key) map[string]types.AttributeValue {
 
 // live reports whether an item's TTL has not passed.
 func (st *StateStore) live(item map[string]types.AttributeValue) bool {
-	r := &reader{item: item}
-	exp := r.seconds(s.AttrTTL)
-	return exp.IsZero() || st.opts.Clock.Now().Before(exp)
+	return alive(item, st.opts.Clock.Now())
 }
 
 // CreateOrGet implements store.Store with one TransactWriteItems: the
