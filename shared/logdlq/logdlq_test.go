@@ -2,7 +2,6 @@ package logdlq_test
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"testing"
 	"time"
@@ -18,28 +17,25 @@ func TestConformance(t *testing.T) {
 		sink := &logtest.Buffer{}
 		pub := logdlq.New(slog.New(slog.NewJSONHandler(sink, nil)))
 		return pub, func(context.Context, int) ([]deadletter.Envelope, error) {
-			var envs []deadletter.Envelope
-			for _, line := range sink.Lines() {
-				var rec struct {
-					Event           string    `json:"event"`
-					Tenant          string    `json:"tenant"`
-					ExecutionID     string    `json:"execution_id"`
-					Pipeline        string    `json:"pipeline"`
-					StepIndex       int       `json:"step_index"`
-					Step            string    `json:"step"`
-					TransitionKey   string    `json:"transition_key"`
-					TerminalReason  string    `json:"terminal_reason"`
-					ErrorCode       string    `json:"error_code"`
-					ErrorMessage    string    `json:"error_message"`
-					RetriesObserved int       `json:"retries_observed"`
-					FailedAt        time.Time `json:"failed_at"`
-				}
-				if err := json.Unmarshal([]byte(line), &rec); err != nil {
-					return nil, err
-				}
-				if rec.Event != logdlq.Event {
-					continue
-				}
+			type logged struct {
+				Tenant          string    `json:"tenant"`
+				ExecutionID     string    `json:"execution_id"`
+				Pipeline        string    `json:"pipeline"`
+				StepIndex       int       `json:"step_index"`
+				Step            string    `json:"step"`
+				TransitionKey   string    `json:"transition_key"`
+				TerminalReason  string    `json:"terminal_reason"`
+				ErrorCode       string    `json:"error_code"`
+				ErrorMessage    string    `json:"error_message"`
+				RetriesObserved int       `json:"retries_observed"`
+				FailedAt        time.Time `json:"failed_at"`
+			}
+			recs, err := logtest.Events[logged](sink, logdlq.Event)
+			if err != nil {
+				return nil, err
+			}
+			envs := make([]deadletter.Envelope, 0, len(recs))
+			for _, rec := range recs {
 				envs = append(envs, deadletter.Envelope{
 					TenantID: rec.Tenant, ExecutionID: rec.ExecutionID, PipelineID: rec.Pipeline,
 					StepIndex: rec.StepIndex, StepName: rec.Step, TransitionKey: rec.TransitionKey,

@@ -4,6 +4,7 @@ package logtest
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"log/slog"
 	"sync"
 )
@@ -43,4 +44,27 @@ func (b *Buffer) Lines() []string {
 		out = append(out, sc.Text())
 	}
 	return out
+}
+
+// Events decodes into T every JSON line whose "event" key is name, in
+// order. A line that is not JSON is an error.
+func Events[T any](b *Buffer, name string) ([]T, error) {
+	var out []T
+	for _, line := range b.Lines() {
+		var head struct {
+			Event string `json:"event"`
+		}
+		if err := json.Unmarshal([]byte(line), &head); err != nil {
+			return nil, err
+		}
+		if head.Event != name {
+			continue
+		}
+		var v T
+		if err := json.Unmarshal([]byte(line), &v); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
 }

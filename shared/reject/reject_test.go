@@ -2,7 +2,6 @@ package reject_test
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"testing"
 	"time"
@@ -25,31 +24,28 @@ func TestLogConformance(t *testing.T) {
 		sink := &logtest.Buffer{}
 		pub := reject.NewLog(slog.New(slog.NewJSONHandler(sink, nil)))
 		return pub, func(context.Context, int) ([]reject.Envelope, error) {
-			var envs []reject.Envelope
-			for _, line := range sink.Lines() {
-				var rec struct {
-					Event         string    `json:"event"`
-					Tenant        string    `json:"tenant"`
-					ExecutionID   string    `json:"execution_id"`
-					Pipeline      string    `json:"pipeline"`
-					StepIndex     int       `json:"step_index"`
-					Step          string    `json:"step"`
-					Scope         string    `json:"scope"`
-					Attempt       int       `json:"attempt"`
-					TransitionKey string    `json:"transition_key"`
-					ErrorCode     string    `json:"error_code"`
-					ErrorMessage  string    `json:"error_message"`
-					Fingerprint   string    `json:"fingerprint"`
-					ItemCount     int       `json:"item_count"`
-					Payload       []byte    `json:"payload"`
-					RejectedAt    time.Time `json:"rejected_at"`
-				}
-				if err := json.Unmarshal([]byte(line), &rec); err != nil {
-					return nil, err
-				}
-				if rec.Event != reject.EventPublished {
-					continue
-				}
+			type logged struct {
+				Tenant        string    `json:"tenant"`
+				ExecutionID   string    `json:"execution_id"`
+				Pipeline      string    `json:"pipeline"`
+				StepIndex     int       `json:"step_index"`
+				Step          string    `json:"step"`
+				Scope         string    `json:"scope"`
+				Attempt       int       `json:"attempt"`
+				TransitionKey string    `json:"transition_key"`
+				ErrorCode     string    `json:"error_code"`
+				ErrorMessage  string    `json:"error_message"`
+				Fingerprint   string    `json:"fingerprint"`
+				ItemCount     int       `json:"item_count"`
+				Payload       []byte    `json:"payload"`
+				RejectedAt    time.Time `json:"rejected_at"`
+			}
+			recs, err := logtest.Events[logged](sink, reject.EventPublished)
+			if err != nil {
+				return nil, err
+			}
+			envs := make([]reject.Envelope, 0, len(recs))
+			for _, rec := range recs {
 				envs = append(envs, reject.Envelope{
 					TenantID: rec.Tenant, ExecutionID: rec.ExecutionID, PipelineID: rec.Pipeline,
 					StepIndex: rec.StepIndex, StepName: rec.Step, Scope: reject.Scope(rec.Scope), Attempt: rec.Attempt,

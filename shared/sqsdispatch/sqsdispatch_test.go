@@ -333,19 +333,8 @@ func TestShutdownWaitsForHandlers(t *testing.T) {
 		live.Store(ctx.Err() == nil)
 		return nil
 	}, sqsdispatch.PollerOptions{WaitTimeSeconds: 1})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	if err := sqsdispatch.New(c.SQS, url).Dispatch(context.Background(), dispatch.Message{Item: dispatch.WorkItem{TenantID: "t", ExecutionID: "exec-drain"}}); err != nil {
-		t.Fatalf("Dispatch: %v", err)
-	}
-	select {
-	case <-started:
-	case <-time.After(dispatchtest.Timeout):
-		t.Fatalf("handler never started")
-	}
-	cancel()
+	done, cancel := runWithOneItem(t, c, url, p, started, "exec-drain")
+	cancel() // Run's context ends while the handler is in flight
 	select {
 	case <-done:
 		t.Fatalf("Run returned while a handler was running")
@@ -376,19 +365,8 @@ func TestDrainTimeoutCancelsHandlers(t *testing.T) {
 		<-ctx.Done()
 		return ctx.Err()
 	}, sqsdispatch.PollerOptions{WaitTimeSeconds: 1, DrainTimeout: 300 * time.Millisecond, RetryDelay: time.Second})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	if err := sqsdispatch.New(c.SQS, url).Dispatch(context.Background(), dispatch.Message{Item: dispatch.WorkItem{TenantID: "t", ExecutionID: "exec-cut"}}); err != nil {
-		t.Fatalf("Dispatch: %v", err)
-	}
-	select {
-	case <-started:
-	case <-time.After(dispatchtest.Timeout):
-		t.Fatalf("handler never started")
-	}
-	cancel()
+	done, cancel := runWithOneItem(t, c, url, p, started, "exec-cut")
+	cancel() // Run's context ends while the handler is in flight
 	select {
 	case err := <-done:
 		if err != nil {
@@ -500,4 +478,25 @@ func TestCancelledContextSendsNothing(t *testing.T) {
 	if calls != 0 {
 		t.Errorf("%d calls reached SQS", calls)
 	}
+}
+
+// runWithOneItem runs p, dispatches one work item for executionID to url
+// and waits until its handler has started (it closes started). It returns
+// Run's result and the cancel of Run's context.
+func runWithOneItem(t *testing.T, c awsclient.Clients, url string, p *sqsdispatch.Poller, started <-chan struct{}, executionID string) (<-chan error, context.CancelFunc) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	if err := sqsdispatch.New(c.SQS, url).Dispatch(context.Background(), dispatch.Message{Item: dispatch.WorkItem{TenantID: "t", ExecutionID: executionID}}); err != nil {
+		cancel()
+		t.Fatalf("Dispatch: %v", err)
+	}
+	select {
+	case <-started:
+	case <-time.After(dispatchtest.Timeout):
+		cancel()
+		t.Fatalf("handler never started")
+	}
+	return done, cancel
 }
