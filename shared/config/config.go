@@ -212,6 +212,53 @@ type Config struct {
 	// charging before it returns, so that a test can kill the process
 	// between the charge and the commit.
 	DiagPaymentPause time.Duration
+	// DiagEnabled is key "diag.enabled", default false: serve the
+	// diag.drill fault drill. It is meant for local and dev use (it can
+	// return large results and sleep); the CDK prod stage leaves it off.
+	DiagEnabled bool
+	// AllowHeaderTenant is key "http.allow-header-tenant", default false:
+	// lets a Lambda deployment take the tenant from the X-Tenant-Id header
+	// (http.tenant-source=header), which anyone can send; for development
+	// only. Strict startup refuses tenant-source header regardless.
+	AllowHeaderTenant bool
+	// ClockSkewTolerance is key "clock-skew-tolerance", default 2s, 0 to
+	// 1m: how far apart the clocks of the processes sharing a store may
+	// be. A work item is claimed up to this much before its due time, and
+	// a lease is taken over only this long after its expiry.
+	ClockSkewTolerance time.Duration
+	// PipelineVersionWait is key "pipeline-version-wait", default 1h, 1s
+	// to 7 days: how long an execution bound to a pipeline definition
+	// that no worker seen serves waits (its work item left for a worker
+	// that serves it) before it ends DLQ with pipeline_version_unavailable.
+	PipelineVersionWait time.Duration
+	// DispatchTimeout is key "dispatch-timeout", default 2s, 10ms to 1m:
+	// the deadline of sending a work item after a commit (a submit, a
+	// hand-over). A send that misses it is left to the sweeper, so that a
+	// slow queue never holds a submit's answer.
+	DispatchTimeout time.Duration
+	// ReleaseLimit is key "release-limit", default 10, 1 to 1000: how many
+	// times one attempt of a step may be handed back unfinished (a backend
+	// failure, a shutdown, too little time left) before the hand-back
+	// counts as a failed attempt under the step's retry policy.
+	ReleaseLimit int
+	// FaultCommitErrorRate is key "faults.commit-error-rate", default 0
+	// (off), 0 to 0.5. Test only (chaos): the share of step commits failed
+	// with an injected unavailable error, half of them before the write
+	// and half after it landed (an unknown outcome).
+	FaultCommitErrorRate float64
+	// FaultDLQErrorRate is key "faults.dlq-error-rate", default 0 (off), 0
+	// to 1. Test only (chaos): the share of dead-letter publishes failed,
+	// simulating a DLQ outage.
+	FaultDLQErrorRate float64
+	// FaultClockOffset is key "faults.clock-offset-ms", default 0, -60000
+	// to 60000. Test only (chaos): milliseconds added to this process's
+	// clock, to run workers with skewed clocks.
+	FaultClockOffset time.Duration
+	// DiagDrillVersions is key "diag.drill-versions", default "1": which
+	// definitions of diag.drill this process serves ("1", "2" or "1,2"; the
+	// last one listed takes new submissions). Test only (chaos: a rolling
+	// deploy switches some processes to version 2).
+	DiagDrillVersions string
 	// ItemRejectProvider is key pipeline.item-reject.provider: log
 	// (default), memory or sqs; where steps' rejected items go.
 	ItemRejectProvider string
@@ -232,35 +279,40 @@ type Config struct {
 // Default returns the built-in configuration.
 func Default() Config {
 	return Config{
-		Mode:               "QUEUE_ASYNC",
-		StateProvider:      "memory",
-		DispatcherProvider: "event",
-		DLQProvider:        "log",
-		IdempotencyPolicy:  "OPTIONAL_CLIENT_KEY",
-		Lease:              30 * time.Second,
-		MaxRetries:         3,
-		RetryDelay:         time.Second,
-		RetryMultiplier:    2,
-		RetryMaxDelay:      5 * time.Minute,
-		SweepInterval:      time.Second,
-		SweepLimit:         100,
-		SweepGrace:         10 * time.Second,
-		ExecutionTTLDays:   30,
-		WorkerConcurrency:  8,
-		InlineBudgetBytes:  64 << 10,
-		HTTPAddr:           "127.0.0.1:8080",
-		MaxBodyBytes:       6 << 20,
-		TenantSource:       "header",
-		LogLevel:           "info",
-		ExecutionTable:     schema.DefaultNames.ExecutionTable,
-		KeyTable:           schema.DefaultNames.KeyTable,
-		PayloadTable:       schema.DefaultNames.PayloadTable,
-		DeadLetterTable:    schema.DefaultNames.DeadLetterTable,
-		EffectTable:        schema.DefaultNames.EffectTable,
-		TenantClaim:        "tenant_id",
-		DueShards:          schema.DefaultDueShards,
-		SQSWaitSeconds:     20,
-		SQSVisibility:      schema.WorkVisibility,
+		Mode:                "QUEUE_ASYNC",
+		StateProvider:       "memory",
+		DispatcherProvider:  "event",
+		DLQProvider:         "log",
+		IdempotencyPolicy:   "OPTIONAL_CLIENT_KEY",
+		Lease:               30 * time.Second,
+		MaxRetries:          3,
+		RetryDelay:          time.Second,
+		RetryMultiplier:     2,
+		RetryMaxDelay:       5 * time.Minute,
+		SweepInterval:       time.Second,
+		SweepLimit:          100,
+		SweepGrace:          10 * time.Second,
+		ExecutionTTLDays:    30,
+		WorkerConcurrency:   8,
+		InlineBudgetBytes:   64 << 10,
+		HTTPAddr:            "127.0.0.1:8080",
+		MaxBodyBytes:        6 << 20,
+		TenantSource:        "header",
+		LogLevel:            "info",
+		ExecutionTable:      schema.DefaultNames.ExecutionTable,
+		KeyTable:            schema.DefaultNames.KeyTable,
+		PayloadTable:        schema.DefaultNames.PayloadTable,
+		DeadLetterTable:     schema.DefaultNames.DeadLetterTable,
+		EffectTable:         schema.DefaultNames.EffectTable,
+		TenantClaim:         "tenant_id",
+		DueShards:           schema.DefaultDueShards,
+		SQSWaitSeconds:      20,
+		SQSVisibility:       schema.WorkVisibility,
+		ClockSkewTolerance:  2 * time.Second,
+		PipelineVersionWait: time.Hour,
+		DispatchTimeout:     2 * time.Second,
+		ReleaseLimit:        10,
+		DiagDrillVersions:   "1",
 
 		ItemRejectProvider:             "log",
 		ItemRejectPublishFailurePolicy: "CONTINUE",
@@ -357,6 +409,14 @@ var entries = []entry{
 		func(c *Config) *time.Duration { return &c.SweepGrace }, parseDuration, atLeast[time.Duration](0)),
 	field("execution-ttl-days", "Days an execution (row, key and payload chunks) is kept after submission, via TTL; at least 1.",
 		func(c *Config) *int { return &c.ExecutionTTLDays }, parseInt[int], atLeast(1)),
+	field("clock-skew-tolerance", "Largest clock difference tolerated between processes sharing a store (duration); a work item is claimed up to this much early and a lease is taken over only this long after it expired; 0 to 1m.",
+		func(c *Config) *time.Duration { return &c.ClockSkewTolerance }, parseDuration, between(0, time.Minute)),
+	field("pipeline-version-wait", "How long an execution whose pipeline definition (version) this worker does not serve waits for a worker that serves it before it ends DLQ with pipeline_version_unavailable (duration); 1s to 7 days.",
+		func(c *Config) *time.Duration { return &c.PipelineVersionWait }, parseDuration, between(time.Second, 7*24*time.Hour)),
+	field("dispatch-timeout", "Deadline of sending a work item after a commit (submit, hand-over, re-drive); a send that misses it is left to the sweeper (duration); 10ms to 1m.",
+		func(c *Config) *time.Duration { return &c.DispatchTimeout }, parseDuration, between(10*time.Millisecond, time.Minute)),
+	field("release-limit", "How many times one attempt of a step may be handed back unfinished (backend failure, shutdown, too little time left) before the hand-back counts as a failed attempt; 1 to 1000.",
+		func(c *Config) *int { return &c.ReleaseLimit }, parseInt[int], between(1, 1000)),
 	field("worker-concurrency", "Workers of the in-process event dispatcher; 1 to 1024.",
 		func(c *Config) *int { return &c.WorkerConcurrency }, parseInt[int], between(1, 1024)),
 	field("payload.inline-budget-bytes", "Largest payload stored inline in the execution row; 0 to 196608 (two must fit a 400 KiB DynamoDB row).",
@@ -381,8 +441,10 @@ var entries = []entry{
 		}),
 	field("http.max-body-bytes", "Largest accepted request body; 1 to 67108864 (64 MiB).",
 		func(c *Config) *int64 { return &c.MaxBodyBytes }, parseInt[int64], between[int64](1, 64<<20)),
-	field("http.tenant-source", "Tenant of a request: header (X-Tenant-Id, else \"default\"), none (always \"default\"), iam (the API Gateway IAM caller's account) or jwt (a claim of the API Gateway JWT authorizer).",
-		func(c *Config) *string { return &c.TenantSource }, lower, oneOf("header", "none", "iam", "jwt")),
+	field("http.tenant-source", "Tenant of a request: header (X-Tenant-Id, else \"default\"; development only), none (always \"default\"), iam (the API Gateway IAM caller's principal: its IAM role or user, not the session), iam-account (the IAM caller's AWS account: every principal of the account shares one tenant) or jwt (a claim of the API Gateway JWT authorizer).",
+		func(c *Config) *string { return &c.TenantSource }, lower, oneOf("header", "none", "iam", "iam-account", "jwt")),
+	field("http.allow-header-tenant", "Development only: let a Lambda deployment take the tenant from the X-Tenant-Id header (tenant-source header), which any caller can set; strict startup refuses tenant-source header regardless.",
+		func(c *Config) *bool { return &c.AllowHeaderTenant }, parseBool, nil),
 	field("http.tenant-claim", "JWT claim naming the tenant when http.tenant-source is jwt.",
 		func(c *Config) *string { return &c.TenantClaim }, verbatim,
 		requiredWhen("http.tenant-source", "jwt", func(c Config) bool { return c.TenantSource == "jwt" })),
@@ -420,6 +482,16 @@ var entries = []entry{
 		func(c *Config) *float64 { return &c.FaultDispatchDuplicateRate }, parseFloat, between(0.0, 0.5)),
 	field("faults.dispatch-drop-rate", "Test only (chaos): share of dispatched work items silently dropped (left to the sweeper); 0 (off) to 0.5.",
 		func(c *Config) *float64 { return &c.FaultDispatchDropRate }, parseFloat, between(0.0, 0.5)),
+	field("faults.commit-error-rate", "Test only (chaos): share of step commits failed with an injected unavailable error, half before the write and half after it landed (unknown outcome); 0 (off) to 0.5.",
+		func(c *Config) *float64 { return &c.FaultCommitErrorRate }, parseFloat, between(0.0, 0.5)),
+	field("faults.dlq-error-rate", "Test only (chaos): share of dead-letter publishes failed, as in a DLQ outage; 0 (off) to 1.",
+		func(c *Config) *float64 { return &c.FaultDLQErrorRate }, parseFloat, between(0.0, 1.0)),
+	millis(field("faults.clock-offset-ms", "Test only (chaos): milliseconds added to this process's clock (may be negative); -60000 to 60000.",
+		func(c *Config) *time.Duration { return &c.FaultClockOffset }, parseMillis, between(-time.Minute, time.Minute))),
+	field("diag.enabled", "Serve the diag.drill fault drill (local and dev use: it can sleep and return large results); the CDK prod stage leaves it off.",
+		func(c *Config) *bool { return &c.DiagEnabled }, parseBool, nil),
+	field("diag.drill-versions", "Test only: the definitions of diag.drill this process serves, 1, 2 or 1,2 (the last listed takes new submissions).",
+		func(c *Config) *string { return &c.DiagDrillVersions }, verbatim, oneOf("1", "2", "1,2", "2,1")),
 	field("diag.allow-crash", "Test only, never in production: let diag.drill's crashAttempts exit the process (status 3) to simulate a worker crash; honored by qasync serve.",
 		func(c *Config) *bool { return &c.DiagAllowCrash }, parseBool, nil),
 	field("diag.payment-ledger", "Test only: file where checkout's fake payment provider appends each charge and looks charges up, to count them across processes; empty: in-process ids; honored by qasync serve.",
