@@ -6,11 +6,14 @@
 // completion payload, which becomes the next step's input (or the
 // execution's result, when the await step is the last one).
 //
-// The await id is derived from the execution, step and attempt, so a
+// The await id is derived from the execution, step name and attempt, so a
 // retried await step (after AWAIT_TIMEOUT) starts a new await with a new
-// token. Tokens are HMAC-SHA256 over (tenant, execution id, await id)
-// keyed by pipeline.orchestrator.await.resume-token-secret; without a
-// secret an await step fails non-retryably with code
+// token. A token is "r1.<tenant>.<mac>", where mac is the hex
+// HMAC-SHA256 over (tenant, execution id, await id) keyed by
+// pipeline.orchestrator.await.resume-token-secret: it names the tenant, so
+// the completion route needs no other caller identity (behind API Gateway
+// it has no authorizer; the token is its authorization). Without a secret
+// an await step fails non-retryably with code
 // await_resume_token_secret_missing.
 package await
 
@@ -20,6 +23,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/qasync/qasync/shared/payload"
@@ -29,7 +33,7 @@ import (
 // ID returns the id of the await the step attempt described by info
 // starts: stable for one attempt, new for every retry.
 func ID(info pipeline.StepInfo) string {
-	h := sha256.Sum256(fmt.Appendf(nil, "%d:%s;%d;%d", len(info.ExecutionID), info.ExecutionID, info.StepIndex, info.Attempt))
+	h := sha256.Sum256(fmt.Appendf(nil, "%d:%s;%d:%s;%d", len(info.ExecutionID), info.ExecutionID, len(info.StepName), info.StepName, info.Attempt))
 	return "aw-" + hex.EncodeToString(h[:12])
 }
 
@@ -44,14 +48,33 @@ func Token(info pipeline.StepInfo, awaitID string) (string, error) {
 	return info.ResumeToken(awaitID), nil
 }
 
-// Sign computes the resume token of an await: hex HMAC-SHA256, keyed by
-// secret, over the length-prefixed tenant, execution id and await id.
+// tokenPrefix starts every resume token (its format's version).
+const tokenPrefix = "r1."
+
+// Sign computes the resume token of an await: "r1.<tenant>.<mac>", mac
+// being the hex HMAC-SHA256, keyed by secret, over the length-prefixed
+// tenant, execution id and await id.
 func Sign(secret []byte, tenantID, executionID, awaitID string) string {
+	return tokenPrefix + tenantID + "." + mac(secret, tenantID, executionID, awaitID)
+}
+
+func mac(secret []byte, tenantID, executionID, awaitID string) string {
 	m := hmac.New(sha256.New, secret)
 	for _, p := range []string{tenantID, executionID, awaitID} {
 		fmt.Fprintf(m, "%d:%s;", len(p), p)
 	}
 	return hex.EncodeToString(m.Sum(nil))
+}
+
+// TokenTenant returns the tenant a resume token names ("" and false when
+// the token is not of the resume-token form). It does not verify the token.
+func TokenTenant(token string) (string, bool) {
+	rest, ok := strings.CutPrefix(token, tokenPrefix)
+	i := strings.LastIndexByte(rest, '.')
+	if !ok || i <= 0 || len(rest)-i-1 != 2*sha256.Size {
+		return "", false
+	}
+	return rest[:i], true
 }
 
 // Verify reports, in constant time, whether token is the resume token of
@@ -70,9 +93,11 @@ func Suspend(awaitID string, timeout time.Duration) error {
 // Spec configures an await step.
 type Spec struct {
 	// Timeout, when positive, fails the step with AWAIT_TIMEOUT if no
-	// completion arrives within it (enforced by the sweeper, so up to
-	// sweep-grace later). The step's retry policy then applies: a retry
-	// starts a new await; exhaustion dead-letters the execution.
+	// completion arrives within it (enforced by the sweeper, so up to a
+	// sweep interval later). The step's retry policy then applies: a retry
+	// starts a new await; exhaustion dead-letters the execution. It may not
+	// exceed the execution retention (the runtime refuses to start): the
+	// parked execution is kept at least a retention past its timeout.
 	Timeout time.Duration
 }
 
@@ -103,6 +128,7 @@ func Step(name string, spec Spec, notify func(ctx context.Context, req Request) 
 		}
 		return payload.Payload{}, Suspend(id, spec.Timeout)
 	}}
+	s.AwaitTimeout = spec.Timeout
 	for _, o := range opts {
 		o(&s)
 	}

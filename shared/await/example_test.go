@@ -34,6 +34,6 @@ func ExampleStep() {
 	var aw *pipeline.AwaitError
 	fmt.Println(errors.As(err, &aw), aw.ID == await.ID(info))
 	// Output:
-	// await true token 64
+	// await true token 70
 	// true true
 }

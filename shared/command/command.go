@@ -161,7 +161,7 @@ func (c *cmd[I, O]) run(ctx context.Context, info pipeline.StepInfo, raw payload
 	}
 	id := info.IdempotencyKey
 	if id == "" {
-		id = execution.StepIdempotencyKey(info.TenantID, info.ExecutionID, info.StepIndex)
+		id = execution.StepIdempotencyKey(info.TenantID, info.ExecutionID, info.StepName)
 	}
 	if c.spec.ID != nil {
 		if id = c.spec.ID(in); id == "" {

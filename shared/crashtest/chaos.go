@@ -682,7 +682,7 @@ func crashFree(p pipeline.Pipeline, input []byte, attempts map[int]int) ([]byte,
 		attempt := max(attempts[i], 1)
 		info := pipeline.StepInfo{ExecutionID: "crash-free", TenantID: "default", PipelineID: p.ID,
 			StepName: step.Name, StepIndex: i, Attempt: attempt,
-			IdempotencyKey: execution.StepIdempotencyKey("default", "crash-free", i), Effects: effects}
+			IdempotencyKey: execution.StepIdempotencyKey("default", "crash-free", strconv.Itoa(i)), Effects: effects}
 		out, err := step.Run(context.Background(), info, in)
 		if err != nil {
 			return nil, fmt.Errorf("crash-free run of %s step %s: %w", p.ID, step.Name, err)

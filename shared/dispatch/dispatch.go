@@ -42,3 +42,32 @@ type Handler func(ctx context.Context, item WorkItem) error
 
 // ErrClosed is returned by Dispatch after the dispatcher was closed.
 var ErrClosed = errors.New("dispatch: dispatcher closed")
+
+// RetryAfterError is a Handler's answer for a work item that arrived
+// before its execution can use it (a retry time not reached yet, a clock
+// behind the submitter's, a pipeline definition this worker does not
+// serve): the transport must keep the item and deliver it again after
+// Delay, not acknowledge it.
+type RetryAfterError struct {
+	// Delay is how long the item should stay invisible.
+	Delay time.Duration
+	// Reason names why, for logs ("not_due", "pipeline_version_unavailable").
+	Reason string
+}
+
+// Error implements error.
+func (e *RetryAfterError) Error() string {
+	return "dispatch: deliver again in " + e.Delay.String() + " (" + e.Reason + ")"
+}
+
+// RetryAfter returns a RetryAfterError.
+func RetryAfter(d time.Duration, reason string) error {
+	return &RetryAfterError{Delay: max(d, 0), Reason: reason}
+}
+
+// AsRetryAfter reports whether err is (or wraps) a RetryAfterError.
+func AsRetryAfter(err error) (*RetryAfterError, bool) {
+	var ra *RetryAfterError
+	ok := errors.As(err, &ra)
+	return ra, ok
+}

@@ -54,17 +54,19 @@ func ref(r payload.Ref) types.AttributeValue {
 // encode is the full item of a new execution row.
 func encode(e *execution.Execution, shards int) map[string]types.AttributeValue {
 	item := map[string]types.AttributeValue{
-		s.AttrTenantID:       str(e.TenantID),
-		s.AttrExecutionID:    str(e.ExecutionID),
-		s.AttrPipelineID:     str(e.PipelineID),
-		s.AttrIdempotencyKey: str(e.IdempotencyKey),
-		s.AttrInput:          ref(e.Input),
-		s.AttrCreated:        millis(e.CreatedAt),
-		s.AttrTTL:            seconds(e.ExpiresAt),
-		s.AttrVersion:        num(e.Version),
+		s.AttrTenantID:        str(e.TenantID),
+		s.AttrExecutionID:     str(e.ExecutionID),
+		s.AttrPipelineID:      str(e.PipelineID),
+		s.AttrIdempotencyKey:  str(e.IdempotencyKey),
+		s.AttrPipelineVersion: str(e.PipelineVersion),
+		s.AttrDueShard:        num(dueShard(e.ExecutionID, shards)),
+		s.AttrInput:           ref(e.Input),
+		s.AttrCreated:         millis(e.CreatedAt),
+		s.AttrTTL:             seconds(e.ExpiresAt),
+		s.AttrVersion:         num(e.Version),
 	}
 	u := newUpdate()
-	mutable(u, e, shards)
+	mutable(u, e, false)
 	for name, v := range u.setValues {
 		item[name] = v
 	}
@@ -72,8 +74,10 @@ func encode(e *execution.Execution, shards int) map[string]types.AttributeValue 
 }
 
 // mutable adds to u every field an Update may change: set when present,
-// removed when empty, so that the item equals e afterwards.
-func mutable(u *update, e *execution.Execution, shards int) {
+// removed when empty, so that the item equals e afterwards. keepSweep
+// leaves the sweep index attributes out (as stored). The due shard is
+// written once, at submit (encode), and never moves.
+func mutable(u *update, e *execution.Execution, keepSweep bool) {
 	u.set(s.AttrStatus, str(string(e.Status)))
 	u.set(s.AttrStepIndex, num(e.StepIndex))
 	u.set(s.AttrStepName, str(e.StepName))
@@ -85,10 +89,17 @@ func mutable(u *update, e *execution.Execution, shards int) {
 	u.setOrRemove(s.AttrLastTransitionKey, e.LastTransitionKey != "", str(e.LastTransitionKey))
 	u.setOrRemove(s.AttrLeaseOwner, e.LeaseOwner != "", str(e.LeaseOwner))
 	u.setOrRemove(s.AttrLeaseExpires, !e.LeaseExpiresAt.IsZero(), millis(e.LeaseExpiresAt))
-	// The sparse due index: both keys present only while the row is due.
-	due := !e.NextDueAt.IsZero()
-	u.setOrRemove(s.AttrNextDue, due, millis(e.NextDueAt))
-	u.setOrRemove(s.AttrDueShard, due, num(dueShard(e.ExecutionID, shards)))
+	u.setOrRemove(s.AttrNextDue, !e.NextDueAt.IsZero(), millis(e.NextDueAt))
+	if !keepSweep {
+		// The sparse sweep index: the row is in it while sweep_at is set.
+		u.setOrRemove(s.AttrSweepAt, !e.SweepAt.IsZero(), millis(e.SweepAt))
+		u.set(s.AttrSweeps, num(e.Sweeps))
+	}
+	u.set(s.AttrReleases, num(e.Releases))
+	u.setOrRemove(s.AttrVersionWaitSince, !e.VersionWaitSince.IsZero(), millis(e.VersionWaitSince))
+	if !e.ExpiresAt.IsZero() {
+		u.set(s.AttrTTL, seconds(e.ExpiresAt))
+	}
 	u.setOrRemove(s.AttrResult, !e.Result.IsZero(), ref(e.Result))
 	var f execution.Failure
 	if e.Error != nil {
@@ -107,9 +118,10 @@ func awaitAttr(a *execution.Await) types.AttributeValue {
 		return nil
 	}
 	m := map[string]types.AttributeValue{
-		"id":     str(a.ID),
-		"status": str(string(a.Status)),
-		"late":   boolean(a.Late),
+		"id":         str(a.ID),
+		"status":     str(string(a.Status)),
+		"late":       boolean(a.Late),
+		"step_index": num(a.StepIndex),
 	}
 	if !a.TimeoutAt.IsZero() {
 		m["timeout_epoch_ms"] = millis(a.TimeoutAt)
@@ -137,7 +149,7 @@ func (r *reader) await(name string) *execution.Await {
 	}
 	sub := &reader{item: m.Value}
 	a := &execution.Await{
-		ID: sub.str("id"), Status: execution.AwaitStatus(sub.str("status")), Late: sub.bool("late"),
+		ID: sub.str("id"), Status: execution.AwaitStatus(sub.str("status")), Late: sub.bool("late"), StepIndex: sub.int("step_index"),
 		TimeoutAt: sub.millis("timeout_epoch_ms"), CompletedAt: sub.millis("completed_epoch_ms"), Digest: sub.str("sha256"),
 	}
 	if _, ok := m.Value["late_payload"]; ok {
@@ -252,6 +264,8 @@ func decode(item map[string]types.AttributeValue) (execution.Execution, error) {
 		Status: execution.Status(r.str(s.AttrStatus)), Version: r.int64(s.AttrVersion),
 		StepIndex: r.int(s.AttrStepIndex), StepName: r.str(s.AttrStepName), Attempt: r.int(s.AttrAttempt), MaxAttempt: r.int(s.AttrMaxAttempt),
 		LeaseOwner: r.str(s.AttrLeaseOwner), LeaseExpiresAt: r.millis(s.AttrLeaseExpires), NextDueAt: r.millis(s.AttrNextDue),
+		SweepAt: r.millis(s.AttrSweepAt), Sweeps: r.int(s.AttrSweeps), PipelineVersion: r.str(s.AttrPipelineVersion),
+		Releases: r.int(s.AttrReleases), VersionWaitSince: r.millis(s.AttrVersionWaitSince),
 		LastTransitionKey: r.str(s.AttrLastTransitionKey), IdempotencyKey: r.str(s.AttrIdempotencyKey),
 		Input: r.ref(s.AttrInput), Result: r.ref(s.AttrResult),
 		DLQPending: r.bool(s.AttrDLQPending), Note: r.str(s.AttrNote), RedriveCount: r.int(s.AttrRedriveCount),

@@ -6,6 +6,10 @@ package dynamostore
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -105,7 +109,13 @@ func (st *StateStore) CreateOrGet(ctx context.Context, req store.CreateRequest) 
 	}
 	ec, en, ev := absent(s.AttrTenantID)
 	kc, kn, kv := absent(s.AttrKeyID)
-	in := &dynamodb.TransactWriteItemsInput{TransactItems: []types.TransactWriteItem{
+	// The client token makes a retried transaction (the SDK's, after a
+	// timeout or a 5xx) that had in fact committed succeed again instead of
+	// failing on the key it wrote itself; DynamoDB keeps tokens 10 minutes.
+	// The token is derived from the table and the row's key (tokens are
+	// scoped to the account; at most 36 characters).
+	token := sha256.Sum256([]byte(store.KeyID(st.opts.ExecutionTable, store.KeyID(e.TenantID, e.ExecutionID))))
+	in := &dynamodb.TransactWriteItemsInput{ClientRequestToken: aws.String(hex.EncodeToString(token[:18])), TransactItems: []types.TransactWriteItem{
 		{Put: &types.Put{TableName: &st.opts.ExecutionTable, Item: encode(&e, st.opts.DueShards),
 			ConditionExpression: ec, ExpressionAttributeNames: en, ExpressionAttributeValues: ev}},
 		{Put: &types.Put{TableName: &st.opts.KeyTable, Item: keyItem,
@@ -138,7 +148,9 @@ func (st *StateStore) CreateOrGet(ctx context.Context, req store.CreateRequest) 
 			if errors.Is(err, errRaced) && attempt < 8 {
 				continue // the key expired or its row vanished between the two reads
 			}
-			return got, false, err
+			// The key names this very execution: an earlier try of this
+			// transaction landed (its outcome was unknown to the caller).
+			return got, err == nil && got.ExecutionID == e.ExecutionID, err
 		case code(0) == "ConditionalCheckFailed":
 			return execution.Execution{}, false, fmt.Errorf("dynamostore: execution %s exists: %w", e.Key(), store.ErrConflict)
 		case (code(0) == "TransactionConflict" || code(1) == "TransactionConflict") && attempt < 8:
@@ -193,7 +205,49 @@ func (st *StateStore) Get(ctx context.Context, key execution.Key) (execution.Exe
 	return decode(out.Item)
 }
 
-// Claim implements store.Store as one conditional UpdateItem.
+// GetBatch implements store.Store with BatchGetItem (100 keys a request,
+// strongly consistent), retrying unprocessed keys.
+func (st *StateStore) GetBatch(ctx context.Context, keys []execution.Key) ([]execution.Execution, error) {
+	ctx, cancel := st.deadline(ctx)
+	defer cancel()
+	var out []execution.Execution
+	for start := 0; start < len(keys); start += 100 {
+		var req []map[string]types.AttributeValue
+		for _, k := range keys[start:min(start+100, len(keys))] {
+			req = append(req, st.key(k))
+		}
+		for try := 0; len(req) > 0; try++ {
+			res, err := st.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{
+				st.opts.ExecutionTable: {Keys: req, ConsistentRead: aws.Bool(true)}}})
+			if err != nil {
+				return nil, translate("batch get", err)
+			}
+			for _, item := range res.Responses[st.opts.ExecutionTable] {
+				if !st.live(item) {
+					continue
+				}
+				e, err := decode(item)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, e)
+			}
+			req = res.UnprocessedKeys[st.opts.ExecutionTable].Keys
+			if len(req) > 0 {
+				if try >= 8 {
+					return nil, fmt.Errorf("dynamostore: batch get: %w: %d keys left unprocessed", store.ErrUnavailable, len(req))
+				}
+				if err := sleep(ctx, time.Duration(10<<try)*time.Millisecond); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// Claim implements store.Store as one conditional UpdateItem. It writes no
+// index key: the row's sweep_at stays as it is.
 func (st *StateStore) Claim(ctx context.Context, req store.ClaimRequest) (execution.Execution, error) {
 	ctx, cancel := st.deadline(ctx)
 	defer cancel()
@@ -201,17 +255,16 @@ func (st *StateStore) Claim(ctx context.Context, req store.ClaimRequest) (execut
 	u.set(s.AttrStatus, str(string(execution.Running)))
 	u.set(s.AttrLeaseOwner, str(req.Owner))
 	u.set(s.AttrLeaseExpires, millis(req.LeaseUntil))
-	u.set(s.AttrNextDue, millis(req.LeaseUntil))
-	u.set(s.AttrDueShard, num(dueShard(req.Key.ExecutionID, st.opts.DueShards)))
 	u.set(s.AttrAttempt, num(req.Attempt))
+	u.set(s.AttrReleases, num(req.Releases))
 	u.set(s.AttrVersion, num(req.ExpectVersion+1))
 	u.set(s.AttrUpdated, millis(req.Now))
-	now := millis(req.Now)
-	cond := fmt.Sprintf("%s = %s AND %s IN (%s, %s, %s) AND %s <= %s AND (attribute_not_exists(%s) OR %s <= %s) AND %s",
+	cond := fmt.Sprintf("%s = %s AND ((%s IN (%s, %s) AND %s <= %s) OR (%s = %s AND %s <= %s)) AND %s",
 		u.name(s.AttrVersion), u.value(num(req.ExpectVersion)),
-		u.name(s.AttrStatus), u.value(str(string(execution.Queued))), u.value(str(string(execution.WaitRetry))), u.value(str(string(execution.Running))),
-		u.name(s.AttrNextDue), u.value(now),
-		u.name(s.AttrLeaseOwner), u.name(s.AttrLeaseExpires), u.value(now),
+		u.name(s.AttrStatus), u.value(str(string(execution.Queued))), u.value(str(string(execution.WaitRetry))),
+		u.name(s.AttrNextDue), u.value(millis(req.DueBy)),
+		u.name(s.AttrStatus), u.value(str(string(execution.Running))),
+		u.name(s.AttrLeaseExpires), u.value(millis(req.TakeoverBy)),
 		st.liveCondition(u))
 	item, err := st.conditionalUpdate(ctx, req.Key, u, cond)
 	switch {
@@ -225,13 +278,12 @@ func (st *StateStore) Claim(ctx context.Context, req store.ClaimRequest) (execut
 	return decode(item)
 }
 
-// Renew implements store.Store; it leaves the version alone.
+// Renew implements store.Store; it moves the lease expiry only.
 func (st *StateStore) Renew(ctx context.Context, key execution.Key, owner string, version int64, until time.Time) error {
 	ctx, cancel := st.deadline(ctx)
 	defer cancel()
 	u := newUpdate()
 	u.set(s.AttrLeaseExpires, millis(until))
-	u.set(s.AttrNextDue, millis(until))
 	cond := fmt.Sprintf("%s = %s AND %s = %s AND %s = %s AND %s",
 		u.name(s.AttrLeaseOwner), u.value(str(owner)), u.name(s.AttrVersion), u.value(num(version)),
 		u.name(s.AttrStatus), u.value(str(string(execution.Running))), st.liveCondition(u))
@@ -243,13 +295,13 @@ func (st *StateStore) Renew(ctx context.Context, key execution.Key, owner string
 }
 
 // Update implements store.Store: every mutable attribute is set (or
-// removed when empty), conditional on version and lease owner.
+// removed when empty), conditional on version and lease owner; with
+// KeepSweep the sweep index attributes are left out of the write.
 func (st *StateStore) Update(ctx context.Context, g store.Guard, next execution.Execution) (execution.Execution, error) {
 	ctx, cancel := st.deadline(ctx)
 	defer cancel()
-	next.ExecutionID = g.Key.ExecutionID // the due shard derives from it
 	u := newUpdate()
-	mutable(u, &next, st.opts.DueShards)
+	mutable(u, &next, g.KeepSweep)
 	u.set(s.AttrVersion, num(g.Version+1))
 	owner := "attribute_not_exists(" + u.name(s.AttrLeaseOwner) + ")"
 	if g.LeaseOwner != "" {
@@ -268,6 +320,28 @@ func (st *StateStore) Update(ctx context.Context, g store.Guard, next execution.
 		return execution.Execution{}, err
 	}
 	return decode(item)
+}
+
+// Reschedule implements store.Store: one UpdateItem of sweep_at and
+// sweep_count, conditional on sweep_at still being from.
+func (st *StateStore) Reschedule(ctx context.Context, key execution.Key, from, to time.Time, sweeps int) error {
+	ctx, cancel := st.deadline(ctx)
+	defer cancel()
+	u := newUpdate()
+	u.setOrRemove(s.AttrSweepAt, !to.IsZero(), millis(to))
+	u.set(s.AttrSweeps, num(sweeps))
+	was := "attribute_not_exists(" + u.name(s.AttrSweepAt) + ")"
+	if !from.IsZero() {
+		was = u.name(s.AttrSweepAt) + " = " + u.value(millis(from))
+	}
+	item, err := st.conditionalUpdate(ctx, key, u, was+" AND "+st.liveCondition(u))
+	switch {
+	case errors.Is(err, errCondition) && (item == nil || !st.live(item)):
+		return store.ErrNotFound
+	case errors.Is(err, errCondition):
+		return store.ErrConflict
+	}
+	return err
 }
 
 // liveCondition requires the row to exist and not to have expired.
@@ -297,78 +371,167 @@ func (st *StateStore) conditionalUpdate(ctx context.Context, key execution.Key, 
 	return out.Attributes, nil
 }
 
-// Due implements store.Store: one Query per due shard on the sparse index,
-// in parallel, merged oldest first. It never scans the table.
-func (st *StateStore) Due(ctx context.Context, dueBy time.Time, limit int) ([]store.DueRef, error) {
+// Due implements store.Store: one Query per shard of the sweep index (in
+// parallel) for the rows not yet returned, merged oldest first. The cursor
+// holds, per shard, the last row returned (or that the shard is done). It
+// never scans the table.
+func (st *StateStore) Due(ctx context.Context, q store.DueQuery) (store.DuePage, error) {
 	ctx, cancel := st.deadline(ctx)
 	defer cancel()
-	var (
-		mu   sync.Mutex
-		refs []store.DueRef
-		errs []error
-		wg   sync.WaitGroup
-	)
+	cur, err := decodeDueCursor(q.Cursor, st.opts.DueShards)
+	if err != nil {
+		return store.DuePage{}, err
+	}
+	limit := max(q.Limit, 1)
+	type shardPage struct {
+		refs []dueItem
+		more bool
+		err  error
+	}
+	pages := make([]shardPage, st.opts.DueShards)
+	var wg sync.WaitGroup
 	for shard := range st.opts.DueShards {
+		if cur[shard].Done {
+			continue
+		}
 		wg.Go(func() {
-			got, err := st.dueShard(ctx, shard, dueBy, limit)
-			mu.Lock()
-			defer mu.Unlock()
-			refs = append(refs, got...)
-			if err != nil {
-				errs = append(errs, err)
-			}
+			refs, more, err := st.dueShard(ctx, shard, q.By, limit, cur[shard].After)
+			pages[shard] = shardPage{refs, more, err}
 		})
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	sort.Slice(refs, func(i, j int) bool {
-		if !refs[i].NextDueAt.Equal(refs[j].NextDueAt) {
-			return refs[i].NextDueAt.Before(refs[j].NextDueAt)
+	var all []dueItem
+	var errs []error
+	for _, p := range pages {
+		if p.err != nil {
+			errs = append(errs, p.err)
 		}
-		return refs[i].Key.String() < refs[j].Key.String()
-	})
-	if len(refs) > limit {
-		refs = refs[:limit]
+		all = append(all, p.refs...)
 	}
-	return refs, nil
+	if err := errors.Join(errs...); err != nil {
+		return store.DuePage{}, err
+	}
+	sort.Slice(all, func(i, j int) bool { return dueItemLess(all[i], all[j]) })
+	taken := all[:min(limit, len(all))]
+	takenPerShard := make([]int, st.opts.DueShards)
+	for _, it := range taken {
+		c := it
+		cur[it.shard].After = &c
+		takenPerShard[it.shard]++
+	}
+	for shard, p := range pages {
+		// A shard is done when it holds nothing after what was taken.
+		if !p.more && takenPerShard[shard] == len(p.refs) {
+			cur[shard].Done = true
+		}
+	}
+	page := store.DuePage{Refs: make([]store.DueRef, len(taken))}
+	for i, it := range taken {
+		page.Refs[i] = it.ref
+	}
+	for _, c := range cur {
+		if !c.Done {
+			page.Cursor = encodeDueCursor(cur)
+			break
+		}
+	}
+	return page, nil
 }
 
-func (st *StateStore) dueShard(ctx context.Context, shard int, dueBy time.Time, limit int) ([]store.DueRef, error) {
-	var refs []store.DueRef
+// dueItem is a sweep index entry with the shard it came from.
+type dueItem struct {
+	ref   store.DueRef
+	shard int
+}
+
+func dueItemLess(a, b dueItem) bool {
+	if a.ref.SweepAt.UnixMilli() != b.ref.SweepAt.UnixMilli() {
+		return a.ref.SweepAt.UnixMilli() < b.ref.SweepAt.UnixMilli()
+	}
+	return a.ref.Key.String() < b.ref.Key.String()
+}
+
+// dueShard reads up to limit entries of one shard due by dueBy, after the
+// given entry; more reports that the shard holds more.
+func (st *StateStore) dueShard(ctx context.Context, shard int, dueBy time.Time, limit int, after *dueItem) ([]dueItem, bool, error) {
+	var refs []dueItem
 	in := &dynamodb.QueryInput{
 		TableName: &st.opts.ExecutionTable, IndexName: aws.String(s.DueIndexName),
-		KeyConditionExpression:   aws.String("#shard = :shard AND #due <= :by"),
-		ExpressionAttributeNames: map[string]string{"#shard": s.AttrDueShard, "#due": s.AttrNextDue},
+		KeyConditionExpression:   aws.String("#shard = :shard AND #sweep <= :by"),
+		ExpressionAttributeNames: map[string]string{"#shard": s.AttrDueShard, "#sweep": s.AttrSweepAt},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":shard": &types.AttributeValueMemberN{Value: strconv.Itoa(shard)}, ":by": millis(dueBy)},
 		ScanIndexForward: aws.Bool(true),
 		Limit:            aws.Int32(int32(min(limit, 1000))),
 	}
-	for len(refs) < limit {
+	if after != nil {
+		in.ExclusiveStartKey = map[string]types.AttributeValue{
+			s.AttrDueShard: num(shard), s.AttrSweepAt: millis(after.ref.SweepAt),
+			s.AttrTenantID: str(after.ref.Key.TenantID), s.AttrExecutionID: str(after.ref.Key.ExecutionID),
+		}
+	}
+	for {
 		out, err := st.db.Query(ctx, in)
 		if err != nil {
-			return refs, translate("due query", err)
+			return refs, false, translate("due query", err)
 		}
 		st.dueItemsRead.Add(int64(out.ScannedCount))
 		for _, item := range out.Items {
-			if !st.live(item) {
-				continue
-			}
 			r := &reader{item: item}
-			refs = append(refs, store.DueRef{
+			refs = append(refs, dueItem{shard: shard, ref: store.DueRef{
 				Key:        execution.Key{TenantID: r.str(s.AttrTenantID), ExecutionID: r.str(s.AttrExecutionID)},
-				PipelineID: r.str(s.AttrPipelineID), Status: execution.Status(r.str(s.AttrStatus)),
-				NextDueAt: r.millis(s.AttrNextDue), DLQPending: r.bool(s.AttrDLQPending),
-			})
+				PipelineID: r.str(s.AttrPipelineID), SweepAt: r.millis(s.AttrSweepAt),
+			}})
+		}
+		if len(refs) >= limit {
+			return refs[:limit], len(refs) > limit || out.LastEvaluatedKey != nil, nil
 		}
 		if out.LastEvaluatedKey == nil {
-			break
+			return refs, false, nil
 		}
 		in.ExclusiveStartKey = out.LastEvaluatedKey
 	}
-	return refs, nil
+}
+
+// dueCursor is the position of a Due pass in each shard.
+type dueCursor struct {
+	Done  bool     `json:"d,omitempty"`
+	After *dueItem `json:"-"`
+	// Serialized form of After.
+	At   int64  `json:"t,omitempty"`
+	Ten  string `json:"k,omitempty"`
+	Exec string `json:"e,omitempty"`
+}
+
+func encodeDueCursor(cur []dueCursor) string {
+	for i := range cur {
+		if a := cur[i].After; a != nil {
+			cur[i].At, cur[i].Ten, cur[i].Exec = a.ref.SweepAt.UnixMilli(), a.ref.Key.TenantID, a.ref.Key.ExecutionID
+		}
+	}
+	b, _ := json.Marshal(cur) // cannot fail
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeDueCursor(c string, shards int) ([]dueCursor, error) {
+	cur := make([]dueCursor, shards)
+	if c == "" {
+		return cur, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err == nil {
+		err = json.Unmarshal(b, &cur)
+	}
+	if err != nil || len(cur) != shards {
+		return nil, errors.New("dynamostore: invalid due cursor (or one from a table with another shard count)")
+	}
+	for i := range cur {
+		if cur[i].Exec != "" {
+			cur[i].After = &dueItem{shard: i, ref: store.DueRef{SweepAt: time.UnixMilli(cur[i].At),
+				Key: execution.Key{TenantID: cur[i].Ten, ExecutionID: cur[i].Exec}}}
+		}
+	}
+	return cur, nil
 }
 
 // translate wraps a backend error: throttling and server errors (which the

@@ -49,14 +49,14 @@ func TestDueReadsOnlyDueRows(t *testing.T) {
 	const finished, due = 300, 7
 	for i := range finished + due {
 		e := execution.Execution{TenantID: "t", ExecutionID: fmt.Sprintf("e%04d", i), PipelineID: "p", Status: execution.Queued, Version: 1,
-			StepName: "s", Attempt: 1, NextDueAt: now, IdempotencyKey: fmt.Sprint("k", i), CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(time.Hour),
+			StepName: "s", Attempt: 1, NextDueAt: now, SweepAt: now, IdempotencyKey: fmt.Sprint("k", i), CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(time.Hour),
 			Input: payload.Ref{Encoding: payload.EncodingJSON, ContentType: payload.ContentTypeJSON, SHA256: payload.Digest(nil), Inline: []byte{}}}
 		if _, _, err := st.CreateOrGet(ctx, store.CreateRequest{Execution: e, IdempotencyKey: e.IdempotencyKey, Fingerprint: "f"}); err != nil {
 			t.Fatal(err)
 		}
 		if i < finished {
 			done := e
-			done.Status, done.NextDueAt = execution.Succeeded, time.Time{}
+			done.Status, done.NextDueAt, done.SweepAt = execution.Succeeded, time.Time{}, time.Time{}
 			if _, err := st.Update(ctx, store.Guard{Key: e.Key(), Version: 1}, done); err != nil {
 				t.Fatal(err)
 			}
@@ -64,12 +64,12 @@ func TestDueReadsOnlyDueRows(t *testing.T) {
 	}
 	before := st.DueItemsRead()
 	counter.Reset()
-	refs, err := st.Due(ctx, now, 100)
+	page, err := st.Due(ctx, store.DueQuery{By: now, Limit: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(refs) != due {
-		t.Fatalf("%d due refs, want %d", len(refs), due)
+	if refs := page.Refs; len(refs) != due || page.Cursor != "" {
+		t.Fatalf("%d due refs (cursor %q), want %d and no cursor", len(refs), page.Cursor, due)
 	}
 	if read := st.DueItemsRead() - before; read != due {
 		t.Fatalf("the due query read %d items for %d due rows among %d", read, due, finished+due)

@@ -68,6 +68,27 @@ const (
 	ReasonNonRetryable = "non_retryable"
 )
 
+// Error codes the runtime itself assigns, stored on executions and in
+// dead-letter envelopes.
+const (
+	// CodeWorkerLost: the previous attempt's worker lost its lease (crash,
+	// timeout) and no attempt was left for a takeover.
+	CodeWorkerLost = "worker_lost"
+	// CodePipelineVersionUnavailable: no worker served the execution's
+	// pipeline definition within the runtime's version wait.
+	CodePipelineVersionUnavailable = "pipeline_version_unavailable"
+	// CodePayloadUnreadable: the step's input could not be read or verified.
+	CodePayloadUnreadable = "payload_unreadable"
+	// CodeOutputUnstorable: the step's output cannot be stored (an unknown
+	// or empty encoding, a protobuf payload without a message name, a
+	// payload too large to chunk); running it again cannot help.
+	CodeOutputUnstorable = "step_output_unstorable"
+	// CodeReleaseLimit: the attempt was handed back unfinished more times
+	// than the runtime's release limit allows (the message names the last
+	// cause); the hand-back then counts as a failed attempt.
+	CodeReleaseLimit = "release_limit_exceeded"
+)
+
 // Failure describes the last error of an execution.
 type Failure struct {
 	// Code is a short machine-readable error code.
@@ -113,9 +134,36 @@ type Execution struct {
 	LeaseOwner string // lease_owner
 	// LeaseExpiresAt is when the lease lapses.
 	LeaseExpiresAt time.Time // lease_expires_epoch_ms
-	// NextDueAt is when the row becomes due for claim or sweep. Zero means
-	// the row is not in the due-work index (terminal or parked).
+	// NextDueAt is when a QUEUED or WAIT_RETRY row may be claimed (the
+	// retry time of WAIT_RETRY). It is a plain attribute, not an index key:
+	// moving it costs no index write.
 	NextDueAt time.Time // next_due_epoch_ms
+	// SweepAt is when the sweeper should look at the row: the sort key of
+	// the sparse sweep index (zero: not in it, as terminal rows and parked
+	// rows without a timeout are not). The happy path never moves it: it
+	// is set at submit, left alone by claims and hand-overs, and removed
+	// by the terminal commit; the sweeper pushes it forward when it finds
+	// a row that is still healthy, and off-path commits (a retry, a failed
+	// step, an await with a timeout) set it to when they need a look.
+	SweepAt time.Time // sweep_at_epoch_ms
+	// Sweeps counts the sweeper's re-dispatches (and failed dead-letter
+	// publishes) since the row last made progress; the sweeper spaces its
+	// next look by it (grace x 2^Sweeps, capped). A commit resets it.
+	Sweeps int // sweep_count
+	// PipelineVersion is the definition the execution is bound to (see
+	// pipeline.Pipeline.VersionID), set at submit: only a worker serving
+	// that definition runs its steps. Empty on rows written before
+	// versions existed (any definition of the pipeline serves them).
+	PipelineVersion string // pipeline_version
+	// Releases counts how often the current attempt was handed back
+	// unfinished (backend failure, shutdown, too little time left); at
+	// the runtime's release limit a hand-back counts as a failed attempt.
+	Releases int // release_count
+	// VersionWaitSince is when a worker first found that it does not serve
+	// PipelineVersion and left the execution for one that does (zero while
+	// no such wait is going on); after the runtime's version wait the
+	// execution ends DLQ with pipeline_version_unavailable.
+	VersionWaitSince time.Time // version_wait_since_epoch_ms
 	// LastTransitionKey is the key of the last committed transition.
 	LastTransitionKey string // last_transition_key
 	// IdempotencyKey is the key the execution was created under.
@@ -128,7 +176,7 @@ type Execution struct {
 	// Error is the last failure, if any.
 	Error *Failure // error_code, error_message, terminal_reason
 	// DLQPending marks a FAILED execution whose dead-letter envelope is not
-	// yet published; the sweeper retries the publish.
+	// yet published; the sweeper retries the publish, spaced by Sweeps.
 	DLQPending bool // dlq_pending
 	// Note is the last operator audit note (re-drive reason).
 	Note string // note
@@ -139,7 +187,11 @@ type Execution struct {
 	// UpdatedAt is when the row last changed.
 	UpdatedAt time.Time // updated_epoch_ms
 	// ExpiresAt is when the row may be deleted (TTL); reads treat an
-	// expired row as absent.
+	// expired row as absent. Retention counts from the terminal time: the
+	// terminal commit sets it to then + retention, every other commit keeps
+	// it at least that far ahead, and a park with a timeout keeps it at
+	// least a retention past the timeout, so TTL never deletes a live
+	// execution.
 	ExpiresAt time.Time // ttl_epoch_s
 	// Await is the current step's external await, if it started one (the
 	// row is then WAITING_EXTERNAL until it is completed or times out).
@@ -166,6 +218,11 @@ type Await struct {
 	// ID identifies the await; it is derived from execution, step and
 	// attempt, so a retried await step starts a new await.
 	ID string
+	// StepIndex is the index of the step that started the await. An
+	// on-time completion leaves the execution QUEUED at that step with the
+	// completion as Result; the worker that claims it commits the step with
+	// that output without running it again.
+	StepIndex int
 	// Status is the await's state.
 	Status AwaitStatus
 	// TimeoutAt is when the await times out (zero: never).
@@ -196,15 +253,23 @@ func TransitionKey(executionID string, stepIndex, attempt int) string {
 
 // StepIdempotencyKey is stable across attempts of one step of one
 // execution: steps pass it to downstream systems so that a retried or
-// taken-over step does not repeat a business effect.
-func StepIdempotencyKey(tenantID, executionID string, stepIndex int) string {
-	return fmt.Sprintf("%s:%s:%d", tenantID, executionID, stepIndex)
+// taken-over step does not repeat a business effect. It names the step,
+// not its index, so that a new definition that inserts or removes steps
+// never gives another step the same key.
+func StepIdempotencyKey(tenantID, executionID, stepName string) string {
+	return fmt.Sprintf("%d:%s:%d:%s:%s", len(tenantID), tenantID, len(executionID), executionID, stepName)
 }
 
-// Due reports whether the row is due at now: claimable status (or a
-// pending dead-letter publish) with NextDueAt at or before now.
+// Due reports whether a QUEUED or WAIT_RETRY row may be claimed at now:
+// NextDueAt is set and at or before now.
 func (e *Execution) Due(now time.Time) bool {
 	return !e.NextDueAt.IsZero() && !e.NextDueAt.After(now)
+}
+
+// Leased reports whether a worker's lease on the row is still in force at
+// now.
+func (e *Execution) Leased(now time.Time) bool {
+	return e.LeaseOwner != "" && e.LeaseExpiresAt.After(now)
 }
 
 // Expired reports whether the row's TTL has passed at now.

@@ -52,27 +52,35 @@ func TestCompleteAwait(t *testing.T) {
 	}
 	wantProblem(t, complete(path, `{"ok":true}`, ""), http.StatusUnauthorized, "unauthorized")
 	wantProblem(t, complete(path, `{"ok":true}`, token[:len(token)-1]+"x"), http.StatusForbidden, "forbidden")
-	wantProblem(t, complete(path, `{"ok":true}`, token, "X-Tenant-Id", "other"), http.StatusNotFound, "execution-not-found")
-	wantProblem(t, complete("/v1/executions/nope/awaits/"+awaitID+"/complete", `{"ok":true}`, token), http.StatusNotFound, "execution-not-found")
+	// The token names the tenant; a caller's tenant header changes nothing,
+	// and a token of another tenant finds no such execution.
+	wantProblem(t, complete(path, `{"ok":true}`, await.Sign([]byte(secret), "other", sub.ExecutionID, awaitID), "X-Tenant-Id", "other"),
+		http.StatusNotFound, "execution-not-found")
+	wantProblem(t, complete("/v1/executions/nope/awaits/"+awaitID+"/complete", `{"ok":true}`, token), http.StatusForbidden, "forbidden")
 	wrong := "aw-0"
 	wantProblem(t, complete("/v1/executions/"+sub.ExecutionID+"/awaits/"+wrong+"/complete", `{"ok":true}`,
 		await.Sign([]byte(secret), "default", sub.ExecutionID, wrong)), http.StatusConflict, "await-conflict")
 	wantProblem(t, complete(path, `{bad`, token), http.StatusBadRequest, "invalid-json")
 
-	w := complete(path, `{"ok":true}`, token)
+	w := complete(path, `{"ok":true}`, token, "X-Tenant-Id", "other")
 	if w.Code != http.StatusOK {
 		t.Fatalf("complete: %d %s", w.Code, w.Body)
 	}
 	doc := decode[httpapi.StatusResponse](t, w)
-	if doc.Status != execution.Succeeded || doc.Await == nil || doc.Await.Status != execution.AwaitCompleted || doc.Await.CompletedAt == "" {
+	if doc.Status != execution.Queued || doc.Await == nil || doc.Await.Status != execution.AwaitCompleted || doc.Await.CompletedAt == "" {
 		t.Fatalf("doc = %+v await %+v", doc, doc.Await)
+	}
+	e.drive() // a worker commits the await step with the completion
+	st = decode[httpapi.StatusResponse](t, e.do(req{method: http.MethodGet, path: "/v1/executions/" + sub.ExecutionID}))
+	if st.Status != execution.Succeeded {
+		t.Fatalf("after the worker: %+v", st)
 	}
 	res := e.do(req{method: http.MethodGet, path: "/v1/executions/" + sub.ExecutionID + "/result"})
 	if res.Code != http.StatusOK || res.Body.String() != `{"ok":true}` {
 		t.Fatalf("result: %d %s", res.Code, res.Body)
 	}
 	again := complete(path, `{"ok":true}`, token)
-	if again.Code != http.StatusOK || decode[httpapi.StatusResponse](t, again).Version != doc.Version {
+	if again.Code != http.StatusOK || decode[httpapi.StatusResponse](t, again).Version != st.Version {
 		t.Fatalf("repeat: %d %s", again.Code, again.Body)
 	}
 	wantProblem(t, complete(path, `{"ok":false}`, token), http.StatusConflict, "await-conflict")

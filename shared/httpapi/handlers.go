@@ -75,6 +75,9 @@ type StatusResponse struct {
 	ExecutionID string `json:"executionId"`
 	// PipelineID is the pipeline the execution runs.
 	PipelineID string `json:"pipelineId"`
+	// PipelineVersion is the pipeline definition the execution is bound to
+	// (its VersionID); only workers serving it run the execution.
+	PipelineVersion string `json:"pipelineVersion,omitempty"`
 	// Status is the lifecycle status (QUEUED, RUNNING, ..., SUCCEEDED, DLQ).
 	Status execution.Status `json:"status"`
 	// StepIndex is the 0-based index of the current step.
@@ -89,8 +92,12 @@ type StatusResponse struct {
 	CreatedAt string `json:"createdAt"`
 	// UpdatedAt is when the execution last changed.
 	UpdatedAt string `json:"updatedAt"`
-	// NextDueAt is omitted when the execution is not due (terminal or parked).
+	// NextDueAt is when a QUEUED or WAIT_RETRY execution may run next;
+	// omitted otherwise.
 	NextDueAt string `json:"nextDueAt,omitempty"`
+	// VersionWaitSince is set while the execution waits for a worker that
+	// serves its pipeline version (error code pipeline_version_unavailable).
+	VersionWaitSince string `json:"versionWaitSince,omitempty"`
 	// Error is the last failure; omitted when there is none.
 	Error *ErrorResponse `json:"error,omitempty"`
 	// Await is the execution's current (or last) external await; omitted
@@ -140,12 +147,15 @@ func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 func statusDocument(e *execution.Execution) StatusResponse {
 	d := StatusResponse{
-		ExecutionID: e.ExecutionID, PipelineID: e.PipelineID, Status: e.Status,
+		ExecutionID: e.ExecutionID, PipelineID: e.PipelineID, PipelineVersion: e.PipelineVersion, Status: e.Status,
 		StepIndex: e.StepIndex, StepName: e.StepName, Attempt: e.Attempt, Version: e.Version,
 		CreatedAt: formatTime(e.CreatedAt), UpdatedAt: formatTime(e.UpdatedAt),
 	}
-	if !e.NextDueAt.IsZero() {
+	if !e.NextDueAt.IsZero() && (e.Status == execution.Queued || e.Status == execution.WaitRetry) {
 		d.NextDueAt = formatTime(e.NextDueAt)
+	}
+	if !e.VersionWaitSince.IsZero() {
+		d.VersionWaitSince = formatTime(e.VersionWaitSince)
 	}
 	if e.Error != nil {
 		d.Error = &ErrorResponse{Code: e.Error.Code, Message: e.Error.Message, TerminalReason: e.Error.TerminalReason}
@@ -485,9 +495,13 @@ func (a *api) redrive(w http.ResponseWriter, r *http.Request) {
 const ResumeTokenHeader = "X-Resume-Token"
 
 // completeAwait handles POST /v1/executions/{executionId}/awaits/{awaitId}/complete.
+// The resume token is its authorization and names the tenant: the route
+// asks no other caller identity (behind API Gateway it has no authorizer),
+// so the tenant function is not consulted.
 func (a *api) completeAwait(w http.ResponseWriter, r *http.Request) {
-	key, ok := a.executionKey(w, r)
-	if !ok {
+	id := r.PathValue("executionId")
+	if !validExecutionID(id) {
+		writeProblem(w, kindExecutionNotFound.problem("No execution with this id exists for this tenant."))
 		return
 	}
 	awaitID := r.PathValue("awaitId")
@@ -495,7 +509,7 @@ func (a *api) completeAwait(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	e, _, err := a.rt.CompleteAwait(r.Context(), key, awaitID, r.Header.Get(ResumeTokenHeader), in)
+	e, _, err := a.rt.CompleteAwait(r.Context(), id, awaitID, r.Header.Get(ResumeTokenHeader), in)
 	var prob Problem
 	switch {
 	case err == nil:

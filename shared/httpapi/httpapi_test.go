@@ -409,7 +409,7 @@ func TestStatus(t *testing.T) {
 	if err := json.Unmarshal(w.Body.Bytes(), &raw); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"executionId", "pipelineId", "status", "stepIndex", "stepName", "attempt", "version", "createdAt", "updatedAt", "nextDueAt"} {
+	for _, k := range []string{"executionId", "pipelineId", "pipelineVersion", "status", "stepIndex", "stepName", "attempt", "version", "createdAt", "updatedAt", "nextDueAt"} {
 		if _, ok := raw[k]; !ok {
 			t.Errorf("status document lacks %q: %s", k, w.Body)
 		}
@@ -418,8 +418,11 @@ func TestStatus(t *testing.T) {
 		t.Errorf("status document has an error: %s", w.Body)
 	}
 	doc := decode[httpapi.StatusResponse](t, w)
+	if doc.PipelineVersion == "" {
+		t.Errorf("status document lacks the pipeline version: %s", w.Body)
+	}
 	want := httpapi.StatusResponse{
-		ExecutionID: sub.ExecutionID, PipelineID: "greet", Status: execution.Queued, StepIndex: 0, StepName: "greet",
+		ExecutionID: sub.ExecutionID, PipelineID: "greet", PipelineVersion: doc.PipelineVersion, Status: execution.Queued, StepIndex: 0, StepName: "greet",
 		Attempt: 1, Version: 1, CreatedAt: "2025-03-04T05:06:07.89Z", UpdatedAt: "2025-03-04T05:06:07.89Z",
 		NextDueAt: "2025-03-04T05:06:07.89Z",
 	}

@@ -99,7 +99,8 @@ func seed(t *testing.T, rt *runtime.Runtime, id, pipelineID, input string, mutat
 	}
 	row := execution.Execution{
 		TenantID: fixtureTenant, ExecutionID: id, PipelineID: pipelineID, Status: execution.Queued, Version: 1,
-		StepName: p.Steps[0].Name, Attempt: 1, NextDueAt: now, IdempotencyKey: "fixture-" + id, Input: in,
+		PipelineVersion: p.VersionID(), StepName: p.Steps[0].Name, Attempt: 1, NextDueAt: now, SweepAt: now.Add(rt.Config().SweepGrace),
+		IdempotencyKey: "fixture-" + id, Input: in,
 		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(time.Hour),
 	}
 	if mutate != nil {
@@ -200,13 +201,13 @@ func (s *hookStore) Get(ctx context.Context, key execution.Key) (execution.Execu
 	return s.Store.Get(ctx, key)
 }
 
-func (s *hookStore) Due(ctx context.Context, dueBy time.Time, limit int) ([]store.DueRef, error) {
+func (s *hookStore) Due(ctx context.Context, q store.DueQuery) (store.DuePage, error) {
 	if s.due != nil {
 		if err := s.due(); err != nil {
-			return nil, err
+			return store.DuePage{}, err
 		}
 	}
-	return s.Store.Due(ctx, dueBy, limit)
+	return s.Store.Due(ctx, q)
 }
 
 func (s *hookStore) getCount() int {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/qasync/qasync/shared/execution"
 	"github.com/qasync/qasync/shared/runtime"
 )
 
@@ -30,6 +29,10 @@ type SweepReport struct {
 	Redispatched int `json:"redispatched"`
 	// DeadLettersPublished counts pending dead letters published.
 	DeadLettersPublished int `json:"deadLettersPublished"`
+	// AwaitsTimedOut counts awaits whose timeout the sweeps enforced.
+	AwaitsTimedOut int `json:"awaitsTimedOut"`
+	// Rescheduled counts healthy rows whose next look was pushed forward.
+	Rescheduled int `json:"rescheduled"`
 	// Failed counts rows the sweeps could not handle.
 	Failed int `json:"failed"`
 	// More is the last sweep's More: rows may still be due (the invocation
@@ -54,9 +57,9 @@ func Sweeper(rt *runtime.Runtime, margin time.Duration, log *slog.Logger) func(c
 		start := time.Now()
 		var rep SweepReport
 		stop := "drained"
-		seen := map[execution.Key]bool{} // page on: never the same row twice per invocation
+		pass := &runtime.SweepPass{} // page on: never the same row twice per invocation
 		for {
-			res, err := rt.Sweep(ctx, seen)
+			res, err := rt.Sweep(ctx, pass)
 			if err != nil {
 				log.LogAttrs(ctx, slog.LevelWarn, "sweep_failed", slog.String("event", "sweep_failed"),
 					slog.Int("sweeps", rep.Sweeps), slog.String("error", err.Error()))
@@ -66,6 +69,8 @@ func Sweeper(rt *runtime.Runtime, margin time.Duration, log *slog.Logger) func(c
 			rep.Due += res.Due
 			rep.Redispatched += res.Redispatched
 			rep.DeadLettersPublished += res.DeadLettersPublished
+			rep.AwaitsTimedOut += res.AwaitsTimedOut
+			rep.Rescheduled += res.Rescheduled
 			rep.Failed += res.Failed
 			rep.More = res.More
 			if !res.More {
@@ -86,7 +91,8 @@ func Sweeper(rt *runtime.Runtime, margin time.Duration, log *slog.Logger) func(c
 		}
 		log.LogAttrs(ctx, level, "sweeper_completed", slog.String("event", "sweeper_completed"),
 			slog.Int("sweeps", rep.Sweeps), slog.Int("due", rep.Due), slog.Int("redispatched", rep.Redispatched),
-			slog.Int("dead_letters_published", rep.DeadLettersPublished), slog.Int("failed", rep.Failed),
+			slog.Int("dead_letters_published", rep.DeadLettersPublished), slog.Int("awaits_timed_out", rep.AwaitsTimedOut),
+			slog.Int("rescheduled", rep.Rescheduled), slog.Int("failed", rep.Failed),
 			slog.Bool("more", rep.More), slog.String("stopped", stop),
 			slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000))
 		return rep, nil

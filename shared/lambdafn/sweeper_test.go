@@ -19,6 +19,7 @@ import (
 // overdue makes a seeded row due an hour ago (well past the sweep grace).
 func overdue(e *execution.Execution) {
 	e.NextDueAt = time.Now().Add(-time.Hour)
+	e.SweepAt = e.NextDueAt
 }
 
 // TestSweeperFixture: the scheduled event through the real handler

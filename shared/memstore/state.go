@@ -2,6 +2,8 @@ package memstore
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"sync"
@@ -14,7 +16,7 @@ import (
 
 // StateStore is the in-memory execution state store. It is safe for
 // concurrent use and mirrors the DynamoDB layout: an execution map, a key
-// map, and a sparse due set holding only rows with NextDueAt set.
+// map, and a sparse sweep set holding only rows with SweepAt set.
 type StateStore struct {
 	clock clock.Clock
 
@@ -60,7 +62,7 @@ func (s *StateStore) CreateOrGet(ctx context.Context, req store.CreateRequest) (
 			return execution.Execution{}, false, store.ErrKeyMismatch
 		}
 		if row := s.live(k.key, now); row != nil {
-			return clone(*row), false, nil
+			return clone(*row), k.key == e.Key(), nil
 		}
 	}
 	if row := s.live(e.Key(), now); row != nil {
@@ -87,6 +89,23 @@ func (s *StateStore) Get(ctx context.Context, key execution.Key) (execution.Exec
 	return clone(*row), nil
 }
 
+// GetBatch implements store.Store.
+func (s *StateStore) GetBatch(ctx context.Context, keys []execution.Key) ([]execution.Execution, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock.Now()
+	out := make([]execution.Execution, 0, len(keys))
+	for _, k := range keys {
+		if row := s.live(k, now); row != nil {
+			out = append(out, clone(*row))
+		}
+	}
+	return out, nil
+}
+
 // Claim implements store.Store.
 func (s *StateStore) Claim(ctx context.Context, req store.ClaimRequest) (execution.Execution, error) {
 	if err := ctx.Err(); err != nil {
@@ -98,18 +117,16 @@ func (s *StateStore) Claim(ctx context.Context, req store.ClaimRequest) (executi
 	if row == nil {
 		return execution.Execution{}, store.ErrNotFound
 	}
-	leased := row.LeaseOwner != "" && row.LeaseExpiresAt.After(req.Now)
-	if row.Version != req.ExpectVersion || !row.Status.Claimable() || leased || !row.Due(req.Now) {
+	if row.Version != req.ExpectVersion || !store.Claimable(row, req.DueBy, req.TakeoverBy) {
 		return execution.Execution{}, store.ErrConflict
 	}
 	row.Status = execution.Running
 	row.LeaseOwner = req.Owner
 	row.LeaseExpiresAt = req.LeaseUntil
-	row.NextDueAt = req.LeaseUntil
 	row.Attempt = req.Attempt
+	row.Releases = req.Releases
 	row.Version++
 	row.UpdatedAt = req.Now
-	s.index(row)
 	return clone(*row), nil
 }
 
@@ -125,8 +142,6 @@ func (s *StateStore) Renew(ctx context.Context, key execution.Key, owner string,
 		return store.ErrLeaseLost
 	}
 	row.LeaseExpiresAt = until
-	row.NextDueAt = until
-	s.index(row)
 	return nil
 }
 
@@ -149,40 +164,104 @@ func (s *StateStore) Update(ctx context.Context, g store.Guard, next execution.E
 	}
 	updated := clone(next)
 	updated.TenantID, updated.ExecutionID, updated.PipelineID = row.TenantID, row.ExecutionID, row.PipelineID
-	updated.IdempotencyKey, updated.Input = row.IdempotencyKey, row.Input
-	updated.CreatedAt, updated.ExpiresAt = row.CreatedAt, row.ExpiresAt
+	updated.PipelineVersion, updated.IdempotencyKey, updated.Input = row.PipelineVersion, row.IdempotencyKey, row.Input
+	updated.CreatedAt = row.CreatedAt
+	if updated.ExpiresAt.IsZero() {
+		updated.ExpiresAt = row.ExpiresAt
+	}
+	if g.KeepSweep {
+		updated.SweepAt, updated.Sweeps = row.SweepAt, row.Sweeps
+	}
 	updated.Version = g.Version + 1
 	*row = updated
 	s.index(row)
 	return clone(*row), nil
 }
 
-// Due implements store.Store.
-func (s *StateStore) Due(ctx context.Context, dueBy time.Time, limit int) ([]store.DueRef, error) {
+// Reschedule implements store.Store.
+func (s *StateStore) Reschedule(ctx context.Context, key execution.Key, from, to time.Time, sweeps int) error {
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	row := s.live(key, s.clock.Now())
+	if row == nil {
+		return store.ErrNotFound
+	}
+	if row.SweepAt.UnixMilli() != from.UnixMilli() || row.SweepAt.IsZero() != from.IsZero() {
+		return store.ErrConflict
+	}
+	row.SweepAt, row.Sweeps = to, sweeps
+	s.index(row)
+	return nil
+}
+
+// Due implements store.Store.
+func (s *StateStore) Due(ctx context.Context, q store.DueQuery) (store.DuePage, error) {
+	if err := ctx.Err(); err != nil {
+		return store.DuePage{}, err
+	}
+	after, err := decodeCursor(q.Cursor)
+	if err != nil {
+		return store.DuePage{}, err
 	}
 	now := s.clock.Now()
 	s.mu.Lock()
 	var refs []store.DueRef
 	for k := range s.due {
 		row := s.live(k, now)
-		if row == nil || !row.Due(dueBy) {
+		if row == nil || row.SweepAt.IsZero() || row.SweepAt.After(q.By) {
 			continue
 		}
-		refs = append(refs, store.DueRef{Key: k, PipelineID: row.PipelineID, Status: row.Status, NextDueAt: row.NextDueAt, DLQPending: row.DLQPending})
+		ref := store.DueRef{Key: k, PipelineID: row.PipelineID, SweepAt: row.SweepAt}
+		if after != nil && !dueLess(*after, ref) {
+			continue
+		}
+		refs = append(refs, ref)
 	}
 	s.mu.Unlock()
-	sort.Slice(refs, func(i, j int) bool {
-		if !refs[i].NextDueAt.Equal(refs[j].NextDueAt) {
-			return refs[i].NextDueAt.Before(refs[j].NextDueAt)
-		}
-		return refs[i].Key.String() < refs[j].Key.String()
-	})
-	if limit >= 0 && len(refs) > limit {
-		refs = refs[:limit]
+	sort.Slice(refs, func(i, j int) bool { return dueLess(refs[i], refs[j]) })
+	limit := max(q.Limit, 1)
+	if len(refs) <= limit {
+		return store.DuePage{Refs: refs}, nil
 	}
-	return refs, nil
+	refs = refs[:limit]
+	return store.DuePage{Refs: refs, Cursor: encodeCursor(refs[len(refs)-1])}, nil
+}
+
+// dueLess orders the sweep index: oldest SweepAt first, then by key.
+func dueLess(a, b store.DueRef) bool {
+	if a.SweepAt.UnixMilli() != b.SweepAt.UnixMilli() {
+		return a.SweepAt.UnixMilli() < b.SweepAt.UnixMilli()
+	}
+	return a.Key.String() < b.Key.String()
+}
+
+// encodeCursor and decodeCursor carry the last ref of a page.
+func encodeCursor(r store.DueRef) string {
+	b, _ := json.Marshal(cursor{At: r.SweepAt.UnixMilli(), Key: r.Key}) // cannot fail
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+type cursor struct {
+	At  int64         `json:"at"`
+	Key execution.Key `json:"key"`
+}
+
+func decodeCursor(s string) (*store.DueRef, error) {
+	if s == "" {
+		return nil, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	var c cursor
+	if err == nil {
+		err = json.Unmarshal(b, &c)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("memstore: invalid due cursor")
+	}
+	return &store.DueRef{Key: c.Key, SweepAt: time.UnixMilli(c.At)}, nil
 }
 
 // live returns the unexpired row for key, dropping an expired one as
@@ -200,9 +279,9 @@ func (s *StateStore) live(key execution.Key, now time.Time) *execution.Execution
 	return row
 }
 
-// index keeps the sparse due set in step with the row. Callers hold s.mu.
+// index keeps the sparse sweep set in step with the row. Callers hold s.mu.
 func (s *StateStore) index(row *execution.Execution) {
-	if row.NextDueAt.IsZero() {
+	if row.SweepAt.IsZero() {
 		delete(s.due, row.Key())
 	} else {
 		s.due[row.Key()] = struct{}{}

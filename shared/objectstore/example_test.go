@@ -12,8 +12,8 @@ import (
 )
 
 // A pipeline with an Output publishes its terminal output to an object
-// before the execution is marked SUCCEEDED: NewRegistry wraps the last
-// step, which writes through the runtime's object store (StepInfo.Objects).
+// before the execution is marked SUCCEEDED: after the last step, the
+// runtime calls Output.Publish with its object store (StepInfo.Objects).
 func Example() {
 	dir, _ := os.MkdirTemp("", "qasync-output")
 	defer os.RemoveAll(dir)
@@ -36,6 +36,9 @@ func Example() {
 	in, _ := payload.JSON([]int{150, 4599})
 	for range 2 { // a replay writes the same key with the same bytes
 		out, err := p.Steps[0].Run(context.Background(), info, in)
+		if err == nil {
+			err = p.Output.Publish(context.Background(), info, out)
+		}
 		fmt.Println(string(out.Data), err)
 	}
 	b, _ := os.ReadFile(filepath.Join(dir, "acme", "shop.report", "exec-1.json"))

@@ -48,9 +48,9 @@ func Write(ctx context.Context, s Store, p Payload, slot string, inlineBudget in
 	}
 	switch {
 	case p.Encoding != EncodingJSON && p.Encoding != EncodingRaw && p.Encoding != EncodingProtobuf:
-		return Ref{}, fmt.Errorf("payload: unknown encoding %q", p.Encoding)
+		return Ref{}, fmt.Errorf("%w: unknown encoding %q", ErrInvalid, p.Encoding)
 	case p.Encoding == EncodingProtobuf && p.Message == "":
-		return Ref{}, errors.New("payload: protobuf payload without a message name")
+		return Ref{}, fmt.Errorf("%w: protobuf payload without a message name", ErrInvalid)
 	}
 	ref := Ref{
 		Encoding:    p.Encoding,
@@ -85,7 +85,7 @@ func Write(ctx context.Context, s Store, p Payload, slot string, inlineBudget in
 		return Ref{}, fmt.Errorf("payload: encode manifest: %w", err)
 	}
 	if len(mdata) > ChunkSize {
-		return Ref{}, fmt.Errorf("payload: %d-byte payload too large: its manifest exceeds %d bytes", ref.Length, ChunkSize)
+		return Ref{}, fmt.Errorf("%w: %d-byte payload too large: its manifest exceeds %d bytes", ErrInvalid, ref.Length, ChunkSize)
 	}
 
 	id := payloadID(slot, ref.SHA256, p)

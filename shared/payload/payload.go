@@ -113,4 +113,8 @@ var (
 	ErrConflict = errors.New("payload: part exists with different content")
 	// ErrCorrupt reports a payload whose parts fail verification.
 	ErrCorrupt = errors.New("payload: corrupt payload")
+	// ErrInvalid reports a payload that cannot be stored at all (an
+	// unknown or empty encoding, a protobuf payload without a message
+	// name, one too large to chunk): writing it again cannot help.
+	ErrInvalid = errors.New("payload: payload cannot be stored")
 )

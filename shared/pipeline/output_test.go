@@ -18,17 +18,6 @@ func (p *puts) Put(_ context.Context, uri string, _ []byte, _ string) error {
 	return nil
 }
 
-func outputRegistry(t *testing.T, to string) pipeline.Step {
-	t.Helper()
-	reg, err := pipeline.NewRegistry(pipeline.Pipeline{ID: "shop.report", Output: &pipeline.Output{To: to}, Steps: []pipeline.Step{
-		pipeline.NewStep("total", func(_ context.Context, _ pipeline.StepInfo, n int) (int, error) { return n * 2, nil }),
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, _ := reg.Get("shop.report")
-	return p.Steps[0]
-}
 
 // TestOutputBucketPlaceholder: {outputBucket} is expanded from
 // StepInfo.OutputBucket (config key output.bucket) with the other
@@ -43,13 +32,11 @@ func TestOutputBucketPlaceholder(t *testing.T) {
 		t.Fatalf("Target = %q, want %q", got, want)
 	}
 
-	step := outputRegistry(t, o.To)
 	var store puts
 	info.Objects = &store
-	in, _ := payload.JSON(21)
-	out, err := step.Run(context.Background(), info, in)
-	if err != nil || string(out.Data) != "42" {
-		t.Fatalf("run: %s, %v", out.Data, err)
+	out, _ := payload.JSON(42)
+	if err := o.Publish(context.Background(), info, out); err != nil {
+		t.Fatalf("publish: %v", err)
 	}
 	if len(store) != 1 || store[0] != "s3://qasync-dev-output-1a2b/results/acme/shop.report/e-1.json" {
 		t.Fatalf("puts %v", store)
@@ -60,10 +47,10 @@ func TestOutputBucketPlaceholder(t *testing.T) {
 // is a retryable output_publish_failed naming the key, and nothing is
 // written.
 func TestOutputBucketPlaceholderUnset(t *testing.T) {
-	step := outputRegistry(t, "s3://{outputBucket}/results/{executionId}.json")
+	o := pipeline.Output{To: "s3://{outputBucket}/results/{executionId}.json"}
 	var store puts
-	in, _ := payload.JSON(21)
-	_, err := step.Run(context.Background(), pipeline.StepInfo{TenantID: "acme", ExecutionID: "e-1", Objects: &store}, in)
+	out, _ := payload.JSON(42)
+	err := o.Publish(context.Background(), pipeline.StepInfo{TenantID: "acme", ExecutionID: "e-1", Objects: &store}, out)
 	var pe *pipeline.Error
 	if !errors.As(err, &pe) || pe.Code != pipeline.CodeOutputPublishFailed || !pe.Retryable || !strings.Contains(err.Error(), pipeline.OutputBucketKey) {
 		t.Fatalf("err %v", err)

@@ -11,6 +11,8 @@ package pipeline
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -93,10 +95,18 @@ type StepFunc func(ctx context.Context, info StepInfo, in payload.Payload) (payl
 
 // Step is one stage of a pipeline.
 type Step struct {
-	// Name is unique within its pipeline.
+	// Name is unique within its pipeline. Together with the order of the
+	// steps it makes the pipeline's version (Pipeline.VersionID), and it
+	// keys the step's idempotency key and command ids: renaming a step
+	// makes a new definition.
 	Name string
 	// Retry overrides the runtime's retry policy for this step when set.
 	Retry *retry.Policy
+	// AwaitTimeout is the longest an await step may keep the execution
+	// parked (package await sets it from its Spec): the runtime refuses to
+	// start when it exceeds the execution retention, which could not keep
+	// the parked execution that long.
+	AwaitTimeout time.Duration
 	// Run executes the step.
 	Run StepFunc
 }
@@ -136,22 +146,65 @@ func NewStep[I, O any](name string, fn func(ctx context.Context, info StepInfo, 
 }
 
 // Pipeline is a named, ordered list of steps.
+//
+// Every execution is bound at submit to the definition it was submitted
+// for (VersionID: a fingerprint of Version and the ordered step names), and
+// only a worker serving that very definition runs its steps. To change a
+// pipeline's steps without stranding executions in flight, register the
+// old definition with Draining set beside the new one until they finish.
 type Pipeline struct {
 	ID    string
 	Steps []Step
+	// Version is an optional label of this definition ("v2"), shown in
+	// status and part of VersionID: change it to make a new definition
+	// even when the step names stay the same (their meaning changed).
+	Version string
+	// Draining marks an older definition kept only to finish the
+	// executions bound to it: new submissions use the pipeline's one
+	// definition that is not draining.
+	Draining bool
 	// Output, when set, publishes the terminal output (the last step's
 	// output) to an object before the execution is marked SUCCEEDED
 	// (Terminal Object Publish).
 	Output *Output
+
+	versionID string // set by NewRegistry
 }
 
-// Output is a pipeline's Terminal Object Publish target. NewRegistry wraps
-// the last step: after it returns, its output bytes are written with the
-// runtime's ObjectStore (StepInfo.Objects) to To, expanded for the
-// execution, and only then returned for the commit. A failed write is a
-// retryable step error (CodeOutputPublishFailed): the step retries and
-// dead-letters like any other. A replay writes the same key again (the
-// same bytes when the step is deterministic; the object always holds the
+// VersionID identifies this definition of the pipeline: Version (when set)
+// and the first 12 hex digits of a SHA-256 over Version and the ordered
+// step names, e.g. "v2-3f9a1c0b2d4e" or "3f9a1c0b2d4e". Executions store
+// it (pipeline_version) at submit.
+func (p *Pipeline) VersionID() string {
+	if p.versionID != "" {
+		return p.versionID
+	}
+	h := sha256.New()
+	for _, part := range append([]string{p.Version}, stepNames(p.Steps)...) {
+		fmt.Fprintf(h, "%d:%s;", len(part), part)
+	}
+	id := hex.EncodeToString(h.Sum(nil))[:12]
+	if p.Version != "" {
+		id = p.Version + "-" + id
+	}
+	return id
+}
+
+func stepNames(steps []Step) []string {
+	names := make([]string, len(steps))
+	for i, s := range steps {
+		names[i] = s.Name
+	}
+	return names
+}
+
+// Output is a pipeline's Terminal Object Publish target. After the last
+// step produced its output (whatever kind of step it is: an await step's
+// output is its completion), the runtime writes the output bytes with its
+// ObjectStore (StepInfo.Objects) to To, expanded for the execution, and
+// only then commits SUCCEEDED. A failed write is a retryable step error
+// (CodeOutputPublishFailed): the step retries and dead-letters like any
+// other. A replay writes the same key again (the object always holds the
 // output that is committed, since the write precedes each commit).
 type Output struct {
 	// To is the target URI template: file:///abs/dir/{executionId}.json
@@ -197,26 +250,21 @@ func (o Output) validate() error {
 	return nil
 }
 
-// publishing wraps the last step's function with the publish of its output.
-func publishing(run StepFunc, o Output) StepFunc {
-	return func(ctx context.Context, info StepInfo, in payload.Payload) (payload.Payload, error) {
-		out, err := run(ctx, info, in)
-		if err != nil {
-			return out, err
-		}
-		if o.UsesOutputBucket() && info.OutputBucket == "" {
-			return payload.Payload{}, Retryable(CodeOutputPublishFailed,
-				fmt.Errorf("publish output to %s: %s is not set (the {outputBucket} placeholder has no value)", o.To, OutputBucketKey))
-		}
-		target := o.Target(info)
-		if info.Objects == nil {
-			return payload.Payload{}, Retryable(CodeOutputPublishFailed, fmt.Errorf("publish output to %s: the runtime has no object store", target))
-		}
-		if err := info.Objects.Put(ctx, target, out.Data, out.ContentType); err != nil {
-			return payload.Payload{}, Retryable(CodeOutputPublishFailed, fmt.Errorf("publish output to %s: %w", target, err))
-		}
-		return out, nil
+// Publish writes out to the expanded target with info.Objects. Its
+// errors are retryable step errors with code CodeOutputPublishFailed.
+func (o Output) Publish(ctx context.Context, info StepInfo, out payload.Payload) error {
+	if o.UsesOutputBucket() && info.OutputBucket == "" {
+		return Retryable(CodeOutputPublishFailed,
+			fmt.Errorf("publish output to %s: %s is not set (the {outputBucket} placeholder has no value)", o.To, OutputBucketKey))
 	}
+	target := o.Target(info)
+	if info.Objects == nil {
+		return Retryable(CodeOutputPublishFailed, fmt.Errorf("publish output to %s: the runtime has no object store", target))
+	}
+	if err := info.Objects.Put(ctx, target, out.Data, out.ContentType); err != nil {
+		return Retryable(CodeOutputPublishFailed, fmt.Errorf("publish output to %s: %w", target, err))
+	}
+	return nil
 }
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
@@ -258,39 +306,89 @@ func (p *Pipeline) Validate() error {
 	return nil
 }
 
-// Registry holds the pipelines a binary serves. It is read-only after
-// construction and safe for concurrent use.
+// Registry holds the pipelines a binary serves: for each id, the one
+// definition new submissions use and any draining older ones. It is
+// read-only after construction and safe for concurrent use.
 type Registry struct {
-	byID map[string]*Pipeline
+	byID map[string]*versions
 }
 
-// NewRegistry validates and registers pipelines; ids must be unique. A
-// pipeline with an Output gets its last step wrapped to publish the
-// terminal output (see Output); the caller's Steps are not modified.
+type versions struct {
+	current *Pipeline
+	byID    map[string]*Pipeline // VersionID -> definition
+	order   []string             // VersionIDs, as registered
+}
+
+// NewRegistry validates and registers pipelines. Several definitions of
+// one id may be registered (a migration): their VersionIDs must differ and
+// exactly one must not be Draining. The caller's pipelines are copied.
 func NewRegistry(ps ...Pipeline) (*Registry, error) {
-	r := &Registry{byID: map[string]*Pipeline{}}
+	r := &Registry{byID: map[string]*versions{}}
 	for i := range ps {
 		p := ps[i]
 		if err := p.Validate(); err != nil {
 			return nil, err
 		}
-		if _, dup := r.byID[p.ID]; dup {
-			return nil, fmt.Errorf("pipeline %s registered twice", p.ID)
+		p.Steps = append([]Step(nil), p.Steps...)
+		p.versionID = ""
+		p.versionID = p.VersionID()
+		vs := r.byID[p.ID]
+		if vs == nil {
+			vs = &versions{byID: map[string]*Pipeline{}}
+			r.byID[p.ID] = vs
 		}
-		if p.Output != nil {
-			p.Steps = append([]Step(nil), p.Steps...)
-			last := &p.Steps[len(p.Steps)-1]
-			last.Run = publishing(last.Run, *p.Output)
+		if _, dup := vs.byID[p.versionID]; dup {
+			return nil, fmt.Errorf("pipeline %s version %s registered twice", p.ID, p.versionID)
 		}
-		r.byID[p.ID] = &p
+		if !p.Draining {
+			if vs.current != nil {
+				return nil, fmt.Errorf("pipeline %s: versions %s and %s both take new submissions; mark the older one Draining", p.ID, vs.current.versionID, p.versionID)
+			}
+			vs.current = &p
+		}
+		vs.byID[p.versionID] = &p
+		vs.order = append(vs.order, p.versionID)
+	}
+	for id, vs := range r.byID {
+		if vs.current == nil {
+			return nil, fmt.Errorf("pipeline %s: every registered version is Draining; one must take new submissions", id)
+		}
 	}
 	return r, nil
 }
 
-// Get returns the pipeline with id.
+// Get returns the definition of id that new submissions use.
 func (r *Registry) Get(id string) (*Pipeline, bool) {
-	p, ok := r.byID[id]
+	vs, ok := r.byID[id]
+	if !ok {
+		return nil, false
+	}
+	return vs.current, true
+}
+
+// Version returns the definition of id whose VersionID is version; an
+// empty version (a row written before versions existed) means the current
+// definition.
+func (r *Registry) Version(id, version string) (*Pipeline, bool) {
+	vs, ok := r.byID[id]
+	if !ok {
+		return nil, false
+	}
+	if version == "" {
+		return vs.current, true
+	}
+	p, ok := vs.byID[version]
 	return p, ok
+}
+
+// Versions lists the VersionIDs of id this registry serves, in
+// registration order.
+func (r *Registry) Versions(id string) []string {
+	vs, ok := r.byID[id]
+	if !ok {
+		return nil
+	}
+	return append([]string(nil), vs.order...)
 }
 
 // IDs lists the registered pipeline ids, sorted.
@@ -301,6 +399,18 @@ func (r *Registry) IDs() []string {
 	}
 	sort.Strings(ids)
 	return ids
+}
+
+// All returns every registered definition: each id's in registration
+// order, ids sorted.
+func (r *Registry) All() []*Pipeline {
+	var all []*Pipeline
+	for _, id := range r.IDs() {
+		for _, v := range r.byID[id].order {
+			all = append(all, r.byID[id].byID[v])
+		}
+	}
+	return all
 }
 
 // Error is a step failure with a code and a retry decision. Plain errors
@@ -330,6 +440,36 @@ func NonRetryable(code string, err error) error { return &Error{Code: code, Err:
 
 // Retryable gives err a code and keeps it retryable.
 func Retryable(code string, err error) error { return &Error{Code: code, Retryable: true, Err: err} }
+
+// HandBackError is returned by a step that did not start its work and
+// asks the runtime to hand the step back for another worker (for example
+// too little time is left in a Lambda invocation for a remote call to
+// finish). The attempt is not used up; a hand-back that repeats counts
+// toward the runtime's release limit and then fails the attempt with
+// Code, so it always ends visibly.
+type HandBackError struct {
+	// Code names the reason (stored on the execution when the release
+	// limit turns the hand-back into a failure).
+	Code string
+	// Err is the cause.
+	Err error
+}
+
+// Error implements error.
+func (e *HandBackError) Error() string { return e.Code + ": " + e.Err.Error() }
+
+// Unwrap returns the cause.
+func (e *HandBackError) Unwrap() error { return e.Err }
+
+// HandBack returns a HandBackError.
+func HandBack(code string, err error) error { return &HandBackError{Code: code, Err: err} }
+
+// AsHandBack reports whether err is (or wraps) a HandBackError.
+func AsHandBack(err error) (*HandBackError, bool) {
+	var h *HandBackError
+	ok := errors.As(err, &h)
+	return h, ok
+}
 
 // Default error codes assigned by Classify.
 const (

@@ -41,7 +41,7 @@ func TestDurableAwait(t *testing.T) {
 		t.Fatalf("parked = %+v await %+v", parked, parked.Await)
 	}
 	in, _ := payload.JSON(map[string]any{"approved": true})
-	if _, _, err := d.set.Runtime.CompleteAwait(context.Background(), e.Key(), awaitID, token, in); err != nil {
+	if _, _, err := d.set.Runtime.CompleteAwait(context.Background(), e.ExecutionID, awaitID, token, in); err != nil {
 		t.Fatalf("CompleteAwait: %v", err)
 	}
 	got := d.await(e, execution.Succeeded, 30*time.Second)

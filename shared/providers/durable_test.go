@@ -223,7 +223,7 @@ func TestDurableLeaseTakeover(t *testing.T) {
 	// The dead worker: it claims, and its work item is gone with it.
 	st := d.set.Runtime.Store
 	now := time.Now()
-	if _, err := st.Claim(ctx, store.ClaimRequest{Key: e.Key(), ExpectVersion: 1, Owner: "dead-worker", Now: now, LeaseUntil: now.Add(1500 * time.Millisecond), Attempt: 1}); err != nil {
+	if _, err := st.Claim(ctx, store.ClaimRequest{Key: e.Key(), ExpectVersion: 1, Owner: "dead-worker", Now: now, DueBy: now, TakeoverBy: now, LeaseUntil: now.Add(1500 * time.Millisecond), Attempt: 1}); err != nil {
 		t.Fatal(err)
 	}
 	purge(t, d)

@@ -33,8 +33,9 @@ var (
 )
 
 // park commits the execution as WAITING_EXTERNAL with the step's await:
-// never claimed, due only at the await's timeout (when the sweeper fails
-// the step with AWAIT_TIMEOUT).
+// never claimed, in the sweep index only until the await's timeout (when
+// the sweeper fails the step with AWAIT_TIMEOUT), kept at least a
+// retention past that timeout.
 func (t *transition) park(ctx context.Context, aw *pipeline.AwaitError, policy retry.Policy) error {
 	r := t.r
 	if r.cfg.AwaitSecret == "" {
@@ -44,15 +45,15 @@ func (t *transition) park(ctx context.Context, aw *pipeline.AwaitError, policy r
 	now := r.Clock.Now()
 	next := t.base(now)
 	next.Status = execution.WaitingExternal
-	a := &execution.Await{ID: aw.ID, Status: execution.AwaitWaiting}
+	next.SweepAt, next.Sweeps = time.Time{}, 0
+	a := &execution.Await{ID: aw.ID, Status: execution.AwaitWaiting, StepIndex: t.row.StepIndex}
 	if aw.Timeout > 0 {
 		a.TimeoutAt = now.Add(aw.Timeout)
-		next.NextDueAt = a.TimeoutAt
+		next.SweepAt = a.TimeoutAt
+		next.ExpiresAt = maxTime(next.ExpiresAt, a.TimeoutAt.Add(r.cfg.ExecutionTTL))
 	}
 	next.Await = a
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	got, err := t.commit(cctx, next, slog.String("await_id", a.ID))
+	got, err := t.commit(ctx, next, false, slog.String("await_id", a.ID))
 	if err != nil || got == nil {
 		return err
 	}
@@ -64,52 +65,67 @@ func (t *transition) park(ctx context.Context, aw *pipeline.AwaitError, policy r
 // awaitTimeout fails the await step of a WAITING_EXTERNAL row whose
 // timeout has passed, through the step's retry policy, with an unleased
 // version-guarded commit. It reports whether it committed.
-func (r *Runtime) awaitTimeout(ctx context.Context, key execution.Key) (bool, error) {
-	row, err := r.Store.Get(ctx, key)
-	if err != nil {
-		return false, err
-	}
+func (r *Runtime) awaitTimeout(ctx context.Context, row execution.Execution) (bool, error) {
 	now := r.Clock.Now()
-	if row.Status != execution.WaitingExternal || row.Await == nil || row.Await.Status != execution.AwaitWaiting || !row.Due(now) {
+	if row.Status != execution.WaitingExternal || row.Await == nil || row.Await.Status != execution.AwaitWaiting ||
+		row.Await.TimeoutAt.IsZero() || row.Await.TimeoutAt.After(now) {
 		return false, nil
 	}
 	policy := r.cfg.Retry
-	if p, ok := r.Registry.Get(row.PipelineID); ok && row.StepIndex < len(p.Steps) && p.Steps[row.StepIndex].Retry != nil {
+	p, ok := r.Registry.Version(row.PipelineID, row.PipelineVersion)
+	if ok && row.StepIndex < len(p.Steps) && p.Steps[row.StepIndex].Retry != nil {
 		policy = *p.Steps[row.StepIndex].Retry
 	}
 	a := *row.Await
 	a.Status = execution.AwaitTimedOut
 	log := r.execLogger(&row).With(slog.String("transition_key", row.TransitionKey()))
-	t := &transition{r: r, row: row, log: log, unleased: true}
+	if !ok {
+		log.LogAttrs(ctx, slog.LevelWarn, "await_timeout_default_policy", slog.String("event", "await_timeout_default_policy"),
+			slog.String("pipeline_version", row.PipelineVersion))
+	}
+	t := &transition{r: r, row: row, log: log, p: p, unleased: true}
 	t.row.Await = &a
 	if err := t.fail(ctx, pipeline.Retryable(pipeline.CodeAwaitTimeout,
 		fmt.Errorf("await %s timed out at %s", a.ID, a.TimeoutAt.UTC().Format(time.RFC3339))), policy); err != nil {
 		return false, err
 	}
+	if t.committed == nil {
+		return false, nil // lost to a concurrent change (a completion)
+	}
 	log.LogAttrs(ctx, slog.LevelWarn, "await_timed_out", slog.String("event", "await_timed_out"), slog.String("await_id", a.ID))
 	return true, nil
 }
 
+// lateInlineBudget is the inline budget of a late completion: none. The
+// row already holds two inline payload slots (input and result); a third
+// could take it past DynamoDB's item limit, so a late completion is always
+// stored as a payload reference.
+const lateInlineBudget = -1
+
 // CompleteAwait delivers the completion of an external await. token is
-// the resume token (await.Token). On time, the completion payload becomes
-// the next step's input (QUEUED, dispatched), or the result when the
-// await step was the last one (SUCCEEDED). A repeat with the same payload
-// returns duplicate=true and changes nothing. A completion of an await
-// that timed out is kept on the row for reconciliation (Await.Late) and
-// changes nothing else.
+// the resume token (await.Token): it names the tenant, so no other caller
+// identity is needed. On time, the completion payload is stored as the
+// execution's Result and the execution goes back to QUEUED at the await
+// step; the worker that claims it commits the step with the completion as
+// its output (publishing the pipeline's Output first when it was the last
+// step), so the completion becomes the next step's input or the result. A
+// repeat with the same payload returns duplicate=true and changes
+// nothing. A completion of an await that timed out is kept on the row for
+// reconciliation (Await.Late, always as a payload reference) and changes
+// nothing else.
 //
-// Errors: store.ErrNotFound (unknown execution or another tenant's),
+// Errors: store.ErrNotFound (unknown execution, or another tenant's),
 // ErrAwaitsDisabled, ErrResumeTokenMissing, ErrResumeTokenInvalid,
 // ErrAwaitNotCurrent, ErrAwaitAlreadyCompleted, ErrAwaitBusy,
 // store.ErrConflict (a concurrent change, retry).
-func (r *Runtime) CompleteAwait(ctx context.Context, key execution.Key, awaitID, token string, in payload.Payload) (execution.Execution, bool, error) {
+func (r *Runtime) CompleteAwait(ctx context.Context, executionID, awaitID, token string, in payload.Payload) (execution.Execution, bool, error) {
 	var (
 		e   execution.Execution
 		dup bool
 		err error
 	)
 	for range 3 {
-		e, dup, err = r.completeAwait(ctx, key, awaitID, token, in)
+		e, dup, err = r.completeAwait(ctx, executionID, awaitID, token, in)
 		if !errors.Is(err, store.ErrConflict) {
 			break
 		}
@@ -117,18 +133,21 @@ func (r *Runtime) CompleteAwait(ctx context.Context, key execution.Key, awaitID,
 	return e, dup, err
 }
 
-func (r *Runtime) completeAwait(ctx context.Context, key execution.Key, awaitID, token string, in payload.Payload) (execution.Execution, bool, error) {
+func (r *Runtime) completeAwait(ctx context.Context, executionID, awaitID, token string, in payload.Payload) (execution.Execution, bool, error) {
+	switch {
+	case r.cfg.AwaitSecret == "":
+		return execution.Execution{}, false, ErrAwaitsDisabled
+	case token == "":
+		return execution.Execution{}, false, ErrResumeTokenMissing
+	}
+	tenant, ok := await.TokenTenant(token)
+	if !ok || !await.Verify([]byte(r.cfg.AwaitSecret), tenant, executionID, awaitID, token) {
+		return execution.Execution{}, false, ErrResumeTokenInvalid
+	}
+	key := execution.Key{TenantID: tenant, ExecutionID: executionID}
 	e, err := r.Store.Get(ctx, key)
 	if err != nil {
 		return e, false, err
-	}
-	switch {
-	case r.cfg.AwaitSecret == "":
-		return e, false, ErrAwaitsDisabled
-	case token == "":
-		return e, false, ErrResumeTokenMissing
-	case !await.Verify([]byte(r.cfg.AwaitSecret), key.TenantID, key.ExecutionID, awaitID, token):
-		return e, false, ErrResumeTokenInvalid
 	}
 	digest := payload.Digest(in.Data)
 	if e.Await == nil || e.Await.ID != awaitID {
@@ -148,14 +167,14 @@ func (r *Runtime) completeAwait(ctx context.Context, key execution.Key, awaitID,
 		if e.LeaseOwner != "" {
 			return e, false, ErrAwaitBusy
 		}
-		ref, err := payload.Write(ctx, r.Payloads, in, slot, r.cfg.InlineBudget, e.ExpiresAt)
+		ref, err := payload.Write(ctx, r.Payloads, in, slot, lateInlineBudget, r.recordsExpire(e.ExpiresAt))
 		if err != nil {
 			return e, false, fmt.Errorf("runtime: store late completion: %w", err)
 		}
 		a.Late, a.LatePayload, a.Digest, a.CompletedAt = true, ref, digest, now
 		next := e
 		next.Await, next.UpdatedAt = &a, now
-		got, err := r.Store.Update(ctx, store.Guard{Key: key, Version: e.Version}, next)
+		got, err := r.Store.Update(ctx, store.Guard{Key: key, Version: e.Version, KeepSweep: true}, next)
 		if err != nil {
 			return e, false, err
 		}
@@ -164,26 +183,17 @@ func (r *Runtime) completeAwait(ctx context.Context, key execution.Key, awaitID,
 	case e.Status != execution.WaitingExternal:
 		return e, false, ErrAwaitNotCurrent
 	}
-	p, ok := r.Registry.Get(e.PipelineID)
-	if !ok || e.StepIndex >= len(p.Steps) {
-		return e, false, fmt.Errorf("%w: %s", ErrPipelineNotFound, e.PipelineID)
-	}
-	ref, err := payload.Write(ctx, r.Payloads, in, slot, r.cfg.InlineBudget, e.ExpiresAt)
+	expires := r.keepAlive(&e, now)
+	ref, err := payload.Write(ctx, r.Payloads, in, slot, r.cfg.InlineBudget, r.recordsExpire(expires))
 	if err != nil {
 		return e, false, fmt.Errorf("runtime: store completion: %w", err)
 	}
 	a.Status, a.Digest, a.CompletedAt = execution.AwaitCompleted, digest, now
 	next := e
 	next.Await, next.Result, next.Error, next.DLQPending = &a, ref, nil, false
-	next.LeaseOwner, next.LeaseExpiresAt, next.NextDueAt = "", time.Time{}, time.Time{}
-	next.LastTransitionKey, next.UpdatedAt = e.TransitionKey(), now
-	last := e.StepIndex == len(p.Steps)-1
-	if last {
-		next.Status = execution.Succeeded
-	} else {
-		next.Status, next.StepIndex, next.StepName = execution.Queued, e.StepIndex+1, p.Steps[e.StepIndex+1].Name
-		next.Attempt, next.MaxAttempt, next.NextDueAt = 1, 0, now
-	}
+	next.Status, next.NextDueAt, next.UpdatedAt, next.ExpiresAt = execution.Queued, now, now, expires
+	next.LeaseOwner, next.LeaseExpiresAt = "", time.Time{}
+	next.SweepAt, next.Sweeps = r.firstLook(now), 0
 	got, err := r.Store.Update(ctx, store.Guard{Key: key, Version: e.Version}, next)
 	if err != nil {
 		return e, false, err
@@ -191,12 +201,6 @@ func (r *Runtime) completeAwait(ctx context.Context, key execution.Key, awaitID,
 	log.LogAttrs(ctx, slog.LevelInfo, "await_completed", slog.String("event", "await_completed"),
 		slog.String("status", string(got.Status)), slog.Int64("version", got.Version), slog.Int64("completion_bytes", ref.Length))
 	r.notify(ctx, EventTransitionCommitted, got, SweepResult{})
-	if last {
-		r.execLogger(&got).LogAttrs(ctx, slog.LevelInfo, "execution_succeeded", slog.String("event", "execution_succeeded"),
-			slog.Duration("latency", now.Sub(got.CreatedAt)))
-		r.notify(ctx, EventSucceeded, got, SweepResult{})
-		return got, false, nil
-	}
 	r.dispatch(ctx, &got, 0)
 	return got, false, nil
 }

@@ -90,8 +90,10 @@ func TestAwaitParkCompleteNextStep(t *testing.T) {
 		}
 
 		done := jsonPayload(t, map[string]any{"path": []string{"a", "approved"}})
-		after, dup, err := h.rt.CompleteAwait(context.Background(), e.Key(), id, tok, done)
-		if err != nil || dup || after.Status != execution.Queued || after.StepIndex != 2 {
+		after, dup, err := h.rt.CompleteAwait(context.Background(), e.ExecutionID, id, tok, done)
+		// On time: back to QUEUED at the await step with the completion as
+		// its output, for a worker of the execution's definition to commit.
+		if err != nil || dup || after.Status != execution.Queued || after.StepIndex != 1 || after.Await.Status != execution.AwaitCompleted {
 			t.Fatalf("CompleteAwait = %+v dup=%v err=%v", after, dup, err)
 		}
 		synctest.Wait()
@@ -104,12 +106,12 @@ func TestAwaitParkCompleteNextStep(t *testing.T) {
 			t.Fatalf("result %s, %v", res.Data, err)
 		}
 		// Same payload again: duplicate, no change.
-		again, dup, err := h.rt.CompleteAwait(context.Background(), e.Key(), id, tok, done)
+		again, dup, err := h.rt.CompleteAwait(context.Background(), e.ExecutionID, id, tok, done)
 		if err != nil || !dup || again.Version != fin.Version {
 			t.Fatalf("duplicate = %+v dup=%v err=%v", again, dup, err)
 		}
 		// A different payload: conflict.
-		if _, _, err := h.rt.CompleteAwait(context.Background(), e.Key(), id, tok, jsonPayload(t, map[string]any{"x": 1})); !errors.Is(err, runtime.ErrAwaitAlreadyCompleted) {
+		if _, _, err := h.rt.CompleteAwait(context.Background(), e.ExecutionID, id, tok, jsonPayload(t, map[string]any{"x": 1})); !errors.Is(err, runtime.ErrAwaitAlreadyCompleted) {
 			t.Fatalf("different payload err = %v", err)
 		}
 	})
@@ -122,9 +124,13 @@ func TestAwaitLastStepSucceedsWithCompletion(t *testing.T) {
 		e := h.submit("p.await-last", "k1", map[string]any{"path": []string{}})
 		synctest.Wait()
 		id, tok := k.last()
-		got, _, err := h.rt.CompleteAwait(context.Background(), e.Key(), id, tok, payload.Raw("text/plain", []byte("ok")))
-		if err != nil || got.Status != execution.Succeeded {
+		got, _, err := h.rt.CompleteAwait(context.Background(), e.ExecutionID, id, tok, payload.Raw("text/plain", []byte("ok")))
+		if err != nil || got.Status != execution.Queued {
 			t.Fatalf("CompleteAwait = %+v, %v", got, err)
+		}
+		synctest.Wait()
+		if got := h.get(e.ExecutionID); got.Status != execution.Succeeded {
+			t.Fatalf("after the worker's commit = %+v", got)
 		}
 		_, res, err := h.rt.Result(context.Background(), e.Key())
 		if err != nil || string(res.Data) != "ok" || res.ContentType != "text/plain" {
@@ -145,17 +151,17 @@ func TestAwaitCompletionRefusals(t *testing.T) {
 		id, tok := k.last()
 		p := jsonPayload(t, 1)
 		ctx := context.Background()
-		if _, _, err := h.rt.CompleteAwait(ctx, execution.Key{TenantID: "t2", ExecutionID: e.ExecutionID}, id, tok, p); !errors.Is(err, store.ErrNotFound) {
+		if _, _, err := h.rt.CompleteAwait(ctx, e.ExecutionID, id, await.Sign([]byte(testSecret), "t2", e.ExecutionID, id), p); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("other tenant err = %v", err)
 		}
-		if _, _, err := h.rt.CompleteAwait(ctx, e.Key(), id, "", p); !errors.Is(err, runtime.ErrResumeTokenMissing) {
+		if _, _, err := h.rt.CompleteAwait(ctx, e.ExecutionID, id, "", p); !errors.Is(err, runtime.ErrResumeTokenMissing) {
 			t.Errorf("missing token err = %v", err)
 		}
-		if _, _, err := h.rt.CompleteAwait(ctx, e.Key(), id, tok+"0", p); !errors.Is(err, runtime.ErrResumeTokenInvalid) {
+		if _, _, err := h.rt.CompleteAwait(ctx, e.ExecutionID, id, tok+"0", p); !errors.Is(err, runtime.ErrResumeTokenInvalid) {
 			t.Errorf("forged token err = %v", err)
 		}
 		other := "aw-other"
-		if _, _, err := h.rt.CompleteAwait(ctx, e.Key(), other, await.Sign([]byte(testSecret), "t1", e.ExecutionID, other), p); !errors.Is(err, runtime.ErrAwaitNotCurrent) {
+		if _, _, err := h.rt.CompleteAwait(ctx, e.ExecutionID, other, await.Sign([]byte(testSecret), "t1", e.ExecutionID, other), p); !errors.Is(err, runtime.ErrAwaitNotCurrent) {
 			t.Errorf("wrong await id err = %v", err)
 		}
 		if got := h.get(e.ExecutionID); got.Status != execution.WaitingExternal {
@@ -187,7 +193,7 @@ func TestAwaitTimeoutRetriesThenDeadLetters(t *testing.T) {
 		synctest.Wait()
 		first, firstTok := k.last()
 		parked := h.get(e.ExecutionID)
-		if parked.NextDueAt.IsZero() || !parked.NextDueAt.Equal(parked.Await.TimeoutAt) {
+		if parked.SweepAt.IsZero() || !parked.SweepAt.Equal(parked.Await.TimeoutAt) {
 			t.Fatalf("parked = %+v", parked)
 		}
 		time.Sleep(59 * time.Second)
@@ -207,7 +213,7 @@ func TestAwaitTimeoutRetriesThenDeadLetters(t *testing.T) {
 			t.Fatalf("retry: awaits %d (%s, %s), row %+v", k.n(), first, second, retried)
 		}
 		// The first await's completion is no longer current.
-		if _, _, err := h.rt.CompleteAwait(context.Background(), e.Key(), first, firstTok, jsonPayload(t, 1)); !errors.Is(err, runtime.ErrAwaitNotCurrent) {
+		if _, _, err := h.rt.CompleteAwait(context.Background(), e.ExecutionID, first, firstTok, jsonPayload(t, 1)); !errors.Is(err, runtime.ErrAwaitNotCurrent) {
 			t.Fatalf("stale await err = %v", err)
 		}
 		time.Sleep(62 * time.Second)
@@ -224,7 +230,7 @@ func TestAwaitTimeoutRetriesThenDeadLetters(t *testing.T) {
 
 		// A late completion is kept for reconciliation and visible.
 		_, tok := k.last()
-		late, dup, err := h.rt.CompleteAwait(context.Background(), e.Key(), second, tok, jsonPayload(t, "late"))
+		late, dup, err := h.rt.CompleteAwait(context.Background(), e.ExecutionID, second, tok, jsonPayload(t, "late"))
 		if err != nil || dup || late.Status != execution.DLQ || !late.Await.Late || late.Await.LatePayload.IsZero() || late.Await.CompletedAt.IsZero() {
 			t.Fatalf("late = %+v await %+v, dup=%v err=%v", late, late.Await, dup, err)
 		}
@@ -232,10 +238,10 @@ func TestAwaitTimeoutRetriesThenDeadLetters(t *testing.T) {
 		if err != nil || string(lp.Data) != `"late"` {
 			t.Fatalf("late payload %s, %v", lp.Data, err)
 		}
-		if _, dup, err := h.rt.CompleteAwait(context.Background(), e.Key(), second, tok, jsonPayload(t, "late")); err != nil || !dup {
+		if _, dup, err := h.rt.CompleteAwait(context.Background(), e.ExecutionID, second, tok, jsonPayload(t, "late")); err != nil || !dup {
 			t.Fatalf("late repeat dup=%v err=%v", dup, err)
 		}
-		if _, _, err := h.rt.CompleteAwait(context.Background(), e.Key(), second, tok, jsonPayload(t, "other")); !errors.Is(err, runtime.ErrAwaitAlreadyCompleted) {
+		if _, _, err := h.rt.CompleteAwait(context.Background(), e.ExecutionID, second, tok, jsonPayload(t, "other")); !errors.Is(err, runtime.ErrAwaitAlreadyCompleted) {
 			t.Fatalf("late different err = %v", err)
 		}
 	})
@@ -257,7 +263,7 @@ func TestAwaitLateCompletionWhileLeasedIsRefused(t *testing.T) {
 		if _, err := h.store.Update(context.Background(), store.Guard{Key: row.Key(), Version: row.Version}, next); err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := h.rt.CompleteAwait(context.Background(), e.Key(), id, tok, jsonPayload(t, 1)); !errors.Is(err, runtime.ErrAwaitBusy) {
+		if _, _, err := h.rt.CompleteAwait(context.Background(), e.ExecutionID, id, tok, jsonPayload(t, 1)); !errors.Is(err, runtime.ErrAwaitBusy) {
 			t.Fatalf("err = %v", err)
 		}
 	})

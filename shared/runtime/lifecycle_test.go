@@ -182,7 +182,7 @@ func TestLeaseExpiryTakeover(t *testing.T) {
 		h.dropNext = 1 // the submit's work item goes to the dead worker instead
 		e := h.submit("p.take", "k1", map[string]any{})
 		// The dead worker's claim.
-		dead, err := h.store.Claim(context.Background(), store.ClaimRequest{Key: e.Key(), ExpectVersion: 1, Owner: "dead", Now: time.Now(), LeaseUntil: time.Now().Add(cfg.Lease), Attempt: 1})
+		dead, err := h.store.Claim(context.Background(), store.ClaimRequest{Key: e.Key(), ExpectVersion: 1, Owner: "dead", Now: time.Now(), DueBy: time.Now(), TakeoverBy: time.Now(), LeaseUntil: time.Now().Add(cfg.Lease), Attempt: 1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -216,7 +216,7 @@ func TestTakeoverOfLastAttemptFails(t *testing.T) {
 		h := newHarness(t, cfg, pipeline.Pipeline{ID: "p.one", Steps: []pipeline.Step{appendStep("a")}})
 		h.dropNext = 1
 		e := h.submit("p.one", "k1", map[string]any{})
-		if _, err := h.store.Claim(context.Background(), store.ClaimRequest{Key: e.Key(), ExpectVersion: 1, Owner: "dead", Now: time.Now(), LeaseUntil: time.Now().Add(cfg.Lease), Attempt: 1}); err != nil {
+		if _, err := h.store.Claim(context.Background(), store.ClaimRequest{Key: e.Key(), ExpectVersion: 1, Owner: "dead", Now: time.Now(), DueBy: time.Now(), TakeoverBy: time.Now(), LeaseUntil: time.Now().Add(cfg.Lease), Attempt: 1}); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(2 * time.Second)
@@ -354,6 +354,11 @@ func TestFailedDeadLetterPublishRetriedBySweeper(t *testing.T) {
 		if res := h.sweep(); res.DeadLettersPublished != 0 || res.Failed != 1 {
 			t.Fatalf("sweep with DLQ still down = %+v", res)
 		}
+		// The failed publish backed off on the row: not again at once.
+		if res := h.sweep(); res.Due != 0 {
+			t.Fatalf("sweep right after a failed publish = %+v", res)
+		}
+		time.Sleep(time.Second)
 		if res := h.sweep(); res.DeadLettersPublished != 1 {
 			t.Fatalf("sweep = %+v", res)
 		}
@@ -444,7 +449,7 @@ func TestParkedRowsAreNeitherClaimedNorSwept(t *testing.T) {
 			e := h.submit("p.three", "k-"+string(st), map[string]any{})
 			next := e
 			next.Status = st
-			next.NextDueAt = time.Time{}
+			next.NextDueAt, next.SweepAt = time.Time{}, time.Time{} // as the runtime parks a row
 			parked, err := h.store.Update(context.Background(), store.Guard{Key: e.Key(), Version: e.Version}, next)
 			if err != nil {
 				t.Fatal(err)
@@ -613,23 +618,30 @@ func TestSweepPagesWithSeen(t *testing.T) {
 		}
 		h.drop = func(int) bool { return true } // and so are the sweeps' items: the rows stay due
 		time.Sleep(2 * time.Second)
-		seen := map[execution.Key]bool{}
-		var total int
+		pass := &runtime.SweepPass{}
+		var total, due int
 		for range 3 {
-			res, err := h.rt.Sweep(context.Background(), seen)
+			res, err := h.rt.Sweep(context.Background(), pass)
 			if err != nil {
 				t.Fatal(err)
 			}
 			total += res.Redispatched
+			due += res.Due
 		}
-		if total != 5 || len(seen) != 5 {
-			t.Fatalf("3 sweeps re-dispatched %d rows (%d seen), want each of the 5 once", total, len(seen))
+		if total != 5 || due != 5 {
+			t.Fatalf("3 sweeps re-dispatched %d rows (%d looked at), want each of the 5 once", total, due)
 		}
-		if res, _ := h.rt.Sweep(context.Background(), seen); res.Due != 0 || res.More {
+		if res, _ := h.rt.Sweep(context.Background(), pass); res.Due != 0 || res.More {
 			t.Fatalf("a fourth sweep of the pass found %+v", res)
 		}
-		if res, _ := h.rt.SweepOnce(context.Background()); res.Redispatched != 2 {
-			t.Fatalf("a new pass starts over: %+v", res)
+		// A re-dispatch pushed each row's next look out by the grace: a new
+		// pass right away finds nothing, one a grace later finds them again.
+		if res, _ := h.rt.SweepOnce(context.Background()); res.Due != 0 {
+			t.Fatalf("a new pass at once: %+v", res)
+		}
+		time.Sleep(time.Second)
+		if res, _ := h.rt.SweepOnce(context.Background()); res.Redispatched != 2 || !res.More {
+			t.Fatalf("a new pass a grace later: %+v", res)
 		}
 	})
 }

@@ -27,6 +27,9 @@ const (
 	EventLeaseTakeover EventKind = "lease_takeover"
 	// EventSweepCompleted: a sweep finished; Sweep holds its counts.
 	EventSweepCompleted EventKind = "sweep_completed"
+	// EventVersionUnavailable: a worker left a work item because it does
+	// not serve the execution's pipeline definition (a rolling deploy).
+	EventVersionUnavailable EventKind = "pipeline_version_unavailable"
 )
 
 // Event is one thing the runtime did.

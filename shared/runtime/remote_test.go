@@ -85,7 +85,7 @@ func TestRemoteStepSucceeds(t *testing.T) {
 		want := map[string]string{
 			remote.HeaderExecutionID: e.ExecutionID, remote.HeaderTenantID: "t1",
 			remote.HeaderTransitionKey: e.ExecutionID + ":1:1", remote.HeaderAttempt: "1",
-			remote.HeaderIdempotencyKey: execution.StepIdempotencyKey("t1", e.ExecutionID, 1),
+			remote.HeaderIdempotencyKey: execution.StepIdempotencyKey("t1", e.ExecutionID, "r"),
 			"Content-Type":              "application/json",
 		}
 		for k, v := range want {

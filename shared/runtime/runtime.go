@@ -65,7 +65,10 @@ var (
 	ErrLeaseLost = store.ErrLeaseLost
 )
 
-// Config is the runtime's policy. Zero fields take the documented defaults.
+// Config is the runtime's policy. Fields whose zero value is not a
+// usable setting take the documented defaults when zero; SweepGrace,
+// InlineBudget and ClockSkewTolerance mean what they say at zero (start
+// from DefaultConfig to get the defaults of every field).
 type Config struct {
 	// Lease is how long a claim lasts without renewal. Default 30s.
 	Lease time.Duration
@@ -74,12 +77,20 @@ type Config struct {
 	// SweepLimit bounds the rows one sweep handles. Default 100.
 	SweepLimit int
 	// SweepGrace is how long past its due time a row waits for its queued
-	// work item before the sweeper dispatches it again. Default 10s.
+	// work item before the sweeper dispatches it again; zero re-dispatches
+	// as soon as a row is due. DefaultConfig: 10s.
 	SweepGrace time.Duration
-	// ExecutionTTL is how long rows are kept. Default 30 days.
+	// ClockSkewTolerance is the largest clock difference tolerated between
+	// the processes sharing the store: a work item is claimed up to this
+	// much before its due time, and a lease is taken over only this long
+	// after its expiry. Zero trusts the clocks to agree. DefaultConfig: 2s.
+	ClockSkewTolerance time.Duration
+	// ExecutionTTL is the retention: how long a row is kept after it
+	// became terminal (a live row is never deleted). Default 30 days.
 	ExecutionTTL time.Duration
-	// InlineBudget is the largest payload kept in the row. Default
-	// payload.DefaultInlineBudget; at most payload.MaxInlineBudget.
+	// InlineBudget is the largest payload kept in the row; zero keeps
+	// only empty payloads inline. At most payload.MaxInlineBudget.
+	// DefaultConfig: payload.DefaultInlineBudget.
 	InlineBudget int
 	// IdempotencyPolicy defaults to OptionalClientKey.
 	IdempotencyPolicy IdempotencyPolicy
@@ -92,29 +103,54 @@ type Config struct {
 	// OutputBucket is handed to every step as pipeline.StepInfo.OutputBucket:
 	// the value of the {outputBucket} placeholder of pipelines' Output.
 	OutputBucket string
+	// PipelineVersionWait is how long an execution whose pipeline
+	// definition this worker does not serve waits for a worker that does
+	// before it ends DLQ with pipeline_version_unavailable. Default 1h; at
+	// most ExecutionTTL.
+	PipelineVersionWait time.Duration
+	// DispatchTimeout bounds sending a work item after a commit (submit,
+	// hand-over, re-drive); a send that misses it is left to the sweeper.
+	// Default 2s.
+	DispatchTimeout time.Duration
+	// ReleaseLimit is how many times one attempt may be handed back
+	// unfinished before the hand-back counts as a failed attempt. Default 10.
+	ReleaseLimit int
+}
+
+// DefaultConfig returns the runtime's defaults for every field.
+func DefaultConfig() Config {
+	return Config{
+		Lease: 30 * time.Second, Retry: retry.Default, SweepLimit: 100, SweepGrace: 10 * time.Second,
+		ClockSkewTolerance: 2 * time.Second, ExecutionTTL: 30 * 24 * time.Hour, InlineBudget: payload.DefaultInlineBudget,
+		IdempotencyPolicy: OptionalClientKey, PipelineVersionWait: time.Hour, DispatchTimeout: 2 * time.Second, ReleaseLimit: 10,
+	}
 }
 
 func (c *Config) defaults() error {
+	def := DefaultConfig()
 	if c.Lease == 0 {
-		c.Lease = 30 * time.Second
+		c.Lease = def.Lease
 	}
 	if c.Retry == (retry.Policy{}) {
-		c.Retry = retry.Default
+		c.Retry = def.Retry
 	}
 	if c.SweepLimit == 0 {
-		c.SweepLimit = 100
-	}
-	if c.SweepGrace == 0 {
-		c.SweepGrace = 10 * time.Second
+		c.SweepLimit = def.SweepLimit
 	}
 	if c.ExecutionTTL == 0 {
-		c.ExecutionTTL = 30 * 24 * time.Hour
-	}
-	if c.InlineBudget == 0 {
-		c.InlineBudget = payload.DefaultInlineBudget
+		c.ExecutionTTL = def.ExecutionTTL
 	}
 	if c.IdempotencyPolicy == "" {
-		c.IdempotencyPolicy = OptionalClientKey
+		c.IdempotencyPolicy = def.IdempotencyPolicy
+	}
+	if c.PipelineVersionWait == 0 {
+		c.PipelineVersionWait = min(def.PipelineVersionWait, c.ExecutionTTL)
+	}
+	if c.DispatchTimeout == 0 {
+		c.DispatchTimeout = def.DispatchTimeout
+	}
+	if c.ReleaseLimit == 0 {
+		c.ReleaseLimit = def.ReleaseLimit
 	}
 	if c.WorkerID == "" {
 		host, _ := os.Hostname()
@@ -125,8 +161,10 @@ func (c *Config) defaults() error {
 		return fmt.Errorf("runtime: lease %s too short", c.Lease)
 	case c.InlineBudget < 0 || c.InlineBudget > payload.MaxInlineBudget:
 		return fmt.Errorf("runtime: inline budget %d outside 0..%d", c.InlineBudget, payload.MaxInlineBudget)
-	case c.SweepLimit < 1, c.SweepGrace < 0, c.ExecutionTTL < 0:
-		return fmt.Errorf("runtime: sweep limit, sweep grace or TTL out of range")
+	case c.SweepLimit < 1, c.SweepGrace < 0, c.ExecutionTTL < 0, c.ClockSkewTolerance < 0, c.ReleaseLimit < 1, c.DispatchTimeout < 0:
+		return fmt.Errorf("runtime: sweep limit, sweep grace, TTL, clock-skew tolerance, release limit or dispatch timeout out of range")
+	case c.PipelineVersionWait < 0 || c.PipelineVersionWait > c.ExecutionTTL:
+		return fmt.Errorf("runtime: pipeline version wait %s outside 0..the execution retention %s", c.PipelineVersionWait, c.ExecutionTTL)
 	}
 	switch c.IdempotencyPolicy {
 	case OptionalClientKey, ClientKeyRequired, ServerKeyOnly:
@@ -175,6 +213,9 @@ func New(cfg Config, deps Deps) (*Runtime, error) {
 	if deps.Registry == nil || deps.Store == nil || deps.Payloads == nil || deps.Dispatcher == nil || deps.DeadLetter == nil {
 		return nil, errors.New("runtime: registry, store, payload store, dispatcher and dead-letter publisher are all required")
 	}
+	if err := checkRetention(cfg, deps.Registry); err != nil {
+		return nil, err
+	}
 	if deps.Clock == nil {
 		deps.Clock = clock.System{}
 	}
@@ -221,17 +262,18 @@ func (r *Runtime) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, 
 		return SubmitResult{}, ErrKeyRequired
 	}
 	now := r.Clock.Now()
+	expires := now.Add(r.cfg.ExecutionTTL)
 	// The input's slot is the idempotency key: a duplicate submission
 	// rewrites identical chunks instead of orphaning new ones.
-	in, err := payload.Write(ctx, r.Payloads, req.Input, "input/"+store.KeyID(req.TenantID, key), r.cfg.InlineBudget, now.Add(r.cfg.ExecutionTTL))
+	in, err := payload.Write(ctx, r.Payloads, req.Input, "input/"+store.KeyID(req.TenantID, key), r.cfg.InlineBudget, r.recordsExpire(expires))
 	if err != nil {
 		return SubmitResult{}, fmt.Errorf("runtime: store input: %w", err)
 	}
 	row := execution.Execution{
-		TenantID: req.TenantID, ExecutionID: newExecutionID(now), PipelineID: p.ID,
+		TenantID: req.TenantID, ExecutionID: newExecutionID(now), PipelineID: p.ID, PipelineVersion: p.VersionID(),
 		Status: execution.Queued, Version: 1, StepName: p.Steps[0].Name, Attempt: 1,
-		NextDueAt: now, IdempotencyKey: key, Input: in,
-		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(r.cfg.ExecutionTTL),
+		NextDueAt: now, SweepAt: r.firstLook(now), IdempotencyKey: key, Input: in,
+		CreatedAt: now, UpdatedAt: now, ExpiresAt: expires,
 	}
 	got, created, err := r.Store.CreateOrGet(ctx, store.CreateRequest{
 		Execution: row, IdempotencyKey: key,
@@ -246,6 +288,7 @@ func (r *Runtime) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, 
 		return SubmitResult{Execution: got, Duplicate: true}, nil
 	}
 	log.LogAttrs(ctx, slog.LevelInfo, "execution_submitted", slog.String("event", "execution_submitted"),
+		slog.String("pipeline_version", got.PipelineVersion),
 		slog.Int64("input_bytes", in.Length), slog.Bool("input_inline", in.ManifestID == ""))
 	r.dispatch(ctx, &got, 0)
 	return SubmitResult{Execution: got}, nil
@@ -313,10 +356,27 @@ func (r *Runtime) RedriveWith(ctx context.Context, key execution.Key, opts Redri
 	default:
 		return e, fmt.Errorf("%w: status %s", ErrNotRedrivable, e.Status)
 	}
+	if e.Status == execution.Failed && e.DLQPending {
+		// Its dead letter is still to be published: publish it first, so
+		// that the failure the re-drive answers is on record, then re-drive
+		// the DLQ row (the version the caller expected has moved by one).
+		if !r.deadLetter(ctx, e) {
+			return e, fmt.Errorf("%w: the execution's dead letter is still pending and could not be published; retry the re-drive", store.ErrUnavailable)
+		}
+		if e, err = r.Store.Get(ctx, key); err != nil {
+			return e, err
+		}
+		if e.Status != execution.DLQ {
+			return e, fmt.Errorf("%w: status %s", ErrNotRedrivable, e.Status)
+		}
+	}
 	now := r.Clock.Now()
 	next := e
-	next.Status, next.Attempt, next.MaxAttempt = execution.Queued, e.Attempt+1, e.Attempt+1
+	next.Status, next.Attempt, next.MaxAttempt, next.Releases = execution.Queued, e.Attempt+1, e.Attempt+1, 0
 	next.NextDueAt, next.UpdatedAt = now, now
+	next.SweepAt, next.Sweeps = r.firstLook(now), 0
+	next.ExpiresAt = r.keepAlive(&e, now)
+	next.LeaseOwner, next.LeaseExpiresAt = "", time.Time{}
 	next.Error, next.DLQPending = nil, false
 	next.Note = execution.Truncate(reason, execution.MaxErrorMessage)
 	next.RedriveCount++
@@ -331,14 +391,60 @@ func (r *Runtime) RedriveWith(ctx context.Context, key execution.Key, opts Redri
 	return got, nil
 }
 
-// dispatch sends the execution's work item. A failure is logged, not
-// returned: the row is due, so the sweeper dispatches it again.
-func (r *Runtime) dispatch(ctx context.Context, e *execution.Execution, delay time.Duration) {
+// dispatch sends the execution's work item within the dispatch timeout,
+// on a context that a caller's cancellation does not cut short (the commit
+// before it has landed). A failure is logged and reported, not fatal: the
+// row is in the sweep index, so the sweeper dispatches it again.
+func (r *Runtime) dispatch(ctx context.Context, e *execution.Execution, delay time.Duration) bool {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.DispatchTimeout)
+	defer cancel()
 	item := dispatch.WorkItem{TenantID: e.TenantID, ExecutionID: e.ExecutionID, PipelineID: e.PipelineID}
-	if err := r.Dispatcher.Dispatch(ctx, dispatch.Message{Item: item, Delay: delay}); err != nil {
+	if err := r.Dispatcher.Dispatch(dctx, dispatch.Message{Item: item, Delay: delay}); err != nil {
 		r.execLogger(e).LogAttrs(ctx, slog.LevelWarn, "dispatch_failed", slog.String("event", "dispatch_failed"),
 			slog.String("error", err.Error()))
+		return false
 	}
+	return true
+}
+
+// firstLook is when the sweeper first looks at a row that was just
+// submitted, re-driven or handed a retry: a grace after it became due, so
+// that a lost work item is found while a delivered one is not duplicated.
+func (r *Runtime) firstLook(due time.Time) time.Time { return due.Add(r.cfg.SweepGrace) }
+
+// keepAlive is the expiry a live (non-terminal) row gets at a commit: at
+// least a retention from now, never earlier than it already was.
+func (r *Runtime) keepAlive(e *execution.Execution, now time.Time) time.Time {
+	return maxTime(e.ExpiresAt, now.Add(r.cfg.ExecutionTTL))
+}
+
+// recordsExpire is the expiry of records written for a row that expires at
+// rowExpires (payload chunks, effect records): one more retention, so that
+// later extensions of the row (a park up to its timeout, a re-drive) find
+// them still there.
+func (r *Runtime) recordsExpire(rowExpires time.Time) time.Time {
+	return rowExpires.Add(r.cfg.ExecutionTTL)
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// checkRetention refuses a registry whose await steps may park an
+// execution longer than the retention could keep it.
+func checkRetention(cfg Config, reg *pipeline.Registry) error {
+	for _, p := range reg.All() {
+		for _, s := range p.Steps {
+			if s.AwaitTimeout > cfg.ExecutionTTL {
+				return fmt.Errorf("runtime: pipeline %s step %s: await timeout %s exceeds the execution retention %s (pipeline.orchestrator.execution-ttl-days): the parked execution could not be kept that long",
+					p.ID, s.Name, s.AwaitTimeout, cfg.ExecutionTTL)
+			}
+		}
+	}
+	return nil
 }
 
 // execLogger returns the logger carrying an execution's identifying fields.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/qasync/qasync/shared/await"
@@ -18,25 +19,34 @@ import (
 	"github.com/qasync/qasync/shared/store"
 )
 
-// Error codes the runtime itself assigns.
+// Error codes the runtime itself assigns (see package execution).
 const (
 	// CodeWorkerLost: the previous attempt's worker lost its lease (crash,
 	// timeout) and no attempt was left for a takeover.
-	CodeWorkerLost = "worker_lost"
-	// CodePipelineNotRegistered: this binary does not serve the pipeline or
-	// the step index is out of range.
-	CodePipelineNotRegistered = "pipeline_not_registered"
+	CodeWorkerLost = execution.CodeWorkerLost
+	// CodePipelineVersionUnavailable: no worker served the execution's
+	// pipeline definition within the version wait.
+	CodePipelineVersionUnavailable = execution.CodePipelineVersionUnavailable
 	// CodePayloadUnreadable: the step's input could not be read or verified.
-	CodePayloadUnreadable = "payload_unreadable"
+	CodePayloadUnreadable = execution.CodePayloadUnreadable
+	// CodeOutputUnstorable: the step's output cannot be stored.
+	CodeOutputUnstorable = execution.CodeOutputUnstorable
+	// CodeReleaseLimit: the attempt was handed back too often.
+	CodeReleaseLimit = execution.CodeReleaseLimit
 )
 
 // Process runs one transition for a delivered work item: read the row,
-// claim its lease, run the current step while renewing the lease, and
-// commit the outcome. It is the dispatch.Handler of every transport.
+// check that this worker serves the execution's pipeline definition, claim
+// its lease, run the current step while renewing the lease, and commit the
+// outcome. It is the dispatch.Handler of every transport.
 //
 // A nil return means the work item is done with: the transition was
 // committed, or there was nothing to do (duplicate delivery, lost claim,
-// not yet due, lost lease). An error means a backend failed before the
+// finished or parked execution, lease held by a live worker, lost lease).
+// A dispatch.RetryAfterError asks the transport to keep the item and
+// deliver it again later: the execution is not due yet (a retry time, or
+// a clock behind the submitter's), or this worker does not serve its
+// pipeline definition. Any other error means a backend failed before the
 // outcome was recorded; the transport should deliver the item again.
 func (r *Runtime) Process(ctx context.Context, item dispatch.WorkItem) error {
 	key := execution.Key{TenantID: item.TenantID, ExecutionID: item.ExecutionID}
@@ -50,16 +60,34 @@ func (r *Runtime) Process(ctx context.Context, item dispatch.WorkItem) error {
 		return err
 	}
 	now := r.Clock.Now()
-	if !row.Status.Claimable() || !row.Due(now) {
-		return nil // duplicate, finished, parked, leased elsewhere or not yet due
+	tol := r.cfg.ClockSkewTolerance
+	switch row.Status {
+	case execution.Queued, execution.WaitRetry:
+		if !row.Due(now.Add(tol)) {
+			// Not yet: leave the item in the queue until it is (a retry time
+			// beyond the queue's delay limit, or this clock runs behind).
+			return dispatch.RetryAfter(row.NextDueAt.Sub(now), "not_due")
+		}
+	case execution.Running:
+		if row.Leased(now.Add(-tol)) {
+			return nil // a live worker holds it (a duplicate delivery)
+		}
+	default:
+		return nil // finished, failed, parked
 	}
-	attempt, takeover := row.Attempt, row.Status == execution.Running
+	p, ok := r.Registry.Version(row.PipelineID, row.PipelineVersion)
+	if !ok {
+		return r.versionUnavailable(ctx, row, now)
+	}
+	takeover := row.Status == execution.Running
+	attempt, releases := row.Attempt, row.Releases
 	if takeover {
-		attempt++ // the previous attempt's worker vanished: that attempt counts
+		attempt, releases = attempt+1, 0 // the vanished worker's attempt counts
 	}
 	claimed, err := r.Store.Claim(ctx, store.ClaimRequest{
 		Key: key, ExpectVersion: row.Version, Owner: r.cfg.WorkerID,
-		Now: now, LeaseUntil: now.Add(r.cfg.Lease), Attempt: attempt,
+		Now: now, DueBy: now.Add(tol), TakeoverBy: now.Add(-tol),
+		LeaseUntil: now.Add(r.cfg.Lease), Attempt: attempt, Releases: releases,
 	})
 	if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
 		return nil // another worker won the race
@@ -73,8 +101,55 @@ func (r *Runtime) Process(ctx context.Context, item dispatch.WorkItem) error {
 	if takeover {
 		r.notify(ctx, EventLeaseTakeover, claimed, SweepResult{})
 	}
-	t := &transition{r: r, row: claimed, log: log}
+	t := &transition{r: r, row: claimed, log: log, p: p}
 	return t.run(ctx, takeover)
+}
+
+// versionUnavailable handles a work item whose execution is bound to a
+// pipeline definition this worker does not serve (an older or newer worker
+// in a rolling deploy): it never runs the execution under another
+// definition. The first time, it records the wait on the row (visible in
+// status); it leaves the item to come back, maybe to a worker that serves
+// the definition; once the version wait has passed it fails the execution
+// with pipeline_version_unavailable (it dead-letters).
+func (r *Runtime) versionUnavailable(ctx context.Context, row execution.Execution, now time.Time) error {
+	log := r.execLogger(&row).With(slog.String("pipeline_version", row.PipelineVersion))
+	served := r.Registry.Versions(row.PipelineID)
+	msg := fmt.Sprintf("pipeline %s version %s is not served by worker %s (it serves %s)",
+		row.PipelineID, row.PipelineVersion, r.cfg.WorkerID, describeVersions(served))
+	since := row.VersionWaitSince
+	waited := time.Duration(0)
+	if !since.IsZero() {
+		waited = now.Sub(since)
+	}
+	log.LogAttrs(ctx, slog.LevelWarn, "pipeline_version_unavailable", slog.String("event", "pipeline_version_unavailable"),
+		slog.Any("served_versions", served), slog.Duration("waited", waited))
+	r.notify(ctx, EventVersionUnavailable, row, SweepResult{})
+	if !since.IsZero() && waited >= r.cfg.PipelineVersionWait {
+		t := &transition{r: r, row: row, log: log, unleased: true}
+		err := t.fail(ctx, pipeline.NonRetryable(CodePipelineVersionUnavailable,
+			fmt.Errorf("%s; no worker served it within the version wait %s", msg, r.cfg.PipelineVersionWait)), retry.Policy{})
+		return err
+	}
+	if since.IsZero() {
+		next := row
+		next.VersionWaitSince, next.UpdatedAt = now, now
+		next.Error = &execution.Failure{Code: CodePipelineVersionUnavailable, Message: execution.Truncate(msg, execution.MaxErrorMessage)}
+		if _, err := r.Store.Update(ctx, store.Guard{Key: row.Key(), Version: row.Version, LeaseOwner: row.LeaseOwner, KeepSweep: true}, next); err != nil &&
+			!errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrLeaseLost) && !errors.Is(err, store.ErrNotFound) {
+			return err
+		}
+	}
+	// Come back soon while the wait is young, less often as it ages.
+	delay := min(max(waited/4, time.Second), 30*time.Second)
+	return dispatch.RetryAfter(delay, CodePipelineVersionUnavailable)
+}
+
+func describeVersions(vs []string) string {
+	if len(vs) == 0 {
+		return "no version of it"
+	}
+	return "versions " + strings.Join(vs, ", ")
 }
 
 // transition is one claimed step run.
@@ -82,19 +157,22 @@ type transition struct {
 	r   *Runtime
 	row execution.Execution // as claimed: the commit guard's version
 	log *slog.Logger
+	p   *pipeline.Pipeline // the definition the execution is bound to
 	// unleased: the row is not leased (the sweeper failing a timed-out
-	// await); commits are guarded by the version alone.
+	// await, a worker ending a version wait); commits are guarded by the
+	// version alone.
 	unleased bool
+	// committed is the row of this transition's commit, once it landed.
+	committed *execution.Execution
 }
 
 func (t *transition) run(ctx context.Context, takeover bool) error {
 	r, row := t.r, &t.row
-	p, ok := r.Registry.Get(row.PipelineID)
-	if !ok || row.StepIndex >= len(p.Steps) {
-		return t.fail(ctx, &pipeline.Error{Code: CodePipelineNotRegistered,
-			Err: fmt.Errorf("pipeline %s step %d is not served by this worker", row.PipelineID, row.StepIndex)}, retry.Policy{})
+	if row.StepIndex >= len(t.p.Steps) {
+		return t.fail(ctx, pipeline.NonRetryable(CodePipelineVersionUnavailable,
+			fmt.Errorf("pipeline %s version %s has no step %d", row.PipelineID, t.p.VersionID(), row.StepIndex)), retry.Policy{})
 	}
-	step := p.Steps[row.StepIndex]
+	step := t.p.Steps[row.StepIndex]
 	policy := r.cfg.Retry
 	if step.Retry != nil {
 		policy = *step.Retry
@@ -104,7 +182,7 @@ func (t *transition) run(ctx context.Context, takeover bool) error {
 			Err: errors.New("the worker running the last attempt lost its lease")}, policy)
 	}
 	src := row.Input
-	if row.StepIndex > 0 {
+	if row.StepIndex > 0 || t.awaitCompleted() {
 		src = row.Result
 	}
 	in, err := payload.Read(ctx, r.Payloads, src)
@@ -113,7 +191,12 @@ func (t *transition) run(ctx context.Context, takeover bool) error {
 		return t.fail(ctx, pipeline.NonRetryable(CodePayloadUnreadable, err), policy)
 	}
 	if err != nil {
-		return t.release(ctx, err)
+		return t.release(ctx, err, "", policy)
+	}
+	if t.awaitCompleted() {
+		// The await this step started was completed on time: its completion
+		// (already stored as Result) is the step's output.
+		return t.succeed(ctx, in, &row.Result, policy)
 	}
 
 	out, lost, stepErr := t.invoke(ctx, step, in)
@@ -130,20 +213,49 @@ func (t *transition) run(ctx context.Context, takeover bool) error {
 		// for another automatic attempt.
 		return t.outcomeUnknown(ctx, ou)
 	}
+	if hb, ok := pipeline.AsHandBack(stepErr); ok {
+		return t.release(ctx, stepErr, hb.Code, policy)
+	}
 	if stepErr != nil && ctx.Err() != nil {
-		return t.release(ctx, stepErr) // shutting down: hand the step back untouched
+		return t.release(ctx, stepErr, "", policy) // shutting down: hand the step back
 	}
 	if stepErr != nil {
 		return t.fail(ctx, stepErr, policy)
 	}
-	return t.succeed(ctx, p, out)
+	return t.succeed(ctx, out, nil, policy)
+}
+
+// awaitCompleted reports whether the current step is an await that was
+// completed on time (the completion waits as Result for this commit).
+func (t *transition) awaitCompleted() bool {
+	a := t.row.Await
+	return a != nil && a.Status == execution.AwaitCompleted && a.StepIndex == t.row.StepIndex
+}
+
+// stepInfo is what the step (and the output publish) learn about the
+// transition.
+func (t *transition) stepInfo(step pipeline.Step) pipeline.StepInfo {
+	r, row := t.r, &t.row
+	info := pipeline.StepInfo{
+		ExecutionID: row.ExecutionID, TenantID: row.TenantID, PipelineID: row.PipelineID,
+		StepName: step.Name, StepIndex: row.StepIndex, Attempt: row.Attempt,
+		TransitionKey: row.TransitionKey(), FencingToken: row.Version,
+		IdempotencyKey: execution.StepIdempotencyKey(row.TenantID, row.ExecutionID, step.Name),
+		Logger:         t.log, Effects: r.Effects, ExpiresAt: r.recordsExpire(row.ExpiresAt),
+		Rejects: r.Rejects, Objects: r.Objects, OutputBucket: r.cfg.OutputBucket,
+	}
+	if secret := r.cfg.AwaitSecret; secret != "" {
+		info.ResumeToken = func(awaitID string) string {
+			return await.Sign([]byte(secret), row.TenantID, row.ExecutionID, awaitID)
+		}
+	}
+	return info
 }
 
 // invoke runs the step under a renewed lease. lost reports that the lease
 // was lost while it ran; the step's context was then cancelled with cause
 // ErrLeaseLost.
 func (t *transition) invoke(ctx context.Context, step pipeline.Step, in payload.Payload) (out payload.Payload, lost bool, err error) {
-	row := &t.row
 	stepCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	done := make(chan struct{})
@@ -152,19 +264,7 @@ func (t *transition) invoke(ctx context.Context, step pipeline.Step, in payload.
 		defer close(renewed)
 		t.renew(stepCtx, cancel, done)
 	}()
-	info := pipeline.StepInfo{
-		ExecutionID: row.ExecutionID, TenantID: row.TenantID, PipelineID: row.PipelineID,
-		StepName: step.Name, StepIndex: row.StepIndex, Attempt: row.Attempt,
-		TransitionKey: row.TransitionKey(), FencingToken: row.Version,
-		IdempotencyKey: execution.StepIdempotencyKey(row.TenantID, row.ExecutionID, row.StepIndex),
-		Logger:         t.log, Effects: t.r.Effects, ExpiresAt: row.ExpiresAt,
-		Rejects: t.r.Rejects, Objects: t.r.Objects, OutputBucket: t.r.cfg.OutputBucket,
-	}
-	if secret := t.r.cfg.AwaitSecret; secret != "" {
-		info.ResumeToken = func(awaitID string) string {
-			return await.Sign([]byte(secret), row.TenantID, row.ExecutionID, awaitID)
-		}
-	}
+	info := t.stepInfo(step)
 	func() {
 		defer func() {
 			if v := recover(); v != nil {
@@ -185,7 +285,6 @@ func (t *transition) renew(ctx context.Context, cancel context.CancelCauseFunc, 
 	r, row := t.r, &t.row
 	tick := time.NewTicker(r.cfg.Lease / 3)
 	defer tick.Stop()
-	expires := row.LeaseExpiresAt
 	for {
 		select {
 		case <-done:
@@ -199,10 +298,10 @@ func (t *transition) renew(ctx context.Context, cancel context.CancelCauseFunc, 
 		err := r.Store.Renew(ctx, row.Key(), r.cfg.WorkerID, row.Version, until)
 		switch {
 		case err == nil:
-			expires = until
+			row.LeaseExpiresAt = until
 			t.log.LogAttrs(ctx, slog.LevelDebug, "lease_renewed", slog.String("event", "lease_renewed"),
 				slog.Time("lease_expires_at", until))
-		case errors.Is(err, store.ErrLeaseLost) || !now.Before(expires):
+		case errors.Is(err, store.ErrLeaseLost) || !now.Before(row.LeaseExpiresAt):
 			cancel(ErrLeaseLost)
 			return
 		default:
@@ -220,25 +319,42 @@ func (t *transition) maxAttempt(p retry.Policy) int {
 }
 
 // succeed commits a successful step: advance to the next step (and
-// dispatch it) or finish the execution.
-func (t *transition) succeed(ctx context.Context, p *pipeline.Pipeline, out payload.Payload) error {
-	r, row := t.r, &t.row
+// dispatch it) or, after the last step, publish the pipeline's Output and
+// finish the execution. stored, when set, is the output's payload
+// reference already on the row (an await's completion).
+func (t *transition) succeed(ctx context.Context, out payload.Payload, stored *payload.Ref, policy retry.Policy) error {
+	r, row, p := t.r, &t.row, t.p
+	last := row.StepIndex == len(p.Steps)-1
+	if last && p.Output != nil {
+		if err := p.Output.Publish(ctx, t.stepInfo(p.Steps[row.StepIndex]), out); err != nil {
+			return t.fail(ctx, err, policy)
+		}
+	}
 	now := r.Clock.Now()
-	slot := "result/" + row.TenantID + "/" + row.ExecutionID + "/" + strconv.Itoa(row.StepIndex)
-	ref, err := payload.Write(ctx, r.Payloads, out, slot, r.cfg.InlineBudget, row.ExpiresAt)
-	if err != nil {
-		return t.release(ctx, err)
+	var ref payload.Ref
+	if stored != nil {
+		ref = *stored
+	} else {
+		slot := "result/" + row.TenantID + "/" + row.ExecutionID + "/" + strconv.Itoa(row.StepIndex)
+		var err error
+		ref, err = payload.Write(ctx, r.Payloads, out, slot, r.cfg.InlineBudget, r.recordsExpire(r.keepAlive(row, now)))
+		if errors.Is(err, payload.ErrInvalid) {
+			return t.fail(ctx, pipeline.NonRetryable(CodeOutputUnstorable, fmt.Errorf("step %s output: %w", row.StepName, err)), policy)
+		}
+		if err != nil {
+			return t.release(ctx, err, "", policy)
+		}
 	}
 	next := t.base(now)
 	next.Result = ref
-	last := row.StepIndex == len(p.Steps)-1
 	if last {
-		next.Status = execution.Succeeded
+		next.Status, next.ExpiresAt = execution.Succeeded, now.Add(r.cfg.ExecutionTTL)
+		next.SweepAt, next.Sweeps = time.Time{}, 0 // out of the sweep index
 	} else {
 		next.Status, next.StepIndex, next.StepName = execution.Queued, row.StepIndex+1, p.Steps[row.StepIndex+1].Name
 		next.Attempt, next.MaxAttempt, next.NextDueAt = 1, 0, now
 	}
-	got, err := t.commit(ctx, next, slog.Int64("result_bytes", ref.Length))
+	got, err := t.commit(ctx, next, !last, slog.Int64("result_bytes", ref.Length))
 	if err != nil || got == nil {
 		return err
 	}
@@ -248,8 +364,23 @@ func (t *transition) succeed(ctx context.Context, p *pipeline.Pipeline, out payl
 		r.notify(ctx, EventSucceeded, *got, SweepResult{})
 		return nil
 	}
-	r.dispatch(ctx, got, 0)
+	r.handOver(ctx, got, 0)
 	return nil
+}
+
+// handOver dispatches the next transition of a row just committed. If the
+// send fails, the sweeper's next look at the row is pulled in to a grace
+// from now (the hand-over itself left the sweep index alone).
+func (r *Runtime) handOver(ctx context.Context, e *execution.Execution, delay time.Duration) {
+	if r.dispatch(ctx, e, delay) {
+		return
+	}
+	now := r.Clock.Now()
+	if look := r.firstLook(now.Add(delay)); e.SweepAt.IsZero() || e.SweepAt.After(look) {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.DispatchTimeout)
+		defer cancel()
+		_ = r.Store.Reschedule(rctx, e.Key(), e.SweepAt, look, e.Sweeps) // a conflict means it moved anyway
+	}
 }
 
 // fail commits a failed step: a retry when the error is retryable and
@@ -262,25 +393,27 @@ func (t *transition) fail(ctx context.Context, stepErr error, policy retry.Polic
 	next.Error = &execution.Failure{Code: code, Message: execution.Truncate(msg, execution.MaxErrorMessage)}
 	if retryable && row.Attempt < t.maxAttempt(policy) {
 		delay := policy.Backoff(row.Attempt)
-		next.Status, next.Attempt, next.NextDueAt = execution.WaitRetry, row.Attempt+1, now.Add(delay)
-		got, err := t.commit(ctx, next, slog.String("error_code", code))
+		next.Status, next.Attempt, next.Releases, next.NextDueAt = execution.WaitRetry, row.Attempt+1, 0, now.Add(delay)
+		next.SweepAt, next.Sweeps = r.firstLook(next.NextDueAt), 0
+		got, err := t.commit(ctx, next, false, slog.String("error_code", code))
 		if err != nil || got == nil {
 			return err
 		}
 		r.execLogger(got).LogAttrs(ctx, slog.LevelWarn, "retry_scheduled", slog.String("event", "retry_scheduled"),
 			slog.String("error_code", code), slog.String("error", next.Error.Message), slog.Duration("delay", delay))
 		r.notify(ctx, EventRetryScheduled, *got, SweepResult{})
-		r.dispatch(ctx, got, delay)
+		r.handOver(ctx, got, delay)
 		return nil
 	}
 	next.Error.TerminalReason = execution.ReasonNonRetryable
 	if retryable {
 		next.Error.TerminalReason = execution.ReasonRetryExhausted
 	}
-	// FAILED with a pending publish, due now: if this process dies before
-	// the envelope lands, the sweeper publishes it.
-	next.Status, next.DLQPending, next.NextDueAt = execution.Failed, true, now
-	got, err := t.commit(ctx, next, slog.String("error_code", code))
+	// FAILED with a pending publish, in the sweep index: if this process
+	// dies before the envelope lands, the sweeper publishes it.
+	next.Status, next.DLQPending, next.ExpiresAt = execution.Failed, true, now.Add(r.cfg.ExecutionTTL)
+	next.SweepAt, next.Sweeps = r.firstLook(now), 0
+	got, err := t.commit(ctx, next, false, slog.String("error_code", code))
 	if err != nil || got == nil {
 		return err
 	}
@@ -289,20 +422,19 @@ func (t *transition) fail(ctx context.Context, stepErr error, policy retry.Polic
 }
 
 // outcomeUnknown parks the execution as REMOTE_OUTCOME_UNKNOWN: the remote
-// call reached its deadline and nothing says whether the remote worker
-// stopped. The row leaves the due index (no sweep, claim or retry) until
-// an operator re-drives it with confirmedNoRemoteEffect.
+// call reached its deadline (or was cut short) and nothing says whether
+// the remote worker stopped. The row leaves the sweep index (no sweep,
+// claim or retry) until an operator re-drives it with
+// confirmedNoRemoteEffect.
 func (t *transition) outcomeUnknown(ctx context.Context, ou *pipeline.OutcomeUnknownError) error {
 	r := t.r
 	now := r.Clock.Now()
 	next := t.base(now)
 	next.Status = execution.RemoteOutcomeUnknown
+	next.SweepAt, next.Sweeps = time.Time{}, 0
 	next.Error = &execution.Failure{Code: pipeline.CodeRemoteOutcomeUnknown,
 		Message: execution.Truncate(ou.Error(), execution.MaxErrorMessage)}
-	// Commit on a context that outlives a shutdown: the park must land.
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	got, err := t.commit(cctx, next, slog.String("error_code", pipeline.CodeRemoteOutcomeUnknown))
+	got, err := t.commit(ctx, next, false, slog.String("error_code", pipeline.CodeRemoteOutcomeUnknown))
 	if err != nil || got == nil {
 		return err
 	}
@@ -317,58 +449,163 @@ func (t *transition) outcomeUnknown(ctx context.Context, ou *pipeline.OutcomeUnk
 }
 
 // base is the row after this transition, before the outcome is filled in:
-// lease released, not due, error cleared, transition key recorded.
+// lease released, not due, error cleared, transition key recorded, the
+// expiry kept a retention ahead, the per-attempt counters reset.
 func (t *transition) base(now time.Time) execution.Execution {
 	next := t.row
 	next.LeaseOwner, next.LeaseExpiresAt, next.NextDueAt = "", time.Time{}, time.Time{}
 	next.Error, next.DLQPending = nil, false
 	next.LastTransitionKey = t.row.TransitionKey()
 	next.UpdatedAt = now
+	next.ExpiresAt = t.r.keepAlive(&t.row, now)
+	next.Releases, next.VersionWaitSince = 0, time.Time{}
 	return next
 }
 
-// commit writes next under this transition's lease. A lost lease is not
-// an error (got is nil); another worker owns the execution now.
-func (t *transition) commit(ctx context.Context, next execution.Execution, attrs ...slog.Attr) (*execution.Execution, error) {
-	guard := store.Guard{Key: t.row.Key(), Version: t.row.Version, LeaseOwner: t.r.cfg.WorkerID}
+// Commit retry bounds: a commit whose write failed transiently (throttling,
+// a 5xx, a timeout after the SDK's own retries) is tried again, its
+// outcome first resolved by re-reading the row, for at most this many
+// writes and never past the lease.
+const (
+	commitAttempts   = 8
+	commitBackoff    = 50 * time.Millisecond
+	commitBackoffMax = 2 * time.Second
+)
+
+// commit writes next under this transition's lease (or, unleased, under
+// its version). keepSweep leaves the sweep index as stored (a hand-over).
+// A lost lease is not an error (got is nil): another worker owns the
+// execution now. A transient failure is retried; when a write's outcome
+// is unknown, the row is read back: if the write landed, that is the
+// commit. The commit runs on a context that a shutdown does not cut
+// short, so that a finished step is not handed back for nothing.
+func (t *transition) commit(ctx context.Context, next execution.Execution, keepSweep bool, attrs ...slog.Attr) (*execution.Execution, error) {
+	r := t.r
+	guard := store.Guard{Key: t.row.Key(), Version: t.row.Version, LeaseOwner: r.cfg.WorkerID, KeepSweep: keepSweep}
 	if t.unleased {
-		guard.LeaseOwner = ""
+		guard.LeaseOwner = t.row.LeaseOwner
 	}
-	got, err := t.r.Store.Update(ctx, guard, next)
-	if errors.Is(err, store.ErrLeaseLost) || errors.Is(err, store.ErrNotFound) || (t.unleased && errors.Is(err, store.ErrConflict)) {
-		t.log.LogAttrs(ctx, slog.LevelWarn, "lease_lost", slog.String("event", "lease_lost"), slog.String("phase", "commit"))
-		return nil, nil
+	deadline := r.Clock.Now().Add(10 * time.Second)
+	if !t.unleased {
+		deadline = t.row.LeaseExpiresAt.Add(-r.cfg.ClockSkewTolerance)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("runtime: commit %s: %w", t.row.TransitionKey(), err)
+	// A wall-clock bound besides the attempts: a lease and some.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Lease+5*time.Second)
+	defer cancel()
+	backoff := commitBackoff
+	for attempt := 1; ; attempt++ {
+		got, err := r.Store.Update(cctx, guard, next)
+		if err == nil {
+			return t.landedAs(ctx, got, attrs), nil
+		}
+		refused := errors.Is(err, store.ErrLeaseLost) || errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrConflict)
+		if refused && attempt == 1 {
+			t.log.LogAttrs(ctx, slog.LevelWarn, "lease_lost", slog.String("event", "lease_lost"), slog.String("phase", "commit"))
+			return nil, nil
+		}
+		if !refused && !transient(err) {
+			return nil, fmt.Errorf("runtime: commit %s: %w", t.row.TransitionKey(), err)
+		}
+		// The outcome of an earlier write is unknown (it failed
+		// transiently), or a retry was refused because that write landed:
+		// read the row back to tell.
+		row, gerr := r.Store.Get(cctx, guard.Key)
+		switch {
+		case gerr == nil && landed(row, guard, next):
+			t.log.LogAttrs(ctx, slog.LevelInfo, "commit_outcome_resolved", slog.String("event", "commit_outcome_resolved"),
+				slog.Int("writes", attempt))
+			return t.landedAs(ctx, row, attrs), nil
+		case gerr == nil && (row.Version != guard.Version || row.LeaseOwner != guard.LeaseOwner):
+			t.log.LogAttrs(ctx, slog.LevelWarn, "lease_lost", slog.String("event", "lease_lost"), slog.String("phase", "commit"))
+			return nil, nil
+		case errors.Is(gerr, store.ErrNotFound):
+			return nil, nil
+		}
+		if attempt >= commitAttempts || !r.Clock.Now().Add(backoff).Before(deadline) {
+			t.log.LogAttrs(ctx, slog.LevelError, "commit_failed", slog.String("event", "commit_failed"),
+				slog.Int("writes", attempt), slog.String("error", err.Error()))
+			return nil, fmt.Errorf("runtime: commit %s after %d writes: %w", t.row.TransitionKey(), attempt, err)
+		}
+		t.log.LogAttrs(ctx, slog.LevelWarn, "commit_retry", slog.String("event", "commit_retry"),
+			slog.Int("writes", attempt), slog.String("error", err.Error()))
+		if sleepCtx(cctx, backoff) != nil {
+			return nil, fmt.Errorf("runtime: commit %s: %w", t.row.TransitionKey(), err)
+		}
+		backoff = min(2*backoff, commitBackoffMax)
 	}
+}
+
+// landedAs logs, records and reports a landed commit.
+func (t *transition) landedAs(ctx context.Context, got execution.Execution, attrs []slog.Attr) *execution.Execution {
 	t.log.LogAttrs(ctx, slog.LevelInfo, "transition_committed", append([]slog.Attr{slog.String("event", "transition_committed"),
 		slog.String("status", string(got.Status)), slog.Int64("version", got.Version)}, attrs...)...)
 	t.r.notify(ctx, EventTransitionCommitted, got, SweepResult{})
-	return &got, nil
+	t.committed = &got
+	return &got
 }
 
-// release hands the claimed step back untouched (QUEUED, due now, same
-// attempt) after a backend failure or a shutdown, so that it runs again
-// without using up a retry. The cause is returned for redelivery.
-func (t *transition) release(ctx context.Context, cause error) error {
-	now := t.r.Clock.Now()
+// landed reports whether row is the result of the write of next under
+// guard: the version moved by exactly one and the row carries next's
+// transition, status and update time.
+func landed(row execution.Execution, guard store.Guard, next execution.Execution) bool {
+	return row.Version == guard.Version+1 && row.LastTransitionKey == next.LastTransitionKey &&
+		row.Status == next.Status && row.UpdatedAt.UnixMilli() == next.UpdatedAt.UnixMilli()
+}
+
+// transient reports whether a store error may pass if the call is repeated.
+func transient(err error) bool {
+	return errors.Is(err, store.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// sleepCtx waits d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-tm.C:
+		return nil
+	}
+}
+
+// release hands the claimed step back unfinished (QUEUED, due now, same
+// attempt) after a backend failure, a shutdown or a step's hand-back, so
+// that it runs again without using up a retry. The cause is returned for
+// redelivery. Releases are counted on the row: at the release limit the
+// hand-back becomes a failed attempt (code, or release_limit_exceeded,
+// retryable under the step's policy), so a release can never repeat
+// without bound.
+func (t *transition) release(ctx context.Context, cause error, code string, policy retry.Policy) error {
+	r := t.r
+	if t.row.Releases >= r.cfg.ReleaseLimit {
+		if code == "" {
+			code = CodeReleaseLimit
+		}
+		t.log.LogAttrs(ctx, slog.LevelWarn, "release_limit_reached", slog.String("event", "release_limit_reached"),
+			slog.Int("releases", t.row.Releases+1), slog.String("cause", cause.Error()))
+		return t.fail(ctx, pipeline.Retryable(code, fmt.Errorf("handed back %d times unfinished (release limit %d); last cause: %w",
+			t.row.Releases+1, r.cfg.ReleaseLimit, cause)), policy)
+	}
+	now := r.Clock.Now()
 	next := t.row
 	next.Status, next.LeaseOwner, next.LeaseExpiresAt, next.NextDueAt, next.UpdatedAt = execution.Queued, "", time.Time{}, now, now
+	next.Releases = t.row.Releases + 1
 	// The caller's context may be the one that ended; releasing must not.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if _, err := t.r.Store.Update(rctx, store.Guard{Key: t.row.Key(), Version: t.row.Version, LeaseOwner: t.r.cfg.WorkerID}, next); err != nil {
+	if _, err := r.Store.Update(rctx, store.Guard{Key: t.row.Key(), Version: t.row.Version, LeaseOwner: r.cfg.WorkerID, KeepSweep: true}, next); err != nil {
 		t.log.LogAttrs(ctx, slog.LevelWarn, "lease_release_failed", slog.String("event", "lease_release_failed"), slog.String("error", err.Error()))
 	} else {
-		t.log.LogAttrs(ctx, slog.LevelInfo, "lease_released", slog.String("event", "lease_released"), slog.String("cause", cause.Error()))
+		t.log.LogAttrs(ctx, slog.LevelInfo, "lease_released", slog.String("event", "lease_released"),
+			slog.String("cause", cause.Error()), slog.Int("releases", next.Releases))
 	}
 	return cause
 }
 
 // deadLetter publishes the envelope of a FAILED execution and marks it
-// DLQ. If the publish fails the row stays FAILED with DLQPending, due, and
-// the sweeper tries again.
+// DLQ. If the publish fails the row stays FAILED with DLQPending, in the
+// sweep index, and the sweeper tries again (spacing its tries).
 func (r *Runtime) deadLetter(ctx context.Context, e execution.Execution) bool {
 	log := r.execLogger(&e)
 	env := deadletter.Envelope{
@@ -400,10 +637,13 @@ func (r *Runtime) deadLetter(ctx context.Context, e execution.Execution) bool {
 	return true
 }
 
-// markDeadLettered moves a FAILED row whose envelope is published to DLQ.
+// markDeadLettered moves a FAILED row whose envelope is published to DLQ
+// (out of the sweep index; retention from now).
 func (r *Runtime) markDeadLettered(ctx context.Context, e execution.Execution) (execution.Execution, error) {
+	now := r.Clock.Now()
 	next := e
-	next.Status, next.DLQPending, next.NextDueAt, next.UpdatedAt = execution.DLQ, false, time.Time{}, r.Clock.Now()
+	next.Status, next.DLQPending, next.NextDueAt, next.UpdatedAt = execution.DLQ, false, time.Time{}, now
+	next.SweepAt, next.Sweeps, next.ExpiresAt = time.Time{}, 0, now.Add(r.cfg.ExecutionTTL)
 	got, err := r.Store.Update(ctx, store.Guard{Key: e.Key(), Version: e.Version}, next)
 	if err != nil {
 		return e, err

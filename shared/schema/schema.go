@@ -68,7 +68,12 @@ const (
 	AttrLeaseOwner        = "lease_owner"
 	AttrLeaseExpires      = "lease_expires_epoch_ms"
 	AttrNextDue           = "next_due_epoch_ms"
+	AttrSweepAt           = "sweep_at_epoch_ms"
+	AttrSweeps            = "sweep_count"
 	AttrDueShard          = "due_shard"
+	AttrPipelineVersion   = "pipeline_version"
+	AttrReleases          = "release_count"
+	AttrVersionWaitSince  = "version_wait_since_epoch_ms"
 	AttrLastTransitionKey = "last_transition_key"
 	AttrIdempotencyKey    = "idempotency_key"
 	AttrInput             = "input"
@@ -99,12 +104,15 @@ const (
 	AttrData        = "data"
 )
 
-// DueIndexName is the sparse due-work GSI: only rows with a due shard and
-// a next-due time (claimable rows, and failed rows whose dead letter is
-// pending) are in it.
-const DueIndexName = "due-work"
+// DueIndexName is the sparse sweep GSI: PK due_shard (fixed at submit),
+// SK sweep_at_epoch_ms, present only on rows the sweeper has to look at
+// some time (not on terminal rows, nor on parked rows without a timeout).
+// It projects only pipeline_id besides the keys, an attribute that never
+// changes, so that no commit writes the index unless it moves sweep_at;
+// the happy path never does (see execution.Execution.SweepAt).
+const DueIndexName = "sweep"
 
-// DefaultDueShards spreads the due index over this many partition key
+// DefaultDueShards spreads the sweep index over this many partition key
 // values so that no single index partition takes every write.
 const DefaultDueShards = 4
 
@@ -146,7 +154,7 @@ func Prefixed(prefix string) Names {
 }
 
 // ExecutionTable is the execution table: PK tenant_id, SK execution_id,
-// the due-work index, TTL.
+// the sweep index, TTL.
 func ExecutionTable(name string) Table {
 	return Table{
 		Name:         name,
@@ -155,8 +163,8 @@ func ExecutionTable(name string) Table {
 		Indexes: []Index{{
 			Name:             DueIndexName,
 			PartitionKey:     Attr{AttrDueShard, Number},
-			SortKey:          Attr{AttrNextDue, Number},
-			NonKeyAttributes: []string{AttrStatus, AttrPipelineID, AttrDLQPending, AttrTTL},
+			SortKey:          Attr{AttrSweepAt, Number},
+			NonKeyAttributes: []string{AttrPipelineID},
 		}},
 		TTLAttribute: AttrTTL,
 	}

@@ -39,42 +39,69 @@ var (
 //
 // Times are kept to the millisecond, except ExpiresAt (the TTL), which is
 // kept to the second.
+//
+// The sweep index (execution.Execution.SweepAt) is the only index a
+// transition may move, and the happy path does not move it: Claim and
+// Renew never touch it and Update leaves it alone when the guard says
+// KeepSweep. Everything else about a row is a plain attribute.
 type Store interface {
 	// CreateOrGet atomically writes the new execution row and its
 	// idempotency key row, or, when the key already exists, returns the
 	// execution it maps to with created=false. A key whose stored
-	// fingerprint differs from req.Fingerprint returns ErrKeyMismatch.
+	// fingerprint differs from req.Fingerprint returns ErrKeyMismatch. A
+	// write that is retried after it had in fact landed (an unknown
+	// outcome) still reports created=true.
 	CreateOrGet(ctx context.Context, req CreateRequest) (e execution.Execution, created bool, err error)
 
 	// Get reads one execution. Missing or expired rows return ErrNotFound.
 	Get(ctx context.Context, key execution.Key) (execution.Execution, error)
 
+	// GetBatch reads several executions (the sweeper's look at the rows
+	// the sweep index returned), strongly consistent, in any order;
+	// missing and expired rows are left out.
+	GetBatch(ctx context.Context, keys []execution.Key) ([]execution.Execution, error)
+
 	// Claim takes the lease on an execution. It succeeds only if, at the
-	// moment of the write, the row's version equals req.ExpectVersion, its
-	// status is claimable, it holds no unexpired lease and it is due
-	// (NextDueAt <= req.Now). On success the row becomes RUNNING with the
-	// new lease and attempt, NextDueAt = LeaseUntil (so an abandoned lease
-	// becomes due), and version+1. Otherwise ErrConflict (or ErrNotFound).
+	// moment of the write, the row's version equals req.ExpectVersion and
+	// either its status is QUEUED or WAIT_RETRY with NextDueAt at or
+	// before req.DueBy, or it is RUNNING with a lease that expired at or
+	// before req.TakeoverBy. On success the row becomes RUNNING with the
+	// new lease, attempt and release count, and version+1; NextDueAt and
+	// SweepAt are not changed. Otherwise ErrConflict (or ErrNotFound).
 	Claim(ctx context.Context, req ClaimRequest) (execution.Execution, error)
 
 	// Renew extends the lease of a RUNNING row held by owner at version,
-	// moving LeaseExpiresAt and NextDueAt to until. It does not change the
-	// version. If owner or version no longer match: ErrLeaseLost.
+	// moving LeaseExpiresAt to until. It changes nothing else (not the
+	// version, not the sweep index). If owner or version no longer match:
+	// ErrLeaseLost.
 	Renew(ctx context.Context, key execution.Key, owner string, version int64, until time.Time) error
 
 	// Update commits a transition: it replaces the row's mutable fields
 	// with next's, and sets version = guard.Version+1, if and only if the
 	// stored version equals guard.Version and the stored lease owner equals
-	// guard.LeaseOwner ("" meaning: no lease held). The identity fields,
-	// Input, CreatedAt and ExpiresAt are not changed. On a failed condition
-	// it returns ErrLeaseLost when guard.LeaseOwner is set, ErrConflict
-	// otherwise.
+	// guard.LeaseOwner ("" meaning: no lease held). The identity fields
+	// (tenant, execution id, pipeline id and version, idempotency key),
+	// Input and CreatedAt are not changed; ExpiresAt is set from next when
+	// next's is not zero. SweepAt and Sweeps are set from next (a zero
+	// SweepAt leaves the sweep index) unless guard.KeepSweep, which leaves
+	// the stored ones as they are. On a failed condition it returns
+	// ErrLeaseLost when guard.LeaseOwner is set, ErrConflict otherwise.
 	Update(ctx context.Context, guard Guard, next execution.Execution) (execution.Execution, error)
 
-	// Due lists rows in the due-work index (NextDueAt set) whose NextDueAt
-	// is at or before dueBy, oldest first, at most limit. It reads only the
-	// index, never the whole table, and skips expired rows.
-	Due(ctx context.Context, dueBy time.Time, limit int) ([]DueRef, error)
+	// Reschedule moves a row's SweepAt from from to to (zero: out of the
+	// sweep index) and sets its Sweeps, if its stored SweepAt is still
+	// from; it changes nothing else (not the version). It is how the
+	// sweeper pushes the next look at a row forward. A SweepAt that moved
+	// meanwhile returns ErrConflict; a missing row ErrNotFound.
+	Reschedule(ctx context.Context, key execution.Key, from, to time.Time, sweeps int) error
+
+	// Due pages through the sweep index: rows whose SweepAt is at or
+	// before q.By, oldest first, at most q.Limit per page, continuing
+	// after q.Cursor (from the previous page's DuePage.Cursor; empty for
+	// the first page). It reads only the index, never the whole table,
+	// and skips expired rows. A cursor is opaque and valid only with the
+	// same q.By.
+	Due(ctx context.Context, q DueQuery) (DuePage, error)
 }
 
 // CreateRequest is the input of CreateOrGet.
@@ -94,12 +121,21 @@ type ClaimRequest struct {
 	ExpectVersion int64
 	// Owner names the claiming worker.
 	Owner string
-	// Now is the claim time; the row must be due and unleased at Now.
+	// Now is the claim time (the row's UpdatedAt).
 	Now time.Time
+	// DueBy is the latest NextDueAt a QUEUED or WAIT_RETRY row may have:
+	// Now plus the clock-skew tolerance.
+	DueBy time.Time
+	// TakeoverBy is the latest LeaseExpiresAt a RUNNING row's lapsed lease
+	// may have for a takeover: Now minus the clock-skew tolerance.
+	TakeoverBy time.Time
 	// LeaseUntil is the new lease expiry.
 	LeaseUntil time.Time
 	// Attempt is the attempt number the claim starts.
 	Attempt int
+	// Releases is the release count the row gets (kept for the same
+	// attempt, 0 for a new one).
+	Releases int
 }
 
 // Guard is the condition of an Update.
@@ -109,15 +145,49 @@ type Guard struct {
 	Version int64
 	// LeaseOwner is the lease the caller holds; "" when it holds none.
 	LeaseOwner string
+	// KeepSweep leaves the stored SweepAt and Sweeps as they are (the
+	// sweeper may have pushed them since the caller read the row): a
+	// hand-over to the next step then costs no index write.
+	KeepSweep bool
 }
 
-// DueRef is one entry of the due-work index.
+// DueQuery is the input of Due.
+type DueQuery struct {
+	// By is the latest SweepAt returned.
+	By time.Time
+	// Limit bounds the refs of one page (at least 1).
+	Limit int
+	// Cursor continues a previous page ("" for the first).
+	Cursor string
+}
+
+// DuePage is one page of the sweep index.
+type DuePage struct {
+	Refs []DueRef
+	// Cursor continues after this page; "" when the index holds no more
+	// rows due by the query's By.
+	Cursor string
+}
+
+// DueRef is one entry of the sweep index.
 type DueRef struct {
 	Key        execution.Key
 	PipelineID string
-	Status     execution.Status
-	NextDueAt  time.Time
-	DLQPending bool
+	SweepAt    time.Time
+}
+
+// Claimable is Claim's condition on one row (besides the version): a
+// QUEUED or WAIT_RETRY row due by dueBy, or a RUNNING row whose lease
+// expired by takeoverBy. Stores that evaluate the condition in Go (memory,
+// embedded) use it; the DynamoDB store writes the same as an expression.
+func Claimable(row *execution.Execution, dueBy, takeoverBy time.Time) bool {
+	switch row.Status {
+	case execution.Queued, execution.WaitRetry:
+		return row.Due(dueBy)
+	case execution.Running:
+		return !row.LeaseExpiresAt.After(takeoverBy)
+	}
+	return false
 }
 
 // KeyID is the idempotency key row's partition key: the tenant and the key,

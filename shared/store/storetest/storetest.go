@@ -28,7 +28,9 @@ import (
 type Factory func(t *testing.T, c clock.Clock) store.Store
 
 // epoch is the suite's fake "now": milliseconds matter, so it has some.
-var epoch = time.Date(2026, 11, 29, 10, 0, 0, 123_000_000, time.UTC)
+// It is near the real time so that a backend that deletes expired items
+// on its own (DynamoDB's TTL) does not remove the suite's rows.
+var epoch = time.Now().UTC().Truncate(time.Hour).Add(123 * time.Millisecond)
 
 type env struct {
 	t      *testing.T
@@ -51,8 +53,8 @@ func setup(t *testing.T, f Factory) *env {
 func (e *env) row(id string) execution.Execution {
 	now := e.clock.Now()
 	return execution.Execution{
-		TenantID: e.tenant, ExecutionID: id, PipelineID: "p1", Status: execution.Queued, Version: 1,
-		StepName: "s0", Attempt: 1, NextDueAt: now, IdempotencyKey: "key-" + id,
+		TenantID: e.tenant, ExecutionID: id, PipelineID: "p1", PipelineVersion: "v1-abc", Status: execution.Queued, Version: 1,
+		StepName: "s0", Attempt: 1, NextDueAt: now, SweepAt: now.Add(time.Second), IdempotencyKey: "key-" + id,
 		Input:     payload.Ref{Encoding: payload.EncodingJSON, ContentType: payload.ContentTypeJSON, Length: 2, SHA256: payload.Digest([]byte("{}")), Inline: []byte("{}")},
 		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(24 * time.Hour),
 	}
@@ -70,7 +72,8 @@ func (e *env) create(id string) execution.Execution {
 
 func (e *env) claim(x execution.Execution, owner string) (execution.Execution, error) {
 	now := e.clock.Now()
-	return e.s.Claim(e.ctx, store.ClaimRequest{Key: x.Key(), ExpectVersion: x.Version, Owner: owner, Now: now, LeaseUntil: now.Add(10 * time.Second), Attempt: x.Attempt})
+	return e.s.Claim(e.ctx, store.ClaimRequest{Key: x.Key(), ExpectVersion: x.Version, Owner: owner, Now: now,
+		DueBy: now, TakeoverBy: now, LeaseUntil: now.Add(10 * time.Second), Attempt: x.Attempt})
 }
 
 func (e *env) mustClaim(x execution.Execution, owner string) execution.Execution {
@@ -97,14 +100,20 @@ func Run(t *testing.T, f Factory) {
 		{"ClaimMovesToRunning", testClaim},
 		{"ClaimRefusals", testClaimRefusals},
 		{"ClaimAfterLeaseExpiry", testClaimAfterExpiry},
+		{"ClaimClockSkewBounds", testClaimSkew},
 		{"ConcurrentClaimOneWinner", testConcurrentClaim},
 		{"RenewExtendsLease", testRenew},
 		{"RenewRefusedAfterTakeover", testRenewAfterTakeover},
 		{"UpdateGuardedByVersionAndOwner", testUpdateGuard},
 		{"UpdateKeepsImmutableFields", testUpdateImmutable},
 		{"UnleasedUpdate", testUnleasedUpdate},
+		{"UpdateKeepSweepLeavesIndex", testKeepSweep},
+		{"UpdateExtendsExpiry", testUpdateExpiry},
+		{"RescheduleMovesOnlyTheSweep", testReschedule},
+		{"GetBatch", testGetBatch},
+		{"CreateRetriedAfterItLanded", testCreateRetried},
 		{"DueIndexSparseAndOrdered", testDue},
-		{"DueLimit", testDueLimit},
+		{"DuePagesEachRowOnce", testDueLimit},
 		{"ExpiredRowsAbsent", testExpired},
 		{"RoundTripAllFields", testRoundTrip},
 	}
@@ -201,7 +210,7 @@ func testGetMissing(e *env) {
 	if _, err := e.s.Get(e.ctx, execution.Key{TenantID: e.tenant, ExecutionID: "nope"}); !errors.Is(err, store.ErrNotFound) {
 		e.t.Fatalf("Get missing err = %v", err)
 	}
-	_, err := e.s.Claim(e.ctx, store.ClaimRequest{Key: execution.Key{TenantID: e.tenant, ExecutionID: "nope"}, ExpectVersion: 1, Owner: "w", Now: e.clock.Now(), LeaseUntil: e.clock.Now().Add(time.Second), Attempt: 1})
+	_, err := e.s.Claim(e.ctx, store.ClaimRequest{Key: execution.Key{TenantID: e.tenant, ExecutionID: "nope"}, ExpectVersion: 1, Owner: "w", Now: e.clock.Now(), DueBy: e.clock.Now(), TakeoverBy: e.clock.Now(), LeaseUntil: e.clock.Now().Add(time.Second), Attempt: 1})
 	if !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrConflict) {
 		e.t.Fatalf("Claim missing err = %v", err)
 	}
@@ -214,8 +223,12 @@ func testClaim(e *env) {
 		e.t.Fatalf("claimed row = %+v", got)
 	}
 	want := e.clock.Now().Add(10 * time.Second)
-	if !got.LeaseExpiresAt.Equal(want) || !got.NextDueAt.Equal(want) {
-		e.t.Fatalf("lease %v due %v, want both %v", got.LeaseExpiresAt, got.NextDueAt, want)
+	if !got.LeaseExpiresAt.Equal(want) {
+		e.t.Fatalf("lease %v, want %v", got.LeaseExpiresAt, want)
+	}
+	// A claim writes no index key: next-due and sweep stay as they were.
+	if !got.NextDueAt.Equal(x.NextDueAt) || !got.SweepAt.Equal(x.SweepAt) {
+		e.t.Fatalf("claim moved next due %v -> %v or sweep %v -> %v", x.NextDueAt, got.NextDueAt, x.SweepAt, got.SweepAt)
 	}
 	read, _ := e.s.Get(e.ctx, x.Key())
 	if read.Version != 2 || read.LeaseOwner != "w1" {
@@ -233,7 +246,8 @@ func testClaimRefusals(e *env) {
 	}
 	// Not yet due.
 	notDue := x
-	if _, err := e.s.Claim(e.ctx, store.ClaimRequest{Key: notDue.Key(), ExpectVersion: 1, Owner: "w1", Now: e.clock.Now().Add(-time.Second), LeaseUntil: e.clock.Now(), Attempt: 1}); !errors.Is(err, store.ErrConflict) {
+	if _, err := e.s.Claim(e.ctx, store.ClaimRequest{Key: notDue.Key(), ExpectVersion: 1, Owner: "w1", Now: e.clock.Now(),
+		DueBy: e.clock.Now().Add(-time.Millisecond), TakeoverBy: e.clock.Now(), LeaseUntil: e.clock.Now().Add(time.Second), Attempt: 1}); !errors.Is(err, store.ErrConflict) {
 		e.t.Errorf("claim before due err = %v", err)
 	}
 	// Leased by someone else.
@@ -269,6 +283,31 @@ func testClaimAfterExpiry(e *env) {
 	}
 }
 
+// testClaimSkew: DueBy lets a worker whose clock runs behind claim a
+// fresh row; TakeoverBy keeps a worker whose clock runs ahead off a lease
+// until it expired by the tolerance.
+func testClaimSkew(e *env) {
+	x := e.create("a")
+	now := e.clock.Now()
+	behind := now.Add(-2 * time.Second) // this worker's clock
+	if _, err := e.s.Claim(e.ctx, store.ClaimRequest{Key: x.Key(), ExpectVersion: 1, Owner: "w1", Now: behind,
+		DueBy: behind.Add(2 * time.Second), TakeoverBy: behind.Add(-2 * time.Second), LeaseUntil: now.Add(10 * time.Second), Attempt: 1}); err != nil {
+		e.t.Fatalf("claim with DueBy covering the skew: %v", err)
+	}
+	held, _ := e.s.Get(e.ctx, x.Key())
+	ahead := now.Add(11 * time.Second) // the lease expired at now+10s by this clock
+	if _, err := e.s.Claim(e.ctx, store.ClaimRequest{Key: x.Key(), ExpectVersion: held.Version, Owner: "w2", Now: ahead,
+		DueBy: ahead.Add(2 * time.Second), TakeoverBy: ahead.Add(-2 * time.Second), LeaseUntil: ahead.Add(10 * time.Second), Attempt: 2}); !errors.Is(err, store.ErrConflict) {
+		e.t.Fatalf("takeover within the tolerance err = %v, want ErrConflict", err)
+	}
+	later := now.Add(12 * time.Second)
+	got, err := e.s.Claim(e.ctx, store.ClaimRequest{Key: x.Key(), ExpectVersion: held.Version, Owner: "w2", Now: later,
+		DueBy: later.Add(2 * time.Second), TakeoverBy: later.Add(-2 * time.Second), LeaseUntil: later.Add(10 * time.Second), Attempt: 2, Releases: 0})
+	if err != nil || got.LeaseOwner != "w2" || got.Attempt != 2 {
+		e.t.Fatalf("takeover past expiry + tolerance = %+v, %v", got, err)
+	}
+}
+
 func testConcurrentClaim(e *env) {
 	x := e.create("a")
 	const n = 16
@@ -300,8 +339,11 @@ func testRenew(e *env) {
 		e.t.Fatalf("Renew: %v", err)
 	}
 	got, _ := e.s.Get(e.ctx, held.Key())
-	if !got.LeaseExpiresAt.Equal(until) || !got.NextDueAt.Equal(until) || got.Version != held.Version {
-		e.t.Fatalf("after renew: lease %v due %v version %d", got.LeaseExpiresAt, got.NextDueAt, got.Version)
+	if !got.LeaseExpiresAt.Equal(until) || got.Version != held.Version {
+		e.t.Fatalf("after renew: lease %v version %d", got.LeaseExpiresAt, got.Version)
+	}
+	if !got.NextDueAt.Equal(held.NextDueAt) || !got.SweepAt.Equal(held.SweepAt) {
+		e.t.Fatalf("renew moved next due or sweep: %v %v", got.NextDueAt, got.SweepAt)
 	}
 	// The renewed lease is not claimable at the old expiry.
 	e.clock.Advance(6 * time.Second)
@@ -351,16 +393,128 @@ func testUpdateGuard(e *env) {
 func testUpdateImmutable(e *env) {
 	x := e.create("a")
 	next := x
-	next.PipelineID, next.IdempotencyKey, next.Input = "other", "other", payload.Ref{}
-	next.CreatedAt, next.ExpiresAt = epoch.Add(-time.Hour), epoch.Add(time.Hour*1000)
+	next.PipelineID, next.PipelineVersion, next.IdempotencyKey, next.Input = "other", "other", "other", payload.Ref{}
+	next.CreatedAt, next.ExpiresAt = epoch.Add(-time.Hour), time.Time{}
 	next.Status = execution.WaitRetry
 	got, err := e.s.Update(e.ctx, store.Guard{Key: x.Key(), Version: 1}, next)
 	if err != nil {
 		e.t.Fatalf("Update: %v", err)
 	}
-	if got.PipelineID != "p1" || got.IdempotencyKey != x.IdempotencyKey || got.Input.SHA256 != x.Input.SHA256 ||
+	if got.PipelineID != "p1" || got.PipelineVersion != "v1-abc" || got.IdempotencyKey != x.IdempotencyKey || got.Input.SHA256 != x.Input.SHA256 ||
 		!got.CreatedAt.Equal(x.CreatedAt) || !got.ExpiresAt.Truncate(time.Second).Equal(x.ExpiresAt.Truncate(time.Second)) || got.Status != execution.WaitRetry {
-		e.t.Fatalf("immutable fields changed: %+v", got)
+		e.t.Fatalf("immutable fields changed (or a zero expiry was written): %+v", got)
+	}
+}
+
+// testUpdateExpiry: a commit moves the TTL (retention counts from the
+// terminal time, a park extends it).
+func testUpdateExpiry(e *env) {
+	x := e.create("a")
+	next := x
+	next.ExpiresAt = x.ExpiresAt.Add(72 * time.Hour)
+	got, err := e.s.Update(e.ctx, store.Guard{Key: x.Key(), Version: 1}, next)
+	if err != nil {
+		e.t.Fatalf("Update: %v", err)
+	}
+	e.clock.Advance(48 * time.Hour) // past the old expiry
+	read, err := e.s.Get(e.ctx, x.Key())
+	if err != nil || !read.ExpiresAt.Truncate(time.Second).Equal(got.ExpiresAt.Truncate(time.Second)) {
+		e.t.Fatalf("row with an extended expiry: %+v, %v", read.ExpiresAt, err)
+	}
+}
+
+// testKeepSweep: an Update with KeepSweep leaves SweepAt and Sweeps as
+// stored (a sweeper may have pushed them); without it they follow next.
+func testKeepSweep(e *env) {
+	x := e.create("a")
+	pushed := e.clock.Now().Add(time.Minute)
+	if err := e.s.Reschedule(e.ctx, x.Key(), x.SweepAt, pushed, 3); err != nil {
+		e.t.Fatalf("Reschedule: %v", err)
+	}
+	held := e.mustClaim(x, "w1") // the worker read x before the push
+	next := x
+	next.StepIndex, next.Status, next.LeaseOwner, next.LeaseExpiresAt = 1, execution.Queued, "", time.Time{}
+	got, err := e.s.Update(e.ctx, store.Guard{Key: x.Key(), Version: held.Version, LeaseOwner: "w1", KeepSweep: true}, next)
+	if err != nil {
+		e.t.Fatalf("Update: %v", err)
+	}
+	if !got.SweepAt.Equal(pushed) || got.Sweeps != 3 || got.StepIndex != 1 {
+		e.t.Fatalf("KeepSweep update: sweep %v (want %v) sweeps %d step %d", got.SweepAt, pushed, got.Sweeps, got.StepIndex)
+	}
+	next = got
+	next.Status, next.SweepAt, next.Sweeps = execution.Succeeded, time.Time{}, 0
+	got, err = e.s.Update(e.ctx, store.Guard{Key: x.Key(), Version: got.Version}, next)
+	if err != nil || !got.SweepAt.IsZero() {
+		e.t.Fatalf("Update clearing the sweep: %+v, %v", got.SweepAt, err)
+	}
+	page, err := e.s.Due(e.ctx, store.DueQuery{By: e.clock.Now().Add(time.Hour), Limit: 100})
+	if err != nil {
+		e.t.Fatalf("Due: %v", err)
+	}
+	for _, r := range page.Refs {
+		if r.Key == x.Key() {
+			e.t.Fatalf("a row without SweepAt is in the sweep index")
+		}
+	}
+}
+
+// testReschedule: Reschedule moves the sweep and nothing else, guarded by
+// the SweepAt it expects.
+func testReschedule(e *env) {
+	x := e.create("a")
+	if err := e.s.Reschedule(e.ctx, x.Key(), x.SweepAt.Add(time.Second), x.SweepAt.Add(time.Hour), 1); !errors.Is(err, store.ErrConflict) {
+		e.t.Fatalf("Reschedule from a stale SweepAt err = %v", err)
+	}
+	to := x.SweepAt.Add(time.Hour)
+	if err := e.s.Reschedule(e.ctx, x.Key(), x.SweepAt, to, 2); err != nil {
+		e.t.Fatalf("Reschedule: %v", err)
+	}
+	got, _ := e.s.Get(e.ctx, x.Key())
+	if !got.SweepAt.Equal(to) || got.Sweeps != 2 || got.Version != x.Version || got.Status != x.Status {
+		e.t.Fatalf("after Reschedule: %+v", got)
+	}
+	if err := e.s.Reschedule(e.ctx, x.Key(), to, time.Time{}, 0); err != nil {
+		e.t.Fatalf("Reschedule out of the index: %v", err)
+	}
+	if err := e.s.Reschedule(e.ctx, x.Key(), time.Time{}, to, 0); err != nil {
+		e.t.Fatalf("Reschedule back into the index: %v", err)
+	}
+	if err := e.s.Reschedule(e.ctx, execution.Key{TenantID: e.tenant, ExecutionID: "nope"}, time.Time{}, to, 0); !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrConflict) {
+		e.t.Fatalf("Reschedule of a missing row err = %v", err)
+	}
+}
+
+func testGetBatch(e *env) {
+	a, b := e.create("a"), e.create("b")
+	got, err := e.s.GetBatch(e.ctx, []execution.Key{a.Key(), {TenantID: e.tenant, ExecutionID: "nope"}, b.Key()})
+	if err != nil || len(got) != 2 {
+		e.t.Fatalf("GetBatch = %d rows, %v", len(got), err)
+	}
+	ids := map[string]bool{got[0].ExecutionID: true, got[1].ExecutionID: true}
+	if !ids["a"] || !ids["b"] {
+		e.t.Fatalf("GetBatch ids = %v", ids)
+	}
+	if got, err := e.s.GetBatch(e.ctx, nil); err != nil || len(got) != 0 {
+		e.t.Fatalf("GetBatch(nil) = %v, %v", got, err)
+	}
+}
+
+// testCreateRetried: a create repeated after it had landed (its outcome
+// was unknown to the caller) reports created, so the caller dispatches.
+func testCreateRetried(e *env) {
+	r := e.row("a")
+	req := store.CreateRequest{Execution: r, IdempotencyKey: r.IdempotencyKey, Fingerprint: "fp"}
+	if _, created, err := e.s.CreateOrGet(e.ctx, req); err != nil || !created {
+		e.t.Fatalf("first create: %v %v", created, err)
+	}
+	got, created, err := e.s.CreateOrGet(e.ctx, req)
+	if err != nil || !created || got.ExecutionID != "a" {
+		e.t.Fatalf("repeated create = %v %v %v, want created", got.ExecutionID, created, err)
+	}
+	other := e.row("b")
+	other.IdempotencyKey = r.IdempotencyKey
+	if _, created, err := e.s.CreateOrGet(e.ctx, store.CreateRequest{Execution: other, IdempotencyKey: r.IdempotencyKey, Fingerprint: "fp"}); err != nil || created {
+		e.t.Fatalf("a duplicate submission (another execution id) = created %v, %v", created, err)
 	}
 }
 
@@ -376,48 +530,84 @@ func testUnleasedUpdate(e *env) {
 
 func testDue(e *env) {
 	now := e.clock.Now()
-	mk := func(id string, due time.Time, st execution.Status, pending bool) {
+	mk := func(id string, sweep time.Time, st execution.Status) {
 		x := e.create(id)
 		next := x
-		next.Status, next.NextDueAt, next.DLQPending = st, due, pending
+		next.Status, next.SweepAt = st, sweep
 		if _, err := e.s.Update(e.ctx, store.Guard{Key: x.Key(), Version: 1}, next); err != nil {
 			e.t.Fatalf("Update %s: %v", id, err)
 		}
 	}
-	mk("late", now.Add(-3*time.Second), execution.WaitRetry, false)
-	mk("early", now.Add(-5*time.Second), execution.Queued, false)
-	mk("dlq", now.Add(-1*time.Second), execution.Failed, true)
-	mk("future", now.Add(time.Hour), execution.WaitRetry, false)
-	mk("done", time.Time{}, execution.Succeeded, false)
-	mk("parked", time.Time{}, execution.WaitingExternal, false)
-	refs, err := e.s.Due(e.ctx, now, 1000)
+	mk("late", now.Add(-3*time.Second), execution.WaitRetry)
+	mk("early", now.Add(-5*time.Second), execution.Queued)
+	mk("dlq", now.Add(-1*time.Second), execution.Failed)
+	mk("edge", now, execution.Running)
+	mk("future", now.Add(time.Hour), execution.WaitRetry)
+	mk("done", time.Time{}, execution.Succeeded)
+	mk("parked", time.Time{}, execution.WaitingExternal)
+	page, err := e.s.Due(e.ctx, store.DueQuery{By: now, Limit: 1000})
 	if err != nil {
 		e.t.Fatalf("Due: %v", err)
 	}
 	var ids []string
-	for _, r := range refs {
+	for _, r := range page.Refs {
 		if r.Key.TenantID == e.tenant {
 			ids = append(ids, r.Key.ExecutionID)
 			if r.PipelineID != "p1" {
 				e.t.Errorf("due ref %s lacks its pipeline id: %+v", r.Key.ExecutionID, r)
 			}
-			if r.Key.ExecutionID == "dlq" && (!r.DLQPending || r.Status != execution.Failed) {
-				e.t.Errorf("dlq ref = %+v", r)
-			}
 		}
 	}
-	if fmt.Sprint(ids) != "[early late dlq]" {
-		e.t.Fatalf("due ids = %v, want [early late dlq] oldest first", ids)
+	if fmt.Sprint(ids) != "[early late dlq edge]" {
+		e.t.Fatalf("due ids = %v, want [early late dlq edge] oldest first", ids)
 	}
 }
 
+// testDueLimit: paging with a small limit returns every due row exactly
+// once, oldest first, and ends with an empty cursor.
 func testDueLimit(e *env) {
-	for i := range 5 {
-		e.create(fmt.Sprintf("x%d", i))
+	now := e.clock.Now()
+	for i := range 7 {
+		x := e.create(fmt.Sprintf("x%d", i))
+		if err := e.s.Reschedule(e.ctx, x.Key(), x.SweepAt, now.Add(time.Duration(i-10)*time.Second), 0); err != nil {
+			e.t.Fatalf("Reschedule: %v", err)
+		}
 	}
-	refs, err := e.s.Due(e.ctx, e.clock.Now(), 2)
-	if err != nil || len(refs) != 2 {
-		e.t.Fatalf("Due limit 2 = %d refs, err %v", len(refs), err)
+	seen := map[string]int{}
+	var order []string
+	q := store.DueQuery{By: now, Limit: 2}
+	for pages := 0; ; pages++ {
+		if pages > 20 {
+			e.t.Fatalf("paging did not end")
+		}
+		page, err := e.s.Due(e.ctx, q)
+		if err != nil {
+			e.t.Fatalf("Due: %v", err)
+		}
+		if len(page.Refs) > 2 {
+			e.t.Fatalf("page of %d refs, limit 2", len(page.Refs))
+		}
+		for _, r := range page.Refs {
+			if r.Key.TenantID == e.tenant {
+				seen[r.Key.ExecutionID]++
+				order = append(order, r.Key.ExecutionID)
+			}
+		}
+		if page.Cursor == "" {
+			break
+		}
+		q.Cursor = page.Cursor
+	}
+	if len(seen) != 7 {
+		e.t.Fatalf("paging saw %d rows, want 7: %v", len(seen), seen)
+	}
+	for id, n := range seen {
+		if n != 1 {
+			e.t.Errorf("row %s returned %d times", id, n)
+		}
+	}
+	if fmt.Sprint(order) != "[x0 x1 x2 x3 x4 x5 x6]" {
+		e.t.Errorf("paging order = %v, want oldest first", order)
 	}
 }
 
@@ -427,14 +617,9 @@ func testExpired(e *env) {
 	if _, err := e.s.Get(e.ctx, x.Key()); !errors.Is(err, store.ErrNotFound) {
 		e.t.Fatalf("Get of expired row err = %v", err)
 	}
-	refs, err := e.s.Due(e.ctx, e.clock.Now(), 1000)
-	if err != nil {
-		e.t.Fatalf("Due: %v", err)
-	}
-	for _, r := range refs {
-		if r.Key == x.Key() {
-			e.t.Fatalf("expired row in due index")
-		}
+	rows, err := e.s.GetBatch(e.ctx, []execution.Key{x.Key()})
+	if err != nil || len(rows) != 0 {
+		e.t.Fatalf("GetBatch of an expired row = %d rows, %v", len(rows), err)
 	}
 	// An expired key no longer binds: the same key creates a new execution.
 	y := e.row("b")
@@ -453,12 +638,15 @@ func testRoundTrip(e *env) {
 	next.Status, next.StepIndex, next.StepName, next.Attempt, next.MaxAttempt = execution.Failed, 3, "s3", 4, 5
 	next.LeaseOwner, next.LeaseExpiresAt = "", time.Time{}
 	next.NextDueAt = e.clock.Now().Add(1500 * time.Millisecond)
+	next.SweepAt, next.Sweeps, next.Releases = e.clock.Now().Add(2500*time.Millisecond), 4, 2
+	next.VersionWaitSince = e.clock.Now().Add(-700 * time.Millisecond)
+	next.ExpiresAt = e.clock.Now().Add(48 * time.Hour)
 	next.LastTransitionKey = "a:3:4"
 	next.Result = payload.Ref{Encoding: payload.EncodingProtobuf, ContentType: payload.ContentTypeProtobuf, Message: "pkg.Msg", Length: 1 << 20, SHA256: payload.Digest([]byte("x")), ManifestID: "m1"}
 	next.Error = &execution.Failure{Code: "c", Message: "m", TerminalReason: execution.ReasonRetryExhausted}
 	next.DLQPending, next.Note, next.RedriveCount = true, "audit", 2
 	next.UpdatedAt = e.clock.Now().Add(time.Second)
-	next.Await = &execution.Await{ID: "aw-1", Status: execution.AwaitTimedOut,
+	next.Await = &execution.Await{ID: "aw-1", Status: execution.AwaitTimedOut, StepIndex: 3,
 		TimeoutAt: e.clock.Now().Add(2 * time.Second), CompletedAt: e.clock.Now().Add(3 * time.Second),
 		Digest: payload.Digest([]byte("done")), Late: true,
 		LatePayload: payload.Ref{Encoding: payload.EncodingJSON, ContentType: "application/json", Length: 4, SHA256: payload.Digest([]byte("done")), Inline: []byte("done")}}
@@ -516,7 +704,7 @@ func normalize(x execution.Execution) execution.Execution {
 		}
 		x.Await = &a
 	}
-	for _, t := range []*time.Time{&x.LeaseExpiresAt, &x.NextDueAt, &x.CreatedAt, &x.UpdatedAt, &x.ExpiresAt} {
+	for _, t := range []*time.Time{&x.LeaseExpiresAt, &x.NextDueAt, &x.SweepAt, &x.VersionWaitSince, &x.CreatedAt, &x.UpdatedAt, &x.ExpiresAt} {
 		if !t.IsZero() {
 			*t = t.UTC().Round(0).Truncate(time.Millisecond)
 		}
