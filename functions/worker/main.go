@@ -17,5 +17,5 @@ func main() {
 	if err != nil {
 		os.Exit(1) // Boot logged boot_failed
 	}
-	lambda.Start(lambdafn.Worker(env.Set.Runtime, env.Config.Lease, env.Logger))
+	lambda.Start(env.Worker())
 }

@@ -24,7 +24,9 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"time"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambdacontext"
 
 	"github.com/qasync/qasync/pipelines"
@@ -32,6 +34,7 @@ import (
 	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/httpapi"
 	"github.com/qasync/qasync/shared/providers"
+	"github.com/qasync/qasync/shared/sqsdispatch"
 )
 
 // Env is what Boot builds: the configuration, the wired runtime and its
@@ -58,6 +61,20 @@ func (e Env) HTTPHandler() http.Handler {
 		TenantFunc:                apigw.TenantFunc(e.Config),
 		Logger:                    e.Logger,
 	})
+}
+
+// Worker returns the worker function's handler (Worker) for e: the lease
+// as the time margin, and, with the SQS dispatcher, a deferrer on the work
+// queue so that a record that is not due yet stays in the queue until it is.
+func (e Env) Worker() func(context.Context, events.SQSEvent) (events.SQSEventResponse, error) {
+	var opts []WorkerOption
+	if e.Set.Clients != nil && e.Config.DispatcherProvider == "sqs" {
+		client, url := e.Set.Clients.SQS, e.Config.QueueURL
+		opts = append(opts, WithDeferrer(func(ctx context.Context, receipt string, d time.Duration) error {
+			return sqsdispatch.Defer(ctx, client, url, receipt, d)
+		}))
+	}
+	return Worker(e.Set.Runtime, e.Config.Lease, e.Logger, opts...)
 }
 
 // Close releases what Boot started (the in-process dispatcher of a local

@@ -10,6 +10,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/qasync/qasync/shared/dispatch"
 	"github.com/qasync/qasync/shared/runtime"
 	"github.com/qasync/qasync/shared/sqsdispatch"
 )
@@ -39,7 +40,9 @@ const maxReleaseReserve = 2 * time.Second
 //     invocation's deadline left less than margin (the lease) (event
 //     "worker_time_exhausted");
 //   - a record whose Process returned an error (a backend failed before
-//     the outcome was recorded; event "work_item_failed") or panicked.
+//     the outcome was recorded; event "work_item_failed") or panicked;
+//   - a record that is not due yet (event "work_item_deferred"): with
+//     WithDeferrer its visibility is first set to when it will be.
 //
 // Process returning nil (committed, duplicate, lost claim, not yet due)
 // is success. The handler never fails the whole batch: its error is
@@ -47,9 +50,13 @@ const maxReleaseReserve = 2 * time.Second
 // invocation's deadline (at most 2s, a quarter of margin), so that a step
 // still running then is handed back (its attempt not used up) instead of
 // being frozen with its lease held.
-func Worker(rt *runtime.Runtime, margin time.Duration, log *slog.Logger) func(context.Context, events.SQSEvent) (events.SQSEventResponse, error) {
+func Worker(rt *runtime.Runtime, margin time.Duration, log *slog.Logger, opts ...WorkerOption) func(context.Context, events.SQSEvent) (events.SQSEventResponse, error) {
 	if log == nil {
 		log = slog.Default()
+	}
+	var o workerOptions
+	for _, opt := range opts {
+		opt(&o)
 	}
 	return func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 		start := time.Now()
@@ -72,7 +79,7 @@ func Worker(rt *runtime.Runtime, margin time.Duration, log *slog.Logger) func(co
 			wg.Add(1)
 			go func() {
 				defer func() { <-slots; wg.Done() }()
-				outcomes[i] = processRecord(workCtx, rt, m, log)
+				outcomes[i] = processRecord(workCtx, rt, m, log, o.deferrer)
 			}()
 		}
 		wg.Wait()
@@ -92,7 +99,7 @@ func Worker(rt *runtime.Runtime, margin time.Duration, log *slog.Logger) func(co
 		log.LogAttrs(ctx, level, "worker_batch_completed", slog.String("event", "worker_batch_completed"),
 			slog.Int("records", len(ev.Records)), slog.Int("done", counts[outcomeDone]),
 			slog.Int("failed", counts[outcomeFailed]), slog.Int("malformed", counts[outcomeMalformed]),
-			slog.Int("skipped", counts[outcomeSkipped]),
+			slog.Int("skipped", counts[outcomeSkipped]), slog.Int("deferred", counts[outcomeDeferred]),
 			slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000))
 		return resp, nil
 	}
@@ -106,10 +113,29 @@ const (
 	outcomeFailed                   // Process error or panic: deliver again
 	outcomeMalformed                // not a work item: deliver again (towards the poison queue)
 	outcomeSkipped                  // not started for lack of time: deliver again
+	outcomeDeferred                 // not due yet: deliver again when it is
 )
 
+// WorkerOption adjusts Worker.
+type WorkerOption func(*workerOptions)
+
+type workerOptions struct {
+	deferrer Deferrer
+}
+
+// Deferrer makes a received work queue message invisible for d (SQS
+// ChangeMessageVisibility with its receipt handle).
+type Deferrer func(ctx context.Context, receiptHandle string, d time.Duration) error
+
+// WithDeferrer lets the worker keep a record that is not due yet in the
+// queue for as long as it is not (a dispatch.RetryAfterError: a retry time
+// beyond SQS's 15-minute delay, a clock behind, a pipeline version this
+// worker does not serve) instead of having it come back at the queue's
+// visibility timeout. Env.Worker sets it.
+func WithDeferrer(d Deferrer) WorkerOption { return func(o *workerOptions) { o.deferrer = d } }
+
 // processRecord runs one record's transition.
-func processRecord(ctx context.Context, rt *runtime.Runtime, m *events.SQSMessage, log *slog.Logger) (o outcome) {
+func processRecord(ctx context.Context, rt *runtime.Runtime, m *events.SQSMessage, log *slog.Logger, deferrer Deferrer) (o outcome) {
 	receives, _ := strconv.Atoi(m.Attributes["ApproximateReceiveCount"])
 	rlog := log.With(slog.String("message_id", m.MessageId), slog.Int("receive_count", receives))
 	item, err := sqsdispatch.Decode(m.Body)
@@ -126,7 +152,21 @@ func processRecord(ctx context.Context, rt *runtime.Runtime, m *events.SQSMessag
 			o = outcomeFailed
 		}
 	}()
-	if err := rt.Process(ctx, item); err != nil {
+	err = rt.Process(ctx, item)
+	if ra, ok := dispatch.AsRetryAfter(err); ok {
+		rlog.LogAttrs(ctx, slog.LevelInfo, "work_item_deferred", slog.String("event", "work_item_deferred"),
+			slog.String("reason", ra.Reason), slog.Duration("retry_in", ra.Delay))
+		if deferrer != nil {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if derr := deferrer(dctx, m.ReceiptHandle, ra.Delay); derr != nil {
+				rlog.LogAttrs(ctx, slog.LevelWarn, "visibility_reset_failed", slog.String("event", "visibility_reset_failed"),
+					slog.String("error", derr.Error()))
+			}
+		}
+		return outcomeDeferred
+	}
+	if err != nil {
 		rlog.LogAttrs(ctx, slog.LevelWarn, "work_item_failed", slog.String("event", "work_item_failed"),
 			slog.String("error", err.Error()))
 		return outcomeFailed

@@ -18,7 +18,8 @@ type Options struct {
 	// Workers is the number of concurrent handler calls. Default 8.
 	Workers int
 	// RedeliveryDelay is how long a work item whose handler failed waits
-	// before it is delivered again. Default 1s.
+	// before it is delivered again. Default 1s. A handler's
+	// dispatch.RetryAfterError sets its own delay.
 	RedeliveryDelay time.Duration
 }
 
@@ -156,9 +157,13 @@ func (d *Dispatcher) work() {
 			}
 		}
 		if err := d.handler(d.ctx, item); err != nil {
+			delay := d.opts.RedeliveryDelay
+			if ra, ok := dispatch.AsRetryAfter(err); ok {
+				delay = ra.Delay // not due yet: keep it until it is
+			}
 			d.mu.Lock()
 			if !d.closed {
-				d.later(item, d.opts.RedeliveryDelay)
+				d.later(item, delay)
 			}
 			d.mu.Unlock()
 		}

@@ -18,7 +18,6 @@ func (p *puts) Put(_ context.Context, uri string, _ []byte, _ string) error {
 	return nil
 }
 
-
 // TestOutputBucketPlaceholder: {outputBucket} is expanded from
 // StepInfo.OutputBucket (config key output.bucket) with the other
 // placeholders.

@@ -23,12 +23,17 @@
 // At 75% of Spec.Deadline the step logs remote_transition_deadline_warning
 // (execution_id, attempt, transition_key, protocol, target, elapsed_ms,
 // deadline_ms; never payload data); the call goes on. When the deadline
-// passes the step returns a *pipeline.OutcomeUnknownError: the runtime
+// passes, or the worker cuts the call short after sending it (its own
+// deadline, a shutdown), the step returns a
+// *pipeline.OutcomeUnknownError: the runtime
 // parks the execution as REMOTE_OUTCOME_UNKNOWN, logs
 // remote_transition_outcome_unknown with decision=automatic_retry_suppressed
 // and does not retry it. An operator re-drives it, once the remote
 // invocation is known to make no more effects, with
-// {"confirmedNoRemoteEffect": true}.
+// {"confirmedNoRemoteEffect": true}. A call is never started when the
+// worker's own deadline (a Lambda invocation's time left) is nearer than
+// Spec.Deadline: the step is handed back for another worker instead
+// (CodeInsufficientTime).
 package remote
 
 import (
@@ -41,9 +46,11 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/qasync/qasync/shared/payload"
@@ -80,6 +87,12 @@ const (
 	CodeBadResponse = "remote_bad_response"
 	// CodeBadSpec: the step's URL is not an absolute http(s) URL. Non-retryable.
 	CodeBadSpec = "remote_bad_spec"
+	// CodeInsufficientTime: the worker's own deadline (the Lambda
+	// invocation's time left) is nearer than the call's deadline, so the
+	// call was not started; the step is handed back for another worker
+	// (pipeline.HandBack), and fails with this code only if that keeps
+	// happening (the runtime's release limit).
+	CodeInsufficientTime = "remote_insufficient_time"
 )
 
 // Spec configures a remote step.
@@ -128,6 +141,13 @@ func call(ctx context.Context, spec Spec, target string, info pipeline.StepInfo,
 	if log == nil {
 		log = slog.Default()
 	}
+	// Never start a call that cannot finish before the worker's own
+	// deadline: cut short, its outcome would be unknown.
+	if d, ok := ctx.Deadline(); ok && time.Until(d) < spec.Deadline {
+		return payload.Payload{}, pipeline.HandBack(CodeInsufficientTime,
+			fmt.Errorf("step %s: %s left before this worker's deadline, the call to %s may take %s", info.StepName,
+				time.Until(d).Round(time.Millisecond), target, spec.Deadline))
+	}
 	start := time.Now()
 	cctx, cancel := context.WithTimeoutCause(ctx, spec.Deadline, errDeadline)
 	defer cancel()
@@ -174,13 +194,26 @@ func call(ctx context.Context, spec Spec, target string, info pipeline.StepInfo,
 	unknown := func() error {
 		return &pipeline.OutcomeUnknownError{Protocol: Protocol, Target: target, Deadline: spec.Deadline, Elapsed: time.Since(start)}
 	}
+	// wrote records that the request reached the wire: from then on a call
+	// cut short has an unknown outcome.
+	var wrote atomic.Bool
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+		WroteRequest: func(httptrace.WroteRequestInfo) { wrote.Store(true) },
+	}))
 	resp, err := spec.Client.Do(req)
 	if err != nil {
 		if context.Cause(cctx) == errDeadline && ctx.Err() == nil {
 			return payload.Payload{}, unknown()
 		}
+		if ctx.Err() != nil && wrote.Load() {
+			// Cut short by the worker (its deadline, a shutdown) after the
+			// request was sent: as unknown as a passed deadline, never an
+			// automatic retry. (A lost lease is the runtime's to tell: it
+			// commits nothing then.)
+			return payload.Payload{}, unknown()
+		}
 		if ctx.Err() != nil {
-			return payload.Payload{}, context.Cause(ctx) // shutdown or lost lease: the runtime decides
+			return payload.Payload{}, context.Cause(ctx) // not sent: the runtime hands the step back
 		}
 		return payload.Payload{}, pipeline.Retryable(CodeTransport, fmt.Errorf("step %s: POST %s: %s", info.StepName, target, transportMessage(err)))
 	}
@@ -189,11 +222,8 @@ func call(ctx context.Context, spec Spec, target string, info pipeline.StepInfo,
 	if err != nil {
 		// The worker answered but the body did not arrive: past the
 		// deadline the outcome is as unknown as without an answer.
-		if context.Cause(cctx) == errDeadline && ctx.Err() == nil {
+		if context.Cause(cctx) == errDeadline || ctx.Err() != nil {
 			return payload.Payload{}, unknown()
-		}
-		if ctx.Err() != nil {
-			return payload.Payload{}, context.Cause(ctx)
 		}
 		return payload.Payload{}, pipeline.Retryable(CodeBadResponse, fmt.Errorf("step %s: read response: %s", info.StepName, transportMessage(err)))
 	}

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -93,13 +95,44 @@ func TestDeadline(t *testing.T) {
 		!strings.Contains(logs, `"transition_key":"e-1:0:3"`) || !strings.Contains(logs, `"deadline_ms":400`) || strings.Contains(logs, "k=v") {
 		t.Fatalf("logs: %s", logs)
 	}
-	// A cancelled caller (shutdown, lost lease) is not an unknown outcome:
-	// the runtime decides.
+}
+
+// TestCallCutShortByTheWorker: a call the worker cuts short after sending
+// it (a shutdown, the Lambda deadline) has an unknown outcome, never an
+// automatic retry; a call that could not finish before the worker's own
+// deadline is not started at all (the step is handed back).
+func TestCallCutShortByTheWorker(t *testing.T) {
+	var calls atomic.Int32
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		select { // hangs until the test ends
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	defer srv.Close()
+	defer close(release)
+	in, _ := payload.JSON(map[string]int{"n": 1})
+	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
+
 	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(50*time.Millisecond, cancel)
-	_, err = remote.Step("s", remote.Spec{URL: srv.URL, Deadline: time.Minute}).Run(ctx, info(log), in)
-	if _, ok := pipeline.AsOutcomeUnknown(err); ok || !errors.Is(err, context.Canceled) {
-		t.Fatalf("cancelled call err = %v", err)
+	time.AfterFunc(100*time.Millisecond, cancel) // a shutdown while the call runs
+	_, err := remote.Step("s", remote.Spec{URL: srv.URL, Deadline: time.Minute}).Run(ctx, info(log), in)
+	if _, ok := pipeline.AsOutcomeUnknown(err); !ok {
+		t.Fatalf("call cut short after it was sent: err = %v, want an unknown outcome", err)
+	}
+
+	before := calls.Load()
+	dctx, dcancel := context.WithTimeout(context.Background(), 2*time.Second) // the worker's own deadline
+	defer dcancel()
+	_, err = remote.Step("s", remote.Spec{URL: srv.URL, Deadline: 5 * time.Second}).Run(dctx, info(log), in)
+	hb, ok := pipeline.AsHandBack(err)
+	if !ok || hb.Code != remote.CodeInsufficientTime {
+		t.Fatalf("call that cannot finish in time: err = %v, want a hand-back with %s", err, remote.CodeInsufficientTime)
+	}
+	if calls.Load() != before {
+		t.Fatal("the call was started anyway")
 	}
 }
 

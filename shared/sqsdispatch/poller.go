@@ -224,11 +224,17 @@ func (p *Poller) handle(ctx context.Context, m types.Message) {
 	defer cancel()
 	if err != nil {
 		delay := retryDelay(p.opts.RetryDelay, receives, p.opts.VisibilityTimeout)
-		log.LogAttrs(ctx, slog.LevelWarn, "handler_failed", slog.String("event", "handler_failed"),
-			slog.String("error", err.Error()), slog.Duration("retry_in", delay))
-		if _, err := p.client.ChangeMessageVisibility(actx, &sqs.ChangeMessageVisibilityInput{
-			QueueUrl: aws.String(p.queueURL), ReceiptHandle: m.ReceiptHandle, VisibilityTimeout: seconds(delay),
-		}); err != nil {
+		if ra, ok := dispatch.AsRetryAfter(err); ok {
+			// Not due yet (or not for this worker): keep the item invisible
+			// until then instead of acknowledging it.
+			delay = min(max(ra.Delay, time.Second), MaxVisibility)
+			log.LogAttrs(ctx, slog.LevelInfo, "work_item_deferred", slog.String("event", "work_item_deferred"),
+				slog.String("reason", ra.Reason), slog.Duration("retry_in", delay))
+		} else {
+			log.LogAttrs(ctx, slog.LevelWarn, "handler_failed", slog.String("event", "handler_failed"),
+				slog.String("error", err.Error()), slog.Duration("retry_in", delay))
+		}
+		if err := Defer(actx, p.client, p.queueURL, aws.ToString(m.ReceiptHandle), delay); err != nil {
 			log.LogAttrs(ctx, slog.LevelWarn, "visibility_reset_failed", slog.String("event", "visibility_reset_failed"),
 				slog.String("error", err.Error()))
 		}
@@ -277,6 +283,21 @@ func (p *Poller) extend(ctx context.Context, log *slog.Logger, receipt *string, 
 			log.LogAttrs(ctx, slog.LevelDebug, "visibility_extended", slog.String("event", "visibility_extended"))
 		}
 	}
+}
+
+// MaxVisibility is SQS's longest visibility timeout (12 hours): the
+// furthest a received item can be deferred.
+const MaxVisibility = 12 * time.Hour
+
+// Defer makes a received message invisible for d (at least a second, at
+// most MaxVisibility): how a consumer keeps a work item that is not due yet
+// in the queue instead of acknowledging it.
+func Defer(ctx context.Context, client *sqs.Client, queueURL, receipt string, d time.Duration) error {
+	_, err := client.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
+		QueueUrl: aws.String(queueURL), ReceiptHandle: aws.String(receipt),
+		VisibilityTimeout: seconds(min(max(d, time.Second), MaxVisibility)),
+	})
+	return err
 }
 
 // Decode parses the body of a work queue message into a work item, as the
