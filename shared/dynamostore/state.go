@@ -371,11 +371,16 @@ func (st *StateStore) dueShard(ctx context.Context, shard int, dueBy time.Time, 
 	return refs, nil
 }
 
-// translate wraps a backend error: throttling and server errors (which the
-// SDK has already retried) become store.ErrUnavailable.
+// translate wraps a backend error: throttling, server errors and
+// transport failures (a DynamoDB that cannot be reached; see
+// unreachable), which the SDK has already retried, become
+// store.ErrUnavailable.
 func translate(op string, err error) error {
 	if err == nil {
 		return nil
+	}
+	if unreachable(err) {
+		return fmt.Errorf("dynamostore: %s: %w: %v", op, store.ErrUnavailable, err)
 	}
 	var api smithy.APIError
 	if errors.As(err, &api) {
