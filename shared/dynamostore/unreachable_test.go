@@ -100,7 +100,9 @@ func TestSubmitToUnreachableDynamoIs503WithRetryAfter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	echo := pipeline.NewStep("echo", func(_ context.Context, _ pipeline.StepInfo, in payload.Payload) (payload.Payload, error) { return in, nil })
+	echo := pipeline.NewStep("echo", func(_ context.Context, _ pipeline.StepInfo, in payload.Payload) (payload.Payload, error) {
+		return in, nil
+	})
 	reg, err := pipeline.NewRegistry(pipeline.Pipeline{ID: "echo", Steps: []pipeline.Step{echo}})
 	if err != nil {
 		t.Fatal(err)
