@@ -81,8 +81,10 @@ const (
 	// MaxFailAttempts is the most scripted failures of work: 10, more
 	// than any sane retry policy allows.
 	MaxFailAttempts = 10
-	// MaxCrashAttempts is the most scripted crashes of work: 10.
-	MaxCrashAttempts = 10
+	// MaxCrashAttempts is the most scripted crashes of work: 100 (crashes
+	// are test only, behind AllowCrash; a poison-message test crashes
+	// every attempt).
+	MaxCrashAttempts = 100
 )
 
 // Drill is the pipeline's input. Every field is optional.

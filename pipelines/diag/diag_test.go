@@ -88,7 +88,7 @@ func TestEmptyDrill(t *testing.T) {
 }
 
 // TestInvalidDrills: a drill outside the documented bounds (sleep at most
-// 60 s, result at most 1 MiB, at most 10 scripted failures or crashes)
+// 60 s, result at most 1 MiB, at most 10 scripted failures, 100 crashes)
 // fails validation, non-retryably, naming the field.
 func TestInvalidDrills(t *testing.T) {
 	t.Parallel()
