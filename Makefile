@@ -47,8 +47,11 @@ build-lambda: ## build each Lambda function into dist/<fn>/bootstrap and dist/<f
 		$(BIN)/zipbootstrap $(DIST)/$$fn/bootstrap $(DIST)/$$fn.zip; \
 	done
 
+# make run and make local-cloud serve the diag.drill fault drill
+# (diag.enabled), which deployments leave off.
 run: build-local ## serve the API, workers and sweeper on $(ADDR) with in-memory providers
 	PIPELINE_ORCHESTRATOR_SWEEP_INTERVAL=$${PIPELINE_ORCHESTRATOR_SWEEP_INTERVAL:-1s} \
+	PIPELINE_ORCHESTRATOR_DIAG_ENABLED=$${PIPELINE_ORCHESTRATOR_DIAG_ENABLED:-true} \
 	exec $(BIN)/qasync serve --addr $(ADDR)
 
 test: build-lambda vet fmt-check test-unit fuzz cdk-test ## everything CI runs: vet, gofmt, all tests with -race against the local AWS stack, a short fuzz
@@ -84,6 +87,7 @@ local-cloud: build-local rie ## run the four Lambda functions under RIE on $(ADD
 	  eval "$$($(BIN)/qasync provision local)"; \
 	  export PIPELINE_ORCHESTRATOR_DYNAMO_DEAD_LETTER_TABLE="$${PIPELINE_ORCHESTRATOR_DYNAMO_DEAD_LETTER_TABLE:-local-dead-letters}"; \
 	  export PIPELINE_ORCHESTRATOR_IDEMPOTENCY_POLICY="$${PIPELINE_ORCHESTRATOR_IDEMPOTENCY_POLICY:-OPTIONAL_CLIENT_KEY}"; \
+	  export PIPELINE_ORCHESTRATOR_DIAG_ENABLED="$${PIPELINE_ORCHESTRATOR_DIAG_ENABLED:-true}"; \
 	  exec $(BIN)/qasync local --local-addr $(ADDR) --local-bin-dir $(LOCAL) --local-rie $(RIE)'
 
 fuzz: ## fuzz the submit handler ($(FUZZTIME) inputs, a few seconds)

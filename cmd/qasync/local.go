@@ -119,10 +119,13 @@ func localCmd(args []string) int {
 	fmt.Fprintf(os.Stderr, `qasync local: the Lambda topology on %s
   functions under RIE: submit, worker (x%d, timeout %v), sweeper (every %v), dlq; their output: %s
   queues: work -> worker, dlq + poison -> dlq
-try:
+`, c.URL(), lo.workerConcurrency, lo.workerTimeout, lo.sweepEvery, logs)
+	if cfg.DiagEnabled {
+		fmt.Fprintf(os.Stderr, `try:
   curl -si -X POST %s/v1/pipelines/diag.drill/executions -H 'Content-Type: application/json' -d '{"echo":"hello"}'
   curl -s %s/v1/executions/<executionId>
-`, c.URL(), lo.workerConcurrency, lo.workerTimeout, lo.sweepEvery, logs, c.URL(), c.URL())
+`, c.URL(), c.URL())
+	}
 
 	<-ctx.Done()
 	stop()

@@ -24,6 +24,7 @@ import (
 	"github.com/qasync/qasync/pipelines"
 	"github.com/qasync/qasync/pipelines/checkout"
 	"github.com/qasync/qasync/pipelines/diag"
+	"github.com/qasync/qasync/shared/apigw"
 	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/httpapi"
 	"github.com/qasync/qasync/shared/lambdafn"
@@ -70,6 +71,20 @@ flag --K, which wins. See 'qasync keys'.
 `)
 }
 
+// newServer is the HTTP server of qasync serve: handler behind the
+// http.read-header-timeout, http.read-timeout, http.write-timeout and
+// http.idle-timeout keys, so that a client that sends its headers or body
+// slowly (or never) cannot hold a connection open indefinitely.
+func newServer(cfg config.Config, handler http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: cfg.HTTPReadHeaderTimeout,
+		ReadTimeout:       cfg.HTTPReadTimeout,
+		WriteTimeout:      cfg.HTTPWriteTimeout,
+		IdleTimeout:       cfg.HTTPIdleTimeout,
+	}
+}
+
 func serve(args []string) int {
 	cfg, _, err := config.Load(os.LookupEnv, args)
 	if errors.Is(err, flag.ErrHelp) {
@@ -88,7 +103,7 @@ func serve(args []string) int {
 	_ = level.UnmarshalText([]byte(cfg.LogLevel)) // validated by config
 	log := slog.New(slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{Level: level}))
 
-	reg, err := pipelines.Registry()
+	reg, err := pipelines.Registry(pipelines.Options{Diag: cfg.DiagEnabled})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "qasync: %v\n", err)
 		return 1
@@ -119,12 +134,11 @@ func serve(args []string) int {
 		_ = set.Close(context.Background())
 		return 2
 	}
-	tenant := httpapi.TenantFromHeader
-	if cfg.TenantSource == "none" {
-		tenant = httpapi.FixedTenant("default")
-	}
+	// The tenant source the configuration names; iam and jwt need the API
+	// Gateway request context, so here they refuse every request (401)
+	// rather than fall back to a header.
 	handler := httpapi.New(set.Runtime, httpapi.Options{
-		MaxBodyBytes: cfg.MaxBodyBytes, AdminToken: cfg.AdminToken, TenantFunc: tenant, Logger: log,
+		MaxBodyBytes: cfg.MaxBodyBytes, AdminToken: cfg.AdminToken, TenantFunc: apigw.TenantFunc(cfg), Logger: log,
 	})
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
@@ -132,7 +146,7 @@ func serve(args []string) int {
 		_ = set.Close(context.Background())
 		return 1
 	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	srv := newServer(cfg, handler)
 
 	bg, stopBackground := context.WithCancel(context.Background())
 	swept, worked := make(chan struct{}), make(chan struct{})
@@ -147,8 +161,10 @@ func serve(args []string) int {
 
 	log.Info("server_started", slog.String("event", "server_started"), slog.String("addr", ln.Addr().String()),
 		slog.Any("config", cfg), slog.Any("pipelines", reg.IDs()))
-	fmt.Fprintf(os.Stderr, "qasync serving on http://%s (pipelines: %v)\ntry:\n  curl -si -X POST http://%s/v1/pipelines/diag.drill/executions -H 'Content-Type: application/json' -d '{\"echo\":\"hello\"}'\n",
-		ln.Addr(), reg.IDs(), ln.Addr())
+	fmt.Fprintf(os.Stderr, "qasync serving on http://%s (pipelines: %v)\n", ln.Addr(), reg.IDs())
+	if cfg.DiagEnabled {
+		fmt.Fprintf(os.Stderr, "try:\n  curl -si -X POST http://%s/v1/pipelines/diag.drill/executions -H 'Content-Type: application/json' -d '{\"echo\":\"hello\"}'\n", ln.Addr())
+	}
 
 	code := 0
 	select {

@@ -5,6 +5,11 @@
 // payloads can be exercised end to end. For crash tests only, it can also
 // exit the whole process on chosen attempts (Drill.CrashAttempts, off
 // unless AllowCrash).
+//
+// Deployments register it only when configuration enables it
+// (pipeline.orchestrator.diag.enabled; see pipelines.Options): make run
+// and make local-cloud do, production stages do not. Its inputs are
+// bounded (MaxSleepMs, MaxResultBytes, MaxFailAttempts, MaxCrashAttempts).
 package diag
 
 import (
@@ -61,19 +66,33 @@ var allowCrash atomic.Bool
 // it is off, a drill with crashAttempts fails validation.
 func AllowCrash(on bool) { allowCrash.Store(on) }
 
-// Limits of a Drill.
+// Limits of a Drill. They bound what one submit can cost: the drill is
+// for local and dev use (served only with diag.enabled), yet a caller
+// there should not hold a worker for long or turn a small request into a
+// large stored result. A drill beyond them fails validation
+// (non-retryable CodeInvalidDrill).
 const (
-	// MaxSleepMs is the longest sleep: 15 minutes, the Lambda maximum.
-	MaxSleepMs = 900_000
-	// MaxResultBytes is the largest Result.Data: 16 MiB.
-	MaxResultBytes = 16 << 20
+	// MaxSleepMs is the longest sleep of one work attempt: 60 s, enough
+	// to outlast a lease and exercise renewal and takeover.
+	MaxSleepMs = 60_000
+	// MaxResultBytes is the largest Result.Data: 1 MiB, enough to span
+	// several payload chunks (payload.ChunkSize).
+	MaxResultBytes = 1 << 20
+	// MaxFailAttempts is the most scripted failures of work: 10, more
+	// than any sane retry policy allows.
+	MaxFailAttempts = 10
+	// MaxCrashAttempts is the most scripted crashes of work: 100 (crashes
+	// are test only, behind AllowCrash; a poison-message test crashes
+	// every attempt).
+	MaxCrashAttempts = 100
 )
 
 // Drill is the pipeline's input. Every field is optional.
 type Drill struct {
 	// SleepMs is how long work sleeps before deciding to fail (0..MaxSleepMs).
 	SleepMs int `json:"sleepMs,omitempty"`
-	// FailAttempts is how many attempts of work fail (attempts 1..FailAttempts).
+	// FailAttempts is how many attempts of work fail (attempts
+	// 1..FailAttempts; 0..MaxFailAttempts).
 	FailAttempts int `json:"failAttempts,omitempty"`
 	// FailMode is FailModeRetryable (default) or FailModeNonRetryable.
 	FailMode string `json:"failMode,omitempty"`
@@ -84,7 +103,8 @@ type Drill struct {
 	Echo json.RawMessage `json:"echo,omitempty"`
 	// CrashAttempts makes attempts 1..CrashAttempts of work exit the whole
 	// process with CrashExitCode after the sleep (a simulated worker
-	// crash: no commit, the lease is left to expire). Test only: it needs
+	// crash: no commit, the lease is left to expire);
+	// 0..MaxCrashAttempts. Test only: it needs
 	// AllowCrash(true), otherwise the drill fails validation.
 	CrashAttempts int `json:"crashAttempts,omitempty"`
 }
@@ -169,14 +189,14 @@ func (d Drill) validate() error {
 	switch {
 	case d.SleepMs < 0 || d.SleepMs > MaxSleepMs:
 		msg = fmt.Sprintf("sleepMs must be 0..%d", MaxSleepMs)
-	case d.FailAttempts < 0:
-		msg = "failAttempts must not be negative"
+	case d.FailAttempts < 0 || d.FailAttempts > MaxFailAttempts:
+		msg = fmt.Sprintf("failAttempts must be 0..%d", MaxFailAttempts)
 	case d.FailMode != "" && d.FailMode != FailModeRetryable && d.FailMode != FailModeNonRetryable:
 		msg = fmt.Sprintf("failMode must be %q or %q", FailModeRetryable, FailModeNonRetryable)
 	case d.ResultBytes < 0 || d.ResultBytes > MaxResultBytes:
 		msg = fmt.Sprintf("resultBytes must be 0..%d", MaxResultBytes)
-	case d.CrashAttempts < 0:
-		msg = "crashAttempts must not be negative"
+	case d.CrashAttempts < 0 || d.CrashAttempts > MaxCrashAttempts:
+		msg = fmt.Sprintf("crashAttempts must be 0..%d", MaxCrashAttempts)
 	case d.CrashAttempts > 0 && !allowCrash.Load():
 		msg = errCrashNotAllowed.Error()
 	default:

@@ -87,12 +87,19 @@ func TestEmptyDrill(t *testing.T) {
 	}
 }
 
+// TestInvalidDrills: a drill outside the documented bounds (sleep at most
+// 60 s, result at most 1 MiB, at most 10 scripted failures, 100 crashes)
+// fails validation, non-retryably, naming the field.
 func TestInvalidDrills(t *testing.T) {
 	t.Parallel()
 	cases := map[string]struct{ in, field string }{
 		"negative sleep":     {`{"sleepMs":-1}`, "sleepMs"},
-		"sleep too long":     {`{"sleepMs":900001}`, "sleepMs"},
+		"sleep too long":     {fmt.Sprintf(`{"sleepMs":%d}`, diag.MaxSleepMs+1), "sleepMs"},
+		"sleep of 15 min":    {`{"sleepMs":900000}`, "sleepMs"},
 		"negative attempts":  {`{"failAttempts":-1}`, "failAttempts"},
+		"too many failures":  {fmt.Sprintf(`{"failAttempts":%d}`, diag.MaxFailAttempts+1), "failAttempts"},
+		"too many crashes":   {fmt.Sprintf(`{"crashAttempts":%d}`, diag.MaxCrashAttempts+1), "crashAttempts"},
+		"16 MiB result":      {fmt.Sprintf(`{"resultBytes":%d}`, 16<<20), "resultBytes"},
 		"unknown mode":       {`{"failMode":"sometimes"}`, "failMode"},
 		"negative bytes":     {`{"resultBytes":-1}`, "resultBytes"},
 		"too many bytes":     {fmt.Sprintf(`{"resultBytes":%d}`, diag.MaxResultBytes+1), "resultBytes"},
@@ -113,7 +120,7 @@ func TestInvalidDrills(t *testing.T) {
 	}
 	t.Run("limits are valid", func(t *testing.T) {
 		t.Parallel()
-		in := fmt.Sprintf(`{"sleepMs":%d,"failAttempts":0,"failMode":"non_retryable","resultBytes":%d}`, diag.MaxSleepMs, diag.MaxResultBytes)
+		in := fmt.Sprintf(`{"sleepMs":%d,"failAttempts":%d,"failMode":"non_retryable","resultBytes":%d}`, diag.MaxSleepMs, diag.MaxFailAttempts, diag.MaxResultBytes)
 		if _, err := run(t.Context(), prepare, 1, raw(t, in)); err != nil {
 			t.Fatal(err)
 		}
@@ -230,8 +237,8 @@ func TestSleep(t *testing.T) {
 			if _, err := run(t.Context(), work, 1, drill); err != nil {
 				t.Fatal(err)
 			}
-			if slept := time.Since(start); slept != 15*time.Minute {
-				t.Fatalf("slept %v, want 15m", slept)
+			if slept := time.Since(start); slept != time.Duration(diag.MaxSleepMs)*time.Millisecond {
+				t.Fatalf("slept %v, want %dms", slept, diag.MaxSleepMs)
 			}
 		})
 	})
@@ -247,7 +254,7 @@ func TestSleep(t *testing.T) {
 				_, err := run(ctx, work, 1, drill)
 				done <- err
 			}()
-			time.Sleep(time.Minute)
+			time.Sleep(30 * time.Second)
 			synctest.Wait()
 			select {
 			case err := <-done:
@@ -258,8 +265,8 @@ func TestSleep(t *testing.T) {
 			if err := <-done; !errors.Is(err, cause) {
 				t.Fatalf("err %v, want %v", err, cause)
 			}
-			if elapsed := time.Since(start); elapsed != time.Minute {
-				t.Fatalf("returned after %v, want 1m", elapsed)
+			if elapsed := time.Since(start); elapsed != 30*time.Second {
+				t.Fatalf("returned after %v, want 30s", elapsed)
 			}
 		})
 	})
@@ -267,7 +274,7 @@ func TestSleep(t *testing.T) {
 	t.Run("deadline", func(t *testing.T) {
 		t.Parallel()
 		synctest.Test(t, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 			defer cancel()
 			if _, err := run(ctx, work, 1, drill); !errors.Is(err, context.DeadlineExceeded) {
 				t.Fatalf("err %v, want deadline exceeded", err)

@@ -7,8 +7,9 @@
 //
 // The request's context carries the API Gateway request context (see
 // FromContext), which the tenant functions of this package read: the IAM
-// caller's account (TenantFromIAM) or a JWT authorizer claim
-// (TenantFromJWT). TenantFunc picks one from the configuration.
+// caller's role or user (TenantFromIAM), its account
+// (TenantFromIAMAccount) or a JWT authorizer claim (TenantFromJWT).
+// TenantFunc picks one from the configuration.
 package apigw
 
 import (

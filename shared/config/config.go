@@ -137,8 +137,26 @@ type Config struct {
 	// MaxBodyBytes is key "http.max-body-bytes", default 6291456 (6 MiB),
 	// between 1 and 67108864 (64 MiB).
 	MaxBodyBytes int64
+	// HTTPReadHeaderTimeout is key "http.read-header-timeout", default
+	// 10s, 1ms to 10m: how long qasync serve waits for a request's headers.
+	HTTPReadHeaderTimeout time.Duration
+	// HTTPReadTimeout is key "http.read-timeout", default 1m, 1ms to 1h:
+	// how long qasync serve waits for a whole request, body included. The
+	// default lets a 6 MiB body (the default http.max-body-bytes) arrive
+	// at 0.1 MiB/s; raise it with the body limit.
+	HTTPReadTimeout time.Duration
+	// HTTPWriteTimeout is key "http.write-timeout", default 90s, at least
+	// http.read-timeout and at most 1h: how long qasync serve may take
+	// from the end of a request's headers to the end of its response.
+	HTTPWriteTimeout time.Duration
+	// HTTPIdleTimeout is key "http.idle-timeout", default 2m, 1ms to 1h:
+	// how long qasync serve keeps an idle keep-alive connection open.
+	HTTPIdleTimeout time.Duration
 	// TenantSource is key "http.tenant-source": header (default; the
-	// X-Tenant-Id header, else tenant "default") or none (always "default").
+	// X-Tenant-Id header, else tenant "default"; development only: strict
+	// startup refuses it, and so does Lambda without AllowHeaderTenant),
+	// none (always "default"), iam (the API Gateway IAM caller's role or
+	// user), iam-account (the IAM caller's account) or jwt (TenantClaim).
 	TenantSource string
 	// QueueURL is key "queue-url", default empty; required when
 	// DispatcherProvider is sqs.
@@ -314,6 +332,11 @@ func Default() Config {
 		ReleaseLimit:        10,
 		DiagDrillVersions:   "1",
 
+		HTTPReadHeaderTimeout: 10 * time.Second,
+		HTTPReadTimeout:       time.Minute,
+		HTTPWriteTimeout:      90 * time.Second,
+		HTTPIdleTimeout:       2 * time.Minute,
+
 		ItemRejectProvider:             "log",
 		ItemRejectPublishFailurePolicy: "CONTINUE",
 	}
@@ -441,6 +464,20 @@ var entries = []entry{
 		}),
 	field("http.max-body-bytes", "Largest accepted request body; 1 to 67108864 (64 MiB).",
 		func(c *Config) *int64 { return &c.MaxBodyBytes }, parseInt[int64], between[int64](1, 64<<20)),
+	field("http.read-header-timeout", "qasync serve: how long a connection may take to send a request's headers (duration); 1ms to 10m.",
+		func(c *Config) *time.Duration { return &c.HTTPReadHeaderTimeout }, parseDuration, between(time.Millisecond, 10*time.Minute)),
+	field("http.read-timeout", "qasync serve: how long a connection may take to send a whole request, body included (duration); the default lets a 6 MiB body arrive at 0.1 MiB/s (raise it with http.max-body-bytes); 1ms to 1h.",
+		func(c *Config) *time.Duration { return &c.HTTPReadTimeout }, parseDuration, between(time.Millisecond, time.Hour)),
+	field("http.write-timeout", "qasync serve: how long a request may take from the end of its headers to the end of its response (duration); at least http.read-timeout, at most 1h.",
+		func(c *Config) *time.Duration { return &c.HTTPWriteTimeout }, parseDuration,
+		func(c Config, v time.Duration) error {
+			if v < c.HTTPReadTimeout || v > time.Hour {
+				return fmt.Errorf("must be between %shttp.read-timeout (%v) and 1h, got %v", KeyPrefix, c.HTTPReadTimeout, v)
+			}
+			return nil
+		}),
+	field("http.idle-timeout", "qasync serve: how long an idle keep-alive connection is kept open (duration); 1ms to 1h.",
+		func(c *Config) *time.Duration { return &c.HTTPIdleTimeout }, parseDuration, between(time.Millisecond, time.Hour)),
 	field("http.tenant-source", "Tenant of a request: header (X-Tenant-Id, else \"default\"; development only), none (always \"default\"), iam (the API Gateway IAM caller's principal: its IAM role or user, not the session), iam-account (the IAM caller's AWS account: every principal of the account shares one tenant) or jwt (a claim of the API Gateway JWT authorizer).",
 		func(c *Config) *string { return &c.TenantSource }, lower, oneOf("header", "none", "iam", "iam-account", "jwt")),
 	field("http.allow-header-tenant", "Development only: let a Lambda deployment take the tenant from the X-Tenant-Id header (tenant-source header), which any caller can set; strict startup refuses tenant-source header regardless.",
@@ -488,7 +525,7 @@ var entries = []entry{
 		func(c *Config) *float64 { return &c.FaultDLQErrorRate }, parseFloat, between(0.0, 1.0)),
 	millis(field("faults.clock-offset-ms", "Test only (chaos): milliseconds added to this process's clock (may be negative); -60000 to 60000.",
 		func(c *Config) *time.Duration { return &c.FaultClockOffset }, parseMillis, between(-time.Minute, time.Minute))),
-	field("diag.enabled", "Serve the diag.drill fault drill (local and dev use: it can sleep and return large results); the CDK prod stage leaves it off.",
+	field("diag.enabled", "Serve the diag.drill fault drill, for local and dev use (one submit can hold a worker 60 s and store a 1 MiB result); make run and make local-cloud set it, production stages leave it off and diag.drill is then an unknown pipeline (404).",
 		func(c *Config) *bool { return &c.DiagEnabled }, parseBool, nil),
 	field("diag.drill-versions", "Test only: the definitions of diag.drill this process serves, 1, 2 or 1,2 (the last listed takes new submissions).",
 		func(c *Config) *string { return &c.DiagDrillVersions }, verbatim, oneOf("1", "2", "1,2", "2,1")),

@@ -229,6 +229,8 @@ func TestValidate(t *testing.T) {
 		{"http.addr", func(c *Config) { c.HTTPAddr = "" }},
 		{"http.max-body-bytes", func(c *Config) { c.MaxBodyBytes = 64<<20 + 1 }},
 		{"http.tenant-source", func(c *Config) { c.TenantSource = "cookie" }},
+		{"http.read-timeout", func(c *Config) { c.HTTPReadTimeout = 0 }},
+		{"http.write-timeout", func(c *Config) { c.HTTPWriteTimeout = c.HTTPReadTimeout - time.Millisecond }},
 		{"http.tenant-claim", func(c *Config) { c.TenantSource, c.TenantClaim = "jwt", "" }},
 		{"queue-url", func(c *Config) { c.DispatcherProvider = "sqs" }},
 		{"dlq-url", func(c *Config) { c.DLQProvider = "sqs" }},

@@ -101,7 +101,8 @@ var GateTimings = Settings{
 
 // Env returns the environment of a `qasync serve` on the stack: the
 // durable providers (DynamoDB state, SQS work queue and DLQ) on its tables
-// and queues, strict startup, CLIENT_KEY_REQUIRED, a 1 s long poll, a
+// and queues, strict startup, CLIENT_KEY_REQUIRED, tenant-source none,
+// diag.drill enabled, a 1 s long poll, a
 // sweep every second with 5 s grace and warn-level logs; then the
 // settings, later ones winning. The process's own environment (the AWS
 // endpoints of the local stack) is inherited, minus any
@@ -115,6 +116,9 @@ func (s *Stack) Env(settings ...Settings) []string {
 		"dynamo.effect-table":  s.Names.EffectTable,
 		"item-reject.provider": "sqs", "item-reject.queue-url": s.URLs[s.Names.RejectQueue],
 		"idempotency-policy": "CLIENT_KEY_REQUIRED", "strict-startup": "true",
+		// Strict startup refuses the X-Tenant-Id header; every request is
+		// tenant "default". The tests submit diag.drill, off by default.
+		"http.tenant-source": "none", "diag.enabled": "true",
 		"sqs.wait-seconds": "1", "sweep-interval": "1s", "sweep-grace": "5s", "log-level": "warn",
 	}
 	for _, extra := range settings {

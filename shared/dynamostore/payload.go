@@ -74,7 +74,7 @@ func (ps *PayloadStore) PutPart(ctx context.Context, p payload.Part) error {
 		return fmt.Errorf("dynamostore: payload %s/%s: %w", p.PayloadID, p.Name, payload.ErrConflict)
 	}
 	if err != nil {
-		return fmt.Errorf("dynamostore: put payload part: %w", err)
+		return translate("put payload part", err)
 	}
 	return nil
 }
@@ -85,7 +85,7 @@ func (ps *PayloadStore) GetPart(ctx context.Context, payloadID, name string) (pa
 	defer cancel()
 	out, err := ps.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &ps.table, Key: ps.key(payloadID, name), ConsistentRead: aws.Bool(true)})
 	if err != nil {
-		return payload.Part{}, fmt.Errorf("dynamostore: get payload part: %w", err)
+		return payload.Part{}, translate("get payload part", err)
 	}
 	if out.Item == nil || !ps.live(out.Item) {
 		return payload.Part{}, payload.ErrNotFound

@@ -534,11 +534,16 @@ func decodeDueCursor(c string, shards int) ([]dueCursor, error) {
 	return cur, nil
 }
 
-// translate wraps a backend error: throttling and server errors (which the
-// SDK has already retried) become store.ErrUnavailable.
+// translate wraps a backend error: throttling, server errors and
+// transport failures (a DynamoDB that cannot be reached; see
+// unreachable), which the SDK has already retried, become
+// store.ErrUnavailable.
 func translate(op string, err error) error {
 	if err == nil {
 		return nil
+	}
+	if unreachable(err) {
+		return fmt.Errorf("dynamostore: %s: %w: %v", op, store.ErrUnavailable, err)
 	}
 	var api smithy.APIError
 	if errors.As(err, &api) {

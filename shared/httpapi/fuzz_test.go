@@ -61,7 +61,7 @@ func FuzzSubmit(f *testing.F) {
 		f.Fatal(err)
 	}
 	h := httpapi.New(rt, httpapi.Options{MaxBodyBytes: 1024, Logger: logger, AdminToken: adminToken})
-	allowed := map[int]bool{200: true, 202: true, 400: true, 404: true, 413: true, 422: true}
+	allowed := map[int]bool{200: true, 202: true, 400: true, 404: true, 413: true, 415: true, 422: true}
 
 	f.Fuzz(func(t *testing.T, pipelineID, key, tenant, contentType string, body []byte) {
 		target := "/v1/pipelines/" + url.PathEscape(pipelineID) + "/executions"

@@ -305,12 +305,35 @@ func (a *api) readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]b
 	return b, true
 }
 
+// encodings maps a body kind to the payload encoding it is stored in.
+var encodings = map[bodyKind]payload.Encoding{
+	bodyJSON: payload.EncodingJSON, bodyRaw: payload.EncodingRaw, bodyProto: payload.EncodingProtobuf,
+}
+
+// mediaTypes names, for a client, the Content-Types of each encoding.
+var mediaTypes = map[payload.Encoding]string{
+	payload.EncodingJSON:     payload.ContentTypeJSON + " (or a +json type)",
+	payload.EncodingProtobuf: payload.ContentTypeProtobuf + " with a messageType",
+	payload.EncodingRaw:      "another media type (raw bytes)",
+}
+
 // readPayload reads the body as a payload by its Content-Type (JSON, raw
-// or protobuf), or writes the 400 or 413 and returns false.
-func (a *api) readPayload(w http.ResponseWriter, r *http.Request) (payload.Payload, bool) {
+// or protobuf), or writes the 400, 413 or 415 and returns false. When p is
+// set, a Content-Type whose encoding p does not accept
+// (pipeline.Pipeline.AcceptsEncoding) is answered 415 before the body is
+// read, naming the accepted types.
+func (a *api) readPayload(w http.ResponseWriter, r *http.Request, p *pipeline.Pipeline) (payload.Payload, bool) {
 	kind, contentType, message, prob := classifyBody(r)
 	if prob != nil {
 		writeProblem(w, *prob)
+		return payload.Payload{}, false
+	}
+	if p != nil && !p.AcceptsEncoding(encodings[kind]) {
+		var accepted []string
+		for _, e := range p.Steps[0].Accepts {
+			accepted = append(accepted, mediaTypes[e])
+		}
+		writeProblem(w, kindUnsupportedType.problem(fmt.Sprintf("Pipeline %s takes %s input only.", p.ID, strings.Join(accepted, " or "))))
 		return payload.Payload{}, false
 	}
 	body, ok := a.readBody(w, r, a.maxBody)
@@ -346,7 +369,8 @@ func (a *api) submit(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if _, ok := a.rt.Registry.Get(pid); !ok {
+	p, ok := a.rt.Registry.Get(pid)
+	if !ok {
 		writeProblem(w, kindPipelineNotFound.problem("No pipeline with this id is registered."))
 		return
 	}
@@ -354,7 +378,7 @@ func (a *api) submit(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, kindKeyRequired.problem("This service requires an Idempotency-Key header on every submission."))
 		return
 	}
-	in, ok := a.readPayload(w, r)
+	in, ok := a.readPayload(w, r, p)
 	if !ok {
 		return
 	}
@@ -505,7 +529,7 @@ func (a *api) completeAwait(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	awaitID := r.PathValue("awaitId")
-	in, ok := a.readPayload(w, r)
+	in, ok := a.readPayload(w, r, nil)
 	if !ok {
 		return
 	}

@@ -23,8 +23,11 @@
 // invalid-json (400); unauthorized (401); forbidden (403); not-found, pipeline-not-found,
 // execution-not-found (404); method-not-allowed (405, with Allow);
 // execution-not-succeeded, execution-not-redrivable, version-mismatch,
-// await-conflict (409); payload-too-large (413); idempotency-key-mismatch
-// (422); internal (500); unavailable, awaits-disabled (503).
+// await-conflict (409); payload-too-large (413); unsupported-media-type
+// (415: a body whose Content-Type the pipeline's first step does not
+// take, such as text/plain for a step that decodes JSON);
+// idempotency-key-mismatch (422); internal (500); unavailable,
+// awaits-disabled (503).
 //
 // A request is validated completely before the runtime is called, so a
 // rejected request stores nothing. Each request is logged once as event

@@ -343,6 +343,37 @@ func TestSubmitUnknownPipeline(t *testing.T) {
 	wantProblem(t, e.submit("no-such-pipeline", "k", `{}`), http.StatusNotFound, "pipeline-not-found")
 }
 
+// TestSubmitNonJSONToJSONPipelineIs415: a pipeline whose first step
+// decodes JSON answers a text, octet-stream or protobuf body with 415
+// (unsupported-media-type, naming application/json) at submit, and stores
+// and dispatches nothing, instead of dead-lettering the execution later;
+// a raw pipeline still takes them, and the JSON pipeline JSON.
+func TestSubmitNonJSONToJSONPipelineIs415(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for i, ct := range []string{"text/plain", "application/octet-stream", "application/x-protobuf; messageType=acme.v1.Order", "application/x-protobuf"} {
+		key := "media-" + string(rune('a'+i))
+		p := wantProblem(t, e.submit("greet", key, `{"name":"ada"}`, "Content-Type", ct), http.StatusUnsupportedMediaType, "unsupported-media-type")
+		if !strings.Contains(p.Detail, "application/json") || !strings.Contains(p.Detail, "greet") {
+			t.Errorf("%s: detail %q does not name the pipeline and application/json", ct, p.Detail)
+		}
+		if n := len(e.disp.take()); n != 0 {
+			t.Errorf("%s: %d work items dispatched", ct, n)
+		}
+		// Nothing was stored: the same key is free for a JSON body.
+		if w := e.submit("greet", key, `{"name":"ada"}`); w.Code != http.StatusAccepted {
+			t.Errorf("%s: the JSON retry with the same key: %d %s", ct, w.Code, w.Body)
+		}
+		if w := e.submit("echo", key+"-raw", "hello", "Content-Type", ct); w.Code != http.StatusAccepted {
+			t.Errorf("%s to a raw pipeline: %d %s", ct, w.Code, w.Body)
+		}
+		e.disp.take()
+	}
+	if w := e.submit("greet", "media-json", `{"name":"ada"}`, "Content-Type", "application/vnd.acme+json"); w.Code != http.StatusAccepted {
+		t.Errorf("+json to the JSON pipeline: %d %s", w.Code, w.Body)
+	}
+}
+
 func TestSubmitKeyRequired(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(c *runtime.Config, _ *runtime.Deps, _ *httpapi.Options) {

@@ -67,6 +67,7 @@ var (
 	kindAwaitConflict      = kind{"await-conflict", http.StatusConflict, "Await cannot be completed"}
 	kindAwaitsDisabled     = kind{"awaits-disabled", http.StatusServiceUnavailable, "Await completion not configured"}
 	kindTooLarge           = kind{"payload-too-large", http.StatusRequestEntityTooLarge, "Request body too large"}
+	kindUnsupportedType    = kind{"unsupported-media-type", http.StatusUnsupportedMediaType, "Unsupported media type"}
 	kindKeyMismatch        = kind{"idempotency-key-mismatch", http.StatusUnprocessableEntity, "Idempotency key reused with a different request"}
 	kindInternal           = kind{"internal", http.StatusInternalServerError, "Internal server error"}
 	kindUnavailable        = kind{"unavailable", http.StatusServiceUnavailable, "Service unavailable"}

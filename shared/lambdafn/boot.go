@@ -20,6 +20,7 @@ package lambdafn
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -120,13 +121,20 @@ func WithSecretsManager(sm providers.SecretGetter) BootOption {
 // configuration provides no dead-letter Recorder.
 var ErrNoRecorder = errors.New("lambdafn: no dead-letter recorder configured (the dlq function needs one)")
 
+// errHeaderTenantInLambda refuses, in Lambda, the tenant source any
+// caller controls.
+var errHeaderTenantInLambda = fmt.Errorf("%s: header takes the tenant from X-Tenant-Id, which any caller of the API can send: use iam or jwt (or none), "+
+	"or set %s=true for a development deployment", config.FullKey("http.tenant-source"), config.FullKey("http.allow-header-tenant"))
+
 // Boot reads the configuration from the environment (config.Load with no
 // flags), builds the logger (NewLogger on stdout, level from
 // AWS_LAMBDA_LOG_LEVEL when Lambda sets it, else from the log-level key),
 // resolves the await resume-token secret from Secrets Manager when only
 // its ARN is configured (providers.ResolveAwaitSecret; a failure names
-// the key), and opens the providers with every pipeline of this
-// repository. A
+// the key), and opens the providers with the pipelines of this repository
+// (diag.drill only with diag.enabled). In Lambda (AWS_LAMBDA_FUNCTION_NAME
+// set) it refuses http.tenant-source=header unless
+// http.allow-header-tenant=true. A
 // failure is logged as event "boot_failed" and returned; the returned Env
 // then has at least its Logger. A configuration whose providers are not
 // durable (memory state, in-process dispatcher) is allowed, for trying a
@@ -162,7 +170,10 @@ func Boot(ctx context.Context, opts ...BootOption) (Env, error) {
 		return fail(err)
 	}
 	env.Config = cfg
-	reg, err := pipelines.Registry()
+	if name, _ := o.lookupEnv("AWS_LAMBDA_FUNCTION_NAME"); name != "" && cfg.TenantSource == "header" && !cfg.AllowHeaderTenant {
+		return fail(errHeaderTenantInLambda)
+	}
+	reg, err := pipelines.Registry(pipelines.Options{Diag: cfg.DiagEnabled})
 	if err != nil {
 		return fail(err)
 	}

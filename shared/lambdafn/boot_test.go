@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/aws/aws-lambda-go/lambdacontext"
 
+	"github.com/qasync/qasync/pipelines/diag"
 	"github.com/qasync/qasync/shared/lambdafn"
 	"github.com/qasync/qasync/shared/logtest"
 )
@@ -110,5 +113,72 @@ func TestLoggerAddsRequestID(t *testing.T) {
 	}
 	if m["request_id"] != "req-42" || m["message"] != "hello" || m["timestamp"] == nil || m["level"] != "INFO" || m["component"] != "test" {
 		t.Errorf("record %v", m)
+	}
+}
+
+// TestBootRefusesHeaderTenantInLambda: in Lambda (AWS_LAMBDA_FUNCTION_NAME
+// set) Boot refuses http.tenant-source=header, which trusts X-Tenant-Id
+// from any caller, naming the key, unless http.allow-header-tenant=true;
+// outside Lambda the header source is still accepted.
+func TestBootRefusesHeaderTenantInLambda(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		env    map[string]string
+		refuse bool
+	}{
+		{"lambda, header tenant", map[string]string{"AWS_LAMBDA_FUNCTION_NAME": "qasync-submit"}, true},
+		{"lambda, header tenant allowed", map[string]string{"AWS_LAMBDA_FUNCTION_NAME": "qasync-submit", "PIPELINE_ORCHESTRATOR_HTTP_ALLOW_HEADER_TENANT": "true"}, false},
+		{"lambda, iam tenant", map[string]string{"AWS_LAMBDA_FUNCTION_NAME": "qasync-submit", "PIPELINE_ORCHESTRATOR_HTTP_TENANT_SOURCE": "iam"}, false},
+		{"not lambda, header tenant", map[string]string{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out logtest.Buffer
+			env, err := lambdafn.Boot(context.Background(), lambdafn.WithLogOutput(&out), lambdafn.WithLookupEnv(envMap(tc.env)))
+			if !tc.refuse {
+				if err != nil {
+					t.Fatalf("Boot: %v", err)
+				}
+				_ = env.Close(context.Background())
+				return
+			}
+			if err == nil {
+				_ = env.Close(context.Background())
+				t.Fatal("Boot accepted tenant-source header in Lambda")
+			}
+			for _, key := range []string{"pipeline.orchestrator.http.tenant-source", "pipeline.orchestrator.http.allow-header-tenant"} {
+				if !strings.Contains(err.Error(), key) {
+					t.Errorf("error does not name %s: %v", key, err)
+				}
+			}
+			if env.Set != nil || !strings.Contains(out.String(), `"boot_failed"`) {
+				t.Errorf("set %v, logs %s", env.Set, out.String())
+			}
+		})
+	}
+}
+
+// TestBootServesDiagOnlyWhenEnabled: the functions register diag.drill
+// only with diag.enabled=true; without it a submit of diag.drill is 404
+// (unknown pipeline).
+func TestBootServesDiagOnlyWhenEnabled(t *testing.T) {
+	for _, enabled := range []bool{false, true} {
+		m := map[string]string{}
+		if enabled {
+			m["PIPELINE_ORCHESTRATOR_DIAG_ENABLED"] = "true"
+		}
+		env, err := lambdafn.Boot(context.Background(), lambdafn.WithLogOutput(&logtest.Buffer{}), lambdafn.WithLookupEnv(envMap(m)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, ok := env.Set.Runtime.Registry.Get(diag.ID)
+		w := httptest.NewRecorder()
+		env.HTTPHandler().ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/pipelines/"+diag.ID+"/executions", strings.NewReader(`{"resultBytes":1000000}`)))
+		_ = env.Close(context.Background())
+		if ok != enabled {
+			t.Errorf("diag.enabled=%v: diag.drill registered %v", enabled, ok)
+		}
+		if want := map[bool]int{false: http.StatusNotFound, true: http.StatusAccepted}[enabled]; w.Code != want {
+			t.Errorf("diag.enabled=%v: submit of diag.drill answered %d, want %d: %s", enabled, w.Code, want, w.Body)
+		}
 	}
 }

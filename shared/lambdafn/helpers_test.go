@@ -29,9 +29,10 @@ import (
 	"github.com/qasync/qasync/shared/store"
 )
 
-// fixtureTenant is the IAM caller account the API fixtures name, and the
-// tenant of every work item fixture.
-const fixtureTenant = "123456789012"
+// fixtureTenant is the tenant of the IAM caller the API fixtures name
+// (role order-service of account 123456789012, tenant-source iam), and
+// the tenant of every work item fixture.
+const fixtureTenant = "123456789012.role.order-service"
 
 // fixture reads events/<name>.
 func fixture(t *testing.T, name string) []byte {
@@ -66,7 +67,7 @@ func memEnv(t *testing.T, mutate func(*config.Config)) (lambdafn.Env, *logtest.B
 		mutate(&cfg)
 	}
 	logs, log := logtest.New()
-	reg, err := pipelines.Registry()
+	reg, err := pipelines.Registry(pipelines.Options{Diag: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +241,7 @@ func (d *recordingDispatcher) count() int {
 // transitions).
 func unitRuntime(t *testing.T, cfg runtime.Config) (*runtime.Runtime, *hookStore, *recordingDispatcher, *logtest.Buffer) {
 	t.Helper()
-	reg, err := pipelines.Registry()
+	reg, err := pipelines.Registry(pipelines.Options{Diag: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -119,7 +119,8 @@ func TestResultFixture(t *testing.T) {
 }
 
 // TestStatusFixtureOtherTenant: an execution of another tenant is not
-// found through the caller's identity.
+// found through the caller's identity: another IAM role of the same
+// account is another tenant (tenant-source iam).
 func TestStatusFixtureOtherTenant(t *testing.T) {
 	env, _ := memEnv(t, nil)
 	var ev events.APIGatewayV2HTTPRequest
@@ -127,7 +128,7 @@ func TestStatusFixtureOtherTenant(t *testing.T) {
 		t.Fatal(err)
 	}
 	seedSucceeded(t, env, `{}`)
-	ev.RequestContext.Authorizer.IAM.AccountID = "210987654321"
+	ev.RequestContext.Authorizer.IAM.UserARN = "arn:aws:sts::123456789012:assumed-role/other-client/order-service"
 	b, _ := json.Marshal(ev)
 	var resp events.APIGatewayV2HTTPResponse
 	invoke(t, context.Background(), lambdafn.Submit(env.HTTPHandler()), b, &resp)

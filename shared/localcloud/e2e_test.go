@@ -58,6 +58,7 @@ func startApp(t *testing.T, cfg map[string]string, tweak func(*localcloud.Option
 		"dynamo.execution-payload-table": names.PayloadTable, "dynamo.dead-letter-table": names.DeadLetterTable,
 		"dynamo.effect-table": names.EffectTable,
 		"idempotency-policy":  "OPTIONAL_CLIENT_KEY", "retry-delay": "200ms",
+		"diag.enabled": "true", // the tests submit diag.drill
 	}
 	for k, v := range cfg {
 		keys[k] = v

@@ -115,7 +115,10 @@ type Options struct {
 	// (PIPELINE_ORCHESTRATOR_*) and the AWS SDK settings (AWS_REGION,
 	// AWS_ENDPOINT_URL_*, credentials). See ForwardEnv. The harness adds
 	// AWS_LAMBDA_FUNCTION_NAME, AWS_LAMBDA_FUNCTION_TIMEOUT,
-	// AWS_LAMBDA_FUNCTION_MEMORY_SIZE and, if missing, AWS_REGION.
+	// AWS_LAMBDA_FUNCTION_MEMORY_SIZE and, if missing, AWS_REGION; and,
+	// before Env (which may override it), http.allow-header-tenant=true:
+	// this is a development topology, where the functions may take the
+	// tenant from X-Tenant-Id.
 	Env []string
 
 	// Addr is the HTTP front's listen address (a loopback host:port;

@@ -332,6 +332,12 @@ func TestInvokeDetectsFailures(t *testing.T) {
 	if err != nil || string(out) != `{"AWS_LAMBDA_FUNCTION_TIMEOUT":"1"}` {
 		t.Fatalf("timeout env: %q, %v", out, err)
 	}
+	// A development topology: the functions may take the tenant from the
+	// X-Tenant-Id header (lambdafn.Boot refuses it in Lambda otherwise).
+	out, err = c.Invoke(ctx, localcloud.Submit, []byte(`{"env":"PIPELINE_ORCHESTRATOR_HTTP_ALLOW_HEADER_TENANT"}`))
+	if err != nil || string(out) != `{"PIPELINE_ORCHESTRATOR_HTTP_ALLOW_HEADER_TENANT":"true"}` {
+		t.Fatalf("allow-header-tenant env: %q, %v", out, err)
+	}
 
 	cases := []struct {
 		payload    string

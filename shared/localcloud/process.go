@@ -19,6 +19,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/qasync/qasync/shared/config"
 )
 
 // markerEnv carries a token unique to one emulator process start. The
@@ -144,7 +146,11 @@ func (f *function) waitUp(ctx context.Context) error {
 
 // env is the environment of f's emulator processes.
 func (f *function) env(marker string) []string {
-	env := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "TZ=:UTC", "LANG=en_US.UTF-8"}
+	env := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "TZ=:UTC", "LANG=en_US.UTF-8",
+		// A development topology: the functions may take the tenant from
+		// X-Tenant-Id (lambdafn.Boot refuses it in Lambda otherwise).
+		// Options.Env can set it false.
+		config.EnvName(config.FullKey("http.allow-header-tenant")) + "=true"}
 	env = append(env, f.c.opts.Env...)
 	env = append(env, f.opts.Env...)
 	if envValue(env, "AWS_REGION") == "" {

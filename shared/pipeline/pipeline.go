@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -109,6 +110,12 @@ type Step struct {
 	AwaitTimeout time.Duration
 	// Run executes the step.
 	Run StepFunc
+	// Accepts lists the payload encodings the step's input may have; nil
+	// means any. NewStep sets it to JSON when the input type is not
+	// payload.Payload (the step decodes JSON), so that a submit of
+	// another encoding to a pipeline starting with it is refused at once
+	// (HTTP 415) instead of stored and dead-lettered by the step.
+	Accepts []payload.Encoding
 }
 
 // StepOption configures a step built by NewStep.
@@ -139,6 +146,9 @@ func NewStep[I, O any](name string, fn func(ctx context.Context, info StepInfo, 
 		}
 		return payload.JSON(out)
 	}}
+	if _, raw := any(*new(I)).(payload.Payload); !raw {
+		s.Accepts = []payload.Encoding{payload.EncodingJSON}
+	}
 	for _, o := range opts {
 		o(&s)
 	}
@@ -169,6 +179,15 @@ type Pipeline struct {
 	Output *Output
 
 	versionID string // set by NewRegistry
+}
+
+// AcceptsEncoding reports whether the pipeline takes an input of encoding
+// e: whether its first step accepts it (Step.Accepts).
+func (p *Pipeline) AcceptsEncoding(e payload.Encoding) bool {
+	if len(p.Steps) == 0 || p.Steps[0].Accepts == nil {
+		return true
+	}
+	return slices.Contains(p.Steps[0].Accepts, e)
 }
 
 // VersionID identifies this definition of the pipeline: Version (when set)

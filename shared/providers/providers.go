@@ -141,9 +141,12 @@ func WithDrainTimeout(d time.Duration) Option {
 }
 
 // Open validates c, builds the providers it names and the runtime on them.
-// Under strict startup it also checks that the tables and queues exist and
-// refuses a durable configuration that keeps the OPTIONAL_CLIENT_KEY
-// idempotency policy; every error names the key to fix. The test-only
+// Under strict startup it first refuses, before any AWS call, a
+// configuration unfit for a durable deployment (see strictConfig: with
+// state-provider dynamo a log DLQ, the in-process dispatcher or a
+// non-durable reject sink; a durable mode with OPTIONAL_CLIENT_KEY;
+// tenant-source header), then checks that the tables and queues exist;
+// every error names the key to fix. The test-only
 // faults.* keys, when set, add DynamoFaults to the AWS clients and wrap
 // the dispatcher in a FaultyDispatcher (logged once as event
 // test_faults_enabled).
@@ -168,6 +171,13 @@ func Open(ctx context.Context, c config.Config, reg *pipeline.Registry, log *slo
 	}
 	if err := checkOutputBucket(c, reg); err != nil {
 		return nil, err
+	}
+	if c.StrictStartup {
+		// What the configuration alone shows is refused before any AWS
+		// call, so that a wrong deployment fails fast and says why.
+		if err := strictConfig(c); err != nil {
+			return nil, err
+		}
 	}
 	if needsAWS(c) || usesS3Output(reg) {
 		clients, err := awsclient.Load(ctx, o.apiOptions...)
@@ -288,8 +298,40 @@ func checkOutputBucket(c config.Config, reg *pipeline.Registry) error {
 	return nil
 }
 
-// strict verifies the durable resources and policy, naming the key of
-// each problem.
+// strictConfig refuses, under strict startup, what the configuration
+// alone shows to be unfit for a durable deployment, naming the key of each
+// problem: with state-provider dynamo, dead letters and work items kept in
+// the process (dlq-provider log, dispatcher-provider event) or rejected
+// items kept in a log; a durable mode with the OPTIONAL_CLIENT_KEY
+// idempotency policy; and everywhere the X-Tenant-Id header as the tenant
+// source (any caller can send it).
+func strictConfig(c config.Config) error {
+	var errs []error
+	key := func(k string, err error) { errs = append(errs, fmt.Errorf("%s: %w", config.FullKey(k), err)) }
+	if c.StateProvider == "dynamo" {
+		if c.DLQProvider != "sqs" {
+			key("dlq-provider", fmt.Errorf("strict startup with state-provider dynamo refuses %q (dead letters would be kept only in this process's log): use sqs with %s",
+				c.DLQProvider, config.FullKey("dlq-url")))
+		}
+		if c.DispatcherProvider != "sqs" {
+			key("dispatcher-provider", fmt.Errorf("strict startup with state-provider dynamo refuses %q (work items would be kept only in this process's memory): use sqs with %s",
+				c.DispatcherProvider, config.FullKey("queue-url")))
+		}
+		if c.ItemRejectProvider != "sqs" {
+			key("item-reject.provider", fmt.Errorf("strict durable startup refuses the non-durable Item Reject Sink %q (rejected items would be lost with the process or its log): use sqs with %s",
+				c.ItemRejectProvider, config.FullKey("item-reject.queue-url")))
+		}
+	}
+	if Durable(c) && c.IdempotencyPolicy == string(runtime.OptionalClientKey) {
+		key("idempotency-policy", errors.New("strict durable startup refuses OPTIONAL_CLIENT_KEY: use CLIENT_KEY_REQUIRED (or SERVER_KEY_ONLY)"))
+	}
+	if c.TenantSource == "header" {
+		key("http.tenant-source", errors.New(`strict startup refuses header (any caller can send X-Tenant-Id and read another tenant's executions): use iam or jwt behind API Gateway, or none for a single tenant`))
+	}
+	return errors.Join(errs...)
+}
+
+// strict verifies the durable resources, naming the key of each problem.
 func strict(ctx context.Context, c config.Config, clients awsclient.Clients) error {
 	var errs []error
 	key := func(k string, err error) {
@@ -310,14 +352,8 @@ func strict(ctx context.Context, c config.Config, clients awsclient.Clients) err
 	if c.DLQProvider == "sqs" {
 		key("dlq-url", provision.CheckQueue(ctx, clients.SQS, c.DLQURL))
 	}
-	switch {
-	case c.ItemRejectProvider == "sqs":
+	if c.ItemRejectProvider == "sqs" {
 		key("item-reject.queue-url", provision.CheckQueue(ctx, clients.SQS, c.ItemRejectQueueURL))
-	case c.StateProvider == "dynamo":
-		key("item-reject.provider", fmt.Errorf("strict durable startup refuses the non-durable Item Reject Sink %q (rejected items would be lost with the process or its log): use sqs with %s", c.ItemRejectProvider, config.FullKey("item-reject.queue-url")))
-	}
-	if c.IdempotencyPolicy == string(runtime.OptionalClientKey) {
-		key("idempotency-policy", errors.New("strict durable startup refuses OPTIONAL_CLIENT_KEY: use CLIENT_KEY_REQUIRED (or SERVER_KEY_ONLY)"))
 	}
 	return errors.Join(errs...)
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/qasync/qasync/shared/awsclient"
 	"github.com/qasync/qasync/shared/awstest"
 	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/pipeline"
@@ -40,20 +41,18 @@ func TestOpenMapsConfig(t *testing.T) {
 }
 
 // TestStrictStartupNamesEveryMissingResource: strict durable startup with
-// no tables and no queues, and the default idempotency policy, fails with
-// one error per key.
+// no tables and no queues fails with one error per key.
 func TestStrictStartupNamesEveryMissingResource(t *testing.T) {
 	t.Parallel()
 	awstest.Require(t)
 	n := awstest.Names(t) // never created
 	c := durableConfig(n, "http://127.0.0.1:1/000000000000/"+n.WorkQueue, "http://127.0.0.1:1/000000000000/"+n.DLQQueue, "http://127.0.0.1:1/000000000000/"+n.RejectQueue)
 	c.StrictStartup = true
-	c.IdempotencyPolicy = "OPTIONAL_CLIENT_KEY"
 	_, err := providers.Open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler))
 	if err == nil {
 		t.Fatal("strict startup accepted missing tables and queues")
 	}
-	for _, key := range []string{"dynamo.execution-table", "dynamo.key-table", "dynamo.execution-payload-table", "dynamo.dead-letter-table", "dynamo.effect-table", "queue-url", "dlq-url", "item-reject.queue-url", "idempotency-policy"} {
+	for _, key := range []string{"dynamo.execution-table", "dynamo.key-table", "dynamo.execution-payload-table", "dynamo.dead-letter-table", "dynamo.effect-table", "queue-url", "dlq-url", "item-reject.queue-url"} {
 		if !strings.Contains(err.Error(), config.FullKey(key)+":") {
 			t.Errorf("error does not name %s: %v", key, err)
 		}
@@ -87,7 +86,59 @@ func durableConfig(n schema.Names, queueURL, dlqURL, rejectURL string) config.Co
 	c.QueueURL, c.DLQURL = queueURL, dlqURL
 	c.ItemRejectProvider, c.ItemRejectQueueURL = "sqs", rejectURL
 	c.IdempotencyPolicy = "CLIENT_KEY_REQUIRED"
+	c.TenantSource = "none" // strict startup refuses the X-Tenant-Id header
 	return c
+}
+
+// TestStrictStartupRefusesInProcessProvidersBeforeAnyAWSCall: strict
+// startup with state-provider dynamo refuses a log DLQ, the in-process
+// dispatcher, a log reject sink, OPTIONAL_CLIENT_KEY and tenant-source
+// header, one error naming each key, without calling AWS (no stack
+// needed); the same configuration without strict startup is not refused
+// for them.
+func TestStrictStartupRefusesInProcessProvidersBeforeAnyAWSCall(t *testing.T) {
+	// Any AWS call would go to a closed port and fail differently.
+	t.Setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+	t.Setenv("AWS_REGION", "us-east-1")
+	t.Setenv("AWS_ACCESS_KEY_ID", "test")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "test")
+	c := config.Default()
+	c.StateProvider, c.StrictStartup = "dynamo", true // dlq-provider log, dispatcher-provider event, tenant-source header by default
+	counter := awsclient.NewCounter()
+	_, err := providers.Open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler), providers.WithAPIOptions(counter.APIOption))
+	if err == nil {
+		t.Fatal("strict startup accepted in-process providers with state-provider dynamo")
+	}
+	for _, key := range []string{"dlq-provider", "dispatcher-provider", "item-reject.provider", "idempotency-policy", "http.tenant-source"} {
+		if !strings.Contains(err.Error(), config.FullKey(key)+":") {
+			t.Errorf("error does not name %s: %v", key, err)
+		}
+	}
+	if strings.Contains(err.Error(), "dynamo.execution-table") {
+		t.Errorf("resources were checked although the configuration was refused: %v", err)
+	}
+	if calls := counter.Snapshot(); len(calls) != 0 {
+		t.Errorf("AWS calls before the refusal: %v", calls)
+	}
+}
+
+// TestStrictStartupRefusesHeaderTenant: strict startup refuses
+// tenant-source header on the memory providers too (qasync serve with
+// strict-startup), and accepts none.
+func TestStrictStartupRefusesHeaderTenant(t *testing.T) {
+	t.Parallel()
+	c := config.Default()
+	c.StrictStartup = true
+	_, err := providers.Open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler))
+	if err == nil || !strings.Contains(err.Error(), "pipeline.orchestrator.http.tenant-source:") {
+		t.Fatalf("strict startup with tenant-source header: error %v, want one naming pipeline.orchestrator.http.tenant-source", err)
+	}
+	c.TenantSource = "none"
+	set, err := providers.Open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("strict startup with tenant-source none: %v", err)
+	}
+	_ = set.Close(context.Background())
 }
 
 // TestStrictStartupRefusesNonDurableRejectSink: with state-provider
