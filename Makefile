@@ -28,7 +28,7 @@ RIE_VERSION := v0.0.0-20261030222936-bef5c4ba774d
 RIE         := $(BIN)/aws-lambda-rie
 LOCAL       := $(CACHE)/local
 
-.PHONY: help run build build-local build-lambda test test-unit fuzz bench vet fmt-check clean stack-up stack-down provision rie local-cloud
+.PHONY: help run build build-local build-lambda test test-unit fuzz bench vet fmt-check clean stack-up stack-down stack-test provision rie local-cloud
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -54,18 +54,23 @@ run: build-local ## serve the API, workers and sweeper on $(ADDR) with in-memory
 	PIPELINE_ORCHESTRATOR_DIAG_ENABLED=$${PIPELINE_ORCHESTRATOR_DIAG_ENABLED:-true} \
 	exec $(BIN)/qasync serve --addr $(ADDR)
 
-test: build-lambda vet fmt-check test-unit fuzz cdk-test ## everything CI runs: vet, gofmt, all tests with -race against the local AWS stack, a short fuzz
+test: build-lambda vet fmt-check stack-test test-unit fuzz cdk-test ## everything CI runs: vet, gofmt, the stack script's test, all tests with -race against the local AWS stack, a short fuzz
 
 # The stack is started for the tests and stopped afterwards, also on failure.
 test-unit: build-local rie
 	QASYNC_REQUIRE_STACK=1 QASYNC_BIN=$(BIN)/qasync $(STACK) run go test -race -count=1 -timeout 12m ./...
 
-stack-up: ## install (into .cache/) and start DynamoDB Local and the SQS server on loopback
+stack-up: ## install (into .cache/) and start DynamoDB Local (127.0.0.1:28000) and the SQS server (127.0.0.1:28324)
 	$(STACK) up
 	@$(STACK) env
 
 stack-down: ## stop the local AWS stack
 	$(STACK) down
+
+# A few seconds, on random free ports below 32768: failed starts leave
+# nothing behind, untrusted pid files are ignored.
+stack-test: ## test scripts/stack.sh (cleanup on failed starts, pid files checked)
+	scripts/stack_test.sh
 
 provision: build-local ## create the tables and queues on the local stack (make stack-up first)
 	eval "$$($(STACK) env)" && $(BIN)/qasync provision

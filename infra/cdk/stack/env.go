@@ -29,11 +29,18 @@ const (
 	keyMetricsNamespace   = "metrics.namespace"
 	keyTenantSource       = "http.tenant-source"
 	keyTenantClaim        = "http.tenant-claim"
-	keySQSVisibility      = "sqs.visibility-timeout"
-	keyLogLevel           = "log-level"
-	keySweepInterval      = "sweep-interval"
-	keyRejectProvider     = "item-reject.provider"
-	keyRejectQueueURL     = "item-reject.queue-url"
+	// keyAllowHeaderTenant stays false: no stage takes the tenant from
+	// the X-Tenant-Id header (Settings.Validate refuses tenant-source
+	// header), so runtimeConfig may not turn it on either.
+	keyAllowHeaderTenant = "http.allow-header-tenant"
+	// keyDiagEnabled serves the diag.drill fault drill: on in dev, off
+	// elsewhere (Settings.DiagEnabled, context diagEnabled).
+	keyDiagEnabled    = "diag.enabled"
+	keySQSVisibility  = "sqs.visibility-timeout"
+	keyLogLevel       = "log-level"
+	keySweepInterval  = "sweep-interval"
+	keyRejectProvider = "item-reject.provider"
+	keyRejectQueueURL = "item-reject.queue-url"
 	// keyAdminToken is never passed to a function: a secret does not
 	// belong in a Lambda environment (anyone who can read the function's
 	// configuration reads it), and API Gateway's IAM (or JWT scope)
@@ -58,7 +65,15 @@ var derivedKeys = map[string]struct{}{
 	keyKeyTable: {}, keyPayloadTable: {}, keyDeadLetterTable: {}, keyEffectTable: {}, keyEventsBus: {}, keyMetricsNamespace: {},
 	keyTenantSource: {}, keyTenantClaim: {}, keySQSVisibility: {}, keyLogLevel: {}, keySweepInterval: {},
 	keyAdminToken: {}, keyRejectProvider: {}, keyRejectQueueURL: {},
-	keyResumeTokenSecret: {}, keyResumeTokenSecretARN: {},
+	keyResumeTokenSecret: {}, keyResumeTokenSecretARN: {}, keyAllowHeaderTenant: {}, keyDiagEnabled: {},
+}
+
+// derivedFromContext names, for the derived keys that follow a setting,
+// the context key to use instead of runtimeConfig.
+var derivedFromContext = map[string]string{
+	keyLease: CtxLeaseMs, keyMetricsNamespace: CtxMetricsNamespace, keyLogLevel: CtxLogLevel,
+	keySweepInterval: CtxSweeperRateMinutes, keyTenantSource: CtxTenantSource, keyTenantClaim: CtxJWTTenantClaim,
+	keyDiagEnabled: CtxDiagEnabled,
 }
 
 // ExcludedEnv lists the environment variables of configuration keys that
@@ -111,9 +126,10 @@ func Environment(s Settings, r Resources) (map[string]string, error) {
 	for _, e := range ExcludedEnv {
 		delete(env, e)
 	}
-	tenantSource, tenantClaim := "iam", s.JWTTenantClaim
-	if s.JWT() {
-		tenantSource = "jwt"
+	tenantSource, tenantClaim := s.EffectiveTenantSource(), s.JWTTenantClaim
+	if tenantSource == "header" || tenantSource == "none" {
+		// Validate refuses both; never deploy one even if it was skipped.
+		return nil, fmt.Errorf("stack: context %q: http.tenant-source %s is refused in every stage", CtxTenantSource, tenantSource)
 	}
 	derived := map[string]string{
 		keyStateProvider:      "dynamo",
@@ -133,6 +149,8 @@ func Environment(s Settings, r Resources) (map[string]string, error) {
 		keyMetricsNamespace:   s.MetricsNamespace,
 		keyTenantSource:       tenantSource,
 		keyTenantClaim:        tenantClaim,
+		keyAllowHeaderTenant:  "false",
+		keyDiagEnabled:        strconv.FormatBool(s.DiagEnabled),
 		keySQSVisibility:      VisibilityFor(s.WorkerTimeout).String(),
 		keyLogLevel:           s.LogLevel,
 		keySweepInterval:      s.SweeperRate.String(),

@@ -5,7 +5,10 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
 )
 
 // Every example event names a function of the template and has the shape
@@ -79,5 +82,67 @@ func TestEventTargets(t *testing.T) {
 		}
 		sort.Strings(covered[id])
 		t.Logf("sam local invoke %s: %v", id, covered[id])
+	}
+}
+
+// Every function of the template is ready for `sam local invoke`: its
+// metadata names, relative to the template's directory as SAM CLI
+// resolves it, a folder holding an executable bootstrap, for the Code
+// property.
+func TestSamAssetMetadata(t *testing.T) {
+	for _, variant := range []string{"dev", "prod", "full"} {
+		v := synth(t, variant)
+		outdir := *awscdk.Stage_Of(v.stack).Outdir()
+		if _, err := os.Stat(filepath.Join(outdir, *v.stack.TemplateFile())); err != nil {
+			t.Fatalf("%s: the template is not in %s: %v", variant, outdir, err)
+		}
+		fns := v.ofType("AWS::Lambda::Function")
+		if len(fns) != len(FunctionNames) {
+			t.Fatalf("%s: functions %v", variant, fns)
+		}
+		for _, id := range fns {
+			md, _ := v.res[id]["Metadata"].(map[string]any)
+			path, _ := md[MetaAssetPath].(string)
+			if md[MetaAssetProperty] != "Code" || path == "" || md[MetaAssetBundled] != true {
+				t.Errorf("%s %s: metadata %v: want %s, %s Code and %s true", variant, id, md, MetaAssetPath, MetaAssetProperty, MetaAssetBundled)
+				continue
+			}
+			dir := path
+			if !filepath.IsAbs(dir) {
+				dir = filepath.Join(outdir, dir)
+			}
+			boot := filepath.Join(dir, "bootstrap")
+			st, err := os.Stat(boot)
+			if err != nil || !st.Mode().IsRegular() || st.Mode()&0o111 == 0 {
+				t.Errorf("%s %s: %s (from %s %q) is not an executable file: %v", variant, id, boot, MetaAssetPath, path, err)
+				continue
+			}
+			var name string
+			for n, fid := range FunctionIDs {
+				if fid == id {
+					name = n
+				}
+			}
+			if want := filepath.Join(distDir, name); filepath.Clean(dir) != want {
+				t.Errorf("%s %s: %s resolves to %s, want %s", variant, id, MetaAssetPath, dir, want)
+			}
+		}
+	}
+}
+
+// New refuses a dist directory with the zips but without the unzipped
+// bootstraps that `sam local invoke` runs.
+func TestNewRefusesMissingBootstrap(t *testing.T) {
+	dir := t.TempDir()
+	for _, fn := range FunctionNames {
+		if err := placeholderZip(filepath.Join(dir, fn+".zip"), "zip only"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := DefaultSettings("dev")
+	s.DistDir = dir
+	_, err := New(awscdk.NewApp(nil), "nobootstrap", Props{Settings: s})
+	if err == nil || !strings.Contains(err.Error(), "bootstrap") || !strings.Contains(err.Error(), "build-lambda") {
+		t.Errorf("New without bootstraps: %v", err)
 	}
 }

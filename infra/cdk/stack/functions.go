@@ -68,7 +68,7 @@ func (b *builder) functions() error {
 	}
 	timeouts := map[string]time.Duration{Submit: b.s.SubmitTimeout, Worker: b.s.WorkerTimeout, Sweeper: b.s.SweeperTimeout, DLQ: b.s.DLQTimeout}
 	descriptions := map[string]string{
-		Submit:  "qasync submit: HTTP API -> submit, status, result, redrive",
+		Submit:  "qasync submit: HTTP API -> submit, status, result, redrive, await completion",
 		Worker:  "qasync worker: work queue -> one transition per record",
 		Sweeper: "qasync sweeper: schedule -> due-work index sweeps",
 		DLQ:     "qasync dlq: DLQ and poison queue -> dead-letter records",
@@ -122,12 +122,51 @@ func (b *builder) functions() error {
 		f := &function{name: name, role: role, logs: logs}
 		f.fn = awslambda.NewFunction(b.stack, jsii.String(id), props)
 		setLogicalID(f.fn, id)
+		if err := b.samAssetMetadata(f.fn, name); err != nil {
+			return err
+		}
 		b.fn[name] = f
 		b.grants(f)
 		if policy := role.Node().TryFindChild(jsii.String("DefaultPolicy")); policy != nil {
 			setLogicalID(policy, id+"Policy")
 		}
 	}
+	return nil
+}
+
+// SAM CLI's resource metadata (see samAssetMetadata).
+const (
+	MetaAssetPath     = "aws:asset:path"
+	MetaAssetProperty = "aws:asset:property"
+	MetaAssetBundled  = "aws:asset:is-bundled"
+)
+
+// samAssetMetadata makes fn runnable by `sam local invoke`: SAM CLI
+// replaces the property named by aws:asset:property (Code) with the
+// folder aws:asset:path names, relative to the template's directory (the
+// app's output directory), so it runs dist/<fn>/bootstrap instead of
+// refusing the S3 location of the deployed asset. The CDK adds this
+// metadata itself only under the aws:cdk:enable-asset-metadata context,
+// which the CDK CLI sets and `go run .` (make synth) does not, and it
+// would point at the staged zip; set here after the Function is built, it
+// wins either way. is-bundled tells `sam build` the folder is built.
+func (b *builder) samAssetMetadata(fn awslambda.Function, name string) error {
+	outdir, err := filepath.Abs(*awscdk.Stage_Of(b.stack).Outdir())
+	if err != nil {
+		return err
+	}
+	dir, err := filepath.Abs(filepath.Join(b.s.DistDir, name))
+	if err != nil {
+		return err
+	}
+	path := dir
+	if rel, err := filepath.Rel(outdir, dir); err == nil {
+		path = rel
+	}
+	cfn := fn.Node().DefaultChild().(awscdk.CfnResource)
+	cfn.AddMetadata(jsii.String(MetaAssetPath), path)
+	cfn.AddMetadata(jsii.String(MetaAssetProperty), "Code")
+	cfn.AddMetadata(jsii.String(MetaAssetBundled), true)
 	return nil
 }
 

@@ -16,7 +16,8 @@ import (
 	"github.com/aws/jsii-runtime-go"
 )
 
-// distDir holds placeholder zips: the tests never need the real bundles.
+// distDir holds placeholder zips and bootstrap folders, laid out like
+// make build-lambda's dist/: the tests never need the real bundles.
 var distDir string
 
 func TestMain(m *testing.M) {
@@ -25,7 +26,7 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	for _, fn := range FunctionNames {
-		if err := placeholderZip(filepath.Join(dir, fn+".zip"), "placeholder bootstrap of "+fn); err != nil {
+		if err := placeholderDist(dir, fn); err != nil {
 			panic(err)
 		}
 	}
@@ -34,6 +35,19 @@ func TestMain(m *testing.M) {
 	jsii.Close()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// placeholderDist writes dir/<fn>.zip and the executable
+// dir/<fn>/bootstrap, as make build-lambda does.
+func placeholderDist(dir, fn string) error {
+	content := "placeholder bootstrap of " + fn
+	if err := placeholderZip(filepath.Join(dir, fn+".zip"), content); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Join(dir, fn), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, fn, "bootstrap"), []byte("#!/bin/sh\necho "+content+"\n"), 0o755)
 }
 
 // placeholderZip writes a zip holding one file named bootstrap.

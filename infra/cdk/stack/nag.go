@@ -47,13 +47,17 @@ func (b *builder) suppressions() {
 			policy = b.http.clientPolicy
 		}
 		for _, r := range Routes {
-			if r.Client == client {
+			if r.Client == client && !r.ResumeToken {
 				findings = append(findings, "Resource::arn:<AWS::Partition>:execute-api:<AWS::Region>:<AWS::AccountId>:<"+HTTPAPIID+">/*/"+r.Method+wildcardParams(r.Path))
 			}
 		}
 		b.suppress(policy, "AwsSolutions-IAM5",
 			"An execute-api ARN names one route as <api>/<stage>/<METHOD>/<path>. Here '*' stands only for the stage and for path parameters ({pipelineId}, {executionId}: ids the caller chooses); every statement names its method and route, so the redrive route stays out of the client policy.",
 			findings...)
+	}
+	for _, route := range b.http.tokenRoutes {
+		b.suppress(route, "AwsSolutions-APIG4",
+			"The await completion route is called by the external party an await step waits for (a webhook, a person), which has no AWS identity or JWT. Its authorization is the X-Resume-Token the submit function verifies: an HMAC-SHA256 over tenant, execution id and await id keyed by the stack's Secrets Manager secret, so it cannot be forged and opens one await of one execution of one tenant. The route has its own throttle below the stage's, the body limit (http.max-body-bytes) applies, and a duplicate or late completion changes nothing.")
 	}
 	b.suppress(b.secret, "AwsSolutions-SMG4",
 		"The secret is the HMAC key of await resume tokens handed to external parties; a token stays valid until its await completes or times out, so an automatic rotation would invalidate every outstanding token. An operator rotates it by hand when no await is outstanding (or accepts that outstanding ones fail and are re-driven): put a new random value (aws secretsmanager put-secret-value), then update the submit and worker functions' configuration so that new instances fetch it at boot.")

@@ -121,6 +121,28 @@ type Settings struct {
 	// ThrottleBurstLimit is the API stage's burst (context
 	// "throttleBurstLimit", default 200).
 	ThrottleBurstLimit int
+	// AwaitThrottleRateLimit is the steady request rate per second of the
+	// await completion route, which has no API Gateway authorizer (its
+	// resume token is checked by the submit function), so it gets a lower
+	// limit than the rest of the stage (context "awaitThrottleRateLimit",
+	// default 10; at most ThrottleRateLimit).
+	AwaitThrottleRateLimit float64
+	// AwaitThrottleBurstLimit is the await completion route's burst
+	// (context "awaitThrottleBurstLimit", default 20; at most
+	// ThrottleBurstLimit).
+	AwaitThrottleBurstLimit int
+	// TenantSource is config key http.tenant-source (context
+	// "tenantSource"): iam (the calling IAM principal: the role of an
+	// assumed-role session, or the IAM user), iam-account (one tenant per
+	// AWS account) or jwt (needs the JWT settings). Default "": iam, or
+	// jwt with a JWT authorizer. header and none are refused in every
+	// stage: any caller can send X-Tenant-Id, and none puts every caller
+	// into one tenant.
+	TenantSource string
+	// DiagEnabled is config key diag.enabled: serve the diag.drill fault
+	// drill (context "diagEnabled"; default true in dev only, off in prod
+	// and every other stage).
+	DiagEnabled bool
 	// MetricsNamespace is the EMF namespace, config key metrics.namespace
 	// (context "metricsNamespace", default qasync/<stage>).
 	MetricsNamespace string
@@ -172,6 +194,10 @@ const (
 	CtxJWTRedriveScope       = "jwtRedriveScope"
 	CtxThrottleRateLimit     = "throttleRateLimit"
 	CtxThrottleBurstLimit    = "throttleBurstLimit"
+	CtxAwaitThrottleRate     = "awaitThrottleRateLimit"
+	CtxAwaitThrottleBurst    = "awaitThrottleBurstLimit"
+	CtxTenantSource          = "tenantSource"
+	CtxDiagEnabled           = "diagEnabled"
 	CtxMetricsNamespace      = "metricsNamespace"
 	CtxLogLevel              = "logLevel"
 	CtxRuntimeConfig         = "runtimeConfig"
@@ -188,12 +214,13 @@ var ContextKeys = []string{
 	CtxReservedConcurrency, CtxTracing, CtxSweeperRateMinutes, CtxOldestMessageAlarm, CtxAlarmEmail,
 	CtxJWTIssuer, CtxJWTAudience, CtxJWTTenantClaim, CtxJWTRedriveScope,
 	CtxThrottleRateLimit, CtxThrottleBurstLimit, CtxMetricsNamespace, CtxLogLevel, CtxRuntimeConfig,
-	CtxOutputBucket,
+	CtxOutputBucket, CtxAwaitThrottleRate, CtxAwaitThrottleBurst, CtxTenantSource, CtxDiagEnabled,
 }
 
 // DefaultSettings returns the defaults of stage. Only "dev" lets CloudFormation
 // destroy data: every other stage (prod in particular) retains tables,
-// queues and log groups and turns on deletion protection.
+// queues and log groups and turns on deletion protection. Only "dev"
+// serves the diag.drill fault drill (diag.enabled).
 func DefaultSettings(stage string) Settings {
 	durable := stage != "dev"
 	return Settings{
@@ -219,6 +246,11 @@ func DefaultSettings(stage string) Settings {
 		ThrottleBurstLimit: 200,
 		MetricsNamespace:   "qasync/" + stage,
 		LogLevel:           "info",
+		DiagEnabled:        !durable,
+		// The await completion route is the one route without an API
+		// Gateway authorizer: a tenth of the stage's rate.
+		AwaitThrottleRateLimit:  10,
+		AwaitThrottleBurstLimit: 20,
 	}
 }
 
@@ -227,6 +259,25 @@ func (s Settings) StackName() string { return "qasync-" + s.Stage }
 
 // JWT reports whether a JWT authorizer is configured.
 func (s Settings) JWT() bool { return s.JWTIssuer != "" && len(s.JWTAudience) > 0 }
+
+// Tenant sources a stage may use (config key http.tenant-source).
+const (
+	TenantIAM        = "iam"
+	TenantIAMAccount = "iam-account"
+	TenantJWT        = "jwt"
+)
+
+// EffectiveTenantSource is the http.tenant-source the functions get:
+// TenantSource when set, else jwt with a JWT authorizer and iam without.
+func (s Settings) EffectiveTenantSource() string {
+	switch {
+	case s.TenantSource != "":
+		return s.TenantSource
+	case s.JWT():
+		return TenantJWT
+	}
+	return TenantIAM
+}
 
 // SettingsFromContext reads the settings from node's context: the stage's
 // defaults (DefaultSettings), overridden by each context key that is set.
@@ -336,6 +387,14 @@ func settingsFrom(get func(string) (any, bool), baseDir string) (Settings, error
 		return err
 	})
 	try(CtxThrottleBurstLimit, integer(&s.ThrottleBurstLimit))
+	try(CtxAwaitThrottleRate, func(v any) error {
+		f, err := toFloat(v)
+		s.AwaitThrottleRateLimit = f
+		return err
+	})
+	try(CtxAwaitThrottleBurst, integer(&s.AwaitThrottleBurstLimit))
+	try(CtxTenantSource, func(v any) error { s.TenantSource = strings.ToLower(strings.TrimSpace(fmt.Sprint(v))); return nil })
+	try(CtxDiagEnabled, boolean(&s.DiagEnabled))
 	try(CtxMetricsNamespace, str(&s.MetricsNamespace))
 	try(CtxLogLevel, str(&s.LogLevel))
 	try(CtxOutputBucket, boolean(&s.OutputBucket))
@@ -491,6 +550,31 @@ func (s Settings) Validate() error {
 	if s.ThrottleRateLimit <= 0 || s.ThrottleBurstLimit < 1 {
 		bad(CtxThrottleRateLimit, "throttle rate %v and burst %d must be positive", s.ThrottleRateLimit, s.ThrottleBurstLimit)
 	}
+	if s.AwaitThrottleRateLimit <= 0 || s.AwaitThrottleBurstLimit < 1 {
+		bad(CtxAwaitThrottleRate, "await route throttle rate %v and burst %d must be positive", s.AwaitThrottleRateLimit, s.AwaitThrottleBurstLimit)
+	}
+	if s.AwaitThrottleRateLimit > s.ThrottleRateLimit {
+		bad(CtxAwaitThrottleRate, "%v exceeds the stage's throttleRateLimit %v: the unauthenticated await route must not be allowed more than the rest", s.AwaitThrottleRateLimit, s.ThrottleRateLimit)
+	}
+	if s.AwaitThrottleBurstLimit > s.ThrottleBurstLimit {
+		bad(CtxAwaitThrottleBurst, "%d exceeds the stage's throttleBurstLimit %d: the unauthenticated await route must not be allowed more than the rest", s.AwaitThrottleBurstLimit, s.ThrottleBurstLimit)
+	}
+	switch s.TenantSource {
+	case "", TenantIAM, TenantIAMAccount:
+		if s.TenantSource != "" && s.JWT() {
+			bad(CtxTenantSource, "%q needs IAM authorization, but the tenant routes use the JWT authorizer (jwtIssuer): use jwt or leave it unset", s.TenantSource)
+		}
+	case TenantJWT:
+		if !s.JWT() {
+			bad(CtxTenantSource, "jwt needs a JWT authorizer: set jwtIssuer and jwtAudience")
+		}
+	case "header":
+		bad(CtxTenantSource, "header is refused in every stage: any caller can send X-Tenant-Id and so act as any tenant; use iam (one tenant per IAM role or user), iam-account or a JWT authorizer")
+	case "none":
+		bad(CtxTenantSource, "none is refused: it puts every caller into one tenant; use iam-account for one tenant per AWS account")
+	default:
+		bad(CtxTenantSource, "%q must be iam, iam-account or jwt", s.TenantSource)
+	}
 	if s.MetricsNamespace == "" {
 		bad(CtxMetricsNamespace, "must not be empty")
 	}
@@ -505,7 +589,11 @@ func (s Settings) Validate() error {
 	for _, k := range keys {
 		short := config.ShortKey(k)
 		if _, derived := derivedKeys[short]; derived || (short == keyOutputBucket && s.OutputBucket) {
-			bad(CtxRuntimeConfig, "%q is set by the stack from its resources and settings", k)
+			if ctx, ok := derivedFromContext[short]; ok {
+				bad(CtxRuntimeConfig, "%q is set by the stack from its settings: use context %q", k, ctx)
+			} else {
+				bad(CtxRuntimeConfig, "%q is set by the stack from its resources and settings", k)
+			}
 		}
 		for _, p := range testOnlyKeyPrefixes {
 			if strings.HasPrefix(short, p) && s.Stage != "dev" {

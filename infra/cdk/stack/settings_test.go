@@ -15,6 +15,7 @@ import (
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 
+	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/schema"
 )
 
@@ -73,24 +74,41 @@ func TestSettingsValidation(t *testing.T) {
 		ctx  map[string]any
 		want string // substring of the error, naming the context key
 	}{
-		"lease not below worker timeout": {map[string]any{"leaseMs": 60000}, `"leaseMs"`},
-		"bad stage":                      {map[string]any{"stage": "Prod!"}, `"stage"`},
-		"batch size":                     {map[string]any{"workerBatchSize": 11}, `"workerBatchSize"`},
-		"max concurrency":                {map[string]any{"dlqMaxConcurrency": 1}, `"dlqMaxConcurrency"`},
-		"reserved for unknown function":  {map[string]any{"reservedConcurrency": `{"api": 3}`}, `"reservedConcurrency"`},
-		"retention":                      {map[string]any{"logRetentionDays": 31}, `"logRetentionDays"`},
-		"jwt half configured":            {map[string]any{"jwtIssuer": "https://id.example.com"}, `"jwtIssuer"`},
-		"derived key":                    {map[string]any{"runtimeConfig": `{"queue-url": "x"}`}, `"runtimeConfig"`},
-		"not a number":                   {map[string]any{"memoryMb": "lots"}, `"memoryMb"`},
-		"submit beyond API Gateway":      {map[string]any{"submitTimeoutSeconds": 30}, `"submitTimeoutSeconds"`},
-		"sweeper rate":                   {map[string]any{"sweeperRateMinutes": 0}, `"sweeperRateMinutes"`},
-		"longest worker timeout":         {map[string]any{"workerTimeoutSeconds": 900, "leaseMs": 1000}, ""},
-		"fault injection outside dev":    {map[string]any{"stage": "prod", "runtimeConfig": `{"faults.dispatch-drop-rate": "0.1"}`}, `"runtimeConfig"`},
-		"fault injection in dev":         {map[string]any{"runtimeConfig": `{"faults.dispatch-drop-rate": "0.1"}`}, ""},
-		"resume-token secret value":      {map[string]any{"runtimeConfig": `{"await.resume-token-secret": "x"}`}, `"runtimeConfig"`},
-		"resume-token secret arn":        {map[string]any{"runtimeConfig": `{"await.resume-token-secret-arn": "x"}`}, `"runtimeConfig"`},
-		"own bucket and output bucket":   {map[string]any{"outputBucket": true, "runtimeConfig": `{"output.bucket": "x"}`}, `"runtimeConfig"`},
-		"own bucket":                     {map[string]any{"runtimeConfig": `{"output.bucket": "my-bucket"}`}, ""},
+		"lease not below worker timeout":  {map[string]any{"leaseMs": 60000}, `"leaseMs"`},
+		"bad stage":                       {map[string]any{"stage": "Prod!"}, `"stage"`},
+		"batch size":                      {map[string]any{"workerBatchSize": 11}, `"workerBatchSize"`},
+		"max concurrency":                 {map[string]any{"dlqMaxConcurrency": 1}, `"dlqMaxConcurrency"`},
+		"reserved for unknown function":   {map[string]any{"reservedConcurrency": `{"api": 3}`}, `"reservedConcurrency"`},
+		"retention":                       {map[string]any{"logRetentionDays": 31}, `"logRetentionDays"`},
+		"jwt half configured":             {map[string]any{"jwtIssuer": "https://id.example.com"}, `"jwtIssuer"`},
+		"derived key":                     {map[string]any{"runtimeConfig": `{"queue-url": "x"}`}, `"runtimeConfig"`},
+		"not a number":                    {map[string]any{"memoryMb": "lots"}, `"memoryMb"`},
+		"submit beyond API Gateway":       {map[string]any{"submitTimeoutSeconds": 30}, `"submitTimeoutSeconds"`},
+		"sweeper rate":                    {map[string]any{"sweeperRateMinutes": 0}, `"sweeperRateMinutes"`},
+		"longest worker timeout":          {map[string]any{"workerTimeoutSeconds": 900, "leaseMs": 1000}, ""},
+		"fault injection outside dev":     {map[string]any{"stage": "prod", "runtimeConfig": `{"faults.dispatch-drop-rate": "0.1"}`}, `"runtimeConfig"`},
+		"fault injection in dev":          {map[string]any{"runtimeConfig": `{"faults.dispatch-drop-rate": "0.1"}`}, ""},
+		"resume-token secret value":       {map[string]any{"runtimeConfig": `{"await.resume-token-secret": "x"}`}, `"runtimeConfig"`},
+		"resume-token secret arn":         {map[string]any{"runtimeConfig": `{"await.resume-token-secret-arn": "x"}`}, `"runtimeConfig"`},
+		"own bucket and output bucket":    {map[string]any{"outputBucket": true, "runtimeConfig": `{"output.bucket": "x"}`}, `"runtimeConfig"`},
+		"own bucket":                      {map[string]any{"runtimeConfig": `{"output.bucket": "my-bucket"}`}, ""},
+		"tenant header in dev":            {map[string]any{"tenantSource": "header"}, `"tenantSource"`},
+		"tenant header in prod":           {map[string]any{"stage": "prod", "tenantSource": "header"}, `"tenantSource"`},
+		"tenant header, any case":         {map[string]any{"stage": "qa", "tenantSource": " Header "}, `"tenantSource"`},
+		"tenant none":                     {map[string]any{"stage": "prod", "tenantSource": "none"}, `"tenantSource"`},
+		"tenant unknown":                  {map[string]any{"tenantSource": "cookie"}, `"tenantSource"`},
+		"tenant header via runtimeConfig": {map[string]any{"runtimeConfig": `{"http.tenant-source": "header"}`}, `"tenantSource"`},
+		"allow header tenant":             {map[string]any{"runtimeConfig": `{"http.allow-header-tenant": "true"}`}, `"runtimeConfig"`},
+		"tenant jwt without authorizer":   {map[string]any{"tenantSource": "jwt"}, `"tenantSource"`},
+		"tenant iam with jwt authorizer":  {map[string]any{"tenantSource": "iam", "jwtIssuer": "https://id.example.com", "jwtAudience": "a"}, `"tenantSource"`},
+		"tenant iam-account":              {map[string]any{"stage": "prod", "tenantSource": "iam-account"}, ""},
+		"tenant iam":                      {map[string]any{"stage": "prod", "tenantSource": "iam"}, ""},
+		"diag via runtimeConfig":          {map[string]any{"runtimeConfig": `{"diag.enabled": "true"}`}, `"diagEnabled"`},
+		"diag in prod by option":          {map[string]any{"stage": "prod", "diagEnabled": "true"}, ""},
+		"await throttle above stage":      {map[string]any{"throttleRateLimit": 5}, `"awaitThrottleRateLimit"`},
+		"await burst above stage":         {map[string]any{"awaitThrottleBurstLimit": 201}, `"awaitThrottleBurstLimit"`},
+		"await throttle zero":             {map[string]any{"awaitThrottleRateLimit": 0}, `"awaitThrottleRateLimit"`},
+		"await throttle lowered":          {map[string]any{"throttleRateLimit": 5, "awaitThrottleRateLimit": 1}, ""},
 	} {
 		_, err := settingsFrom(lookup(tc.ctx), "")
 		if tc.want == "" {
@@ -102,6 +120,50 @@ func TestSettingsValidation(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v, want one naming %s", name, err, tc.want)
 		}
+	}
+}
+
+// diag.enabled follows the stage (on in dev, off elsewhere) unless the
+// diagEnabled option says otherwise; http.tenant-source is iam unless
+// tenantSource opts into iam-account.
+func TestStageEnvironmentOptions(t *testing.T) {
+	r := Resources{ExecutionTable: "e", KeyTable: "k", PayloadTable: "p", DeadLetterTable: "d", EffectTable: "x", QueueURL: "q", DLQURL: "l", RejectQueueURL: "r"}
+	diag := config.EnvName(config.FullKey("diag.enabled"))
+	tenant := config.EnvName(config.FullKey("http.tenant-source"))
+	for name, tc := range map[string]struct {
+		ctx          map[string]any
+		diag, tenant string
+	}{
+		"dev":              {map[string]any{}, "true", "iam"},
+		"prod":             {map[string]any{"stage": "prod"}, "false", "iam"},
+		"qa":               {map[string]any{"stage": "qa"}, "false", "iam"},
+		"dev without diag": {map[string]any{"diagEnabled": false}, "false", "iam"},
+		"prod with diag":   {map[string]any{"stage": "prod", "diagEnabled": "true"}, "true", "iam"},
+		"prod per account": {map[string]any{"stage": "prod", "tenantSource": "iam-account"}, "false", "iam-account"},
+		"jwt":              {map[string]any{"jwtIssuer": "https://id.example.com", "jwtAudience": "a"}, "true", "jwt"},
+		"jwt named":        {map[string]any{"tenantSource": "jwt", "jwtIssuer": "https://id.example.com", "jwtAudience": "a"}, "true", "jwt"},
+	} {
+		s, err := settingsFrom(lookup(tc.ctx), "")
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		env, err := Environment(s, r)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if env[diag] != tc.diag || env[tenant] != tc.tenant {
+			t.Errorf("%s: %s=%q %s=%q, want %q and %q", name, diag, env[diag], tenant, env[tenant], tc.diag, tc.tenant)
+		}
+	}
+	// A Settings value built by hand, past Validate, still cannot deploy
+	// the header tenant source.
+	s := DefaultSettings("dev")
+	s.TenantSource = "header"
+	if _, err := Environment(s, r); err == nil || !strings.Contains(err.Error(), "tenantSource") {
+		t.Errorf("Environment with tenant source header: %v", err)
+	}
+	if _, err := New(awscdk.NewApp(nil), "header", Props{Settings: s}); err == nil || !strings.Contains(err.Error(), "tenantSource") {
+		t.Errorf("New with tenant source header: %v", err)
 	}
 }
 

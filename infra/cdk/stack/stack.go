@@ -2,7 +2,8 @@
 // the DynamoDB tables and SQS queues of shared/schema (the same
 // definitions `qasync provision` creates locally), the four Lambda
 // functions from dist/<fn>.zip with least-privilege roles, the HTTP API
-// with IAM authorization on every route, the sweeper's schedule, the
+// with IAM authorization on every route but the await completion route
+// (authorized by its resume token), the sweeper's schedule, the
 // lifecycle event bus, alarms, and cdk-nag's AwsSolutions checks.
 //
 // New builds the stack from Settings; main.go reads the settings from CDK
@@ -53,11 +54,14 @@ const (
 	ResultRouteID     = "ResultRoute"
 	RedriveRouteID    = "RedriveRoute"
 	HealthRouteID     = "HealthRoute"
-	ClientPolicyID    = "ClientInvokePolicy"
-	OperatorPolicyID  = "OperatorRedrivePolicy"
-	ResumeSecretID    = "AwaitResumeTokenSecret"
-	OutputBucketID    = "OutputBucket"
-	lifecycleEventSrc = "qasync" // shared/lifecycle.Source; TestSharedNames keeps them equal
+	// AwaitCompleteRouteID is the await completion route, authorized by
+	// its resume token instead of IAM (see Routes).
+	AwaitCompleteRouteID = "AwaitCompleteRoute"
+	ClientPolicyID       = "ClientInvokePolicy"
+	OperatorPolicyID     = "OperatorRedrivePolicy"
+	ResumeSecretID       = "AwaitResumeTokenSecret"
+	OutputBucketID       = "OutputBucket"
+	lifecycleEventSrc    = "qasync" // shared/lifecycle.Source; TestSharedNames keeps them equal
 )
 
 // FunctionIDs maps each function name to its logical id.
@@ -73,8 +77,8 @@ type Props struct {
 }
 
 // New builds the qasync stack in scope. It fails when the settings are
-// invalid, a dist/<fn>.zip is missing, or the functions' environment
-// would not pass config.Load.
+// invalid, a dist/<fn>.zip or dist/<fn>/bootstrap is missing, or the
+// functions' environment would not pass config.Load.
 func New(scope constructs.Construct, id string, props Props) (awscdk.Stack, error) {
 	s := props.Settings
 	if err := s.Validate(); err != nil {
@@ -84,6 +88,12 @@ func New(scope constructs.Construct, id string, props Props) (awscdk.Stack, erro
 		zip := filepath.Join(s.DistDir, fn+".zip")
 		if st, err := os.Stat(zip); err != nil || st.IsDir() {
 			return nil, fmt.Errorf("stack: %s is missing: build the Lambda zips first (make build-lambda), or point context %q at them", zip, CtxDistDir)
+		}
+		// The unzipped bootstrap is what `sam local invoke` runs (see
+		// samAssetMetadata); make build-lambda writes both.
+		boot := filepath.Join(s.DistDir, fn, "bootstrap")
+		if st, err := os.Stat(boot); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+			return nil, fmt.Errorf("stack: %s is missing or not executable: build the Lambda functions first (make build-lambda), or point context %q at them", boot, CtxDistDir)
 		}
 	}
 	sp := props.StackProps
@@ -307,7 +317,7 @@ func (b *builder) outputs() {
 	out := func(id, desc string, v *string) {
 		awscdk.NewCfnOutput(b.stack, jsii.String(id), &awscdk.CfnOutputProps{Value: v, Description: jsii.String(desc)})
 	}
-	out("ApiUrl", "HTTP API base URL (IAM SigV4-signed requests, service execute-api)", b.http.stage.Url())
+	out("ApiUrl", "HTTP API base URL (IAM SigV4-signed requests, service execute-api; the await completion route takes its resume token instead)", b.http.stage.Url())
 	out("WorkQueueUrl", "SQS work queue", b.queue[WorkQueueID].QueueUrl())
 	out("DlqQueueUrl", "SQS queue of execution dead-letter envelopes", b.queue[DLQQueueID].QueueUrl())
 	out("PoisonQueueUrl", "SQS poison queue (work items the work queue gave up on)", b.queue[PoisonQueueID].QueueUrl())

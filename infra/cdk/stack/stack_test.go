@@ -30,9 +30,9 @@ func TestResourceCounts(t *testing.T) {
 		"AWS::ApiGatewayV2::Api":          1,
 		"AWS::ApiGatewayV2::Stage":        1,
 		"AWS::ApiGatewayV2::Integration":  1,
-		"AWS::ApiGatewayV2::Route":        5,
+		"AWS::ApiGatewayV2::Route":        6, // five IAM routes, the await completion route
 		"AWS::ApiGatewayV2::Authorizer":   0, // IAM needs none
-		"AWS::Lambda::Permission":         6, // five routes, the schedule
+		"AWS::Lambda::Permission":         7, // six routes, the schedule
 		"AWS::Events::EventBus":           1,
 		"AWS::Events::Rule":               1,
 		"AWS::CloudWatch::Alarm":          6,
@@ -303,17 +303,20 @@ func TestFunctionEnvironment(t *testing.T) {
 			}
 		}
 		// Lambda caps a function's environment at 4 KB. Estimate the
-		// deployed size with generous lengths for the resolved references.
+		// deployed size with the longest value each resolved reference
+		// can have (deployedLen).
 		size := 0
 		for k, val := range got {
+			n := len(val)
 			if strings.HasPrefix(val, "<") {
-				val = strings.Repeat("x", 120) // a queue URL or a long name
+				n = v.deployedLen(t, val)
 			}
-			size += len(k) + len(val)
+			size += len(k) + n
 		}
 		if size > 3500 {
 			t.Errorf("%s: environment about %d bytes, too close to Lambda's 4 KB", id, size)
 		}
+		t.Logf("%s: %d variables, at most about %d bytes deployed", id, len(got), size)
 	}
 	// The resume-token secret: its ARN for submit and worker, nothing for
 	// the others, its value for none (ExcludedEnv, checked above).
@@ -336,6 +339,20 @@ func TestFunctionEnvironment(t *testing.T) {
 			t.Errorf("full %s: output.bucket = %q, want the bucket's name", name, fb)
 		}
 	}
+	// diag.drill is served in dev only; no stage takes the tenant from a
+	// header.
+	for variant, diag := range map[string]string{"dev": "true", "prod": "false", "full": "false"} {
+		for _, name := range FunctionNames {
+			got := synth(t, variant).env(t, FunctionIDs[name])
+			if got[env("diag.enabled")] != diag || got[env("http.allow-header-tenant")] != "false" {
+				t.Errorf("%s %s: diag.enabled %q (want %q), http.allow-header-tenant %q (want false)",
+					variant, name, got[env("diag.enabled")], diag, got[env("http.allow-header-tenant")])
+			}
+			if ts := got[env("http.tenant-source")]; ts == "header" || ts == "none" || ts == "" {
+				t.Errorf("%s %s: http.tenant-source %q", variant, name, ts)
+			}
+		}
+	}
 	full := synth(t, "full").env(t, WorkerFunctionID)
 	for key, want := range map[string]string{"http.tenant-source": "jwt", "max-retries": "5", "retry-delay": "2s",
 		"lease-ms": "45000", "sqs.visibility-timeout": "12m0s", "sweep-interval": "5m0s", "metrics.namespace": "qasync/staging"} {
@@ -343,6 +360,31 @@ func TestFunctionEnvironment(t *testing.T) {
 			t.Errorf("full worker: %s = %q, want %q", env(key), full[env(key)], want)
 		}
 	}
+}
+
+// deployedLen is the longest value a reference <id> of the template can
+// resolve to when deployed: physical names grown to the longest prefix
+// Validate allows (40 characters), in the longest partition, region and
+// domain; 120 for a reference of another kind.
+func (v *synthesized) deployedLen(t *testing.T, ref string) int {
+	t.Helper()
+	const region, account, partition, domain = 16, 12, len("aws-us-gov"), len("amazonaws.com.cn")
+	id := strings.Trim(ref, "<>")
+	grow := 40 - len(v.settings.Prefix)
+	name := func(key string) int { return len(str(v.props(t, id)[key])) + grow }
+	switch v.res[id]["Type"] {
+	case "AWS::DynamoDB::Table":
+		return name("TableName")
+	case "AWS::SQS::Queue": // https://sqs.<region>.<domain>/<account>/<name>
+		return len("https://sqs.../") + region + domain + account + 1 + name("QueueName")
+	case "AWS::Events::EventBus":
+		return name("Name")
+	case "AWS::SecretsManager::Secret": // arn:<partition>:secretsmanager:<region>:<account>:secret:<generated name>-<6>
+		return len("arn::secretsmanager:::secret:") + partition + region + account + 64 + 7
+	case "AWS::S3::Bucket":
+		return 63
+	}
+	return 120
 }
 
 func TestEventSources(t *testing.T) {
@@ -391,22 +433,41 @@ func TestEventSources(t *testing.T) {
 	}, jsii.Number(2))
 }
 
+// Every route of the template but the await completion route requires
+// IAM, and every route targets the submit function's one integration.
 func TestHTTPAPIRoutesUseIAM(t *testing.T) {
 	v := synth(t, "dev")
 	var keys []string
 	for _, r := range Routes {
 		p := v.props(t, r.ID)
-		key := r.Method + " " + r.Path
-		keys = append(keys, key)
-		if p["RouteKey"] != key || p["AuthorizationType"] != "AWS_IAM" {
-			t.Errorf("%s: RouteKey %v, AuthorizationType %v; want %q with AWS_IAM", r.ID, p["RouteKey"], p["AuthorizationType"], key)
+		if p["RouteKey"] != r.Key() {
+			t.Errorf("%s: RouteKey %v, want %q", r.ID, p["RouteKey"], r.Key())
 		}
-		if !strings.HasPrefix(str(p["Target"]), "integrations/<") {
-			t.Errorf("%s: Target %v", r.ID, p["Target"])
+		if r.ResumeToken != (r.ID == AwaitCompleteRouteID) {
+			t.Errorf("%s: ResumeToken %v: only the await completion route may go without IAM", r.ID, r.ResumeToken)
+		}
+	}
+	integrations := v.ofType("AWS::ApiGatewayV2::Integration")
+	if len(integrations) != 1 {
+		t.Fatalf("integrations %v, want exactly the submit function's", integrations)
+	}
+	for _, id := range v.ofType("AWS::ApiGatewayV2::Route") {
+		p := v.props(t, id)
+		keys = append(keys, str(p["RouteKey"]))
+		want := "AWS_IAM"
+		if id == AwaitCompleteRouteID {
+			want = "NONE"
+		}
+		if p["AuthorizationType"] != want {
+			t.Errorf("%s (%v): AuthorizationType %v, want %s", id, p["RouteKey"], p["AuthorizationType"], want)
+		}
+		if got, want := str(p["Target"]), "integrations/<"+integrations[0]+">"; got != want {
+			t.Errorf("%s: Target %v, want %s", id, got, want)
 		}
 	}
 	sort.Strings(keys)
 	wantKeys := []string{"GET /healthz", "GET /v1/executions/{executionId}", "GET /v1/executions/{executionId}/result",
+		"POST /v1/executions/{executionId}/awaits/{awaitId}/complete",
 		"POST /v1/executions/{executionId}/redrive", "POST /v1/pipelines/{pipelineId}/executions"}
 	if !reflect.DeepEqual(keys, wantKeys) {
 		t.Errorf("route keys %v, want %v", keys, wantKeys)
@@ -414,7 +475,7 @@ func TestHTTPAPIRoutesUseIAM(t *testing.T) {
 	if got := v.ofType("AWS::ApiGatewayV2::Route"); len(got) != len(Routes) {
 		t.Errorf("routes %v: want exactly %d", got, len(Routes))
 	}
-	integ := v.props(t, v.ofType("AWS::ApiGatewayV2::Integration")[0])
+	integ := v.props(t, integrations[0])
 	if integ["PayloadFormatVersion"] != "2.0" || integ["IntegrationType"] != "AWS_PROXY" || !strings.Contains(str(integ["IntegrationUri"]), "<"+SubmitFunctionID+".Arn>") {
 		t.Errorf("integration %v", integ)
 	}
@@ -429,7 +490,8 @@ func TestHTTPAPIRoutesUseIAM(t *testing.T) {
 	}
 
 	// The redrive route has its own permission: the client policy names
-	// every client route and not redrive, the operator policy redrive only.
+	// every client route and not redrive, the operator policy redrive only;
+	// neither names the await completion route, which needs no permission.
 	arn := func(method, path string) string {
 		return "arn:<AWS::Partition>:execute-api:<AWS::Region>:<AWS::AccountId>:<HttpApi>/*/" + method + path
 	}
@@ -453,6 +515,60 @@ func TestHTTPAPIRoutesUseIAM(t *testing.T) {
 			if id == ClientPolicyID && strings.Contains(r, "redrive") {
 				t.Errorf("client policy can re-drive: %s", r)
 			}
+			if strings.Contains(r, "awaits") {
+				t.Errorf("%s names the await completion route: %s", id, r)
+			}
+		}
+	}
+}
+
+// The await completion route: no authorizer (the resume token is its
+// authorization, checked by the submit function), the submit function's
+// integration, and a throttle of its own below the stage's, in every
+// variant (JWT included).
+func TestAwaitCompletionRoute(t *testing.T) {
+	for _, variant := range []string{"dev", "full"} {
+		v := synth(t, variant)
+		p := v.props(t, AwaitCompleteRouteID)
+		if p["RouteKey"] != "POST /v1/executions/{executionId}/awaits/{awaitId}/complete" {
+			t.Errorf("%s: RouteKey %v", variant, p["RouteKey"])
+		}
+		if p["AuthorizationType"] != "NONE" || p["AuthorizerId"] != nil || p["AuthorizationScopes"] != nil {
+			t.Errorf("%s: AuthorizationType %v, AuthorizerId %v, scopes %v: want NONE without an authorizer",
+				variant, p["AuthorizationType"], p["AuthorizerId"], p["AuthorizationScopes"])
+		}
+		integ := v.ofType("AWS::ApiGatewayV2::Integration")
+		if len(integ) != 1 || str(p["Target"]) != "integrations/<"+integ[0]+">" ||
+			!strings.Contains(str(v.props(t, integ[0])["IntegrationUri"]), "<"+SubmitFunctionID+".Arn>") {
+			t.Errorf("%s: Target %v does not name the submit function's integration %v", variant, p["Target"], integ)
+		}
+		// API Gateway may invoke the submit function for this route.
+		perm := false
+		for _, id := range v.ofType("AWS::Lambda::Permission") {
+			pp := v.props(t, id)
+			perm = perm || (str(pp["FunctionName"]) == "<"+SubmitFunctionID+".Arn>" &&
+				strings.HasSuffix(str(pp["SourceArn"]), "/*/*"+awaitPath))
+		}
+		if !perm {
+			t.Errorf("%s: no Lambda permission for the await completion route", variant)
+		}
+		stage := v.props(t, "HttpApiDefaultStage")
+		rs, _ := stage["RouteSettings"].(map[string]any)
+		got, _ := rs[p["RouteKey"].(string)].(map[string]any)
+		if len(rs) != 1 || num(t, got["ThrottlingRateLimit"]) != 10 || num(t, got["ThrottlingBurstLimit"]) != 20 {
+			t.Errorf("%s: RouteSettings %v, want only the await route at 10/s, burst 20", variant, rs)
+		}
+		def, _ := stage["DefaultRouteSettings"].(map[string]any)
+		if num(t, got["ThrottlingRateLimit"]) >= num(t, def["ThrottlingRateLimit"]) {
+			t.Errorf("%s: await route rate %v is not below the stage's %v", variant, got["ThrottlingRateLimit"], def["ThrottlingRateLimit"])
+		}
+		// The route settings name the route by key: the stage must wait for it.
+		deps := false
+		for _, d := range list(v.res["HttpApiDefaultStage"]["DependsOn"]) {
+			deps = deps || d == AwaitCompleteRouteID
+		}
+		if !deps {
+			t.Errorf("%s: stage DependsOn %v lacks %s", variant, v.res["HttpApiDefaultStage"]["DependsOn"], AwaitCompleteRouteID)
 		}
 	}
 }
@@ -469,8 +585,11 @@ func TestJWTAuthorizer(t *testing.T) {
 	for _, r := range Routes {
 		p := v.props(t, r.ID)
 		wantType := "JWT"
-		if r.ID == HealthRouteID {
+		switch r.ID {
+		case HealthRouteID:
 			wantType = "AWS_IAM"
+		case AwaitCompleteRouteID:
+			wantType = "NONE" // the resume token, under JWT too
 		}
 		if p["AuthorizationType"] != wantType {
 			t.Errorf("%s: AuthorizationType %v, want %s", r.ID, p["AuthorizationType"], wantType)
