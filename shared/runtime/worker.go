@@ -499,15 +499,12 @@ func (t *transition) commit(ctx context.Context, next execution.Execution, keepS
 			return t.landedAs(ctx, got, attrs), nil
 		}
 		refused := errors.Is(err, store.ErrLeaseLost) || errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrConflict)
-		if refused && attempt == 1 {
-			t.log.LogAttrs(ctx, slog.LevelWarn, "lease_lost", slog.String("event", "lease_lost"), slog.String("phase", "commit"))
-			return nil, nil
-		}
 		if !refused && !transient(err) {
 			return nil, fmt.Errorf("runtime: commit %s: %w", t.row.TransitionKey(), err)
 		}
-		// The outcome of an earlier write is unknown (it failed
-		// transiently), or a retry was refused because that write landed:
+		// The outcome of a write is unknown (it failed transiently), or a
+		// write was refused, maybe because an earlier try of it landed (ours,
+		// or the backend client's own retry of one whose answer was lost):
 		// read the row back to tell.
 		row, gerr := r.Store.Get(cctx, guard.Key)
 		switch {

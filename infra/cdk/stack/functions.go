@@ -70,7 +70,7 @@ func (b *builder) functions() error {
 	descriptions := map[string]string{
 		Submit:  "qasync submit: HTTP API -> submit, status, result, redrive, await completion",
 		Worker:  "qasync worker: work queue -> one transition per record",
-		Sweeper: "qasync sweeper: schedule -> due-work index sweeps",
+		Sweeper: "qasync sweeper: schedule -> sweep index sweeps",
 		DLQ:     "qasync dlq: DLQ and poison queue -> dead-letter records",
 	}
 	for _, name := range FunctionNames {
@@ -194,15 +194,19 @@ func (f *function) allow(sid string, actions []string, resources ...*string) {
 // that:
 //
 //   - submit: execution rows created (PutItem inside TransactWriteItems),
-//     read (status, result, duplicates) and updated (redrive); key rows
-//     created and read; payload chunks written and read; work items sent.
+//     read (status, result, duplicates) and updated (redrive, await
+//     completion); key rows created and read; payload chunks written and
+//     read; work items sent; the pending dead letter of a FAILED execution
+//     published before it is re-driven.
 //   - worker: execution rows read, claimed, renewed and committed; payload
 //     chunks read and written; command steps' effect records created
 //     (PutItem), read and transitioned (UpdateItem); work queue consumed
-//     and next steps sent; dead-letter envelopes and item rejects sent;
-//     lifecycle events put.
-//   - sweeper: the due-work index queried; rows read and updated; work
-//     items and dead-letter envelopes sent; lifecycle events put.
+//     (and a record that is not due yet kept invisible until it is:
+//     ChangeMessageVisibility) and next steps sent; dead-letter envelopes
+//     and item rejects sent; lifecycle events put.
+//   - sweeper: the sweep index queried; rows read (BatchGetItem) and
+//     updated; work items and dead-letter envelopes sent; lifecycle events
+//     put.
 //   - dlq: DLQ and poison queues consumed; dead-letter records written
 //     and read; rows read and marked DLQ; lifecycle events put.
 //
@@ -238,11 +242,12 @@ func (b *builder) grants(f *function) {
 		f.allow("IdempotencyKeys", []string{"dynamodb:GetItem", "dynamodb:PutItem"}, keys.TableArn())
 		f.allow("Payloads", []string{"dynamodb:GetItem", "dynamodb:PutItem"}, payloads.TableArn())
 		f.allow("DispatchWork", []string{"sqs:SendMessage"}, work.QueueArn())
+		f.allow("PublishDeadLetters", []string{"sqs:SendMessage"}, dlq.QueueArn())
 	case Worker:
 		f.allow("ExecutionRows", []string{"dynamodb:GetItem", "dynamodb:UpdateItem"}, exec.TableArn())
 		f.allow("Payloads", []string{"dynamodb:GetItem", "dynamodb:PutItem"}, payloads.TableArn())
 		f.allow("CommandEffects", []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, effects.TableArn())
-		f.allow("ConsumeWork", consume, work.QueueArn())
+		f.allow("ConsumeWork", append(consume, "sqs:ChangeMessageVisibility"), work.QueueArn())
 		f.allow("DispatchWork", []string{"sqs:SendMessage"}, work.QueueArn())
 		f.allow("PublishDeadLetters", []string{"sqs:SendMessage"}, dlq.QueueArn())
 		f.allow("PublishItemRejects", []string{"sqs:SendMessage"}, rejects.QueueArn())
@@ -250,7 +255,7 @@ func (b *builder) grants(f *function) {
 	case Sweeper:
 		f.allow("QueryDueWork", []string{"dynamodb:Query"},
 			jsii.String(*exec.TableArn()+"/index/"+schema.DueIndexName))
-		f.allow("ExecutionRows", []string{"dynamodb:GetItem", "dynamodb:UpdateItem"}, exec.TableArn())
+		f.allow("ExecutionRows", []string{"dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:UpdateItem"}, exec.TableArn())
 		f.allow("DispatchWork", []string{"sqs:SendMessage"}, work.QueueArn())
 		f.allow("PublishDeadLetters", []string{"sqs:SendMessage"}, dlq.QueueArn())
 		putEvents()
