@@ -12,6 +12,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/smithy-go/middleware"
 
 	"github.com/qasync/qasync/pipelines/checkout"
 	"github.com/qasync/qasync/shared/awsclient"
@@ -43,6 +44,12 @@ type durable struct {
 // them with short timings; start begins consuming the work queue.
 func openDurable(t *testing.T, adjust func(*config.Config), ps ...pipeline.Pipeline) *durable {
 	t.Helper()
+	return openDurableWith(t, adjust, nil, ps...)
+}
+
+// openDurableWith is openDurable with more SDK middleware on every client.
+func openDurableWith(t *testing.T, adjust func(*config.Config), mw []func(*middleware.Stack) error, ps ...pipeline.Pipeline) *durable {
+	t.Helper()
 	clients, _ := awstest.Clients(t)
 	n := awstest.Names(t)
 	awstest.Tables(t, clients, schema.Tables(n)...)
@@ -60,7 +67,7 @@ func openDurable(t *testing.T, adjust func(*config.Config), ps ...pipeline.Pipel
 	}
 	counter := awsclient.NewCounter()
 	set, err := providers.Open(context.Background(), c, reg, slog.New(slog.DiscardHandler),
-		providers.WithAPIOptions(counter.APIOption), providers.WithDrainTimeout(5*time.Second))
+		providers.WithAPIOptions(append([]func(*middleware.Stack) error{counter.APIOption}, mw...)...), providers.WithDrainTimeout(5*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
