@@ -17,6 +17,10 @@ type Options struct {
 	// result, so production stages leave it off, and a submit of diag.drill
 	// there is answered 404 like any unknown pipeline.
 	Diag bool
+	// DrillVersions names the definitions of diag.drill to serve (config key
+	// diag.drill-versions, test only: rolling deploys): "1" (the default
+	// when empty), "2", or both, the last listed taking new submissions.
+	DrillVersions string
 }
 
 // Registry returns a registry holding the pipelines of this repository:
@@ -24,7 +28,15 @@ type Options struct {
 func Registry(o Options) (*pipeline.Registry, error) {
 	ps := []pipeline.Pipeline{checkout.Pipeline()}
 	if o.Diag {
-		ps = append(ps, diag.Pipeline())
+		versions := o.DrillVersions
+		if versions == "" {
+			versions = "1"
+		}
+		drills, err := diag.Versions(versions)
+		if err != nil {
+			return nil, err
+		}
+		ps = append(ps, drills...)
 	}
 	return pipeline.NewRegistry(ps...)
 }

@@ -103,7 +103,7 @@ func serve(args []string) int {
 	_ = level.UnmarshalText([]byte(cfg.LogLevel)) // validated by config
 	log := slog.New(slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{Level: level}))
 
-	reg, err := pipelines.Registry(pipelines.Options{Diag: cfg.DiagEnabled})
+	reg, err := pipelines.Registry(pipelines.Options{Diag: cfg.DiagEnabled, DrillVersions: cfg.DiagDrillVersions})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "qasync: %v\n", err)
 		return 1

@@ -29,10 +29,11 @@ import (
 // ID is the pipeline id.
 const ID = "diag.drill"
 
-// Step names, in order.
+// Step names, in order (StepVerify only in version 2).
 const (
 	StepPrepare = "prepare"
 	StepWork    = "work"
+	StepVerify  = "verify"
 	StepFinish  = "finish"
 )
 
@@ -117,21 +118,59 @@ type Result struct {
 	WorkAttempt int `json:"workAttempt"`
 	// Data is exactly Drill.ResultBytes bytes of deterministic ASCII text.
 	Data string `json:"data"`
+	// Steps names the steps whose committed outputs led to this result,
+	// in order: the definition the execution ran under.
+	Steps []string `json:"steps"`
 }
 
 // state is what prepare hands to work and work to finish.
 type state struct {
 	Drill
-	WorkAttempt int `json:"workAttempt,omitempty"`
+	WorkAttempt int      `json:"workAttempt,omitempty"`
+	Steps       []string `json:"steps,omitempty"`
 }
 
-// Pipeline returns the drill pipeline.
+// Pipeline returns the drill pipeline (version 1: prepare, work, finish).
 func Pipeline() pipeline.Pipeline {
 	return pipeline.Pipeline{ID: ID, Steps: []pipeline.Step{
 		pipeline.NewStep(StepPrepare, prepare),
 		pipeline.NewStep(StepWork, work),
 		pipeline.NewStep(StepFinish, finish),
 	}}
+}
+
+// PipelineV2 is the drill's second definition, version "v2": prepare,
+// work, verify (which changes nothing but its trace), finish. Rolling
+// deploys are rehearsed with it (config key diag.drill-versions).
+func PipelineV2() pipeline.Pipeline {
+	return pipeline.Pipeline{ID: ID, Version: "v2", Steps: []pipeline.Step{
+		pipeline.NewStep(StepPrepare, prepare),
+		pipeline.NewStep(StepWork, work),
+		pipeline.NewStep(StepVerify, verify),
+		pipeline.NewStep(StepFinish, finish),
+	}}
+}
+
+// Versions returns the drill definitions that versions names ("1", "2",
+// "1,2" or "2,1"): the last one listed takes new submissions, the others
+// only finish the executions bound to them (Draining).
+func Versions(versions string) ([]pipeline.Pipeline, error) {
+	var out []pipeline.Pipeline
+	parts := strings.Split(versions, ",")
+	for i, v := range parts {
+		var p pipeline.Pipeline
+		switch strings.TrimSpace(v) {
+		case "1":
+			p = Pipeline()
+		case "2":
+			p = PipelineV2()
+		default:
+			return nil, fmt.Errorf("diag: unknown drill version %q (want 1 or 2)", v)
+		}
+		p.Draining = i < len(parts)-1
+		out = append(out, p)
+	}
+	return out, nil
 }
 
 func prepare(ctx context.Context, _ pipeline.StepInfo, d Drill) (state, error) {
@@ -141,7 +180,15 @@ func prepare(ctx context.Context, _ pipeline.StepInfo, d Drill) (state, error) {
 	if err := d.validate(); err != nil {
 		return state{}, err
 	}
-	return state{Drill: d}, nil
+	return state{Drill: d, Steps: []string{StepPrepare}}, nil
+}
+
+func verify(ctx context.Context, _ pipeline.StepInfo, s state) (state, error) {
+	if err := ctx.Err(); err != nil {
+		return state{}, context.Cause(ctx)
+	}
+	s.Steps = append(s.Steps, StepVerify)
+	return s, nil
 }
 
 func work(ctx context.Context, info pipeline.StepInfo, s state) (state, error) {
@@ -171,6 +218,7 @@ func work(ctx context.Context, info pipeline.StepInfo, s state) (state, error) {
 		return state{}, pipeline.Retryable(CodeDrillFailure, err)
 	}
 	s.WorkAttempt = info.Attempt
+	s.Steps = append(s.Steps, StepWork)
 	return s, nil
 }
 
@@ -181,7 +229,7 @@ func finish(ctx context.Context, _ pipeline.StepInfo, s state) (Result, error) {
 	if err := s.validate(); err != nil { // the bounds text relies on
 		return Result{}, err
 	}
-	return Result{Echo: s.Echo, WorkAttempt: s.WorkAttempt, Data: text(s.ResultBytes)}, nil
+	return Result{Echo: s.Echo, WorkAttempt: s.WorkAttempt, Data: text(s.ResultBytes), Steps: append(s.Steps, StepFinish)}, nil
 }
 
 func (d Drill) validate() error {

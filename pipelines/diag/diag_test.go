@@ -82,7 +82,7 @@ func TestEmptyDrill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := string(out.Data), `{"workAttempt":1,"data":""}`; got != want {
+	if got, want := string(out.Data), `{"workAttempt":1,"data":"","steps":["prepare","work","finish"]}`; got != want {
 		t.Fatalf("result %s, want %s", got, want)
 	}
 }
@@ -157,7 +157,7 @@ func TestFailScript(t *testing.T) {
 			if err != nil {
 				t.Fatalf("attempt 4: %v", err)
 			}
-			if got, want := string(out.Data), `{"workAttempt":4,"data":""}`; got != want {
+			if got, want := string(out.Data), `{"workAttempt":4,"data":"","steps":["prepare","work","finish"]}`; got != want {
 				t.Fatalf("result %s, want %s", got, want)
 			}
 		})
@@ -334,5 +334,31 @@ func TestCrashAttempts(t *testing.T) {
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != diag.CrashExitCode {
 		t.Errorf("crashing work: %v, want exit status %d\n%s", err, diag.CrashExitCode, out)
+	}
+}
+
+// TestVersionsTraceTheirSteps: each definition's result names the steps
+// it ran, and Versions marks all but the last listed as draining.
+func TestVersionsTraceTheirSteps(t *testing.T) {
+	t.Parallel()
+	both, err := diag.Versions("1,2")
+	if err != nil || len(both) != 2 || !both[0].Draining || both[1].Draining || both[1].Version != "v2" {
+		t.Fatalf("Versions(1,2) = %+v, %v", both, err)
+	}
+	if _, err := diag.Versions("3"); err == nil {
+		t.Fatal("unknown version accepted")
+	}
+	in, _ := payload.RawJSON([]byte(`{}`))
+	p := diag.PipelineV2()
+	for i, s := range p.Steps {
+		out, err := s.Run(t.Context(), pipeline.StepInfo{StepName: s.Name, StepIndex: i, Attempt: 1}, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in = out
+	}
+	var res diag.Result
+	if err := json.Unmarshal(in.Data, &res); err != nil || fmt.Sprint(res.Steps) != "[prepare work verify finish]" {
+		t.Fatalf("v2 result %s, %v", in.Data, err)
 	}
 }

@@ -268,6 +268,11 @@ type Config struct {
 	// to 1. Test only (chaos): the share of dead-letter publishes failed,
 	// simulating a DLQ outage.
 	FaultDLQErrorRate float64
+	// FaultDLQOutageUntil is key "faults.dlq-outage-until-ms", default 0
+	// (none). Test only (chaos): every dead-letter publish fails until this
+	// wall-clock time (Unix milliseconds), a DLQ outage that processes
+	// started at different times share.
+	FaultDLQOutageUntil int64
 	// FaultClockOffset is key "faults.clock-offset-ms", default 0, -60000
 	// to 60000. Test only (chaos): milliseconds added to this process's
 	// clock, to run workers with skewed clocks.
@@ -523,6 +528,8 @@ var entries = []entry{
 		func(c *Config) *float64 { return &c.FaultCommitErrorRate }, parseFloat, between(0.0, 0.5)),
 	field("faults.dlq-error-rate", "Test only (chaos): share of dead-letter publishes failed, as in a DLQ outage; 0 (off) to 1.",
 		func(c *Config) *float64 { return &c.FaultDLQErrorRate }, parseFloat, between(0.0, 1.0)),
+	field("faults.dlq-outage-until-ms", "Test only (chaos): every dead-letter publish fails until this wall-clock time, in Unix milliseconds (a DLQ outage shared by processes started at different times); 0: none.",
+		func(c *Config) *int64 { return &c.FaultDLQOutageUntil }, parseInt[int64], atLeast[int64](0)),
 	millis(field("faults.clock-offset-ms", "Test only (chaos): milliseconds added to this process's clock (may be negative); -60000 to 60000.",
 		func(c *Config) *time.Duration { return &c.FaultClockOffset }, parseMillis, between(-time.Minute, time.Minute))),
 	field("diag.enabled", "Serve the diag.drill fault drill, for local and dev use (one submit can hold a worker 60 s and store a 1 MiB result); make run and make local-cloud set it, production stages leave it off and diag.drill is then an unknown pipeline (404).",

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/qasync/qasync/pipelines/checkout"
 	"github.com/qasync/qasync/pipelines/diag"
+	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/deadletter"
 	"github.com/qasync/qasync/shared/execution"
 	"github.com/qasync/qasync/shared/memstore"
@@ -53,6 +55,23 @@ type ChaosOptions struct {
 	// settings (faults.*). Defaults 0.02, 0.05 and 0.05; a negative value
 	// turns a fault off.
 	DynamoErrorRate, DuplicateRate, DropRate float64
+	// CommitErrorRate is the workers' faults.commit-error-rate: step
+	// commits failed as unavailable, half of them after they landed.
+	// Default 0.05; negative: off.
+	CommitErrorRate float64
+	// DLQOutage is how long, from the first submit, every dead-letter
+	// publish fails (faults.dlq-outage-until-ms): dead letters get stuck
+	// while work items are dropped. Default a third of the submit period;
+	// negative: none.
+	DLQOutage time.Duration
+	// ClockSkew bounds each worker's clock offset (faults.clock-offset-ms,
+	// drawn from -ClockSkew..ClockSkew); it must stay within the
+	// runtime's clock-skew tolerance (2 s). Default 1.5s; negative: none.
+	ClockSkew time.Duration
+	// NoRollingDeploy turns off the rolling deploy: half-way through the
+	// submits, half the worker slots restart serving version 2 of
+	// diag.drill only (diag.drill-versions=2), the others keep version 1.
+	NoRollingDeploy bool
 	// QuiesceTimeout bounds the wait for every execution to be terminal
 	// after the last submit and the last kill. Default 3m.
 	QuiesceTimeout time.Duration
@@ -88,6 +107,17 @@ func (o *ChaosOptions) defaults(t testing.TB) {
 	rate(&o.DynamoErrorRate, 0.02)
 	rate(&o.DuplicateRate, 0.05)
 	rate(&o.DropRate, 0.05)
+	rate(&o.CommitErrorRate, 0.05)
+	span := func(p *time.Duration, def time.Duration) {
+		switch {
+		case *p == 0:
+			*p = def
+		case *p < 0:
+			*p = 0
+		}
+	}
+	span(&o.DLQOutage, time.Duration(float64(o.Executions)/o.SubmitRate*float64(time.Second))/3)
+	span(&o.ClockSkew, 1500*time.Millisecond)
 	if o.QuiesceTimeout <= 0 {
 		o.QuiesceTimeout = 3 * time.Minute
 	}
@@ -104,7 +134,7 @@ var chaosTimings = Settings{
 	"lease-ms": "2000", "sweep-interval": "1s", "sweep-grace": "2s",
 	"max-retries": "3", "retry-delay": "500ms", "retry-multiplier": "2", "retry-max-delay": "4s",
 	"sqs.wait-seconds": "1", "sqs.visibility-timeout": "4s", "worker-concurrency": "8",
-	"payload.inline-budget-bytes": "1024", "log-level": "info",
+	"payload.inline-budget-bytes": "1024", "log-level": "info", "clock-skew-tolerance": "2s",
 }
 
 // chaosMaxAttempts is max-retries + 1 of chaosTimings.
@@ -133,6 +163,22 @@ type Report struct {
 	DuplicatedItems, DroppedItems int
 	// DynamoFaults counts injected DynamoDB attempt failures.
 	DynamoFaults int
+	// CommitFaultsBefore and CommitFaultsAfter count injected commit
+	// failures (before the write; after it landed); CommitsResolved counts
+	// commits whose unknown outcome was resolved by reading the row back.
+	CommitFaultsBefore, CommitFaultsAfter, CommitsResolved int
+	// DLQFaults counts failed dead-letter publishes (the outage).
+	DLQFaults int
+	// ClockOffsets lists each worker slot's clock offset.
+	ClockOffsets []time.Duration
+	// RolledSlots is how many worker slots the rolling deploy switched
+	// to diag.drill version 2 (0: no rolling deploy).
+	RolledSlots int
+	// Versions counts drill executions by the definition they were bound to.
+	Versions map[string]int
+	// VersionDeferrals counts work items a worker left because it did not
+	// serve the execution's definition.
+	VersionDeferrals int
 	// LeaseTakeovers counts claims of an expired lease (lease_claimed
 	// with takeover=true); LeaseLost counts lease_lost events.
 	LeaseTakeovers, LeaseLost int
@@ -173,6 +219,17 @@ func (r Report) Table() string {
 	row("work items duplicated (injected)", r.DuplicatedItems)
 	row("work items dropped (injected)", r.DroppedItems)
 	row("DynamoDB faults injected (throttle / 500)", r.DynamoFaults)
+	row("commit faults injected (before / after the write)", fmt.Sprintf("%d / %d", r.CommitFaultsBefore, r.CommitFaultsAfter))
+	row("commits resolved by reading the row back", r.CommitsResolved)
+	row("dead-letter publishes failed (DLQ outage)", r.DLQFaults)
+	row("worker clock offsets", fmt.Sprint(r.ClockOffsets))
+	row("rolling deploy: slots switched to diag.drill v2", r.RolledSlots)
+	var vs []string
+	for _, k := range slices.Sorted(mapKeys(r.Versions)) {
+		vs = append(vs, fmt.Sprintf("%s %d", k, r.Versions[k]))
+	}
+	row("drill executions by definition", strings.Join(vs, ", "))
+	row("work items left for a worker of their definition", r.VersionDeferrals)
 	row("lease takeovers", r.LeaseTakeovers)
 	row("leases lost (step or commit refused)", r.LeaseLost)
 	row("sweeper re-dispatches", r.SweepRedispatches)
@@ -252,21 +309,28 @@ func RunChaos(t testing.TB, opts ChaosOptions) Report {
 	t.Helper()
 	opts.defaults(t)
 	start := time.Now()
-	rep := Report{Seed: opts.Seed, Executions: opts.Executions, Workers: opts.Workers, Outcomes: map[string]int{}}
+	rep := Report{Seed: opts.Seed, Executions: opts.Executions, Workers: opts.Workers, Outcomes: map[string]int{}, Versions: map[string]int{}}
 	var vmu sync.Mutex
 	violate := func(format string, args ...any) {
 		vmu.Lock()
 		defer vmu.Unlock()
 		rep.Violations = append(rep.Violations, fmt.Sprintf(format, args...))
 	}
-	t.Logf("chaos: seed %d (CHAOS_SEED=%d repeats these inputs), %d executions, %d workers, a kill every ~%s, faults: DynamoDB %.3f, duplicate %.3f, drop %.3f; logs in %s",
-		opts.Seed, opts.Seed, opts.Executions, opts.Workers, opts.KillEvery, opts.DynamoErrorRate, opts.DuplicateRate, opts.DropRate, opts.LogDir)
+	t.Logf("chaos: seed %d (CHAOS_SEED=%d repeats these inputs), %d executions, %d workers, a kill every ~%s, faults: DynamoDB %.3f, duplicate %.3f, drop %.3f, commit %.3f, DLQ outage %s, clock skew up to %s, rolling deploy %v; logs in %s",
+		opts.Seed, opts.Seed, opts.Executions, opts.Workers, opts.KillEvery, opts.DynamoErrorRate, opts.DuplicateRate, opts.DropRate,
+		opts.CommitErrorRate, opts.DLQOutage, opts.ClockSkew, !opts.NoRollingDeploy, opts.LogDir)
 
 	st := NewStack(t)
+	outageUntil := int64(0)
+	if opts.DLQOutage > 0 {
+		outageUntil = time.Now().Add(opts.DLQOutage).UnixMilli()
+	}
 	env := st.Env(chaosTimings, Settings{
 		"faults.dynamo-error-rate":       strconv.FormatFloat(opts.DynamoErrorRate, 'f', -1, 64),
 		"faults.dispatch-duplicate-rate": strconv.FormatFloat(opts.DuplicateRate, 'f', -1, 64),
 		"faults.dispatch-drop-rate":      strconv.FormatFloat(opts.DropRate, 'f', -1, 64),
+		"faults.commit-error-rate":       strconv.FormatFloat(opts.CommitErrorRate, 'f', -1, 64),
+		"faults.dlq-outage-until-ms":     strconv.FormatInt(outageUntil, 10),
 	})
 	jobs, err := chaosJobs(opts.Seed, opts.Executions)
 	if err != nil {
@@ -280,7 +344,17 @@ func RunChaos(t testing.TB, opts ChaosOptions) Report {
 		}
 	}
 
-	fl := &fleet{env: env, dir: opts.LogDir, gen: make([]int, opts.Workers), slots: make([]*Server, opts.Workers)}
+	fl := &fleet{env: env, dir: opts.LogDir, gen: make([]int, opts.Workers), slots: make([]*Server, opts.Workers),
+		extra: make([]Settings, opts.Workers)}
+	skewRng := rand.New(rand.NewPCG(opts.Seed, 2))
+	for i := range opts.Workers {
+		off := time.Duration(0)
+		if opts.ClockSkew > 0 {
+			off = time.Duration((skewRng.Float64()*2 - 1) * float64(opts.ClockSkew)).Round(time.Millisecond)
+		}
+		rep.ClockOffsets = append(rep.ClockOffsets, off)
+		fl.extra[i] = Settings{"faults.clock-offset-ms": strconv.FormatInt(off.Milliseconds(), 10), "diag.drill-versions": "1"}
+	}
 	t.Cleanup(fl.killAll)
 	for i := range opts.Workers {
 		if err := fl.restart(i); err != nil {
@@ -302,7 +376,9 @@ func RunChaos(t testing.TB, opts ChaosOptions) Report {
 				return
 			}
 			i := rng.IntN(opts.Workers)
+			fl.op.Lock()
 			if err := fl.kill(i); err != nil {
+				fl.op.Unlock()
 				violate("kill worker %d: %v", i, err)
 				return
 			}
@@ -313,6 +389,7 @@ func RunChaos(t testing.TB, opts ChaosOptions) Report {
 					break
 				}
 			}
+			fl.op.Unlock()
 			if err != nil {
 				violate("restart worker %d: %v", i, err)
 				return
@@ -328,7 +405,21 @@ func RunChaos(t testing.TB, opts ChaosOptions) Report {
 	sem := make(chan struct{}, 4)
 	tick := time.NewTicker(time.Duration(float64(time.Second) / opts.SubmitRate))
 	var mu sync.Mutex
-	for _, j := range jobs {
+	rollAt := len(jobs) / 2
+	if opts.NoRollingDeploy {
+		rollAt = -1
+	}
+	for n, j := range jobs {
+		if n == rollAt {
+			// The rolling deploy: half the slots (at least one, never all
+			// but... with one worker, that one) move to version 2 only.
+			rep.RolledSlots = max(1, opts.Workers/2)
+			for i := range rep.RolledSlots {
+				if err := fl.redeploy(i, Settings{"diag.drill-versions": "2"}); err != nil {
+					violate("rolling deploy of worker %d: %v", i, err)
+				}
+			}
+		}
 		<-tick.C
 		sem <- struct{}{}
 		wg.Go(func() {
@@ -446,7 +537,17 @@ func RunChaos(t testing.TB, opts ChaosOptions) Report {
 				rep.DroppedItems++
 			case providers.FaultDynamoThrottle, providers.FaultDynamo500:
 				rep.DynamoFaults++
+			case providers.FaultCommitBeforeWrite:
+				rep.CommitFaultsBefore++
+			case providers.FaultCommitAfterWrite:
+				rep.CommitFaultsAfter++
+			case providers.FaultDLQPublish:
+				rep.DLQFaults++
 			}
+		case "commit_outcome_resolved":
+			rep.CommitsResolved++
+		case "pipeline_version_unavailable":
+			rep.VersionDeferrals++
 		case "lease_claimed":
 			if e.Bool("takeover") {
 				rep.LeaseTakeovers++
@@ -480,6 +581,9 @@ func RunChaos(t testing.TB, opts ChaosOptions) Report {
 			}
 		}
 		rep.Outcomes[outcome]++
+		if j.pipelineID == diag.ID {
+			rep.Versions[versionName(j.row.PipelineVersion)]++
+		}
 		checkOutcome(j, results[j], takeovers[j.id], violate)
 	}
 
@@ -559,6 +663,10 @@ func checkOutcome(j *job, result []byte, takeovers int, violate func(string, ...
 		}
 		return
 	}
+	if row.Error != nil && runtimeCaused[row.Error.Code] {
+		violate("execution %d (%s) ended %s with the runtime-caused code %s: %s", j.i, j.id, row.Status, row.Error.Code, row.Error.Message)
+		return
+	}
 	if string(row.Status) != j.status {
 		violate("execution %d (%s, %s) ended %s (error %+v), want %s %s", j.i, j.id, j.body, row.Status, row.Error, j.status, j.reason)
 		return
@@ -588,6 +696,45 @@ func checkOutcome(j *job, result []byte, takeovers int, violate func(string, ...
 		violate("drill %d (%s): echo %s, %d data bytes, workAttempt %d; want echo %s, %d bytes, workAttempt %d..%d",
 			j.i, j.id, got.Echo, len(got.Data), got.WorkAttempt, want.Echo, len(want.Data), j.minAttempt, chaosMaxAttempts)
 	}
+	// The steps that led to the result are exactly those of the definition
+	// the execution was bound to: no step of another definition ran.
+	if steps, ok := drillSteps[row.PipelineVersion]; !ok || !slices.Equal(got.Steps, steps) {
+		violate("drill %d (%s) bound to %q ran steps %v, want %v", j.i, j.id, row.PipelineVersion, got.Steps, steps)
+	}
+}
+
+// runtimeCaused are the error codes an execution ends with only through a
+// mistake of the runtime or its deployment, never because of its input:
+// none may appear in a chaos run. (worker_lost is judged apart: kills may
+// legitimately use up a step's attempts.)
+var runtimeCaused = map[string]bool{
+	runtime.CodePipelineVersionUnavailable: true, runtime.CodeReleaseLimit: true,
+	runtime.CodeOutputUnstorable: true, runtime.CodePayloadUnreadable: true,
+}
+
+// drillSteps maps each diag.drill definition to its steps.
+var drillSteps = func() map[string][]string {
+	m := map[string][]string{}
+	for _, p := range []pipeline.Pipeline{diag.Pipeline(), diag.PipelineV2()} {
+		var names []string
+		for _, s := range p.Steps {
+			names = append(names, s.Name)
+		}
+		m[p.VersionID()] = names
+	}
+	return m
+}()
+
+// versionName is a drill definition's short name for the report.
+func versionName(id string) string {
+	v1, v2 := diag.Pipeline(), diag.PipelineV2()
+	switch id {
+	case v1.VersionID():
+		return "v1 " + id
+	case v2.VersionID():
+		return "v2 " + id
+	}
+	return id
 }
 
 // chaosJobs draws the executions from seed and computes each one's
@@ -682,7 +829,7 @@ func crashFree(p pipeline.Pipeline, input []byte, attempts map[int]int) ([]byte,
 		attempt := max(attempts[i], 1)
 		info := pipeline.StepInfo{ExecutionID: "crash-free", TenantID: "default", PipelineID: p.ID,
 			StepName: step.Name, StepIndex: i, Attempt: attempt,
-			IdempotencyKey: execution.StepIdempotencyKey("default", "crash-free", strconv.Itoa(i)), Effects: effects}
+			IdempotencyKey: execution.StepIdempotencyKey("default", "crash-free", step.Name), Effects: effects}
 		out, err := step.Run(context.Background(), info, in)
 		if err != nil {
 			return nil, fmt.Errorf("crash-free run of %s step %s: %w", p.ID, step.Name, err)
@@ -743,15 +890,23 @@ type fleet struct {
 	mu    sync.Mutex
 	slots []*Server
 	gen   []int
+	extra []Settings // per slot: clock offset, drill versions
+	// op serializes the replacements of a slot's process (the killer's
+	// kill and restart, a redeploy), so a slot never runs two processes.
+	op sync.Mutex
 }
 
-// restart starts a new process in slot i.
+// restart starts a new process in slot i, with the slot's settings.
 func (f *fleet) restart(i int) error {
 	f.mu.Lock()
 	f.gen[i]++
 	name := fmt.Sprintf("w%d-%d", i, f.gen[i])
+	env := slices.Clone(f.env)
+	for _, k := range slices.Sorted(maps.Keys(f.extra[i])) {
+		env = append(env, config.EnvName(config.FullKey(k))+"="+f.extra[i][k])
+	}
 	f.mu.Unlock()
-	s, err := StartServer(f.env, f.dir, name)
+	s, err := StartServer(env, f.dir, name)
 	if err != nil {
 		return err
 	}
@@ -759,6 +914,20 @@ func (f *fleet) restart(i int) error {
 	f.slots[i] = s
 	f.mu.Unlock()
 	return nil
+}
+
+// redeploy changes slot i's settings and replaces its process the way a
+// deploy does: the old one is stopped (SIGTERM, draining), the new one
+// started.
+func (f *fleet) redeploy(i int, settings Settings) error {
+	f.op.Lock()
+	defer f.op.Unlock()
+	f.mu.Lock()
+	maps.Copy(f.extra[i], settings)
+	s := f.slots[i]
+	f.mu.Unlock()
+	_ = s.Stop(30 * time.Second) // a process the killer took already is gone
+	return f.restart(i)
 }
 
 // kill SIGKILLs the process in slot i.
@@ -819,6 +988,8 @@ func (f *fleet) killAll() {
 // base: CHAOS_EXECUTIONS, CHAOS_WORKERS, CHAOS_KILL_EVERY (a duration),
 // CHAOS_MIN_KILLS, CHAOS_SEED, CHAOS_RATE (submits per second),
 // CHAOS_DYNAMO_ERROR_RATE, CHAOS_DUPLICATE_RATE, CHAOS_DROP_RATE,
+// CHAOS_COMMIT_ERROR_RATE, CHAOS_DLQ_OUTAGE and CHAOS_CLOCK_SKEW
+// (durations), CHAOS_ROLLING_DEPLOY=0 (off),
 // CHAOS_QUIESCE_TIMEOUT (a duration) and CHAOS_LOG_DIR.
 func ChaosOptionsFromEnv(base ChaosOptions) (ChaosOptions, error) {
 	o := base
@@ -848,6 +1019,12 @@ func ChaosOptionsFromEnv(base ChaosOptions) (ChaosOptions, error) {
 	num("CHAOS_DYNAMO_ERROR_RATE", floatVar(&o.DynamoErrorRate))
 	num("CHAOS_DUPLICATE_RATE", floatVar(&o.DuplicateRate))
 	num("CHAOS_DROP_RATE", floatVar(&o.DropRate))
+	num("CHAOS_COMMIT_ERROR_RATE", floatVar(&o.CommitErrorRate))
+	num("CHAOS_DLQ_OUTAGE", durVar(&o.DLQOutage))
+	num("CHAOS_CLOCK_SKEW", durVar(&o.ClockSkew))
+	if v := os.Getenv("CHAOS_ROLLING_DEPLOY"); v == "0" || v == "false" {
+		o.NoRollingDeploy = true
+	}
 	num("CHAOS_QUIESCE_TIMEOUT", durVar(&o.QuiesceTimeout))
 	if v := os.Getenv("CHAOS_LOG_DIR"); v != "" {
 		o.LogDir = v

@@ -173,7 +173,7 @@ func Boot(ctx context.Context, opts ...BootOption) (Env, error) {
 	if name, _ := o.lookupEnv("AWS_LAMBDA_FUNCTION_NAME"); name != "" && cfg.TenantSource == "header" && !cfg.AllowHeaderTenant {
 		return fail(errHeaderTenantInLambda)
 	}
-	reg, err := pipelines.Registry(pipelines.Options{Diag: cfg.DiagEnabled})
+	reg, err := pipelines.Registry(pipelines.Options{Diag: cfg.DiagEnabled, DrillVersions: cfg.DiagDrillVersions})
 	if err != nil {
 		return fail(err)
 	}

@@ -2,11 +2,14 @@ package providers
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
@@ -14,13 +17,17 @@ import (
 	"github.com/aws/smithy-go/middleware"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
+	"github.com/qasync/qasync/shared/deadletter"
 	"github.com/qasync/qasync/shared/dispatch"
+	"github.com/qasync/qasync/shared/execution"
+	"github.com/qasync/qasync/shared/store"
 )
 
 // Fault injection, for chaos tests only (keys faults.*, all 0 by
 // default). Every injected fault is logged at warn level as event
 // "fault_injected" with "fault" naming it: dynamo_throttle, dynamo_500,
-// dispatch_duplicate or dispatch_drop.
+// dispatch_duplicate, dispatch_drop, commit_before_write,
+// commit_after_write or dlq_publish.
 const (
 	// FaultDynamoThrottle: a DynamoDB attempt failed with an injected
 	// ProvisionedThroughputExceededException (HTTP 400).
@@ -32,7 +39,84 @@ const (
 	FaultDispatchDuplicate = "dispatch_duplicate"
 	// FaultDispatchDrop: a work item was not sent at all.
 	FaultDispatchDrop = "dispatch_drop"
+	// FaultCommitBeforeWrite: a step's commit failed as unavailable
+	// before it was written.
+	FaultCommitBeforeWrite = "commit_before_write"
+	// FaultCommitAfterWrite: a step's commit was written and then
+	// reported as unavailable (its outcome unknown to the runtime).
+	FaultCommitAfterWrite = "commit_after_write"
+	// FaultDLQPublish: a dead-letter publish failed (a DLQ outage).
+	FaultDLQPublish = "dlq_publish"
 )
+
+// FaultyStore wraps a store.Store for chaos tests: a share CommitRate of
+// the leased commits (Update under a lease: a step's outcome) fail with
+// store.ErrUnavailable, half before the write and half after it landed,
+// so that the runtime must retry some and resolve others by reading the
+// row back. Test only: see config.Config.FaultCommitErrorRate.
+type FaultyStore struct {
+	store.Store
+	// CommitRate is the probability, 0..1.
+	CommitRate float64
+	// Logger receives the fault_injected events (nil: discarded).
+	Logger *slog.Logger
+}
+
+// Update implements store.Store.
+func (f *FaultyStore) Update(ctx context.Context, g store.Guard, next execution.Execution) (execution.Execution, error) {
+	if g.LeaseOwner == "" || rand.Float64() >= f.CommitRate {
+		return f.Store.Update(ctx, g, next)
+	}
+	fault := FaultCommitBeforeWrite
+	if rand.IntN(2) == 0 {
+		fault = FaultCommitAfterWrite
+	}
+	logFault(ctx, f.Logger, fault, slog.String("execution_id", g.Key.ExecutionID), slog.String("tenant", g.Key.TenantID))
+	if fault == FaultCommitAfterWrite {
+		if _, err := f.Store.Update(ctx, g, next); err != nil {
+			return execution.Execution{}, err
+		}
+	}
+	return execution.Execution{}, fmt.Errorf("injected %s: %w", fault, store.ErrUnavailable)
+}
+
+// FaultyDLQ wraps a deadletter.Publisher for chaos tests: every publish
+// fails until OutageUntil (a shared wall-clock time), and a share Rate of
+// them after it. Test only: see config.Config.FaultDLQErrorRate and
+// FaultDLQOutageUntil.
+type FaultyDLQ struct {
+	Inner deadletter.Publisher
+	// Rate is the probability, 0..1, of a failed publish after the outage.
+	Rate float64
+	// OutageUntil ends the outage (zero: none).
+	OutageUntil time.Time
+	// Logger receives the fault_injected events (nil: discarded).
+	Logger *slog.Logger
+}
+
+// Publish implements deadletter.Publisher.
+func (f *FaultyDLQ) Publish(ctx context.Context, env deadletter.Envelope) error {
+	if time.Now().Before(f.OutageUntil) || rand.Float64() < f.Rate {
+		logFault(ctx, f.Logger, FaultDLQPublish, slog.String("execution_id", env.ExecutionID), slog.String("tenant", env.TenantID))
+		return errors.New("injected fault: the DLQ is unavailable")
+	}
+	return f.Inner.Publish(ctx, env)
+}
+
+// logFault logs one injected fault.
+func logFault(ctx context.Context, log *slog.Logger, fault string, attrs ...slog.Attr) {
+	if log == nil {
+		return
+	}
+	log.LogAttrs(ctx, slog.LevelWarn, "fault_injected", append([]slog.Attr{slog.String("event", "fault_injected"), slog.String("fault", fault)}, attrs...)...)
+}
+
+// OffsetClock is the system clock shifted by a fixed offset: a worker
+// whose clock is skewed (chaos tests: faults.clock-offset-ms).
+type OffsetClock time.Duration
+
+// Now implements clock.Clock.
+func (o OffsetClock) Now() time.Time { return time.Now().Add(time.Duration(o)) }
 
 // DynamoFaults returns SDK middleware that fails rate (0..1) of the
 // DynamoDB request attempts before they are sent, half with a throttling

@@ -159,15 +159,24 @@ func Open(ctx context.Context, c config.Config, reg *pipeline.Registry, log *slo
 		opt(&o)
 	}
 	set := &Set{}
-	clk := clock.System{}
+	var clk clock.Clock = clock.System{}
+	if c.FaultClockOffset != 0 {
+		clk = OffsetClock(c.FaultClockOffset) // test only: a skewed worker
+	}
 	if c.FaultDynamoErrorRate > 0 {
 		o.apiOptions = append(o.apiOptions, DynamoFaults(c.FaultDynamoErrorRate, log))
 	}
-	if (c.FaultDynamoErrorRate > 0 || c.FaultDispatchDuplicateRate > 0 || c.FaultDispatchDropRate > 0) && log != nil {
+	faults := c.FaultDynamoErrorRate > 0 || c.FaultDispatchDuplicateRate > 0 || c.FaultDispatchDropRate > 0 ||
+		c.FaultCommitErrorRate > 0 || c.FaultDLQErrorRate > 0 || c.FaultDLQOutageUntil > 0 || c.FaultClockOffset != 0
+	if faults && log != nil {
 		log.LogAttrs(ctx, slog.LevelWarn, "test_faults_enabled", slog.String("event", "test_faults_enabled"),
 			slog.Float64("dynamo_error_rate", c.FaultDynamoErrorRate),
 			slog.Float64("dispatch_duplicate_rate", c.FaultDispatchDuplicateRate),
-			slog.Float64("dispatch_drop_rate", c.FaultDispatchDropRate))
+			slog.Float64("dispatch_drop_rate", c.FaultDispatchDropRate),
+			slog.Float64("commit_error_rate", c.FaultCommitErrorRate),
+			slog.Float64("dlq_error_rate", c.FaultDLQErrorRate),
+			slog.Int64("dlq_outage_until_ms", c.FaultDLQOutageUntil),
+			slog.Int64("clock_offset_ms", c.FaultClockOffset.Milliseconds()))
 	}
 	if err := checkOutputBucket(c, reg); err != nil {
 		return nil, err
@@ -255,6 +264,12 @@ func Open(ctx context.Context, c config.Config, reg *pipeline.Registry, log *slo
 	}
 	if c.FaultDispatchDuplicateRate > 0 || c.FaultDispatchDropRate > 0 {
 		d = &FaultyDispatcher{Inner: d, DuplicateRate: c.FaultDispatchDuplicateRate, DropRate: c.FaultDispatchDropRate, Logger: log}
+	}
+	if c.FaultCommitErrorRate > 0 {
+		st = &FaultyStore{Store: st, CommitRate: c.FaultCommitErrorRate, Logger: log}
+	}
+	if c.FaultDLQErrorRate > 0 || c.FaultDLQOutageUntil > 0 {
+		dlq = &FaultyDLQ{Inner: dlq, Rate: c.FaultDLQErrorRate, OutageUntil: time.UnixMilli(c.FaultDLQOutageUntil), Logger: log}
 	}
 	rt, err := runtime.New(RuntimeConfig(c), runtime.Deps{
 		Registry: reg, Store: st, Payloads: ps, Dispatcher: d, DeadLetter: dlq, Effects: fx, Clock: clk, Logger: log,
