@@ -435,12 +435,18 @@ var entries = []entry{
 		func(c *Config) *int { return &c.SweepLimit }, parseInt[int], between(1, 10000)),
 	field("sweep-grace", "How long a due execution may wait for its queued work item before the sweeper re-dispatches it (duration); at least 0.",
 		func(c *Config) *time.Duration { return &c.SweepGrace }, parseDuration, atLeast[time.Duration](0)),
-	field("execution-ttl-days", "Days an execution (row, key and payload chunks) is kept after submission, via TTL; at least 1.",
+	field("execution-ttl-days", "Retention in days: an execution is kept this long after it became terminal (a live one is never deleted; a park with a timeout keeps it this long past the timeout); the idempotency key this long after the submit; via TTL; at least 1.",
 		func(c *Config) *int { return &c.ExecutionTTLDays }, parseInt[int], atLeast(1)),
 	field("clock-skew-tolerance", "Largest clock difference tolerated between processes sharing a store (duration); a work item is claimed up to this much early and a lease is taken over only this long after it expired; 0 to 1m.",
 		func(c *Config) *time.Duration { return &c.ClockSkewTolerance }, parseDuration, between(0, time.Minute)),
 	field("pipeline-version-wait", "How long an execution whose pipeline definition (version) this worker does not serve waits for a worker that serves it before it ends DLQ with pipeline_version_unavailable (duration); 1s to 7 days.",
-		func(c *Config) *time.Duration { return &c.PipelineVersionWait }, parseDuration, between(time.Second, 7*24*time.Hour)),
+		func(c *Config) *time.Duration { return &c.PipelineVersionWait }, parseDuration,
+		func(c Config, v time.Duration) error {
+			if ttl := time.Duration(c.ExecutionTTLDays) * 24 * time.Hour; v > ttl {
+				return fmt.Errorf("must not exceed the retention %sexecution-ttl-days (%d days), got %v", KeyPrefix, c.ExecutionTTLDays, v)
+			}
+			return between(time.Second, 7*24*time.Hour)(c, v)
+		}),
 	field("dispatch-timeout", "Deadline of sending a work item after a commit (submit, hand-over, re-drive); a send that misses it is left to the sweeper (duration); 10ms to 1m.",
 		func(c *Config) *time.Duration { return &c.DispatchTimeout }, parseDuration, between(10*time.Millisecond, time.Minute)),
 	field("release-limit", "How many times one attempt of a step may be handed back unfinished (backend failure, shutdown, too little time left) before the hand-back counts as a failed attempt; 1 to 1000.",
@@ -504,7 +510,7 @@ var entries = []entry{
 		func(c *Config) *string { return &c.KeyTable }, verbatim, requiredWhen("state-provider", "dynamo", usesDynamo)),
 	field("dynamo.execution-payload-table", "DynamoDB payload chunk table, PK payload_id, SK payload_part (state-provider dynamo).",
 		func(c *Config) *string { return &c.PayloadTable }, verbatim, requiredWhen("state-provider", "dynamo", usesDynamo)),
-	field("dynamo.due-shards", "Partitions of the due-work index; every process sharing the table must agree; 1 to 64.",
+	field("dynamo.due-shards", "Partitions of the sweep index; every process sharing the table must agree; 1 to 64.",
 		func(c *Config) *int { return &c.DueShards }, parseInt[int], between(1, 64)),
 	field("dynamo.dead-letter-table", "DynamoDB table of dead-letter records kept by the dlq consumer (state-provider dynamo).",
 		func(c *Config) *string { return &c.DeadLetterTable }, verbatim, requiredWhen("state-provider", "dynamo", usesDynamo)),

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/qasync/qasync/shared/awsclient"
 	"github.com/qasync/qasync/shared/awstest"
@@ -19,6 +20,34 @@ func TestOpenRefusesInvalidConfig(t *testing.T) {
 	c.SweepLimit = 0
 	if _, err := providers.Open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "sweep-limit") {
 		t.Fatalf("err = %v, want one naming sweep-limit", err)
+	}
+}
+
+// TestConfiguredZeroMeansZero: sweep-grace=0 and
+// payload.inline-budget-bytes=0 reach the runtime as zero (they became the
+// defaults before), and every key reaches its runtime setting.
+func TestConfiguredZeroMeansZero(t *testing.T) {
+	c := config.Default()
+	c.SweepGrace, c.InlineBudgetBytes, c.ClockSkewTolerance = 0, 0, 0
+	c.PipelineVersionWait, c.DispatchTimeout, c.ReleaseLimit = 3*time.Minute, 150*time.Millisecond, 4
+	reg, _ := pipeline.NewRegistry()
+	set, err := providers.Open(context.Background(), c, reg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close(context.Background())
+	got := set.Runtime.Config()
+	if got.SweepGrace != 0 || got.InlineBudget != 0 || got.ClockSkewTolerance != 0 ||
+		got.PipelineVersionWait != 3*time.Minute || got.DispatchTimeout != 150*time.Millisecond || got.ReleaseLimit != 4 {
+		t.Fatalf("runtime config = %+v", got)
+	}
+	def, err := providers.Open(context.Background(), config.Default(), reg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer def.Close(context.Background())
+	if g := def.Runtime.Config(); g.ClockSkewTolerance != 2*time.Second || g.SweepGrace != 10*time.Second || g.ReleaseLimit != 10 {
+		t.Fatalf("default runtime config = %+v", g)
 	}
 }
 
