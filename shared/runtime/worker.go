@@ -69,8 +69,14 @@ func (r *Runtime) Process(ctx context.Context, item dispatch.WorkItem) error {
 			return dispatch.RetryAfter(row.NextDueAt.Sub(now), "not_due")
 		}
 	case execution.Running:
-		if row.Leased(now.Add(-tol)) {
+		if row.Leased(now) {
 			return nil // a live worker holds it (a duplicate delivery)
+		}
+		if row.Leased(now.Add(-tol)) {
+			// Expired by this clock, not by the tolerance: it may still be
+			// live by the holder's. Keep the item until a takeover is safe
+			// (the holder may be dead: this item is how it is retried).
+			return dispatch.RetryAfter(row.LeaseExpiresAt.Add(tol).Sub(now), "lease_not_lapsed")
 		}
 	default:
 		return nil // finished, failed, parked
