@@ -23,7 +23,7 @@ LAMBDA_FNS := submit worker sweeper dlq
 DIST       := dist
 
 # The AWS Lambda Runtime Interface Emulator runs the real function binaries
-# on this machine (make local-cloud, and the tests of shared/localcloud).
+# on this machine (make local-cloud, and the tests of shared/internal/localcloud).
 RIE_VERSION := v0.0.0-20261030222936-bef5c4ba774d
 RIE         := $(BIN)/aws-lambda-rie
 LOCAL       := $(CACHE)/local
@@ -96,12 +96,12 @@ local-cloud: build-local rie ## run the four Lambda functions under RIE on $(ADD
 	  exec $(BIN)/qasync local --local-addr $(ADDR) --local-bin-dir $(LOCAL) --local-rie $(RIE)'
 
 fuzz: ## fuzz the submit handler ($(FUZZTIME) inputs, a few seconds)
-	go test -run '^$$' -fuzz '^FuzzSubmit$$' -fuzztime $(FUZZTIME) ./shared/httpapi/
+	go test -run '^$$' -fuzz '^FuzzSubmit$$' -fuzztime $(FUZZTIME) ./shared/internal/httpapi/
 
 bench: ## report transitions per second of the memory providers on this machine
-	go test -run '^$$' -bench Transitions -benchtime 20x ./shared/runtime/
+	go test -run '^$$' -bench Transitions -benchtime 20x ./shared/internal/engine/
 
-# The chaos run (shared/crashtest.RunChaos): CHAOS_EXECUTIONS executions of
+# The chaos run (shared/internal/crashtest.RunChaos): CHAOS_EXECUTIONS executions of
 # diag.drill and checkout.deliver-order on CHAOS_WORKERS `qasync serve`
 # processes sharing fresh tables and queues, a random one SIGKILLed and
 # restarted every ~CHAOS_KILL_EVERY (at least CHAOS_MIN_KILLS times), work
@@ -121,7 +121,7 @@ CHAOS_RATE       ?= 15
 chaos: build-local ## chaos run: 1000 executions on 3 serve processes, SIGKILLs every ~3 s, faults injected; prints one table (CHAOS_* knobs)
 	CHAOS_EXECUTIONS=$(CHAOS_EXECUTIONS) CHAOS_WORKERS=$(CHAOS_WORKERS) CHAOS_KILL_EVERY=$(CHAOS_KILL_EVERY) \
 	CHAOS_MIN_KILLS=$(CHAOS_MIN_KILLS) CHAOS_RATE=$(CHAOS_RATE) QASYNC_REQUIRE_STACK=1 QASYNC_BIN=$(BIN)/qasync \
-	$(STACK) run go test -count=1 -v -run '^TestChaos$$' -timeout 30m ./shared/crashtest/
+	$(STACK) run go test -count=1 -v -run '^TestChaos$$' -timeout 30m ./shared/internal/crashtest/
 
 vet:
 	go vet ./...

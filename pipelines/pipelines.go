@@ -5,6 +5,7 @@ package pipelines
 import (
 	"github.com/qasync/qasync/pipelines/checkout"
 	"github.com/qasync/qasync/pipelines/diag"
+	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/pipeline"
 )
 
@@ -39,4 +40,18 @@ func Registry(o Options) (*pipeline.Registry, error) {
 		ps = append(ps, drills...)
 	}
 	return pipeline.NewRegistry(ps...)
+}
+
+// FromConfig is the registry the configuration asks for (diag.enabled,
+// diag.drill-versions), with the test-only knobs of the examples applied:
+// diag.allow-crash lets diag.drill's crashAttempts exit the process, and
+// diag.payment-ledger makes checkout charge a ledger file that outlives
+// the process (pausing diag.payment-pause after each charge). The mains
+// of this repository (cmd/qasync, functions/*) serve it.
+func FromConfig(cfg config.Config) (*pipeline.Registry, error) {
+	diag.AllowCrash(cfg.DiagAllowCrash)
+	if cfg.DiagPaymentLedger != "" {
+		checkout.UsePayments(&checkout.LedgerPayments{Path: cfg.DiagPaymentLedger, Pause: cfg.DiagPaymentPause})
+	}
+	return Registry(Options{Diag: cfg.DiagEnabled, DrillVersions: cfg.DiagDrillVersions})
 }

@@ -8,11 +8,12 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambda"
 
+	"github.com/qasync/qasync/pipelines"
 	"github.com/qasync/qasync/shared/lambdafn"
 )
 
 func main() {
-	env, err := lambdafn.Boot(context.Background())
+	env, err := lambdafn.Boot(context.Background(), nil, lambdafn.WithPipelines(pipelines.FromConfig))
 	if err != nil {
 		os.Exit(1) // Boot logged boot_failed
 	}

@@ -14,9 +14,9 @@ import (
 	"testing"
 
 	"github.com/qasync/qasync/pipelines/checkout"
-	"github.com/qasync/qasync/shared/memstore"
 	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/pipeline"
+	"github.com/qasync/qasync/shared/pipelinetest"
 )
 
 func stepInfo(i int, log *slog.Logger) pipeline.StepInfo {
@@ -25,7 +25,7 @@ func stepInfo(i int, log *slog.Logger) pipeline.StepInfo {
 		ExecutionID: "exec-1", TenantID: "tenant-1", PipelineID: p.ID,
 		StepName: p.Steps[i].Name, StepIndex: i, Attempt: 1,
 		IdempotencyKey: fmt.Sprintf("tenant-1:exec-1:%d", i), Logger: log,
-		Effects: memstore.NewEffects(nil), // a fresh effect log: every run is a first run
+		Effects: pipelinetest.Effects(), // a fresh effect log: every run is a first run
 	}
 }
 

@@ -5,9 +5,9 @@ import (
 	"fmt"
 
 	"github.com/qasync/qasync/pipelines/checkout"
-	"github.com/qasync/qasync/shared/memstore"
 	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/pipeline"
+	"github.com/qasync/qasync/shared/pipelinetest"
 )
 
 // Each step runs in turn on the previous step's output, as the runtime
@@ -18,7 +18,7 @@ func ExamplePipeline() {
 		panic(err)
 	}
 	p := checkout.Pipeline()
-	effects := memstore.NewEffects(nil) // the runtime hands steps its effect log
+	effects := pipelinetest.Effects() // the runtime hands steps its effect log
 	for i, step := range p.Steps {
 		info := pipeline.StepInfo{
 			ExecutionID: "exec-1", TenantID: "acme", PipelineID: p.ID,

@@ -6,8 +6,8 @@ import (
 
 	"github.com/qasync/qasync/pipelines/checkout"
 	"github.com/qasync/qasync/shared/effect"
-	"github.com/qasync/qasync/shared/memstore"
 	"github.com/qasync/qasync/shared/payload"
+	"github.com/qasync/qasync/shared/pipelinetest"
 )
 
 // runWith feeds in through every step of a pipeline charging p, with one
@@ -36,7 +36,7 @@ func runWith(t *testing.T, p checkout.Payments, fx effect.Log, execID string, in
 // same payment.
 func TestCaptureChargesOncePerOrder(t *testing.T) {
 	t.Parallel()
-	pay, fx := checkout.NewFakePayments(), memstore.NewEffects(nil)
+	pay, fx := checkout.NewFakePayments(), pipelinetest.Effects()
 	a := runWith(t, pay, fx, "exec-a", mustJSON(t, order("ord-1")))
 	b := runWith(t, pay, fx, "exec-b", mustJSON(t, order("ord-1")))
 	if a != b || pay.Charges("ord-1") != 1 {
@@ -64,7 +64,7 @@ func TestLedgerPayments(t *testing.T) {
 		t.Fatalf("a second charge got id %s (first %s), %v", second, first, err)
 	}
 	// The first charge's id is FakePayments' id: results do not depend on the provider.
-	if want := runWith(t, checkout.NewFakePayments(), memstore.NewEffects(nil), "e", mustJSON(t, order("ord-1"))).PaymentID; first != want {
+	if want := runWith(t, checkout.NewFakePayments(), pipelinetest.Effects(), "e", mustJSON(t, order("ord-1"))).PaymentID; first != want {
 		t.Fatalf("ledger id %s, fake id %s", first, want)
 	}
 	charges, err := checkout.ReadLedger(path)

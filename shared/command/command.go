@@ -43,9 +43,9 @@ import (
 	"time"
 
 	"github.com/qasync/qasync/shared/effect"
-	"github.com/qasync/qasync/shared/execution"
 	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/pipeline"
+	"github.com/qasync/qasync/shared/store"
 )
 
 // Policy says what a run does with a command that already SUCCEEDED.
@@ -161,7 +161,7 @@ func (c *cmd[I, O]) run(ctx context.Context, info pipeline.StepInfo, raw payload
 	}
 	id := info.IdempotencyKey
 	if id == "" {
-		id = execution.StepIdempotencyKey(info.TenantID, info.ExecutionID, info.StepName)
+		id = store.StepIdempotencyKey(info.TenantID, info.ExecutionID, info.StepName)
 	}
 	if c.spec.ID != nil {
 		if id = c.spec.ID(in); id == "" {
@@ -295,7 +295,7 @@ func (r *runner[I, O]) dispatch(ctx context.Context, rec effect.Record) (payload
 		}
 		code, msg, retryable := pipeline.Classify(err)
 		next := rec
-		next.State, next.Error = effect.Failed, &effect.Failure{Code: code, Message: execution.Truncate(msg, execution.MaxErrorMessage)}
+		next.State, next.Error = effect.Failed, &effect.Failure{Code: code, Message: store.Truncate(msg, store.MaxErrorMessage)}
 		if retryable {
 			next.State = effect.FailedRetryable
 		}
@@ -341,7 +341,7 @@ func (r *runner[I, O]) outcome(ctx context.Context, rec effect.Record, out O) (p
 	if err != nil {
 		// Done but unrecordable: only a person can settle it.
 		next := rec
-		next.State, next.Error = effect.Ambiguous, &effect.Failure{Code: CodeOutputTooLarge, Message: execution.Truncate(err.Error(), execution.MaxErrorMessage)}
+		next.State, next.Error = effect.Ambiguous, &effect.Failure{Code: CodeOutputTooLarge, Message: store.Truncate(err.Error(), store.MaxErrorMessage)}
 		if _, rerr := r.record(ctx, rec, next); rerr != nil && !errors.Is(rerr, errRetryRound) {
 			r.lg.LogAttrs(ctx, slog.LevelWarn, "command_record_failed", slog.String("event", "command_record_failed"), slog.String("error", rerr.Error()))
 		}

@@ -12,7 +12,7 @@ import (
 
 	"github.com/qasync/qasync/shared/command"
 	"github.com/qasync/qasync/shared/effect"
-	"github.com/qasync/qasync/shared/memstore"
+	"github.com/qasync/qasync/shared/internal/memory"
 	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/pipeline"
 )
@@ -103,7 +103,7 @@ func seed(t *testing.T, log effect.Log, order string, state effect.State, dispat
 }
 
 func TestFirstRunDispatchesAndRecords(t *testing.T) {
-	log, p := memstore.NewEffects(nil), &provider{}
+	log, p := memory.NewEffects(nil), &provider{}
 	step := command.Step("charge", command.Spec[charge, receipt]{ID: byOrder}, p.charge)
 	out, err := step.Run(t.Context(), info(log, "exec-1", 5), input(t, "o-1"))
 	if err != nil {
@@ -120,7 +120,7 @@ func TestFirstRunDispatchesAndRecords(t *testing.T) {
 }
 
 func TestReplayReturnsRecordedOutputWithoutCalling(t *testing.T) {
-	log, p := memstore.NewEffects(nil), &provider{}
+	log, p := memory.NewEffects(nil), &provider{}
 	step := command.Step("charge", command.Spec[charge, receipt]{ID: byOrder}, p.charge)
 	first, err := step.Run(t.Context(), info(log, "exec-1", 5), input(t, "o-1"))
 	if err != nil {
@@ -140,7 +140,7 @@ func TestReplayReturnsRecordedOutputWithoutCalling(t *testing.T) {
 }
 
 func TestFailPolicyRefusesReRun(t *testing.T) {
-	log, p := memstore.NewEffects(nil), &provider{}
+	log, p := memory.NewEffects(nil), &provider{}
 	step := command.Step("charge", command.Spec[charge, receipt]{ID: byOrder, Policy: command.Fail}, p.charge)
 	if _, err := step.Run(t.Context(), info(log, "exec-1", 5), input(t, "o-1")); err != nil {
 		t.Fatal(err)
@@ -155,7 +155,7 @@ func TestFailPolicyRefusesReRun(t *testing.T) {
 }
 
 func TestDispatchingWithoutReconcileBecomesAmbiguous(t *testing.T) {
-	log, p := memstore.NewEffects(nil), &provider{}
+	log, p := memory.NewEffects(nil), &provider{}
 	seed(t, log, "o-1", effect.Dispatching, "exec-1")
 	step := command.Step("charge", command.Spec[charge, receipt]{ID: byOrder}, p.charge)
 	for range 2 { // and it stays so
@@ -188,7 +188,7 @@ func TestDispatchingWithReconcile(t *testing.T) {
 		{"ambiguous found", effect.Ambiguous, true, `{"paymentId":"pay-found"}`, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			log, p := memstore.NewEffects(nil), &provider{}
+			log, p := memory.NewEffects(nil), &provider{}
 			seed(t, log, "o-1", tc.state, "exec-1")
 			var asked atomic.Int32
 			step := command.Step("charge", command.Spec[charge, receipt]{ID: byOrder,
@@ -216,7 +216,7 @@ func TestDispatchingWithReconcile(t *testing.T) {
 }
 
 func TestReconcileErrorLeavesRecord(t *testing.T) {
-	log, p := memstore.NewEffects(nil), &provider{}
+	log, p := memory.NewEffects(nil), &provider{}
 	seed(t, log, "o-1", effect.Dispatching, "exec-1")
 	boom := errors.New("provider unreachable")
 	step := command.Step("charge", command.Spec[charge, receipt]{ID: byOrder,
@@ -230,7 +230,7 @@ func TestReconcileErrorLeavesRecord(t *testing.T) {
 }
 
 func TestDispatchingByAnotherExecutionIsInFlight(t *testing.T) {
-	log, p := memstore.NewEffects(nil), &provider{}
+	log, p := memory.NewEffects(nil), &provider{}
 	seed(t, log, "o-1", effect.Dispatching, "exec-other")
 	step := command.Step("charge", command.Spec[charge, receipt]{ID: byOrder}, p.charge)
 	_, err := step.Run(t.Context(), info(log, "exec-1", 5), input(t, "o-1"))
@@ -250,7 +250,7 @@ func TestFailuresAreRecordedAndDispatchedAgain(t *testing.T) {
 		{pipeline.Retryable("provider_busy", errors.New("429")), effect.FailedRetryable},
 		{pipeline.NonRetryable("card_declined", errors.New("declined")), effect.Failed},
 	} {
-		log, p := memstore.NewEffects(nil), &provider{fail: tc.err}
+		log, p := memory.NewEffects(nil), &provider{fail: tc.err}
 		step := command.Step("charge", command.Spec[charge, receipt]{ID: byOrder}, p.charge)
 		if _, err := step.Run(t.Context(), info(log, "exec-1", 5), input(t, "o-1")); !errors.Is(err, tc.err) {
 			t.Fatalf("err %v, want %v", err, tc.err)
@@ -277,7 +277,7 @@ func TestFailuresAreRecordedAndDispatchedAgain(t *testing.T) {
 // replays the output or is told the command is in flight, and a later
 // run replays it.
 func TestConcurrentRunsDispatchOnce(t *testing.T) {
-	log := memstore.NewEffects(nil)
+	log := memory.NewEffects(nil)
 	var calls atomic.Int32
 	release := make(chan struct{})
 	step := command.Step("charge", command.Spec[charge, receipt]{ID: byOrder},
@@ -326,7 +326,7 @@ func TestConcurrentRunsDispatchOnce(t *testing.T) {
 }
 
 func TestOutputTooLargeIsAmbiguous(t *testing.T) {
-	log := memstore.NewEffects(nil)
+	log := memory.NewEffects(nil)
 	step := command.Step("charge", command.Spec[charge, string]{ID: byOrder},
 		func(context.Context, pipeline.StepInfo, charge) (string, error) {
 			return strings.Repeat("x", effect.MaxOutputBytes), nil
@@ -341,7 +341,7 @@ func TestOutputTooLargeIsAmbiguous(t *testing.T) {
 }
 
 func TestCancelledMidCallStaysDispatching(t *testing.T) {
-	log := memstore.NewEffects(nil)
+	log := memory.NewEffects(nil)
 	ctx, cancel := context.WithCancel(t.Context())
 	step := command.Step("charge", command.Spec[charge, receipt]{ID: byOrder},
 		func(ctx context.Context, _ pipeline.StepInfo, _ charge) (receipt, error) {
@@ -357,7 +357,7 @@ func TestCancelledMidCallStaysDispatching(t *testing.T) {
 }
 
 func TestDefaultIDAndScope(t *testing.T) {
-	log, p := memstore.NewEffects(nil), &provider{}
+	log, p := memory.NewEffects(nil), &provider{}
 	step := command.Step("charge", command.Spec[charge, receipt]{}, p.charge)
 	a := info(log, "exec-1", 5)
 	if _, err := step.Run(t.Context(), a, input(t, "o-1")); err != nil {
@@ -390,7 +390,7 @@ func TestMisconfiguration(t *testing.T) {
 		t.Fatalf("no effect log: %v", err)
 	}
 	empty := command.Step("charge", command.Spec[charge, receipt]{ID: func(charge) string { return "" }}, p.charge)
-	_, err = empty.Run(t.Context(), info(memstore.NewEffects(nil), "exec-1", 5), input(t, "o-1"))
+	_, err = empty.Run(t.Context(), info(memory.NewEffects(nil), "exec-1", 5), input(t, "o-1"))
 	if c, retryable := code(err); c != command.CodeInvalidID || retryable {
 		t.Fatalf("empty id: %v", err)
 	}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/qasync/qasync/shared/command"
-	"github.com/qasync/qasync/shared/memstore"
+	"github.com/qasync/qasync/shared/internal/memory"
 	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/pipeline"
 )
@@ -34,7 +34,7 @@ func ExampleStep() {
 		return Payment{PaymentID: fmt.Sprintf("pay-%s-%d", o.ID, charges)}, nil
 	})
 
-	effects := memstore.NewEffects(nil) // the runtime hands steps its effect log
+	effects := memory.NewEffects(nil) // the runtime hands steps its effect log
 	in, _ := payload.JSON(Order{ID: "o-1", Cents: 1200})
 	for attempt := 1; attempt <= 2; attempt++ {
 		info := pipeline.StepInfo{TenantID: "acme", ExecutionID: "exec-1", PipelineID: "shop.pay", StepName: "charge",

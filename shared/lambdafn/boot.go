@@ -30,12 +30,12 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambdacontext"
 
-	"github.com/qasync/qasync/pipelines"
-	"github.com/qasync/qasync/shared/apigw"
 	"github.com/qasync/qasync/shared/config"
-	"github.com/qasync/qasync/shared/httpapi"
-	"github.com/qasync/qasync/shared/providers"
-	"github.com/qasync/qasync/shared/sqsdispatch"
+	"github.com/qasync/qasync/shared/internal/apigw"
+	"github.com/qasync/qasync/shared/internal/httpapi"
+	"github.com/qasync/qasync/shared/internal/sqsbackend"
+	"github.com/qasync/qasync/shared/internal/wiring"
+	"github.com/qasync/qasync/shared/pipeline"
 )
 
 // Env is what Boot builds: the configuration, the wired runtime and its
@@ -45,7 +45,7 @@ type Env struct {
 	Config config.Config
 	// Set is the runtime with its providers, the dead-letter Recorder and
 	// the EMF metrics writer (nil when metrics.namespace is empty).
-	Set *providers.Set
+	Set *wiring.Set
 	// Logger is the functions' logger (NewLogger on stdout).
 	Logger *slog.Logger
 }
@@ -72,7 +72,7 @@ func (e Env) Worker() func(context.Context, events.SQSEvent) (events.SQSEventRes
 	if e.Set.Clients != nil && e.Config.DispatcherProvider == "sqs" {
 		client, url := e.Set.Clients.SQS, e.Config.QueueURL
 		opts = append(opts, WithDeferrer(func(ctx context.Context, receipt string, d time.Duration) error {
-			return sqsdispatch.Defer(ctx, client, url, receipt, d)
+			return sqsbackend.Defer(ctx, client, url, receipt, d)
 		}))
 	}
 	return Worker(e.Set.Runtime, e.Config.Lease, e.Logger, opts...)
@@ -91,10 +91,18 @@ func (e Env) Close(ctx context.Context) error {
 type BootOption func(*bootOptions)
 
 type bootOptions struct {
+	pipelines    func(config.Config) (*pipeline.Registry, error)
 	needRecorder bool
 	logOut       io.Writer
 	lookupEnv    func(string) (string, bool)
-	secrets      providers.SecretGetter
+	secrets      wiring.SecretGetter
+}
+
+// WithPipelines makes Boot build the registry from the configuration it
+// loaded (for pipelines that depend on settings), instead of taking Boot's
+// reg (pass nil).
+func WithPipelines(p func(config.Config) (*pipeline.Registry, error)) BootOption {
+	return func(o *bootOptions) { o.pipelines = p }
 }
 
 // RequireRecorder makes Boot fail when the providers have no dead-letter
@@ -113,7 +121,7 @@ func WithLookupEnv(lookup func(string) (string, bool)) BootOption {
 // WithSecretsManager makes Boot read the resume-token secret of
 // await.resume-token-secret-arn through sm instead of a client from the
 // SDK's default configuration (tests).
-func WithSecretsManager(sm providers.SecretGetter) BootOption {
+func WithSecretsManager(sm wiring.SecretGetter) BootOption {
 	return func(o *bootOptions) { o.secrets = sm }
 }
 
@@ -130,16 +138,16 @@ var errHeaderTenantInLambda = fmt.Errorf("%s: header takes the tenant from X-Ten
 // flags), builds the logger (NewLogger on stdout, level from
 // AWS_LAMBDA_LOG_LEVEL when Lambda sets it, else from the log-level key),
 // resolves the await resume-token secret from Secrets Manager when only
-// its ARN is configured (providers.ResolveAwaitSecret; a failure names
-// the key), and opens the providers with the pipelines of this repository
-// (diag.drill only with diag.enabled). In Lambda (AWS_LAMBDA_FUNCTION_NAME
+// its ARN is configured (a failure names the key), and opens the providers
+// with reg, the caller's pipelines (or those WithPipelines builds). In
+// Lambda (AWS_LAMBDA_FUNCTION_NAME
 // set) it refuses http.tenant-source=header unless
 // http.allow-header-tenant=true. A
 // failure is logged as event "boot_failed" and returned; the returned Env
 // then has at least its Logger. A configuration whose providers are not
 // durable (memory state, in-process dispatcher) is allowed, for trying a
 // function out, with a "boot_not_durable" warning.
-func Boot(ctx context.Context, opts ...BootOption) (Env, error) {
+func Boot(ctx context.Context, reg *pipeline.Registry, opts ...BootOption) (Env, error) {
 	o := bootOptions{logOut: os.Stdout, lookupEnv: os.LookupEnv}
 	for _, opt := range opts {
 		opt(&o)
@@ -166,18 +174,23 @@ func Boot(ctx context.Context, opts ...BootOption) (Env, error) {
 	}
 	// The deployed functions get the resume-token secret's ARN, never its
 	// value: fetch the value once, before anything uses the config.
-	if err := providers.ResolveAwaitSecret(ctx, &cfg, o.secrets); err != nil {
+	if err := wiring.ResolveAwaitSecret(ctx, &cfg, o.secrets); err != nil {
 		return fail(err)
 	}
 	env.Config = cfg
 	if name, _ := o.lookupEnv("AWS_LAMBDA_FUNCTION_NAME"); name != "" && cfg.TenantSource == "header" && !cfg.AllowHeaderTenant {
 		return fail(errHeaderTenantInLambda)
 	}
-	reg, err := pipelines.Registry(pipelines.Options{Diag: cfg.DiagEnabled, DrillVersions: cfg.DiagDrillVersions})
-	if err != nil {
-		return fail(err)
+	if o.pipelines != nil {
+		var err error
+		if reg, err = o.pipelines(cfg); err != nil {
+			return fail(err)
+		}
 	}
-	set, err := providers.Open(ctx, cfg, reg, log)
+	if reg == nil {
+		return fail(errors.New("lambdafn: Boot needs a pipeline registry"))
+	}
+	set, err := wiring.Open(ctx, cfg, reg, log)
 	if err != nil {
 		return fail(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/qasync/qasync/pipelines"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,8 +13,8 @@ import (
 	"github.com/aws/aws-lambda-go/lambdacontext"
 
 	"github.com/qasync/qasync/pipelines/diag"
+	"github.com/qasync/qasync/shared/internal/logtest"
 	"github.com/qasync/qasync/shared/lambdafn"
-	"github.com/qasync/qasync/shared/logtest"
 )
 
 // envMap is a lookupEnv over m.
@@ -26,7 +27,7 @@ func envMap(m map[string]string) func(string) (string, bool) {
 // that the providers are not durable.
 func TestBootMemory(t *testing.T) {
 	var out logtest.Buffer
-	env, err := lambdafn.Boot(context.Background(), lambdafn.WithLogOutput(&out), lambdafn.WithLookupEnv(envMap(map[string]string{
+	env, err := lambdafn.Boot(context.Background(), nil, lambdafn.WithPipelines(pipelines.FromConfig), lambdafn.WithLogOutput(&out), lambdafn.WithLookupEnv(envMap(map[string]string{
 		"PIPELINE_ORCHESTRATOR_ADMIN_TOKEN":        "s3cr3t-token",
 		"PIPELINE_ORCHESTRATOR_HTTP_TENANT_SOURCE": "iam",
 		"PIPELINE_ORCHESTRATOR_LEASE_MS":           "1500",
@@ -68,7 +69,7 @@ func TestBootMemory(t *testing.T) {
 // recorder or fails with ErrNoRecorder.
 func TestBootRequireRecorder(t *testing.T) {
 	var out logtest.Buffer
-	env, err := lambdafn.Boot(context.Background(), lambdafn.RequireRecorder(), lambdafn.WithLogOutput(&out), lambdafn.WithLookupEnv(envMap(nil)))
+	env, err := lambdafn.Boot(context.Background(), nil, lambdafn.WithPipelines(pipelines.FromConfig), lambdafn.RequireRecorder(), lambdafn.WithLogOutput(&out), lambdafn.WithLookupEnv(envMap(nil)))
 	if err != nil {
 		if !errors.Is(err, lambdafn.ErrNoRecorder) || env.Set != nil || !strings.Contains(out.String(), `"boot_failed"`) {
 			t.Fatalf("err %v, set %v, logs %s", err, env.Set, out.String())
@@ -85,7 +86,7 @@ func TestBootRequireRecorder(t *testing.T) {
 // naming the key.
 func TestBootBadConfig(t *testing.T) {
 	var out logtest.Buffer
-	env, err := lambdafn.Boot(context.Background(), lambdafn.WithLogOutput(&out),
+	env, err := lambdafn.Boot(context.Background(), nil, lambdafn.WithPipelines(pipelines.FromConfig), lambdafn.WithLogOutput(&out),
 		lambdafn.WithLookupEnv(envMap(map[string]string{"PIPELINE_ORCHESTRATOR_LEASE_MS": "5"})))
 	if err == nil || env.Logger == nil {
 		t.Fatalf("err %v", err)
@@ -133,7 +134,7 @@ func TestBootRefusesHeaderTenantInLambda(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out logtest.Buffer
-			env, err := lambdafn.Boot(context.Background(), lambdafn.WithLogOutput(&out), lambdafn.WithLookupEnv(envMap(tc.env)))
+			env, err := lambdafn.Boot(context.Background(), nil, lambdafn.WithPipelines(pipelines.FromConfig), lambdafn.WithLogOutput(&out), lambdafn.WithLookupEnv(envMap(tc.env)))
 			if !tc.refuse {
 				if err != nil {
 					t.Fatalf("Boot: %v", err)
@@ -166,7 +167,7 @@ func TestBootServesDiagOnlyWhenEnabled(t *testing.T) {
 		if enabled {
 			m["PIPELINE_ORCHESTRATOR_DIAG_ENABLED"] = "true"
 		}
-		env, err := lambdafn.Boot(context.Background(), lambdafn.WithLogOutput(&logtest.Buffer{}), lambdafn.WithLookupEnv(envMap(m)))
+		env, err := lambdafn.Boot(context.Background(), nil, lambdafn.WithPipelines(pipelines.FromConfig), lambdafn.WithLogOutput(&logtest.Buffer{}), lambdafn.WithLookupEnv(envMap(m)))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,9 +10,9 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/qasync/qasync/shared/deadletter"
-	"github.com/qasync/qasync/shared/metrics"
-	"github.com/qasync/qasync/shared/runtime"
-	"github.com/qasync/qasync/shared/sqsdispatch"
+	"github.com/qasync/qasync/shared/internal/engine"
+	"github.com/qasync/qasync/shared/internal/metrics"
+	"github.com/qasync/qasync/shared/internal/sqsbackend"
 )
 
 // RecordRetention is how long the dlq function keeps a dead-letter record
@@ -53,7 +53,7 @@ const MetricDeadLetterRecords = "DeadLetterRecords"
 // error is always nil.
 // It panics if rec is nil (Boot with RequireRecorder refuses that
 // configuration first).
-func DLQ(rt *runtime.Runtime, rec deadletter.Recorder, m *metrics.EMF, log *slog.Logger) func(context.Context, events.SQSEvent) (events.SQSEventResponse, error) {
+func DLQ(rt *engine.Runtime, rec deadletter.Recorder, m *metrics.EMF, log *slog.Logger) func(context.Context, events.SQSEvent) (events.SQSEventResponse, error) {
 	if rec == nil {
 		panic("lambdafn: DLQ: nil dead-letter Recorder")
 	}
@@ -73,7 +73,7 @@ func DLQ(rt *runtime.Runtime, rec deadletter.Recorder, m *metrics.EMF, log *slog
 }
 
 // recordDeadLetter handles one message and reports whether it is done.
-func recordDeadLetter(ctx context.Context, rt *runtime.Runtime, rec deadletter.Recorder, m *metrics.EMF, log *slog.Logger, msg *events.SQSMessage) bool {
+func recordDeadLetter(ctx context.Context, rt *engine.Runtime, rec deadletter.Recorder, m *metrics.EMF, log *slog.Logger, msg *events.SQSMessage) bool {
 	now := rt.Clock.Now()
 	receives, _ := strconv.Atoi(msg.Attributes["ApproximateReceiveCount"])
 	r := deadletter.Record{RecordedAt: now, ExpiresAt: now.Add(RecordRetention)}
@@ -95,7 +95,7 @@ func recordDeadLetter(ctx context.Context, rt *runtime.Runtime, rec deadletter.R
 			slog.Int("retries_observed", env.RetriesObserved))
 	} else {
 		r.ID, r.Kind, r.MessageID, r.ReceiveCount = "poison:"+msg.MessageId, deadletter.KindPoison, msg.MessageId, receives
-		item, err := sqsdispatch.Decode(msg.Body)
+		item, err := sqsbackend.Decode(msg.Body)
 		if err == nil {
 			r.TenantID, r.ExecutionID = item.TenantID, item.ExecutionID
 			attrs = append(attrs, slog.String("kind", r.Kind), slog.String("tenant", item.TenantID),

@@ -12,10 +12,10 @@ import (
 
 	"github.com/qasync/qasync/pipelines/diag"
 	"github.com/qasync/qasync/shared/deadletter"
-	"github.com/qasync/qasync/shared/execution"
+	"github.com/qasync/qasync/shared/internal/engine"
+	"github.com/qasync/qasync/shared/internal/metrics"
 	"github.com/qasync/qasync/shared/lambdafn"
-	"github.com/qasync/qasync/shared/metrics"
-	"github.com/qasync/qasync/shared/runtime"
+	"github.com/qasync/qasync/shared/store"
 )
 
 // metricCount counts the EMF lines carrying metric name with value 1.
@@ -60,10 +60,10 @@ func TestDLQEnvelopeFixture(t *testing.T) {
 	rt := envr.Set.Runtime
 	payloadFixture := fixture(t, "dlq-envelope.json")
 	sqsEv, env := envelopeOf(t, payloadFixture)
-	seed(t, rt, env.ExecutionID, env.PipelineID, `{"failAttempts":1,"failMode":"non_retryable"}`, func(e *execution.Execution) {
-		e.Status, e.DLQPending, e.StepIndex, e.StepName = execution.Failed, true, env.StepIndex, env.StepName
+	seed(t, rt, env.ExecutionID, env.PipelineID, `{"failAttempts":1,"failMode":"non_retryable"}`, func(e *store.Execution) {
+		e.Status, e.DLQPending, e.StepIndex, e.StepName = store.Failed, true, env.StepIndex, env.StepName
 		e.LastTransitionKey = env.TransitionKey
-		e.Error = &execution.Failure{Code: env.ErrorCode, Message: env.ErrorMessage, TerminalReason: env.TerminalReason}
+		e.Error = &store.Failure{Code: env.ErrorCode, Message: env.ErrorMessage, TerminalReason: env.TerminalReason}
 	})
 	rec := envr.Set.Recorder // the configured recorder, as the dlq function gets it
 	if rec == nil {
@@ -86,7 +86,7 @@ func TestDLQEnvelopeFixture(t *testing.T) {
 		t.Fatalf("record %+v", r)
 	}
 	row := get(t, rt, env.ExecutionID)
-	if row.Status != execution.DLQ || row.DLQPending {
+	if row.Status != store.DLQ || row.DLQPending {
 		t.Fatalf("execution %s pending=%v, want DLQ", row.Status, row.DLQPending)
 	}
 
@@ -95,7 +95,7 @@ func TestDLQEnvelopeFixture(t *testing.T) {
 	if len(again.BatchItemFailures) != 0 {
 		t.Fatalf("second delivery failures %v", failureIDs(again))
 	}
-	if after := get(t, rt, env.ExecutionID); after.Version != row.Version || after.Status != execution.DLQ {
+	if after := get(t, rt, env.ExecutionID); after.Version != row.Version || after.Status != store.DLQ {
 		t.Errorf("second delivery changed the execution: v%d -> v%d %s", row.Version, after.Version, after.Status)
 	}
 	if n := metricCount(t, &emf, lambdafn.MetricDeadLetterRecords, deadletter.KindExecution); n != 1 {
@@ -121,7 +121,7 @@ func TestDLQPoisonFixture(t *testing.T) {
 	b := fixture(t, "dlq-poison-item.json")
 	ev, items := sqsItems(t, b)
 	item := items[0]
-	seeded := seed(t, rt, item.ExecutionID, item.PipelineID, orderInput, func(e *execution.Execution) {
+	seeded := seed(t, rt, item.ExecutionID, item.PipelineID, orderInput, func(e *store.Execution) {
 		e.NextDueAt = time.Now().Add(time.Hour) // not due: the local dispatcher must not pick it up either
 	})
 	rec := envr.Set.Recorder
@@ -160,7 +160,7 @@ func TestDLQPoisonFixture(t *testing.T) {
 // work item is recorded as poison without ids (body never logged); a
 // record the recorder cannot store is a batch item failure.
 func TestDLQGarbageAndFailures(t *testing.T) {
-	rt, _, _, logs := unitRuntime(t, runtime.Config{})
+	rt, _, _, logs := unitRuntime(t, engine.Config{})
 	rec := newMemRecorder()
 	h := lambdafn.DLQ(rt, rec, nil, rt.Logger) // nil metrics: a no-op
 	ev := events.SQSEvent{Records: []events.SQSMessage{{MessageId: "m-1", Body: "s3cr3t not json"}}}
@@ -190,9 +190,9 @@ func TestDLQGarbageAndFailures(t *testing.T) {
 // TestDLQEnvelopeOfRedrivenExecution: an envelope whose execution was
 // re-driven meanwhile is recorded, and the execution is left alone.
 func TestDLQEnvelopeOfRedrivenExecution(t *testing.T) {
-	rt, _, _, _ := unitRuntime(t, runtime.Config{})
+	rt, _, _, _ := unitRuntime(t, engine.Config{})
 	_, env := envelopeOf(t, fixture(t, "dlq-envelope.json"))
-	seeded := seed(t, rt, env.ExecutionID, diag.ID, `{}`, func(e *execution.Execution) {
+	seeded := seed(t, rt, env.ExecutionID, diag.ID, `{}`, func(e *store.Execution) {
 		e.StepIndex, e.StepName, e.Attempt, e.RedriveCount = env.StepIndex, env.StepName, 2, 1
 	})
 	rec := newMemRecorder()
@@ -200,7 +200,7 @@ func TestDLQEnvelopeOfRedrivenExecution(t *testing.T) {
 	if err != nil || len(resp.BatchItemFailures) != 0 {
 		t.Fatalf("%v %v", failureIDs(resp), err)
 	}
-	if after := get(t, rt, env.ExecutionID); after.Version != seeded.Version || after.Status != execution.Queued {
+	if after := get(t, rt, env.ExecutionID); after.Version != seeded.Version || after.Status != store.Queued {
 		t.Errorf("re-driven execution changed: %s v%d", after.Status, after.Version)
 	}
 	if rec.len() != 1 {
@@ -210,7 +210,7 @@ func TestDLQEnvelopeOfRedrivenExecution(t *testing.T) {
 
 // TestDLQNeedsRecorder: DLQ refuses a nil recorder.
 func TestDLQNeedsRecorder(t *testing.T) {
-	rt, _, _, _ := unitRuntime(t, runtime.Config{})
+	rt, _, _, _ := unitRuntime(t, engine.Config{})
 	defer func() {
 		if recover() == nil {
 			t.Error("DLQ accepted a nil recorder")

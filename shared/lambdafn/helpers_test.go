@@ -18,14 +18,12 @@ import (
 	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/deadletter"
 	"github.com/qasync/qasync/shared/dispatch"
-	"github.com/qasync/qasync/shared/execution"
+	"github.com/qasync/qasync/shared/internal/engine"
+	"github.com/qasync/qasync/shared/internal/logtest"
+	"github.com/qasync/qasync/shared/internal/memory"
+	"github.com/qasync/qasync/shared/internal/wiring"
 	"github.com/qasync/qasync/shared/lambdafn"
-	"github.com/qasync/qasync/shared/logdlq"
-	"github.com/qasync/qasync/shared/logtest"
-	"github.com/qasync/qasync/shared/memstore"
 	"github.com/qasync/qasync/shared/payload"
-	"github.com/qasync/qasync/shared/providers"
-	"github.com/qasync/qasync/shared/runtime"
 	"github.com/qasync/qasync/shared/store"
 )
 
@@ -71,7 +69,7 @@ func memEnv(t *testing.T, mutate func(*config.Config)) (lambdafn.Env, *logtest.B
 	if err != nil {
 		t.Fatal(err)
 	}
-	set, err := providers.Open(context.Background(), cfg, reg, log)
+	set, err := wiring.Open(context.Background(), cfg, reg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +83,7 @@ func memEnv(t *testing.T, mutate func(*config.Config)) (lambdafn.Env, *logtest.B
 
 // seed stores a hand-made row: the given status etc., with input as an
 // inline JSON payload. The row is due now unless mutate changes it.
-func seed(t *testing.T, rt *runtime.Runtime, id, pipelineID, input string, mutate func(*execution.Execution)) execution.Execution {
+func seed(t *testing.T, rt *engine.Runtime, id, pipelineID, input string, mutate func(*store.Execution)) store.Execution {
 	t.Helper()
 	ctx := context.Background()
 	now := time.Now()
@@ -98,8 +96,8 @@ func seed(t *testing.T, rt *runtime.Runtime, id, pipelineID, input string, mutat
 	if !ok {
 		t.Fatalf("pipeline %s not registered", pipelineID)
 	}
-	row := execution.Execution{
-		TenantID: fixtureTenant, ExecutionID: id, PipelineID: pipelineID, Status: execution.Queued, Version: 1,
+	row := store.Execution{
+		TenantID: fixtureTenant, ExecutionID: id, PipelineID: pipelineID, Status: store.Queued, Version: 1,
 		PipelineVersion: p.VersionID(), StepName: p.Steps[0].Name, Attempt: 1, NextDueAt: now, SweepAt: now.Add(rt.Config().SweepGrace),
 		IdempotencyKey: "fixture-" + id, Input: in,
 		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(time.Hour),
@@ -115,9 +113,9 @@ func seed(t *testing.T, rt *runtime.Runtime, id, pipelineID, input string, mutat
 }
 
 // get reads a row of the fixture tenant.
-func get(t *testing.T, rt *runtime.Runtime, id string) execution.Execution {
+func get(t *testing.T, rt *engine.Runtime, id string) store.Execution {
 	t.Helper()
-	e, err := rt.Store.Get(context.Background(), execution.Key{TenantID: fixtureTenant, ExecutionID: id})
+	e, err := rt.Store.Get(context.Background(), store.Key{TenantID: fixtureTenant, ExecutionID: id})
 	if err != nil {
 		t.Fatalf("get %s: %v", id, err)
 	}
@@ -186,17 +184,17 @@ type hookStore struct {
 	store.Store
 	mu   sync.Mutex
 	gets int
-	get  func(key execution.Key) error
+	get  func(key store.Key) error
 	due  func() error
 }
 
-func (s *hookStore) Get(ctx context.Context, key execution.Key) (execution.Execution, error) {
+func (s *hookStore) Get(ctx context.Context, key store.Key) (store.Execution, error) {
 	s.mu.Lock()
 	s.gets++
 	s.mu.Unlock()
 	if s.get != nil {
 		if err := s.get(key); err != nil {
-			return execution.Execution{}, err
+			return store.Execution{}, err
 		}
 	}
 	return s.Store.Get(ctx, key)
@@ -239,18 +237,18 @@ func (d *recordingDispatcher) count() int {
 // unitRuntime is a runtime on memory stores behind a hookStore, with a
 // dispatcher that delivers nothing (so only the handler under test runs
 // transitions).
-func unitRuntime(t *testing.T, cfg runtime.Config) (*runtime.Runtime, *hookStore, *recordingDispatcher, *logtest.Buffer) {
+func unitRuntime(t *testing.T, cfg engine.Config) (*engine.Runtime, *hookStore, *recordingDispatcher, *logtest.Buffer) {
 	t.Helper()
 	reg, err := pipelines.Registry(pipelines.Options{Diag: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	logs, log := logtest.New()
-	hs := &hookStore{Store: memstore.NewStateStore(clock.System{})}
+	hs := &hookStore{Store: memory.NewStateStore(clock.System{})}
 	d := &recordingDispatcher{}
-	rt, err := runtime.New(cfg, runtime.Deps{
-		Registry: reg, Store: hs, Payloads: memstore.NewPayloadStore(clock.System{}), Dispatcher: d,
-		DeadLetter: logdlq.New(log), Effects: memstore.NewEffects(clock.System{}), Logger: log,
+	rt, err := engine.New(cfg, engine.Deps{
+		Registry: reg, Store: hs, Payloads: memory.NewPayloadStore(clock.System{}), Dispatcher: d,
+		DeadLetter: memory.NewLogDLQ(log), Effects: memory.NewEffects(clock.System{}), Logger: log,
 	})
 	if err != nil {
 		t.Fatal(err)

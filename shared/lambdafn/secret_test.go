@@ -3,6 +3,7 @@ package lambdafn_test
 import (
 	"context"
 	"encoding/json"
+	"github.com/qasync/qasync/pipelines"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -10,8 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/qasync/qasync/shared/internal/logtest"
 	"github.com/qasync/qasync/shared/lambdafn"
-	"github.com/qasync/qasync/shared/logtest"
 )
 
 const (
@@ -58,7 +59,7 @@ func fakeSecretsManager(t *testing.T, fail bool) (*httptest.Server, *atomic.Int3
 func TestBootResolvesResumeTokenSecret(t *testing.T) {
 	_, calls := fakeSecretsManager(t, false)
 	var out logtest.Buffer
-	env, err := lambdafn.Boot(context.Background(), lambdafn.WithLogOutput(&out), lambdafn.WithLookupEnv(envMap(map[string]string{
+	env, err := lambdafn.Boot(context.Background(), nil, lambdafn.WithPipelines(pipelines.FromConfig), lambdafn.WithLogOutput(&out), lambdafn.WithLookupEnv(envMap(map[string]string{
 		"PIPELINE_ORCHESTRATOR_AWAIT_RESUME_TOKEN_SECRET_ARN": testSecretARN,
 		"PIPELINE_ORCHESTRATOR_LOG_LEVEL":                     "debug",
 	})))
@@ -87,7 +88,7 @@ func TestBootResolvesResumeTokenSecret(t *testing.T) {
 // as it is; Secrets Manager is not called.
 func TestBootSecretValueWins(t *testing.T) {
 	_, calls := fakeSecretsManager(t, true)
-	env, err := lambdafn.Boot(context.Background(), lambdafn.WithLogOutput(io.Discard), lambdafn.WithLookupEnv(envMap(map[string]string{
+	env, err := lambdafn.Boot(context.Background(), nil, lambdafn.WithPipelines(pipelines.FromConfig), lambdafn.WithLogOutput(io.Discard), lambdafn.WithLookupEnv(envMap(map[string]string{
 		"PIPELINE_ORCHESTRATOR_AWAIT_RESUME_TOKEN_SECRET":     "explicit",
 		"PIPELINE_ORCHESTRATOR_AWAIT_RESUME_TOKEN_SECRET_ARN": testSecretARN,
 	})))
@@ -105,7 +106,7 @@ func TestBootSecretValueWins(t *testing.T) {
 func TestBootFailsWhenSecretFetchFails(t *testing.T) {
 	fakeSecretsManager(t, true)
 	var out logtest.Buffer
-	env, err := lambdafn.Boot(context.Background(), lambdafn.WithLogOutput(&out), lambdafn.WithLookupEnv(envMap(map[string]string{
+	env, err := lambdafn.Boot(context.Background(), nil, lambdafn.WithPipelines(pipelines.FromConfig), lambdafn.WithLogOutput(&out), lambdafn.WithLookupEnv(envMap(map[string]string{
 		"PIPELINE_ORCHESTRATOR_AWAIT_RESUME_TOKEN_SECRET_ARN": testSecretARN,
 	})))
 	if err == nil {

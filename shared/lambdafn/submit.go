@@ -6,7 +6,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/qasync/qasync/shared/apigw"
+	"github.com/qasync/qasync/shared/internal/apigw"
 )
 
 // Submit is the submit function's handler: API Gateway HTTP API events

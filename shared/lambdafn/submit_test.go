@@ -11,10 +11,10 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/qasync/qasync/pipelines/checkout"
-	"github.com/qasync/qasync/shared/execution"
-	"github.com/qasync/qasync/shared/httpapi"
+	"github.com/qasync/qasync/shared/internal/httpapi"
 	"github.com/qasync/qasync/shared/lambdafn"
 	"github.com/qasync/qasync/shared/payload"
+	"github.com/qasync/qasync/shared/store"
 )
 
 // fixtureExecution is the execution the status and result fixtures name.
@@ -46,7 +46,7 @@ func TestSubmitFixture(t *testing.T) {
 	if ct := resp.Headers["Content-Type"]; ct != "application/json" {
 		t.Errorf("Content-Type %q", ct)
 	}
-	row, err := env.Set.Runtime.Status(context.Background(), execution.Key{TenantID: fixtureTenant, ExecutionID: doc.ExecutionID})
+	row, err := env.Set.Runtime.Status(context.Background(), store.Key{TenantID: fixtureTenant, ExecutionID: doc.ExecutionID})
 	if err != nil {
 		t.Fatalf("the execution is not in the IAM caller's tenant: %v", err)
 	}
@@ -77,8 +77,8 @@ func seedSucceeded(t *testing.T, env lambdafn.Env, result string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	seed(t, rt, fixtureExecution, checkout.ID, `{"orderId":"1001","items":[{"sku":"book","qty":2}],"amountCents":4599}`, func(e *execution.Execution) {
-		e.Status, e.Version, e.StepIndex, e.StepName = execution.Succeeded, 9, 3, checkout.StepScheduleDelivery
+	seed(t, rt, fixtureExecution, checkout.ID, `{"orderId":"1001","items":[{"sku":"book","qty":2}],"amountCents":4599}`, func(e *store.Execution) {
+		e.Status, e.Version, e.StepIndex, e.StepName = store.Succeeded, 9, 3, checkout.StepScheduleDelivery
 		e.NextDueAt, e.Result, e.LastTransitionKey = time.Time{}, ref, fixtureExecution+":3:1"
 	})
 }
@@ -97,7 +97,7 @@ func TestStatusFixture(t *testing.T) {
 	if err := json.Unmarshal([]byte(resp.Body), &doc); err != nil {
 		t.Fatal(err)
 	}
-	if doc.ExecutionID != fixtureExecution || doc.Status != execution.Succeeded || doc.Version != 9 || doc.StepName != checkout.StepScheduleDelivery {
+	if doc.ExecutionID != fixtureExecution || doc.Status != store.Succeeded || doc.Version != 9 || doc.StepName != checkout.StepScheduleDelivery {
 		t.Fatalf("status document %+v", doc)
 	}
 }

@@ -8,7 +8,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/qasync/qasync/shared/runtime"
+	"github.com/qasync/qasync/shared/internal/engine"
 )
 
 // MaxSweeps caps the sweeps of one sweeper invocation.
@@ -19,7 +19,7 @@ const MaxSweeps = 50
 const DefaultSweepMargin = 10 * time.Second
 
 // SweepReport is what one sweeper invocation did: the sums of its sweeps'
-// runtime.SweepResult counts.
+// engine.SweepResult counts.
 type SweepReport struct {
 	// Sweeps is how many times SweepOnce ran.
 	Sweeps int `json:"sweeps"`
@@ -49,7 +49,7 @@ type SweepReport struct {
 // logged ("sweep_failed") and returned, so that the invocation counts as
 // failed (Errors metric, asynchronous retry); the next schedule sweeps
 // anyway.
-func Sweeper(rt *runtime.Runtime, margin time.Duration, log *slog.Logger) func(context.Context, events.EventBridgeEvent) (SweepReport, error) {
+func Sweeper(rt *engine.Runtime, margin time.Duration, log *slog.Logger) func(context.Context, events.EventBridgeEvent) (SweepReport, error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -57,7 +57,7 @@ func Sweeper(rt *runtime.Runtime, margin time.Duration, log *slog.Logger) func(c
 		start := time.Now()
 		var rep SweepReport
 		stop := "drained"
-		pass := &runtime.SweepPass{} // page on: never the same row twice per invocation
+		pass := &engine.SweepPass{} // page on: never the same row twice per invocation
 		for {
 			res, err := rt.Sweep(ctx, pass)
 			if err != nil {

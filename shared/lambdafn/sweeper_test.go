@@ -11,13 +11,13 @@ import (
 
 	"github.com/qasync/qasync/pipelines/checkout"
 	"github.com/qasync/qasync/pipelines/diag"
-	"github.com/qasync/qasync/shared/execution"
+	"github.com/qasync/qasync/shared/internal/engine"
 	"github.com/qasync/qasync/shared/lambdafn"
-	"github.com/qasync/qasync/shared/runtime"
+	"github.com/qasync/qasync/shared/store"
 )
 
 // overdue makes a seeded row due an hour ago (well past the sweep grace).
-func overdue(e *execution.Execution) {
+func overdue(e *store.Execution) {
 	e.NextDueAt = time.Now().Add(-time.Hour)
 	e.SweepAt = e.NextDueAt
 }
@@ -31,11 +31,11 @@ func TestSweeperFixture(t *testing.T) {
 	for i := range 3 {
 		seed(t, rt, fmt.Sprintf("sweep-%d", i), checkout.ID, orderInput, overdue)
 	}
-	seed(t, rt, "sweep-dlq", diag.ID, `{}`, func(e *execution.Execution) {
+	seed(t, rt, "sweep-dlq", diag.ID, `{}`, func(e *store.Execution) {
 		overdue(e)
-		e.Status, e.DLQPending, e.StepIndex, e.StepName = execution.Failed, true, 1, diag.StepWork
+		e.Status, e.DLQPending, e.StepIndex, e.StepName = store.Failed, true, 1, diag.StepWork
 		e.LastTransitionKey = "sweep-dlq:1:1"
-		e.Error = &execution.Failure{Code: diag.CodeDrillFailure, Message: "scripted", TerminalReason: execution.ReasonNonRetryable}
+		e.Error = &store.Failure{Code: diag.CodeDrillFailure, Message: "scripted", TerminalReason: store.ReasonNonRetryable}
 	})
 	var rep lambdafn.SweepReport
 	invoke(t, context.Background(), lambdafn.Sweeper(rt, lambdafn.DefaultSweepMargin, env.Logger), fixture(t, "sweeper-schedule.json"), &rep)
@@ -43,7 +43,7 @@ func TestSweeperFixture(t *testing.T) {
 	if rep != want {
 		t.Fatalf("report %+v, want %+v", rep, want)
 	}
-	if row := get(t, rt, "sweep-dlq"); row.Status != execution.DLQ {
+	if row := get(t, rt, "sweep-dlq"); row.Status != store.DLQ {
 		t.Errorf("pending dead letter not published: %s", row.Status)
 	}
 	if len(logEvents(t, logs, "sweeper_completed")) != 1 {
@@ -56,7 +56,7 @@ func TestSweeperFixture(t *testing.T) {
 // before (the dispatched items are never delivered here, so every row
 // stays due): each row's work item is sent once per invocation.
 func TestSweeperPagesThroughDueRows(t *testing.T) {
-	rt, _, d, _ := unitRuntime(t, runtime.Config{SweepLimit: 2})
+	rt, _, d, _ := unitRuntime(t, engine.Config{SweepLimit: 2})
 	for i := range 5 {
 		seed(t, rt, fmt.Sprintf("sweep-%d", i), checkout.ID, orderInput, overdue)
 	}
@@ -72,7 +72,7 @@ func TestSweeperPagesThroughDueRows(t *testing.T) {
 // TestSweeperStopsAtMaxSweeps: while sweeps report More the handler sweeps
 // again, at most MaxSweeps times.
 func TestSweeperStopsAtMaxSweeps(t *testing.T) {
-	rt, _, d, _ := unitRuntime(t, runtime.Config{SweepLimit: 1})
+	rt, _, d, _ := unitRuntime(t, engine.Config{SweepLimit: 1})
 	for i := range lambdafn.MaxSweeps + 3 {
 		seed(t, rt, fmt.Sprintf("sweep-%d", i), checkout.ID, orderInput, overdue)
 	}
@@ -88,7 +88,7 @@ func TestSweeperStopsAtMaxSweeps(t *testing.T) {
 // TestSweeperStopsForTime: with no more than margin left after a sweep,
 // no further sweep starts.
 func TestSweeperStopsForTime(t *testing.T) {
-	rt, _, _, logs := unitRuntime(t, runtime.Config{SweepLimit: 2})
+	rt, _, _, logs := unitRuntime(t, engine.Config{SweepLimit: 2})
 	for i := range 5 {
 		seed(t, rt, fmt.Sprintf("sweep-%d", i), checkout.ID, orderInput, overdue)
 	}
@@ -108,7 +108,7 @@ func TestSweeperStopsForTime(t *testing.T) {
 
 // TestSweeperReturnsStoreErrors: a failing due query fails the invocation.
 func TestSweeperReturnsStoreErrors(t *testing.T) {
-	rt, hs, _, _ := unitRuntime(t, runtime.Config{})
+	rt, hs, _, _ := unitRuntime(t, engine.Config{})
 	hs.due = func() error { return errors.New("dynamodb: throttled") }
 	if _, err := lambdafn.Sweeper(rt, time.Second, rt.Logger)(context.Background(), events.EventBridgeEvent{}); err == nil {
 		t.Fatal("no error")

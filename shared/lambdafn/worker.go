@@ -11,8 +11,8 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/qasync/qasync/shared/dispatch"
-	"github.com/qasync/qasync/shared/runtime"
-	"github.com/qasync/qasync/shared/sqsdispatch"
+	"github.com/qasync/qasync/shared/internal/engine"
+	"github.com/qasync/qasync/shared/internal/sqsbackend"
 )
 
 // MaxWorkerConcurrency bounds the records of one batch processed at
@@ -50,7 +50,7 @@ const maxReleaseReserve = 2 * time.Second
 // invocation's deadline (at most 2s, a quarter of margin), so that a step
 // still running then is handed back (its attempt not used up) instead of
 // being frozen with its lease held.
-func Worker(rt *runtime.Runtime, margin time.Duration, log *slog.Logger, opts ...WorkerOption) func(context.Context, events.SQSEvent) (events.SQSEventResponse, error) {
+func Worker(rt *engine.Runtime, margin time.Duration, log *slog.Logger, opts ...WorkerOption) func(context.Context, events.SQSEvent) (events.SQSEventResponse, error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -135,10 +135,10 @@ type Deferrer func(ctx context.Context, receiptHandle string, d time.Duration) e
 func WithDeferrer(d Deferrer) WorkerOption { return func(o *workerOptions) { o.deferrer = d } }
 
 // processRecord runs one record's transition.
-func processRecord(ctx context.Context, rt *runtime.Runtime, m *events.SQSMessage, log *slog.Logger, deferrer Deferrer) (o outcome) {
+func processRecord(ctx context.Context, rt *engine.Runtime, m *events.SQSMessage, log *slog.Logger, deferrer Deferrer) (o outcome) {
 	receives, _ := strconv.Atoi(m.Attributes["ApproximateReceiveCount"])
 	rlog := log.With(slog.String("message_id", m.MessageId), slog.Int("receive_count", receives))
-	item, err := sqsdispatch.Decode(m.Body)
+	item, err := sqsbackend.Decode(m.Body)
 	if err != nil {
 		rlog.LogAttrs(ctx, slog.LevelError, "work_item_malformed", slog.String("event", "work_item_malformed"),
 			slog.String("error", err.Error()), slog.Int("body_bytes", len(m.Body)))

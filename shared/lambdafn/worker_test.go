@@ -12,9 +12,9 @@ import (
 
 	"github.com/qasync/qasync/pipelines/checkout"
 	"github.com/qasync/qasync/pipelines/diag"
-	"github.com/qasync/qasync/shared/execution"
+	"github.com/qasync/qasync/shared/internal/engine"
 	"github.com/qasync/qasync/shared/lambdafn"
-	"github.com/qasync/qasync/shared/runtime"
+	"github.com/qasync/qasync/shared/store"
 )
 
 const orderInput = `{"orderId":"1001","items":[{"sku":"book","qty":2}],"amountCents":4599}`
@@ -72,7 +72,7 @@ func TestWorkerFixture(t *testing.T) {
 	for _, it := range items {
 		for {
 			row := get(t, rt, it.ExecutionID)
-			if row.Status == execution.Succeeded {
+			if row.Status == store.Succeeded {
 				break
 			}
 			if time.Now().After(deadline) {
@@ -86,7 +86,7 @@ func TestWorkerFixture(t *testing.T) {
 // TestWorkerMarginSkipsEveryRecord: with less time left than the margin,
 // no record is started (the store is never read) and all are failures.
 func TestWorkerMarginSkipsEveryRecord(t *testing.T) {
-	rt, hs, _, logs := unitRuntime(t, runtime.Config{})
+	rt, hs, _, logs := unitRuntime(t, engine.Config{})
 	ev, items := sqsItems(t, fixture(t, "worker-sqs-batch.json"))
 	for _, it := range items {
 		seed(t, rt, it.ExecutionID, it.PipelineID, inputFor(it.PipelineID), nil)
@@ -110,7 +110,7 @@ func TestWorkerMarginSkipsEveryRecord(t *testing.T) {
 		t.Errorf("the store was read %d times: a record was started", n)
 	}
 	for _, it := range items {
-		if row := get(t, rt, it.ExecutionID); row.Version != 1 || row.Status != execution.Queued {
+		if row := get(t, rt, it.ExecutionID); row.Version != 1 || row.Status != store.Queued {
 			t.Errorf("%s changed: %s v%d", it.ExecutionID, row.Status, row.Version)
 		}
 	}
@@ -122,7 +122,7 @@ func TestWorkerMarginSkipsEveryRecord(t *testing.T) {
 // TestWorkerMalformedBody: a body that is not a work item is a failure of
 // that record only, logged without the body.
 func TestWorkerMalformedBody(t *testing.T) {
-	rt, _, _, logs := unitRuntime(t, runtime.Config{})
+	rt, _, _, logs := unitRuntime(t, engine.Config{})
 	ev, items := sqsItems(t, fixture(t, "worker-sqs-batch.json"))
 	for _, it := range items {
 		seed(t, rt, it.ExecutionID, it.PipelineID, inputFor(it.PipelineID), nil)
@@ -152,7 +152,7 @@ func TestWorkerMalformedBody(t *testing.T) {
 // TestWorkerProcessErrorFailsOnlyThatRecord: a backend error for one
 // execution (and a panic for another) fails those records only.
 func TestWorkerProcessErrorFailsOnlyThatRecord(t *testing.T) {
-	rt, hs, _, logs := unitRuntime(t, runtime.Config{})
+	rt, hs, _, logs := unitRuntime(t, engine.Config{})
 	ev, items := sqsItems(t, fixture(t, "worker-sqs-batch.json"))
 	if len(items) < 3 {
 		t.Fatalf("fixture has %d records, want 3", len(items))
@@ -161,7 +161,7 @@ func TestWorkerProcessErrorFailsOnlyThatRecord(t *testing.T) {
 		seed(t, rt, it.ExecutionID, it.PipelineID, inputFor(it.PipelineID), nil)
 	}
 	broken, panicky := items[0].ExecutionID, items[2].ExecutionID
-	hs.get = func(key execution.Key) error {
+	hs.get = func(key store.Key) error {
 		switch key.ExecutionID {
 		case broken:
 			return errors.New("dynamodb: throttled")
@@ -190,10 +190,10 @@ func TestWorkerProcessErrorFailsOnlyThatRecord(t *testing.T) {
 // TestWorkerDuplicateIsSuccess: a record for an execution that is already
 // finished (a duplicate delivery) or unknown is acknowledged.
 func TestWorkerDuplicateIsSuccess(t *testing.T) {
-	rt, _, _, _ := unitRuntime(t, runtime.Config{})
+	rt, _, _, _ := unitRuntime(t, engine.Config{})
 	ev, items := sqsItems(t, fixture(t, "worker-sqs-batch.json"))
-	seed(t, rt, items[0].ExecutionID, checkout.ID, orderInput, func(e *execution.Execution) {
-		e.Status, e.NextDueAt = execution.Succeeded, time.Time{}
+	seed(t, rt, items[0].ExecutionID, checkout.ID, orderInput, func(e *store.Execution) {
+		e.Status, e.NextDueAt = store.Succeeded, time.Time{}
 	})
 	// items[1] and items[2] do not exist: orphaned work items.
 	resp, err := lambdafn.Worker(rt, time.Second, rt.Logger)(context.Background(), ev)

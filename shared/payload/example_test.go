@@ -7,13 +7,13 @@ import (
 	"time"
 
 	"github.com/qasync/qasync/shared/clock"
-	"github.com/qasync/qasync/shared/memstore"
+	"github.com/qasync/qasync/shared/internal/memory"
 	"github.com/qasync/qasync/shared/payload"
 )
 
 func ExampleWrite() {
 	ctx := context.Background()
-	store := memstore.NewPayloadStore(clock.System{})
+	store := memory.NewPayloadStore(clock.System{})
 	expires := time.Now().Add(7 * 24 * time.Hour)
 
 	// A small payload travels inline in its Ref; nothing is stored.

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/qasync/qasync/shared/clock"
-	"github.com/qasync/qasync/shared/memstore"
+	"github.com/qasync/qasync/shared/internal/memory"
 	"github.com/qasync/qasync/shared/payload"
 )
 
@@ -85,7 +85,7 @@ func TestJSONErrorsWithholdValues(t *testing.T) {
 
 func TestWriteRefusals(t *testing.T) {
 	ctx := context.Background()
-	s := memstore.NewPayloadStore(clock.System{})
+	s := memory.NewPayloadStore(clock.System{})
 	ok := payload.Raw("", []byte("x"))
 	for name, tc := range map[string]struct {
 		p      payload.Payload

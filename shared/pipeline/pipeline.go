@@ -24,7 +24,6 @@ import (
 
 	"github.com/qasync/qasync/shared/effect"
 	"github.com/qasync/qasync/shared/payload"
-	"github.com/qasync/qasync/shared/retry"
 )
 
 // StepInfo is what a running step knows about its transition.
@@ -102,7 +101,7 @@ type Step struct {
 	// makes a new definition.
 	Name string
 	// Retry overrides the runtime's retry policy for this step when set.
-	Retry *retry.Policy
+	Retry *RetryPolicy
 	// AwaitTimeout is the longest an await step may keep the execution
 	// parked (package await sets it from its Spec): the runtime refuses to
 	// start when it exceeds the execution retention, which could not keep
@@ -122,7 +121,7 @@ type Step struct {
 type StepOption func(*Step)
 
 // WithRetry overrides the retry policy for one step.
-func WithRetry(p retry.Policy) StepOption {
+func WithRetry(p RetryPolicy) StepOption {
 	return func(s *Step) { s.Retry = &p }
 }
 

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qasync/qasync/shared/logtest"
+	"github.com/qasync/qasync/shared/internal/logtest"
 	"github.com/qasync/qasync/shared/reject"
 	"github.com/qasync/qasync/shared/reject/rejecttest"
 )

@@ -14,8 +14,6 @@ import (
 	"errors"
 	"strconv"
 	"time"
-
-	"github.com/qasync/qasync/shared/execution"
 )
 
 // Errors every Store returns (possibly wrapped; test with errors.Is).
@@ -40,7 +38,7 @@ var (
 // Times are kept to the millisecond, except ExpiresAt (the TTL), which is
 // kept to the second.
 //
-// The sweep index (execution.Execution.SweepAt) is the only index a
+// The sweep index (Execution.SweepAt) is the only index a
 // transition may move, and the happy path does not move it: Claim and
 // Renew never touch it and Update leaves it alone when the guard says
 // KeepSweep. Everything else about a row is a plain attribute.
@@ -51,15 +49,15 @@ type Store interface {
 	// fingerprint differs from req.Fingerprint returns ErrKeyMismatch. A
 	// write that is retried after it had in fact landed (an unknown
 	// outcome) still reports created=true.
-	CreateOrGet(ctx context.Context, req CreateRequest) (e execution.Execution, created bool, err error)
+	CreateOrGet(ctx context.Context, req CreateRequest) (e Execution, created bool, err error)
 
 	// Get reads one execution. Missing or expired rows return ErrNotFound.
-	Get(ctx context.Context, key execution.Key) (execution.Execution, error)
+	Get(ctx context.Context, key Key) (Execution, error)
 
 	// GetBatch reads several executions (the sweeper's look at the rows
 	// the sweep index returned), strongly consistent, in any order;
 	// missing and expired rows are left out.
-	GetBatch(ctx context.Context, keys []execution.Key) ([]execution.Execution, error)
+	GetBatch(ctx context.Context, keys []Key) ([]Execution, error)
 
 	// Claim takes the lease on an execution. It succeeds only if, at the
 	// moment of the write, the row's version equals req.ExpectVersion and
@@ -68,13 +66,13 @@ type Store interface {
 	// before req.TakeoverBy. On success the row becomes RUNNING with the
 	// new lease, attempt and release count, and version+1; NextDueAt and
 	// SweepAt are not changed. Otherwise ErrConflict (or ErrNotFound).
-	Claim(ctx context.Context, req ClaimRequest) (execution.Execution, error)
+	Claim(ctx context.Context, req ClaimRequest) (Execution, error)
 
 	// Renew extends the lease of a RUNNING row held by owner at version,
 	// moving LeaseExpiresAt to until. It changes nothing else (not the
 	// version, not the sweep index). If owner or version no longer match:
 	// ErrLeaseLost.
-	Renew(ctx context.Context, key execution.Key, owner string, version int64, until time.Time) error
+	Renew(ctx context.Context, key Key, owner string, version int64, until time.Time) error
 
 	// Update commits a transition: it replaces the row's mutable fields
 	// with next's, and sets version = guard.Version+1, if and only if the
@@ -86,14 +84,14 @@ type Store interface {
 	// SweepAt leaves the sweep index) unless guard.KeepSweep, which leaves
 	// the stored ones as they are. On a failed condition it returns
 	// ErrLeaseLost when guard.LeaseOwner is set, ErrConflict otherwise.
-	Update(ctx context.Context, guard Guard, next execution.Execution) (execution.Execution, error)
+	Update(ctx context.Context, guard Guard, next Execution) (Execution, error)
 
 	// Reschedule moves a row's SweepAt from from to to (zero: out of the
 	// sweep index) and sets its Sweeps, if its stored SweepAt is still
 	// from; it changes nothing else (not the version). It is how the
 	// sweeper pushes the next look at a row forward. A SweepAt that moved
 	// meanwhile returns ErrConflict; a missing row ErrNotFound.
-	Reschedule(ctx context.Context, key execution.Key, from, to time.Time, sweeps int) error
+	Reschedule(ctx context.Context, key Key, from, to time.Time, sweeps int) error
 
 	// Due pages through the sweep index: rows whose SweepAt is at or
 	// before q.By, oldest first, at most q.Limit per page, continuing
@@ -107,7 +105,7 @@ type Store interface {
 // CreateRequest is the input of CreateOrGet.
 type CreateRequest struct {
 	// Execution is the new row: version 1, status QUEUED, ids and input set.
-	Execution execution.Execution
+	Execution Execution
 	// IdempotencyKey is the tenant-scoped key (client-supplied or derived).
 	IdempotencyKey string
 	// Fingerprint identifies the request (pipeline + payload digest).
@@ -116,7 +114,7 @@ type CreateRequest struct {
 
 // ClaimRequest is the input of Claim.
 type ClaimRequest struct {
-	Key execution.Key
+	Key Key
 	// ExpectVersion is the version the caller read.
 	ExpectVersion int64
 	// Owner names the claiming worker.
@@ -140,7 +138,7 @@ type ClaimRequest struct {
 
 // Guard is the condition of an Update.
 type Guard struct {
-	Key execution.Key
+	Key Key
 	// Version is the version the caller read (or claimed).
 	Version int64
 	// LeaseOwner is the lease the caller holds; "" when it holds none.
@@ -171,7 +169,7 @@ type DuePage struct {
 
 // DueRef is one entry of the sweep index.
 type DueRef struct {
-	Key        execution.Key
+	Key        Key
 	PipelineID string
 	SweepAt    time.Time
 }
@@ -180,11 +178,11 @@ type DueRef struct {
 // QUEUED or WAIT_RETRY row due by dueBy, or a RUNNING row whose lease
 // expired by takeoverBy. Stores that evaluate the condition in Go (memory,
 // embedded) use it; the DynamoDB store writes the same as an expression.
-func Claimable(row *execution.Execution, dueBy, takeoverBy time.Time) bool {
+func Claimable(row *Execution, dueBy, takeoverBy time.Time) bool {
 	switch row.Status {
-	case execution.Queued, execution.WaitRetry:
+	case Queued, WaitRetry:
 		return row.Due(dueBy)
-	case execution.Running:
+	case Running:
 		return !row.LeaseExpiresAt.After(takeoverBy)
 	}
 	return false

@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/qasync/qasync/shared/clock"
-	"github.com/qasync/qasync/shared/execution"
 	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/store"
 )
@@ -50,17 +49,17 @@ func setup(t *testing.T, f Factory) *env {
 }
 
 // row returns a new QUEUED execution row due now.
-func (e *env) row(id string) execution.Execution {
+func (e *env) row(id string) store.Execution {
 	now := e.clock.Now()
-	return execution.Execution{
-		TenantID: e.tenant, ExecutionID: id, PipelineID: "p1", PipelineVersion: "v1-abc", Status: execution.Queued, Version: 1,
+	return store.Execution{
+		TenantID: e.tenant, ExecutionID: id, PipelineID: "p1", PipelineVersion: "v1-abc", Status: store.Queued, Version: 1,
 		StepName: "s0", Attempt: 1, NextDueAt: now, SweepAt: now.Add(time.Second), IdempotencyKey: "key-" + id,
 		Input:     payload.Ref{Encoding: payload.EncodingJSON, ContentType: payload.ContentTypeJSON, Length: 2, SHA256: payload.Digest([]byte("{}")), Inline: []byte("{}")},
 		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(24 * time.Hour),
 	}
 }
 
-func (e *env) create(id string) execution.Execution {
+func (e *env) create(id string) store.Execution {
 	e.t.Helper()
 	r := e.row(id)
 	got, created, err := e.s.CreateOrGet(e.ctx, store.CreateRequest{Execution: r, IdempotencyKey: r.IdempotencyKey, Fingerprint: "fp-" + id})
@@ -70,13 +69,13 @@ func (e *env) create(id string) execution.Execution {
 	return got
 }
 
-func (e *env) claim(x execution.Execution, owner string) (execution.Execution, error) {
+func (e *env) claim(x store.Execution, owner string) (store.Execution, error) {
 	now := e.clock.Now()
 	return e.s.Claim(e.ctx, store.ClaimRequest{Key: x.Key(), ExpectVersion: x.Version, Owner: owner, Now: now,
 		DueBy: now, TakeoverBy: now, LeaseUntil: now.Add(10 * time.Second), Attempt: x.Attempt})
 }
 
-func (e *env) mustClaim(x execution.Execution, owner string) execution.Execution {
+func (e *env) mustClaim(x store.Execution, owner string) store.Execution {
 	e.t.Helper()
 	got, err := e.claim(x, owner)
 	if err != nil {
@@ -131,7 +130,7 @@ func testCreateAndGet(e *env) {
 	if err != nil {
 		e.t.Fatalf("Get: %v", err)
 	}
-	if got.Version != 1 || got.Status != execution.Queued || got.PipelineID != "p1" || got.IdempotencyKey != "key-a" {
+	if got.Version != 1 || got.Status != store.Queued || got.PipelineID != "p1" || got.IdempotencyKey != "key-a" {
 		e.t.Fatalf("Get = %+v", got)
 	}
 }
@@ -201,16 +200,16 @@ func testKeysScopedToTenant(e *env) {
 	if err != nil || !created || got.TenantID != other.TenantID {
 		e.t.Fatalf("same key, other tenant: created=%v err=%v", created, err)
 	}
-	if _, err := e.s.Get(e.ctx, execution.Key{TenantID: e.tenant + "-third", ExecutionID: "a"}); !errors.Is(err, store.ErrNotFound) {
+	if _, err := e.s.Get(e.ctx, store.Key{TenantID: e.tenant + "-third", ExecutionID: "a"}); !errors.Is(err, store.ErrNotFound) {
 		e.t.Fatalf("execution visible to another tenant: %v", err)
 	}
 }
 
 func testGetMissing(e *env) {
-	if _, err := e.s.Get(e.ctx, execution.Key{TenantID: e.tenant, ExecutionID: "nope"}); !errors.Is(err, store.ErrNotFound) {
+	if _, err := e.s.Get(e.ctx, store.Key{TenantID: e.tenant, ExecutionID: "nope"}); !errors.Is(err, store.ErrNotFound) {
 		e.t.Fatalf("Get missing err = %v", err)
 	}
-	_, err := e.s.Claim(e.ctx, store.ClaimRequest{Key: execution.Key{TenantID: e.tenant, ExecutionID: "nope"}, ExpectVersion: 1, Owner: "w", Now: e.clock.Now(), DueBy: e.clock.Now(), TakeoverBy: e.clock.Now(), LeaseUntil: e.clock.Now().Add(time.Second), Attempt: 1})
+	_, err := e.s.Claim(e.ctx, store.ClaimRequest{Key: store.Key{TenantID: e.tenant, ExecutionID: "nope"}, ExpectVersion: 1, Owner: "w", Now: e.clock.Now(), DueBy: e.clock.Now(), TakeoverBy: e.clock.Now(), LeaseUntil: e.clock.Now().Add(time.Second), Attempt: 1})
 	if !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrConflict) {
 		e.t.Fatalf("Claim missing err = %v", err)
 	}
@@ -219,7 +218,7 @@ func testGetMissing(e *env) {
 func testClaim(e *env) {
 	x := e.create("a")
 	got := e.mustClaim(x, "w1")
-	if got.Status != execution.Running || got.LeaseOwner != "w1" || got.Version != 2 {
+	if got.Status != store.Running || got.LeaseOwner != "w1" || got.Version != 2 {
 		e.t.Fatalf("claimed row = %+v", got)
 	}
 	want := e.clock.Now().Add(10 * time.Second)
@@ -256,7 +255,7 @@ func testClaimRefusals(e *env) {
 		e.t.Errorf("claim of a live lease err = %v", err)
 	}
 	// Terminal and parked statuses.
-	for _, st := range []execution.Status{execution.Succeeded, execution.DLQ, execution.Failed, execution.WaitingExternal, execution.RemoteOutcomeUnknown} {
+	for _, st := range []store.Status{store.Succeeded, store.DLQ, store.Failed, store.WaitingExternal, store.RemoteOutcomeUnknown} {
 		y := e.create("t-" + string(st))
 		next := y
 		next.Status = st // NextDueAt stays set: the store must refuse on status alone
@@ -369,7 +368,7 @@ func testRenewAfterTakeover(e *env) {
 func testUpdateGuard(e *env) {
 	held := e.mustClaim(e.create("a"), "w1")
 	next := held
-	next.Status, next.LeaseOwner, next.LeaseExpiresAt = execution.Succeeded, "", time.Time{}
+	next.Status, next.LeaseOwner, next.LeaseExpiresAt = store.Succeeded, "", time.Time{}
 	next.NextDueAt, next.LastTransitionKey = time.Time{}, held.TransitionKey()
 	if _, err := e.s.Update(e.ctx, store.Guard{Key: held.Key(), Version: held.Version, LeaseOwner: "w2"}, next); !errors.Is(err, store.ErrLeaseLost) {
 		e.t.Errorf("Update by non-owner err = %v", err)
@@ -381,7 +380,7 @@ func testUpdateGuard(e *env) {
 	if err != nil {
 		e.t.Fatalf("Update: %v", err)
 	}
-	if got.Version != held.Version+1 || got.Status != execution.Succeeded || got.LeaseOwner != "" {
+	if got.Version != held.Version+1 || got.Status != store.Succeeded || got.LeaseOwner != "" {
 		e.t.Fatalf("Update = %+v", got)
 	}
 	// A second commit of the same transition loses.
@@ -395,13 +394,13 @@ func testUpdateImmutable(e *env) {
 	next := x
 	next.PipelineID, next.PipelineVersion, next.IdempotencyKey, next.Input = "other", "other", "other", payload.Ref{}
 	next.CreatedAt, next.ExpiresAt = epoch.Add(-time.Hour), time.Time{}
-	next.Status = execution.WaitRetry
+	next.Status = store.WaitRetry
 	got, err := e.s.Update(e.ctx, store.Guard{Key: x.Key(), Version: 1}, next)
 	if err != nil {
 		e.t.Fatalf("Update: %v", err)
 	}
 	if got.PipelineID != "p1" || got.PipelineVersion != "v1-abc" || got.IdempotencyKey != x.IdempotencyKey || got.Input.SHA256 != x.Input.SHA256 ||
-		!got.CreatedAt.Equal(x.CreatedAt) || !got.ExpiresAt.Truncate(time.Second).Equal(x.ExpiresAt.Truncate(time.Second)) || got.Status != execution.WaitRetry {
+		!got.CreatedAt.Equal(x.CreatedAt) || !got.ExpiresAt.Truncate(time.Second).Equal(x.ExpiresAt.Truncate(time.Second)) || got.Status != store.WaitRetry {
 		e.t.Fatalf("immutable fields changed (or a zero expiry was written): %+v", got)
 	}
 }
@@ -433,7 +432,7 @@ func testKeepSweep(e *env) {
 	}
 	held := e.mustClaim(x, "w1") // the worker read x before the push
 	next := x
-	next.StepIndex, next.Status, next.LeaseOwner, next.LeaseExpiresAt = 1, execution.Queued, "", time.Time{}
+	next.StepIndex, next.Status, next.LeaseOwner, next.LeaseExpiresAt = 1, store.Queued, "", time.Time{}
 	got, err := e.s.Update(e.ctx, store.Guard{Key: x.Key(), Version: held.Version, LeaseOwner: "w1", KeepSweep: true}, next)
 	if err != nil {
 		e.t.Fatalf("Update: %v", err)
@@ -442,7 +441,7 @@ func testKeepSweep(e *env) {
 		e.t.Fatalf("KeepSweep update: sweep %v (want %v) sweeps %d step %d", got.SweepAt, pushed, got.Sweeps, got.StepIndex)
 	}
 	next = got
-	next.Status, next.SweepAt, next.Sweeps = execution.Succeeded, time.Time{}, 0
+	next.Status, next.SweepAt, next.Sweeps = store.Succeeded, time.Time{}, 0
 	got, err = e.s.Update(e.ctx, store.Guard{Key: x.Key(), Version: got.Version}, next)
 	if err != nil || !got.SweepAt.IsZero() {
 		e.t.Fatalf("Update clearing the sweep: %+v, %v", got.SweepAt, err)
@@ -479,14 +478,14 @@ func testReschedule(e *env) {
 	if err := e.s.Reschedule(e.ctx, x.Key(), time.Time{}, to, 0); err != nil {
 		e.t.Fatalf("Reschedule back into the index: %v", err)
 	}
-	if err := e.s.Reschedule(e.ctx, execution.Key{TenantID: e.tenant, ExecutionID: "nope"}, time.Time{}, to, 0); !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrConflict) {
+	if err := e.s.Reschedule(e.ctx, store.Key{TenantID: e.tenant, ExecutionID: "nope"}, time.Time{}, to, 0); !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrConflict) {
 		e.t.Fatalf("Reschedule of a missing row err = %v", err)
 	}
 }
 
 func testGetBatch(e *env) {
 	a, b := e.create("a"), e.create("b")
-	got, err := e.s.GetBatch(e.ctx, []execution.Key{a.Key(), {TenantID: e.tenant, ExecutionID: "nope"}, b.Key()})
+	got, err := e.s.GetBatch(e.ctx, []store.Key{a.Key(), {TenantID: e.tenant, ExecutionID: "nope"}, b.Key()})
 	if err != nil || len(got) != 2 {
 		e.t.Fatalf("GetBatch = %d rows, %v", len(got), err)
 	}
@@ -522,7 +521,7 @@ func testUnleasedUpdate(e *env) {
 	x := e.create("a")
 	held := e.mustClaim(x, "w1")
 	next := held
-	next.Status = execution.Failed
+	next.Status = store.Failed
 	if _, err := e.s.Update(e.ctx, store.Guard{Key: x.Key(), Version: held.Version}, next); !errors.Is(err, store.ErrConflict) {
 		e.t.Fatalf("unleased update of a leased row err = %v", err)
 	}
@@ -530,7 +529,7 @@ func testUnleasedUpdate(e *env) {
 
 func testDue(e *env) {
 	now := e.clock.Now()
-	mk := func(id string, sweep time.Time, st execution.Status) {
+	mk := func(id string, sweep time.Time, st store.Status) {
 		x := e.create(id)
 		next := x
 		next.Status, next.SweepAt = st, sweep
@@ -538,13 +537,13 @@ func testDue(e *env) {
 			e.t.Fatalf("Update %s: %v", id, err)
 		}
 	}
-	mk("late", now.Add(-3*time.Second), execution.WaitRetry)
-	mk("early", now.Add(-5*time.Second), execution.Queued)
-	mk("dlq", now.Add(-1*time.Second), execution.Failed)
-	mk("edge", now, execution.Running)
-	mk("future", now.Add(time.Hour), execution.WaitRetry)
-	mk("done", time.Time{}, execution.Succeeded)
-	mk("parked", time.Time{}, execution.WaitingExternal)
+	mk("late", now.Add(-3*time.Second), store.WaitRetry)
+	mk("early", now.Add(-5*time.Second), store.Queued)
+	mk("dlq", now.Add(-1*time.Second), store.Failed)
+	mk("edge", now, store.Running)
+	mk("future", now.Add(time.Hour), store.WaitRetry)
+	mk("done", time.Time{}, store.Succeeded)
+	mk("parked", time.Time{}, store.WaitingExternal)
 	page, err := e.s.Due(e.ctx, store.DueQuery{By: now, Limit: 1000})
 	if err != nil {
 		e.t.Fatalf("Due: %v", err)
@@ -617,7 +616,7 @@ func testExpired(e *env) {
 	if _, err := e.s.Get(e.ctx, x.Key()); !errors.Is(err, store.ErrNotFound) {
 		e.t.Fatalf("Get of expired row err = %v", err)
 	}
-	rows, err := e.s.GetBatch(e.ctx, []execution.Key{x.Key()})
+	rows, err := e.s.GetBatch(e.ctx, []store.Key{x.Key()})
 	if err != nil || len(rows) != 0 {
 		e.t.Fatalf("GetBatch of an expired row = %d rows, %v", len(rows), err)
 	}
@@ -635,7 +634,7 @@ func testRoundTrip(e *env) {
 	x := e.create("a")
 	held := e.mustClaim(x, "w1")
 	next := held
-	next.Status, next.StepIndex, next.StepName, next.Attempt, next.MaxAttempt = execution.Failed, 3, "s3", 4, 5
+	next.Status, next.StepIndex, next.StepName, next.Attempt, next.MaxAttempt = store.Failed, 3, "s3", 4, 5
 	next.LeaseOwner, next.LeaseExpiresAt = "", time.Time{}
 	next.NextDueAt = e.clock.Now().Add(1500 * time.Millisecond)
 	next.SweepAt, next.Sweeps, next.Releases = e.clock.Now().Add(2500*time.Millisecond), 4, 2
@@ -643,10 +642,10 @@ func testRoundTrip(e *env) {
 	next.ExpiresAt = e.clock.Now().Add(48 * time.Hour)
 	next.LastTransitionKey = "a:3:4"
 	next.Result = payload.Ref{Encoding: payload.EncodingProtobuf, ContentType: payload.ContentTypeProtobuf, Message: "pkg.Msg", Length: 1 << 20, SHA256: payload.Digest([]byte("x")), ManifestID: "m1"}
-	next.Error = &execution.Failure{Code: "c", Message: "m", TerminalReason: execution.ReasonRetryExhausted}
+	next.Error = &store.Failure{Code: "c", Message: "m", TerminalReason: store.ReasonRetryExhausted}
 	next.DLQPending, next.Note, next.RedriveCount = true, "audit", 2
 	next.UpdatedAt = e.clock.Now().Add(time.Second)
-	next.Await = &execution.Await{ID: "aw-1", Status: execution.AwaitTimedOut, StepIndex: 3,
+	next.Await = &store.Await{ID: "aw-1", Status: store.AwaitTimedOut, StepIndex: 3,
 		TimeoutAt: e.clock.Now().Add(2 * time.Second), CompletedAt: e.clock.Now().Add(3 * time.Second),
 		Digest: payload.Digest([]byte("done")), Late: true,
 		LatePayload: payload.Ref{Encoding: payload.EncodingJSON, ContentType: "application/json", Length: 4, SHA256: payload.Digest([]byte("done")), Inline: []byte("done")}}
@@ -690,7 +689,7 @@ func testRoundTrip(e *env) {
 // the Error pointer (compared separately), time zones, monotonic readings,
 // precision below the store's (milliseconds; seconds for ExpiresAt), and
 // nil versus empty inline bytes.
-func normalize(x execution.Execution) execution.Execution {
+func normalize(x store.Execution) store.Execution {
 	x.Error = nil
 	if x.Await != nil {
 		a := *x.Await

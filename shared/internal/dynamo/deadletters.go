@@ -1,0 +1,114 @@
+package dynamo
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/qasync/qasync/shared/clock"
+	"github.com/qasync/qasync/shared/deadletter"
+	s "github.com/qasync/qasync/shared/schema"
+)
+
+// DeadLetters is the DynamoDB dead-letter recorder, on a table laid out as
+// schema.DeadLetterTable: one item per record, PK record_id, the record as
+// JSON in record, and ttl_epoch_s when the record expires. Expiry is
+// judged at whole seconds of ExpiresAt, like every TTL in this package.
+type DeadLetters struct {
+	db      *dynamodb.Client
+	table   string
+	clock   clock.Clock
+	timeout time.Duration
+}
+
+var _ deadletter.Recorder = (*DeadLetters)(nil)
+
+// NewDeadLetters returns a recorder on table; c decides TTL expiry (nil:
+// the system clock).
+func NewDeadLetters(db *dynamodb.Client, table string, c clock.Clock) *DeadLetters {
+	if c == nil {
+		c = clock.System{}
+	}
+	return &DeadLetters{db: db, table: table, clock: c, timeout: 10 * time.Second}
+}
+
+func (d *DeadLetters) key(id string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{s.AttrRecordID: str(id)}
+}
+
+// live reports whether an item's TTL has not passed.
+func (d *DeadLetters) live(item map[string]types.AttributeValue) bool {
+	return alive(item, d.clock.Now())
+}
+
+// Put implements deadletter.Recorder with a PutItem conditional on no
+// record with r.ID existing (or the existing one having expired). A failed
+// condition is a repeat: created is false and the first record stays.
+func (d *DeadLetters) Put(ctx context.Context, r deadletter.Record) (bool, error) {
+	if r.ID == "" {
+		return false, errors.New("dynamostore: a dead-letter record needs an id")
+	}
+	doc, err := json.Marshal(r)
+	if err != nil {
+		return false, fmt.Errorf("dynamostore: encode dead letter %s: %w", r.ID, err)
+	}
+	ctx, cancel := withDeadline(ctx, d.timeout)
+	defer cancel()
+	item := d.key(r.ID)
+	item[s.AttrRecord] = str(string(doc))
+	if !r.ExpiresAt.IsZero() {
+		item[s.AttrTTL] = seconds(r.ExpiresAt)
+	}
+	_, err = d.db.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName: &d.table, Item: item,
+		ConditionExpression:       aws.String("attribute_not_exists(#id) OR #ttl <= :now"),
+		ExpressionAttributeNames:  map[string]string{"#id": s.AttrRecordID, "#ttl": s.AttrTTL},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":now": seconds(d.clock.Now())},
+	})
+	var ccf *types.ConditionalCheckFailedException
+	if errors.As(err, &ccf) {
+		return false, nil
+	}
+	if err != nil {
+		return false, translate("put dead letter", err)
+	}
+	return true, nil
+}
+
+// Get implements deadletter.Recorder with a strongly consistent read; an
+// expired record is deadletter.ErrNotFound.
+func (d *DeadLetters) Get(ctx context.Context, id string) (deadletter.Record, error) {
+	if id == "" {
+		return deadletter.Record{}, fmt.Errorf("dynamostore: dead letter with an empty id: %w", deadletter.ErrNotFound)
+	}
+	ctx, cancel := withDeadline(ctx, d.timeout)
+	defer cancel()
+	out, err := d.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &d.table, Key: d.key(id), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return deadletter.Record{}, translate("get dead letter", err)
+	}
+	if out.Item == nil || !d.live(out.Item) {
+		return deadletter.Record{}, fmt.Errorf("dynamostore: dead letter %s: %w", id, deadletter.ErrNotFound)
+	}
+	var doc []byte
+	switch v := out.Item[s.AttrRecord].(type) {
+	case *types.AttributeValueMemberS:
+		doc = []byte(v.Value)
+	case *types.AttributeValueMemberB:
+		doc = v.Value
+	default:
+		return deadletter.Record{}, fmt.Errorf("dynamostore: dead letter %s: attribute %s is not a string or binary", id, s.AttrRecord)
+	}
+	var r deadletter.Record
+	if err := json.Unmarshal(doc, &r); err != nil {
+		return deadletter.Record{}, fmt.Errorf("dynamostore: decode dead letter %s: %w", id, err)
+	}
+	r.ID = id
+	return r, nil
+}

@@ -1,0 +1,129 @@
+package engine_test
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/qasync/qasync/shared/clock"
+	"github.com/qasync/qasync/shared/dispatch"
+	"github.com/qasync/qasync/shared/internal/engine"
+	"github.com/qasync/qasync/shared/internal/logtest"
+	"github.com/qasync/qasync/shared/internal/memory"
+	"github.com/qasync/qasync/shared/payload"
+	"github.com/qasync/qasync/shared/pipeline"
+	"github.com/qasync/qasync/shared/store"
+)
+
+// cluster is several runtimes ("workers") on one shared store, whose work
+// items land in one queue that the test delivers by hand: for scenarios
+// where workers differ (definitions served, clocks) or where deliveries
+// must be counted exactly.
+type cluster struct {
+	t        *testing.T
+	store    store.Store
+	mem      *memory.StateStore
+	payloads payload.Store
+	queue    *queue
+	dlq      *recordingDLQ
+	logs     *logtest.Buffer
+}
+
+// queue records dispatched messages; the test takes them with take.
+type queue struct {
+	mu   sync.Mutex
+	msgs []dispatch.Message
+	sent int
+	// block, when set, makes Dispatch wait until its context ends.
+	block bool
+}
+
+func (q *queue) Dispatch(ctx context.Context, msgs ...dispatch.Message) error {
+	q.mu.Lock()
+	block := q.block
+	q.mu.Unlock()
+	if block {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.msgs = append(q.msgs, msgs...)
+	q.sent += len(msgs)
+	return nil
+}
+
+// take removes and returns every queued message.
+func (q *queue) take() []dispatch.Message {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	out := q.msgs
+	q.msgs = nil
+	return out
+}
+
+// freeze makes Dispatch hang until its context ends (on) or work again.
+func (q *queue) freeze(on bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.block = on
+}
+
+func (q *queue) count() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.sent
+}
+
+func newCluster(t *testing.T) *cluster {
+	mem := memory.NewStateStore(clock.System{})
+	return &cluster{t: t, store: mem, mem: mem, payloads: memory.NewPayloadStore(clock.System{}),
+		queue: &queue{}, dlq: &recordingDLQ{}, logs: &logtest.Buffer{}}
+}
+
+// worker is one runtime of the cluster: its own registry, id and clock.
+func (c *cluster) worker(id string, cfg engine.Config, clk clock.Clock, ps ...pipeline.Pipeline) *engine.Runtime {
+	c.t.Helper()
+	reg, err := pipeline.NewRegistry(ps...)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	cfg.WorkerID = id
+	rt, err := engine.New(cfg, engine.Deps{
+		Registry: reg, Store: c.store, Payloads: c.payloads, Dispatcher: c.queue, DeadLetter: c.dlq, Clock: clk,
+		Logger: slog.New(slog.NewJSONHandler(c.logs, &slog.HandlerOptions{Level: slog.LevelDebug})).With(slog.String("worker", id)),
+	})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return rt
+}
+
+func (c *cluster) get(id string) store.Execution {
+	c.t.Helper()
+	e, err := c.store.Get(context.Background(), store.Key{TenantID: "t1", ExecutionID: id})
+	if err != nil {
+		c.t.Fatalf("Get: %v", err)
+	}
+	return e
+}
+
+func submitTo(t *testing.T, rt *engine.Runtime, pipelineID, key string, v any) store.Execution {
+	t.Helper()
+	in, err := payload.JSON(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := rt.Submit(context.Background(), engine.SubmitRequest{TenantID: "t1", PipelineID: pipelineID, IdempotencyKey: key, Input: in})
+	if err != nil {
+		t.Fatalf("Submit: %v", err)
+	}
+	return res.Execution
+}
+
+// skewed is the system clock (synctest's fake one in a bubble) shifted.
+type skewed time.Duration
+
+func (s skewed) Now() time.Time { return time.Now().Add(time.Duration(s)) }

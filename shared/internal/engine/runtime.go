@@ -1,0 +1,467 @@
+// Package runtime is the queue-async execution engine: it accepts
+// submissions, runs one transition per work item under a lease, commits
+// each with an OCC-guarded write, retries with backoff, dead-letters what
+// cannot finish, sweeps for work whose dispatch was lost, and answers
+// status, result and re-drive requests.
+//
+// It depends only on the seams (store, payload, effect, dispatch,
+// deadletter) and on pipeline; the providers behind them are chosen by the
+// caller.
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/qasync/qasync/shared/clock"
+	"github.com/qasync/qasync/shared/deadletter"
+	"github.com/qasync/qasync/shared/dispatch"
+	"github.com/qasync/qasync/shared/effect"
+	"github.com/qasync/qasync/shared/payload"
+	"github.com/qasync/qasync/shared/pipeline"
+	"github.com/qasync/qasync/shared/store"
+)
+
+// IdempotencyPolicy says where an execution's idempotency key comes from.
+type IdempotencyPolicy string
+
+// Idempotency policies, named as in the seed document.
+const (
+	// OptionalClientKey uses the client's key, or derives one from tenant,
+	// pipeline and payload digest when the client sends none.
+	OptionalClientKey IdempotencyPolicy = "OPTIONAL_CLIENT_KEY"
+	// ClientKeyRequired refuses a submission without a client key.
+	ClientKeyRequired IdempotencyPolicy = "CLIENT_KEY_REQUIRED"
+	// ServerKeyOnly always derives the key and ignores the client's.
+	ServerKeyOnly IdempotencyPolicy = "SERVER_KEY_ONLY"
+)
+
+// Errors returned by Runtime methods (test with errors.Is). Store errors
+// (store.ErrNotFound, store.ErrKeyMismatch, store.ErrConflict) pass through.
+var (
+	// ErrPipelineNotFound: no pipeline with that id is registered.
+	ErrPipelineNotFound = errors.New("runtime: pipeline not found")
+	// ErrKeyRequired: the policy needs a client idempotency key.
+	ErrKeyRequired = errors.New("runtime: idempotency key required")
+	// ErrNotSucceeded: the result was asked of an execution that has not succeeded.
+	ErrNotSucceeded = errors.New("runtime: execution has not succeeded")
+	// ErrNotRedrivable: re-drive asked of an execution that is not DLQ,
+	// FAILED or REMOTE_OUTCOME_UNKNOWN.
+	ErrNotRedrivable = errors.New("runtime: execution is not in DLQ, FAILED or REMOTE_OUTCOME_UNKNOWN")
+	// ErrRemoteEffectUnconfirmed: re-drive of a REMOTE_OUTCOME_UNKNOWN
+	// execution without RedriveOptions.ConfirmedNoRemoteEffect.
+	ErrRemoteEffectUnconfirmed = errors.New("runtime: re-driving a REMOTE_OUTCOME_UNKNOWN execution needs confirmedNoRemoteEffect")
+	// ErrVersionMismatch: re-drive's expected version is not the current one.
+	ErrVersionMismatch = errors.New("runtime: version mismatch")
+	// ErrLeaseLost is the cancellation cause of a step whose lease was lost.
+	ErrLeaseLost = store.ErrLeaseLost
+)
+
+// Config is the runtime's policy. Fields whose zero value is not a
+// usable setting take the documented defaults when zero; SweepGrace,
+// InlineBudget and ClockSkewTolerance mean what they say at zero (start
+// from DefaultConfig to get the defaults of every field).
+type Config struct {
+	// Lease is how long a claim lasts without renewal. Default 30s.
+	Lease time.Duration
+	// Retry is the default retry policy. Default pipeline.DefaultRetry.
+	Retry pipeline.RetryPolicy
+	// SweepLimit bounds the rows one sweep handles. Default 100.
+	SweepLimit int
+	// SweepGrace is how long past its due time a row waits for its queued
+	// work item before the sweeper dispatches it again; zero re-dispatches
+	// as soon as a row is due. DefaultConfig: 10s.
+	SweepGrace time.Duration
+	// ClockSkewTolerance is the largest clock difference tolerated between
+	// the processes sharing the store: a work item is claimed up to this
+	// much before its due time, and a lease is taken over only this long
+	// after its expiry. Zero trusts the clocks to agree. DefaultConfig: 2s.
+	ClockSkewTolerance time.Duration
+	// ExecutionTTL is the retention: how long a row is kept after it
+	// became terminal (a live row is never deleted). Default 30 days.
+	ExecutionTTL time.Duration
+	// InlineBudget is the largest payload kept in the row; zero keeps
+	// only empty payloads inline. At most payload.MaxInlineBudget.
+	// DefaultConfig: payload.DefaultInlineBudget.
+	InlineBudget int
+	// IdempotencyPolicy defaults to OptionalClientKey.
+	IdempotencyPolicy IdempotencyPolicy
+	// WorkerID names this process's leases. Default host name + random.
+	WorkerID string
+	// AwaitSecret keys the resume tokens of await steps (package await).
+	// Empty: await steps fail with await_resume_token_secret_missing and
+	// CompleteAwait returns ErrAwaitsDisabled.
+	AwaitSecret string
+	// OutputBucket is handed to every step as pipeline.StepInfo.OutputBucket:
+	// the value of the {outputBucket} placeholder of pipelines' Output.
+	OutputBucket string
+	// PipelineVersionWait is how long an execution whose pipeline
+	// definition this worker does not serve waits for a worker that does
+	// before it ends DLQ with pipeline_version_unavailable. Default 1h; at
+	// most ExecutionTTL.
+	PipelineVersionWait time.Duration
+	// DispatchTimeout bounds sending a work item after a commit (submit,
+	// hand-over, re-drive); a send that misses it is left to the sweeper.
+	// Default 2s.
+	DispatchTimeout time.Duration
+	// ReleaseLimit is how many times one attempt may be handed back
+	// unfinished before the hand-back counts as a failed attempt. Default 10.
+	ReleaseLimit int
+}
+
+// DefaultConfig returns the runtime's defaults for every field.
+func DefaultConfig() Config {
+	return Config{
+		Lease: 30 * time.Second, Retry: pipeline.DefaultRetry, SweepLimit: 100, SweepGrace: 10 * time.Second,
+		ClockSkewTolerance: 2 * time.Second, ExecutionTTL: 30 * 24 * time.Hour, InlineBudget: payload.DefaultInlineBudget,
+		IdempotencyPolicy: OptionalClientKey, PipelineVersionWait: time.Hour, DispatchTimeout: 2 * time.Second, ReleaseLimit: 10,
+	}
+}
+
+func (c *Config) defaults() error {
+	def := DefaultConfig()
+	if c.Lease == 0 {
+		c.Lease = def.Lease
+	}
+	if c.Retry == (pipeline.RetryPolicy{}) {
+		c.Retry = def.Retry
+	}
+	if c.SweepLimit == 0 {
+		c.SweepLimit = def.SweepLimit
+	}
+	if c.ExecutionTTL == 0 {
+		c.ExecutionTTL = def.ExecutionTTL
+	}
+	if c.IdempotencyPolicy == "" {
+		c.IdempotencyPolicy = def.IdempotencyPolicy
+	}
+	if c.PipelineVersionWait == 0 {
+		c.PipelineVersionWait = min(def.PipelineVersionWait, c.ExecutionTTL)
+	}
+	if c.DispatchTimeout == 0 {
+		c.DispatchTimeout = def.DispatchTimeout
+	}
+	if c.ReleaseLimit == 0 {
+		c.ReleaseLimit = def.ReleaseLimit
+	}
+	if c.WorkerID == "" {
+		host, _ := os.Hostname()
+		c.WorkerID = newWorkerID(host)
+	}
+	switch {
+	case c.Lease < 3*time.Millisecond:
+		return fmt.Errorf("runtime: lease %s too short", c.Lease)
+	case c.InlineBudget < 0 || c.InlineBudget > payload.MaxInlineBudget:
+		return fmt.Errorf("runtime: inline budget %d outside 0..%d", c.InlineBudget, payload.MaxInlineBudget)
+	case c.SweepLimit < 1, c.SweepGrace < 0, c.ExecutionTTL < 0, c.ClockSkewTolerance < 0, c.ReleaseLimit < 1, c.DispatchTimeout < 0:
+		return fmt.Errorf("runtime: sweep limit, sweep grace, TTL, clock-skew tolerance, release limit or dispatch timeout out of range")
+	case c.PipelineVersionWait < 0 || c.PipelineVersionWait > c.ExecutionTTL:
+		return fmt.Errorf("runtime: pipeline version wait %s outside 0..the execution retention %s", c.PipelineVersionWait, c.ExecutionTTL)
+	}
+	switch c.IdempotencyPolicy {
+	case OptionalClientKey, ClientKeyRequired, ServerKeyOnly:
+	default:
+		return fmt.Errorf("runtime: unknown idempotency policy %q", c.IdempotencyPolicy)
+	}
+	return c.Retry.Validate()
+}
+
+// Deps are the providers a Runtime runs on.
+type Deps struct {
+	Registry   *pipeline.Registry
+	Store      store.Store
+	Payloads   payload.Store
+	Dispatcher dispatch.Dispatcher
+	DeadLetter deadletter.Publisher
+	// Effects is the effect log of command steps, handed to every step as
+	// pipeline.StepInfo.Effects. Optional: without one, command steps fail
+	// with code command_effect_log_missing (other steps are unaffected).
+	Effects effect.Log
+	// Rejects is the Item Reject Sink, handed to every step as
+	// pipeline.StepInfo.Rejects. Optional.
+	Rejects pipeline.RejectSink
+	// Objects is the object store of pipelines' Output, handed to every
+	// step as pipeline.StepInfo.Objects. Optional.
+	Objects pipeline.ObjectStore
+	// Clock defaults to the system clock.
+	Clock clock.Clock
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Observers hear what the runtime does (metrics, lifecycle events).
+	Observers []Observer
+}
+
+// Runtime is the execution engine. It is safe for concurrent use.
+type Runtime struct {
+	cfg Config
+	Deps
+}
+
+// New checks cfg and deps and returns a Runtime.
+func New(cfg Config, deps Deps) (*Runtime, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	if deps.Registry == nil || deps.Store == nil || deps.Payloads == nil || deps.Dispatcher == nil || deps.DeadLetter == nil {
+		return nil, errors.New("runtime: registry, store, payload store, dispatcher and dead-letter publisher are all required")
+	}
+	if err := checkRetention(cfg, deps.Registry); err != nil {
+		return nil, err
+	}
+	if deps.Clock == nil {
+		deps.Clock = clock.System{}
+	}
+	if deps.Logger == nil {
+		deps.Logger = slog.Default()
+	}
+	return &Runtime{cfg: cfg, Deps: deps}, nil
+}
+
+// Config returns the effective configuration (defaults applied).
+func (r *Runtime) Config() Config { return r.cfg }
+
+// SubmitRequest is one submission.
+type SubmitRequest struct {
+	TenantID   string
+	PipelineID string
+	// IdempotencyKey is the client's key ("" when none was sent).
+	IdempotencyKey string
+	Input          payload.Payload
+}
+
+// SubmitResult is the execution a submission created or resolved to.
+type SubmitResult struct {
+	Execution store.Execution
+	// Duplicate is true when the key already mapped to an execution.
+	Duplicate bool
+}
+
+// Submit records the execution durably (row and key in one conditional
+// write) and only then dispatches its first work item. A duplicate
+// returns the existing execution and dispatches nothing. A key bound to a
+// different request fails with store.ErrKeyMismatch.
+func (r *Runtime) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, error) {
+	p, ok := r.Registry.Get(req.PipelineID)
+	if !ok {
+		return SubmitResult{}, fmt.Errorf("%w: %s", ErrPipelineNotFound, req.PipelineID)
+	}
+	digest := payload.Digest(req.Input.Data)
+	key := req.IdempotencyKey
+	switch {
+	case r.cfg.IdempotencyPolicy == ServerKeyOnly, key == "" && r.cfg.IdempotencyPolicy == OptionalClientKey:
+		key = "derived:" + hashParts(req.TenantID, req.PipelineID, digest)
+	case key == "":
+		return SubmitResult{}, ErrKeyRequired
+	}
+	now := r.Clock.Now()
+	expires := now.Add(r.cfg.ExecutionTTL)
+	// The input's slot is the idempotency key: a duplicate submission
+	// rewrites identical chunks instead of orphaning new ones.
+	in, err := payload.Write(ctx, r.Payloads, req.Input, "input/"+store.KeyID(req.TenantID, key), r.cfg.InlineBudget, r.recordsExpire(expires))
+	if err != nil {
+		return SubmitResult{}, fmt.Errorf("runtime: store input: %w", err)
+	}
+	row := store.Execution{
+		TenantID: req.TenantID, ExecutionID: newExecutionID(now), PipelineID: p.ID, PipelineVersion: p.VersionID(),
+		Status: store.Queued, Version: 1, StepName: p.Steps[0].Name, Attempt: 1,
+		NextDueAt: now, SweepAt: r.firstLook(now), IdempotencyKey: key, Input: in,
+		CreatedAt: now, UpdatedAt: now, ExpiresAt: expires,
+	}
+	got, created, err := r.Store.CreateOrGet(ctx, store.CreateRequest{
+		Execution: row, IdempotencyKey: key,
+		Fingerprint: hashParts(p.ID, string(req.Input.Encoding), req.Input.ContentType, req.Input.Message, digest),
+	})
+	if err != nil {
+		return SubmitResult{}, err
+	}
+	log := r.execLogger(&got)
+	if !created {
+		log.LogAttrs(ctx, slog.LevelInfo, "execution_deduplicated", slog.String("event", "execution_deduplicated"))
+		return SubmitResult{Execution: got, Duplicate: true}, nil
+	}
+	log.LogAttrs(ctx, slog.LevelInfo, "execution_submitted", slog.String("event", "execution_submitted"),
+		slog.String("pipeline_version", got.PipelineVersion),
+		slog.Int64("input_bytes", in.Length), slog.Bool("input_inline", in.ManifestID == ""))
+	r.dispatch(ctx, &got, 0)
+	return SubmitResult{Execution: got}, nil
+}
+
+// Status returns the execution's row as the tenant sees it.
+func (r *Runtime) Status(ctx context.Context, key store.Key) (store.Execution, error) {
+	return r.Store.Get(ctx, key)
+}
+
+// Result returns the result of a SUCCEEDED execution. Otherwise it returns
+// the row and an error wrapping ErrNotSucceeded.
+func (r *Runtime) Result(ctx context.Context, key store.Key) (store.Execution, payload.Payload, error) {
+	e, err := r.Store.Get(ctx, key)
+	if err != nil {
+		return e, payload.Payload{}, err
+	}
+	if e.Status != store.Succeeded {
+		return e, payload.Payload{}, fmt.Errorf("%w: status %s", ErrNotSucceeded, e.Status)
+	}
+	p, err := payload.Read(ctx, r.Payloads, e.Result)
+	return e, p, err
+}
+
+// RedriveOptions are the operator's inputs to a re-drive.
+type RedriveOptions struct {
+	// Reason is recorded as the audit note.
+	Reason string
+	// ExpectedVersion, when non-nil, must equal the current version.
+	ExpectedVersion *int64
+	// ConfirmedNoRemoteEffect is the operator's statement that the remote
+	// invocation of a REMOTE_OUTCOME_UNKNOWN execution completed, was
+	// cancelled, or can otherwise make no more effects. Required to
+	// re-drive that status; ignored for DLQ and FAILED.
+	ConfirmedNoRemoteEffect bool
+}
+
+// Redrive sends a DLQ or FAILED execution back to QUEUED at its failed
+// step for exactly one more attempt, recording reason as an audit note.
+// expectedVersion, when non-nil, must equal the current version.
+func (r *Runtime) Redrive(ctx context.Context, key store.Key, reason string, expectedVersion *int64) (store.Execution, error) {
+	return r.RedriveWith(ctx, key, RedriveOptions{Reason: reason, ExpectedVersion: expectedVersion})
+}
+
+// RedriveWith is Redrive with every option. A DLQ or FAILED execution, or
+// a REMOTE_OUTCOME_UNKNOWN one when opts.ConfirmedNoRemoteEffect is set,
+// goes back to QUEUED at its current step for exactly one more (new)
+// attempt. REMOTE_OUTCOME_UNKNOWN without the confirmation returns an
+// error wrapping ErrRemoteEffectUnconfirmed; any other status
+// ErrNotRedrivable.
+func (r *Runtime) RedriveWith(ctx context.Context, key store.Key, opts RedriveOptions) (store.Execution, error) {
+	reason, expectedVersion := opts.Reason, opts.ExpectedVersion
+	e, err := r.Store.Get(ctx, key)
+	if err != nil {
+		return e, err
+	}
+	if expectedVersion != nil && *expectedVersion != e.Version {
+		return e, fmt.Errorf("%w: expected %d, current %d", ErrVersionMismatch, *expectedVersion, e.Version)
+	}
+	switch {
+	case e.Status == store.DLQ, e.Status == store.Failed:
+	case e.Status == store.RemoteOutcomeUnknown && opts.ConfirmedNoRemoteEffect:
+	case e.Status == store.RemoteOutcomeUnknown:
+		return e, ErrRemoteEffectUnconfirmed
+	default:
+		return e, fmt.Errorf("%w: status %s", ErrNotRedrivable, e.Status)
+	}
+	if e.Status == store.Failed && e.DLQPending {
+		// Its dead letter is still to be published: publish it first, so
+		// that the failure the re-drive answers is on record, then re-drive
+		// the DLQ row (the version the caller expected has moved by one).
+		if !r.deadLetter(ctx, e) {
+			return e, fmt.Errorf("%w: the execution's dead letter is still pending and could not be published; retry the re-drive", store.ErrUnavailable)
+		}
+		if e, err = r.Store.Get(ctx, key); err != nil {
+			return e, err
+		}
+		if e.Status != store.DLQ {
+			return e, fmt.Errorf("%w: status %s", ErrNotRedrivable, e.Status)
+		}
+	}
+	now := r.Clock.Now()
+	next := e
+	next.Status, next.Attempt, next.MaxAttempt, next.Releases = store.Queued, e.Attempt+1, e.Attempt+1, 0
+	next.NextDueAt, next.UpdatedAt = now, now
+	next.SweepAt, next.Sweeps = r.firstLook(now), 0
+	next.ExpiresAt = r.keepAlive(&e, now)
+	next.LeaseOwner, next.LeaseExpiresAt = "", time.Time{}
+	next.Error, next.DLQPending = nil, false
+	next.Note = store.Truncate(reason, store.MaxErrorMessage)
+	next.RedriveCount++
+	got, err := r.Store.Update(ctx, store.Guard{Key: key, Version: e.Version}, next)
+	if err != nil {
+		return e, err
+	}
+	r.execLogger(&got).LogAttrs(ctx, slog.LevelWarn, "execution_redriven", slog.String("event", "execution_redriven"),
+		slog.String("reason", next.Note), slog.Int("redrive_count", got.RedriveCount),
+		slog.String("from_status", string(e.Status)), slog.Bool("confirmed_no_remote_effect", opts.ConfirmedNoRemoteEffect))
+	r.dispatch(ctx, &got, 0)
+	return got, nil
+}
+
+// dispatch sends the execution's work item within the dispatch timeout,
+// on a context that a caller's cancellation does not cut short (the commit
+// before it has landed). A failure is logged and reported, not fatal: the
+// row is in the sweep index, so the sweeper dispatches it again.
+func (r *Runtime) dispatch(ctx context.Context, e *store.Execution, delay time.Duration) bool {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.DispatchTimeout)
+	defer cancel()
+	item := dispatch.WorkItem{TenantID: e.TenantID, ExecutionID: e.ExecutionID, PipelineID: e.PipelineID}
+	if err := r.Dispatcher.Dispatch(dctx, dispatch.Message{Item: item, Delay: delay}); err != nil {
+		r.execLogger(e).LogAttrs(ctx, slog.LevelWarn, "dispatch_failed", slog.String("event", "dispatch_failed"),
+			slog.String("error", err.Error()))
+		return false
+	}
+	return true
+}
+
+// firstLook is when the sweeper first looks at a row that was just
+// submitted, re-driven or handed a retry: a grace after it became due, so
+// that a lost work item is found while a delivered one is not duplicated.
+func (r *Runtime) firstLook(due time.Time) time.Time { return due.Add(r.cfg.SweepGrace) }
+
+// keepAlive is the expiry a live (non-terminal) row gets at a commit: at
+// least a retention from now, never earlier than it already was.
+func (r *Runtime) keepAlive(e *store.Execution, now time.Time) time.Time {
+	return maxTime(e.ExpiresAt, now.Add(r.cfg.ExecutionTTL))
+}
+
+// recordsExpire is the expiry of records written for a row that expires at
+// rowExpires (payload chunks, effect records): one more retention, so that
+// later extensions of the row (a park up to its timeout, a re-drive) find
+// them still there.
+func (r *Runtime) recordsExpire(rowExpires time.Time) time.Time {
+	return rowExpires.Add(r.cfg.ExecutionTTL)
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// checkRetention refuses a registry whose await steps may park an
+// execution longer than the retention could keep it.
+func checkRetention(cfg Config, reg *pipeline.Registry) error {
+	for _, p := range reg.All() {
+		for _, s := range p.Steps {
+			if s.AwaitTimeout > cfg.ExecutionTTL {
+				return fmt.Errorf("runtime: pipeline %s step %s: await timeout %s exceeds the execution retention %s (pipeline.orchestrator.execution-ttl-days): the parked execution could not be kept that long",
+					p.ID, s.Name, s.AwaitTimeout, cfg.ExecutionTTL)
+			}
+		}
+	}
+	return nil
+}
+
+// execLogger returns the logger carrying an execution's identifying fields.
+func (r *Runtime) execLogger(e *store.Execution) *slog.Logger {
+	return r.Logger.With(
+		slog.String("execution_id", e.ExecutionID),
+		slog.String("tenant", e.TenantID),
+		slog.String("pipeline", e.PipelineID),
+		slog.String("step", e.StepName),
+		slog.Int("attempt", e.Attempt),
+	)
+}
+
+// hashParts is the hex SHA-256 of the parts, each length-prefixed so no
+// two different lists hash alike.
+func hashParts(parts ...string) string {
+	h := sha256.New()
+	for _, p := range parts {
+		fmt.Fprintf(h, "%d:%s;", len(p), p)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}

@@ -1,0 +1,641 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/qasync/qasync/shared/internal/engine"
+	"github.com/qasync/qasync/shared/payload"
+	"github.com/qasync/qasync/shared/pipeline"
+	"github.com/qasync/qasync/shared/store"
+)
+
+// IdempotencyKeyHeader is the request header carrying the client's key.
+const IdempotencyKeyHeader = "Idempotency-Key"
+
+// MessageTypeHeader names the protobuf message of an application/x-protobuf
+// body (alternatively the content type's messageType parameter). The
+// result of a protobuf execution carries it too.
+const MessageTypeHeader = "X-Message-Type"
+
+// MaxIdempotencyKeyLen is the longest valid idempotency key.
+const MaxIdempotencyKeyLen = 255
+
+// MaxRedriveReasonLen is the longest re-drive reason, in bytes.
+const MaxRedriveReasonLen = 2048
+
+// Limits on what the API accepts beyond the body size.
+const (
+	maxContentTypeLen = 255
+	maxMessageTypeLen = 512
+	maxRedriveBody    = 16 << 10
+	maxExecutionIDLen = 128
+)
+
+var protoNamePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
+
+// SubmitResponse is the body of a 202 or 200 submit response.
+type SubmitResponse struct {
+	// ExecutionID identifies the execution within its tenant.
+	ExecutionID string `json:"executionId"`
+	// PipelineID is the pipeline the execution runs.
+	PipelineID string `json:"pipelineId"`
+	// Status is the execution's status at the time of the response.
+	Status store.Status `json:"status"`
+	// Duplicate is true when the idempotency key already mapped to this
+	// execution (HTTP 200); nothing new was stored or dispatched.
+	Duplicate bool `json:"duplicate"`
+	// StatusURL is also sent as the Location header.
+	StatusURL string `json:"statusUrl"`
+	// ResultURL is where the result is served once SUCCEEDED.
+	ResultURL string `json:"resultUrl"`
+	// SubmittedAt is the execution's creation time, RFC 3339 in UTC.
+	SubmittedAt string `json:"submittedAt"`
+}
+
+// StatusResponse is the status document of an execution (GET status, and
+// the body of a 202 re-drive response). Times are RFC 3339 in UTC.
+type StatusResponse struct {
+	// ExecutionID identifies the execution within its tenant.
+	ExecutionID string `json:"executionId"`
+	// PipelineID is the pipeline the execution runs.
+	PipelineID string `json:"pipelineId"`
+	// PipelineVersion is the pipeline definition the execution is bound to
+	// (its VersionID); only workers serving it run the execution.
+	PipelineVersion string `json:"pipelineVersion,omitempty"`
+	// Status is the lifecycle status (QUEUED, RUNNING, ..., SUCCEEDED, DLQ).
+	Status store.Status `json:"status"`
+	// StepIndex is the 0-based index of the current step.
+	StepIndex int `json:"stepIndex"`
+	// StepName is the current step's name.
+	StepName string `json:"stepName"`
+	// Attempt is the current step's attempt number, from 1.
+	Attempt int `json:"attempt"`
+	// Version is the row version; pass it as a re-drive's expectedVersion.
+	Version int64 `json:"version"`
+	// CreatedAt is when the execution was submitted.
+	CreatedAt string `json:"createdAt"`
+	// UpdatedAt is when the execution last changed.
+	UpdatedAt string `json:"updatedAt"`
+	// NextDueAt is when a QUEUED or WAIT_RETRY execution may run next;
+	// omitted otherwise.
+	NextDueAt string `json:"nextDueAt,omitempty"`
+	// VersionWaitSince is set while the execution waits for a worker that
+	// serves its pipeline version (error code pipeline_version_unavailable).
+	VersionWaitSince string `json:"versionWaitSince,omitempty"`
+	// Error is the last failure; omitted when there is none.
+	Error *ErrorResponse `json:"error,omitempty"`
+	// Await is the execution's current (or last) external await; omitted
+	// when it has none.
+	Await *AwaitResponse `json:"await,omitempty"`
+}
+
+// AwaitResponse is the external await of a status document.
+type AwaitResponse struct {
+	// AwaitID identifies the await (the completion route's {awaitId}).
+	AwaitID string `json:"awaitId"`
+	// Status is WAITING, COMPLETED or TIMED_OUT.
+	Status store.AwaitStatus `json:"status"`
+	// TimeoutAt is omitted when the await has no timeout.
+	TimeoutAt string `json:"timeoutAt,omitempty"`
+	// CompletedAt is when the completion was accepted (also a late one).
+	CompletedAt string `json:"completedAt,omitempty"`
+	// Late is true when a completion arrived after the timeout; it is kept
+	// for reconciliation and changed nothing else.
+	Late bool `json:"late"`
+}
+
+// ErrorResponse is the failure of a status document.
+type ErrorResponse struct {
+	// Code is the machine-readable error code the step (or runtime) gave.
+	Code string `json:"code"`
+	// Message is the human-readable error message.
+	Message string `json:"message"`
+	// TerminalReason is set ("retry_exhausted", "non_retryable") when the
+	// failure ended the execution, "" while a retry is pending.
+	TerminalReason string `json:"terminalReason"`
+}
+
+// RedriveRequest is the body of a re-drive request.
+type RedriveRequest struct {
+	// Reason is the audit note: required, at most MaxRedriveReasonLen bytes.
+	Reason string `json:"reason"`
+	// ExpectedVersion, when set, must equal the execution's current version.
+	ExpectedVersion *int64 `json:"expectedVersion,omitempty"`
+	// ConfirmedNoRemoteEffect states that the remote invocation of a
+	// REMOTE_OUTCOME_UNKNOWN execution completed, was cancelled or can
+	// make no more effects; required to re-drive that status.
+	ConfirmedNoRemoteEffect bool `json:"confirmedNoRemoteEffect,omitempty"`
+}
+
+func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+func statusDocument(e *store.Execution) StatusResponse {
+	d := StatusResponse{
+		ExecutionID: e.ExecutionID, PipelineID: e.PipelineID, PipelineVersion: e.PipelineVersion, Status: e.Status,
+		StepIndex: e.StepIndex, StepName: e.StepName, Attempt: e.Attempt, Version: e.Version,
+		CreatedAt: formatTime(e.CreatedAt), UpdatedAt: formatTime(e.UpdatedAt),
+	}
+	if !e.NextDueAt.IsZero() && (e.Status == store.Queued || e.Status == store.WaitRetry) {
+		d.NextDueAt = formatTime(e.NextDueAt)
+	}
+	if !e.VersionWaitSince.IsZero() {
+		d.VersionWaitSince = formatTime(e.VersionWaitSince)
+	}
+	if e.Error != nil {
+		d.Error = &ErrorResponse{Code: e.Error.Code, Message: e.Error.Message, TerminalReason: e.Error.TerminalReason}
+	}
+	if aw := e.Await; aw != nil {
+		d.Await = &AwaitResponse{AwaitID: aw.ID, Status: aw.Status, Late: aw.Late}
+		if !aw.TimeoutAt.IsZero() {
+			d.Await.TimeoutAt = formatTime(aw.TimeoutAt)
+		}
+		if !aw.CompletedAt.IsZero() {
+			d.Await.CompletedAt = formatTime(aw.CompletedAt)
+		}
+	}
+	return d
+}
+
+// tenant resolves the request's tenant, recording it for the log, or
+// writes the 400 and returns false.
+func (a *api) tenant(w http.ResponseWriter, r *http.Request) (string, bool) {
+	t, err := a.tenantFunc(r)
+	if err == nil && !ValidTenantID(t) {
+		err = fmt.Errorf("%w: the tenant function returned an invalid tenant id", ErrInvalidTenant)
+		a.logError(r, "tenant_func_invalid", err)
+		writeProblem(w, kindInternal.problem("The request could not be processed."))
+		return "", false
+	}
+	if err != nil && errors.Is(err, ErrUnauthenticated) {
+		writeProblem(w, kindUnauthorized.problem("The request carries no caller identity."))
+		return "", false
+	}
+	if err != nil {
+		detail := "The tenant of the request could not be determined."
+		if errors.Is(err, ErrInvalidTenant) {
+			detail = err.Error()
+		} else {
+			a.logError(r, "tenant_func_failed", err)
+		}
+		writeProblem(w, kindInvalidTenant.problem(detail))
+		return "", false
+	}
+	if info, ok := r.Context().Value(reqInfoKey{}).(*reqInfo); ok {
+		info.tenant = t
+	}
+	return t, true
+}
+
+// idempotencyKey returns the client's key ("" when the header is absent),
+// or writes the 400 and returns false.
+func idempotencyKey(w http.ResponseWriter, r *http.Request) (string, bool) {
+	vs := r.Header.Values(IdempotencyKeyHeader)
+	if len(vs) == 0 {
+		return "", true
+	}
+	bad := func(detail string) (string, bool) {
+		writeProblem(w, kindInvalidKey.problem(detail))
+		return "", false
+	}
+	if len(vs) > 1 {
+		return bad("The Idempotency-Key header must be sent at most once.")
+	}
+	k := vs[0]
+	if len(k) == 0 || len(k) > MaxIdempotencyKeyLen {
+		return bad(fmt.Sprintf("The Idempotency-Key header must be 1-%d characters long.", MaxIdempotencyKeyLen))
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] < 0x20 || k[i] > 0x7e {
+			return bad("The Idempotency-Key header must contain printable ASCII characters only.")
+		}
+	}
+	return k, true
+}
+
+// bodyKind says how a submitted body is stored.
+type bodyKind int
+
+const (
+	bodyJSON bodyKind = iota
+	bodyRaw
+	bodyProto
+)
+
+// classifyBody reads the Content-Type: empty, application/json and any
+// +json type mean JSON; application/x-protobuf with a message name means
+// protobuf; anything else is stored raw under its (normalized) type.
+func classifyBody(r *http.Request) (k bodyKind, contentType, message string, problem *Problem) {
+	bad := func(detail string) (bodyKind, string, string, *Problem) {
+		p := kindInvalidContentType.problem(detail)
+		return 0, "", "", &p
+	}
+	ct := r.Header.Get("Content-Type")
+	if strings.TrimSpace(ct) == "" {
+		return bodyJSON, payload.ContentTypeJSON, "", nil
+	}
+	if len(ct) > maxContentTypeLen {
+		return bad(fmt.Sprintf("The Content-Type header must be at most %d characters long.", maxContentTypeLen))
+	}
+	mt, params, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return bad("The Content-Type header is not a valid media type.")
+	}
+	switch {
+	case mt == payload.ContentTypeJSON || strings.HasSuffix(mt, "+json"):
+		return bodyJSON, payload.ContentTypeJSON, "", nil
+	case mt == payload.ContentTypeProtobuf:
+		msg := params["messagetype"]
+		if h := r.Header.Get(MessageTypeHeader); h != "" {
+			if msg != "" && msg != h {
+				return bad("The messageType parameter and the X-Message-Type header disagree.")
+			}
+			msg = h
+		}
+		if msg == "" {
+			return bodyRaw, mt, "", nil
+		}
+		if len(msg) > maxMessageTypeLen || !protoNamePattern.MatchString(msg) {
+			return bad("The protobuf message type must be a full message name such as pkg.Message.")
+		}
+		return bodyProto, payload.ContentTypeProtobuf, msg, nil
+	}
+	normalized := mime.FormatMediaType(mt, params)
+	if normalized == "" {
+		normalized = mt
+	}
+	return bodyRaw, normalized, "", nil
+}
+
+// readBody reads at most a.maxBody bytes of the body, or writes the 413
+// (or 400) and returns false.
+func (a *api) readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool) {
+	if r.ContentLength > limit {
+		writeProblem(w, kindTooLarge.problem(fmt.Sprintf("The request body must be at most %d bytes.", limit)))
+		return nil, false
+	}
+	if r.Body == nil {
+		return []byte{}, true
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		writeProblem(w, kindTooLarge.problem(fmt.Sprintf("The request body must be at most %d bytes.", limit)))
+		return nil, false
+	case err != nil:
+		writeProblem(w, kindInvalidRequest.problem("The request body could not be read."))
+		return nil, false
+	}
+	return b, true
+}
+
+// encodings maps a body kind to the payload encoding it is stored in.
+var encodings = map[bodyKind]payload.Encoding{
+	bodyJSON: payload.EncodingJSON, bodyRaw: payload.EncodingRaw, bodyProto: payload.EncodingProtobuf,
+}
+
+// mediaTypes names, for a client, the Content-Types of each encoding.
+var mediaTypes = map[payload.Encoding]string{
+	payload.EncodingJSON:     payload.ContentTypeJSON + " (or a +json type)",
+	payload.EncodingProtobuf: payload.ContentTypeProtobuf + " with a messageType",
+	payload.EncodingRaw:      "another media type (raw bytes)",
+}
+
+// readPayload reads the body as a payload by its Content-Type (JSON, raw
+// or protobuf), or writes the 400, 413 or 415 and returns false. When p is
+// set, a Content-Type whose encoding p does not accept
+// (pipeline.Pipeline.AcceptsEncoding) is answered 415 before the body is
+// read, naming the accepted types.
+func (a *api) readPayload(w http.ResponseWriter, r *http.Request, p *pipeline.Pipeline) (payload.Payload, bool) {
+	kind, contentType, message, prob := classifyBody(r)
+	if prob != nil {
+		writeProblem(w, *prob)
+		return payload.Payload{}, false
+	}
+	if p != nil && !p.AcceptsEncoding(encodings[kind]) {
+		var accepted []string
+		for _, e := range p.Steps[0].Accepts {
+			accepted = append(accepted, mediaTypes[e])
+		}
+		writeProblem(w, kindUnsupportedType.problem(fmt.Sprintf("Pipeline %s takes %s input only.", p.ID, strings.Join(accepted, " or "))))
+		return payload.Payload{}, false
+	}
+	body, ok := a.readBody(w, r, a.maxBody)
+	if !ok {
+		return payload.Payload{}, false
+	}
+	switch kind {
+	case bodyJSON:
+		if !utf8.Valid(body) || !json.Valid(body) {
+			writeProblem(w, kindInvalidJSON.problem("The request body is not valid UTF-8 JSON."))
+			return payload.Payload{}, false
+		}
+		return payload.Payload{Encoding: payload.EncodingJSON, ContentType: contentType, Data: body}, true
+	case bodyProto:
+		return payload.Payload{Encoding: payload.EncodingProtobuf, ContentType: contentType, Message: message, Data: body}, true
+	default:
+		return payload.Raw(contentType, body), true
+	}
+}
+
+// submit handles POST /v1/pipelines/{pipelineId}/executions.
+func (a *api) submit(w http.ResponseWriter, r *http.Request) {
+	pid := r.PathValue("pipelineId")
+	if !pipeline.ValidID(pid) {
+		writeProblem(w, kindInvalidPipelineID.problem("A pipeline id is 1-128 characters of A-Z, a-z, 0-9, '.', '_' and '-', starting with a letter or digit."))
+		return
+	}
+	tenant, ok := a.tenant(w, r)
+	if !ok {
+		return
+	}
+	key, ok := idempotencyKey(w, r)
+	if !ok {
+		return
+	}
+	p, ok := a.rt.Registry.Get(pid)
+	if !ok {
+		writeProblem(w, kindPipelineNotFound.problem("No pipeline with this id is registered."))
+		return
+	}
+	if key == "" && a.rt.Config().IdempotencyPolicy == engine.ClientKeyRequired {
+		writeProblem(w, kindKeyRequired.problem("This service requires an Idempotency-Key header on every submission."))
+		return
+	}
+	in, ok := a.readPayload(w, r, p)
+	if !ok {
+		return
+	}
+
+	res, err := a.rt.Submit(r.Context(), engine.SubmitRequest{TenantID: tenant, PipelineID: pid, IdempotencyKey: key, Input: in})
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	e := &res.Execution
+	doc := SubmitResponse{
+		ExecutionID: e.ExecutionID, PipelineID: e.PipelineID, Status: e.Status, Duplicate: res.Duplicate,
+		StatusURL: a.statusURL(e.ExecutionID), ResultURL: a.resultURL(e.ExecutionID),
+		SubmittedAt: formatTime(e.CreatedAt),
+	}
+	code := http.StatusAccepted
+	if res.Duplicate {
+		code = http.StatusOK
+	}
+	w.Header().Set("Location", doc.StatusURL)
+	writeJSON(w, code, doc)
+}
+
+// executionKey returns the key of the execution the path names, or writes
+// the 400 or 404 and returns false. A malformed id is simply not found.
+func (a *api) executionKey(w http.ResponseWriter, r *http.Request) (store.Key, bool) {
+	tenant, ok := a.tenant(w, r)
+	if !ok {
+		return store.Key{}, false
+	}
+	id := r.PathValue("executionId")
+	if !validExecutionID(id) {
+		writeProblem(w, kindExecutionNotFound.problem("No execution with this id exists for this tenant."))
+		return store.Key{}, false
+	}
+	return store.Key{TenantID: tenant, ExecutionID: id}, true
+}
+
+// validExecutionID accepts the ids the runtime issues (UUIDs) and any
+// other 1-128 characters of A-Z, a-z, 0-9, '.', '_' and '-'.
+func validExecutionID(id string) bool {
+	return len(id) <= maxExecutionIDLen && ValidTenantID(id)
+}
+
+// status handles GET /v1/executions/{executionId}.
+func (a *api) status(w http.ResponseWriter, r *http.Request) {
+	key, ok := a.executionKey(w, r)
+	if !ok {
+		return
+	}
+	e, err := a.rt.Status(r.Context(), key)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, statusDocument(&e))
+}
+
+// result handles GET /v1/executions/{executionId}/result.
+func (a *api) result(w http.ResponseWriter, r *http.Request) {
+	key, ok := a.executionKey(w, r)
+	if !ok {
+		return
+	}
+	e, p, err := a.rt.Result(r.Context(), key)
+	if errors.Is(err, engine.ErrNotSucceeded) {
+		prob := kindNotSucceeded.problem(fmt.Sprintf("The execution is %s; its result is available once it is %s.", e.Status, store.Succeeded))
+		prob.ExecutionID, prob.ExecutionStatus = e.ExecutionID, e.Status
+		writeProblem(w, prob)
+		return
+	}
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	ct := p.ContentType
+	if ct == "" {
+		ct = payload.ContentTypeOctet
+	}
+	h := w.Header()
+	h.Set("Content-Type", ct)
+	if p.Encoding == payload.EncodingProtobuf && p.Message != "" {
+		h.Set(MessageTypeHeader, p.Message)
+	}
+	h.Set("Content-Length", strconv.Itoa(len(p.Data)))
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	// The bytes are whatever a step produced: never let a browser run them.
+	h.Set("Content-Security-Policy", "default-src 'none'; sandbox")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(p.Data)
+}
+
+// redrive handles POST /v1/executions/{executionId}/redrive (registered
+// only when an admin token is configured).
+func (a *api) redrive(w http.ResponseWriter, r *http.Request) {
+	if !a.authorized(w, r) {
+		return
+	}
+	key, ok := a.executionKey(w, r)
+	if !ok {
+		return
+	}
+	body, ok := a.readBody(w, r, min(a.maxBody, maxRedriveBody))
+	if !ok {
+		return
+	}
+	req, detail := parseRedrive(body)
+	if detail != "" {
+		writeProblem(w, kindInvalidRequest.problem(detail))
+		return
+	}
+	e, err := a.rt.RedriveWith(r.Context(), key, engine.RedriveOptions{
+		Reason: req.Reason, ExpectedVersion: req.ExpectedVersion, ConfirmedNoRemoteEffect: req.ConfirmedNoRemoteEffect})
+	var prob Problem
+	switch {
+	case err == nil:
+		writeJSON(w, http.StatusAccepted, statusDocument(&e))
+		return
+	case errors.Is(err, engine.ErrRemoteEffectUnconfirmed):
+		prob = kindNotRedrivable.problem(fmt.Sprintf(`The execution is %s: its remote worker may still make effects. Confirm that the remote invocation completed, was cancelled or can make no more effects, then re-drive with "confirmedNoRemoteEffect": true.`, e.Status))
+	case errors.Is(err, engine.ErrNotRedrivable):
+		prob = kindNotRedrivable.problem(fmt.Sprintf("The execution is %s; only %s and %s executions (and %s ones with confirmedNoRemoteEffect) can be re-driven.", e.Status, store.DLQ, store.Failed, store.RemoteOutcomeUnknown))
+	case errors.Is(err, engine.ErrVersionMismatch):
+		prob = kindVersionMismatch.problem(fmt.Sprintf("The execution is at version %d, not %d.", e.Version, *req.ExpectedVersion))
+		prob.CurrentVersion = e.Version
+	case errors.Is(err, store.ErrConflict):
+		prob = kindVersionMismatch.problem("The execution changed while it was being re-driven; read its status and retry.")
+	default:
+		a.fail(w, r, err)
+		return
+	}
+	prob.ExecutionID, prob.ExecutionStatus = e.ExecutionID, e.Status
+	writeProblem(w, prob)
+}
+
+// ResumeTokenHeader carries the resume token of an await completion.
+const ResumeTokenHeader = "X-Resume-Token"
+
+// completeAwait handles POST /v1/executions/{executionId}/awaits/{awaitId}/complete.
+// The resume token is its authorization and names the tenant: the route
+// asks no other caller identity (behind API Gateway it has no authorizer),
+// so the tenant function is not consulted.
+func (a *api) completeAwait(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("executionId")
+	if !validExecutionID(id) {
+		writeProblem(w, kindExecutionNotFound.problem("No execution with this id exists for this tenant."))
+		return
+	}
+	awaitID := r.PathValue("awaitId")
+	in, ok := a.readPayload(w, r, nil)
+	if !ok {
+		return
+	}
+	e, _, err := a.rt.CompleteAwait(r.Context(), id, awaitID, r.Header.Get(ResumeTokenHeader), in)
+	var prob Problem
+	switch {
+	case err == nil:
+		writeJSON(w, http.StatusOK, statusDocument(&e))
+		return
+	case errors.Is(err, engine.ErrResumeTokenMissing):
+		prob = kindUnauthorized.problem("This route requires the await's resume token in the X-Resume-Token header.")
+	case errors.Is(err, engine.ErrResumeTokenInvalid):
+		prob = kindForbidden.problem("The resume token is not valid for this await.")
+	case errors.Is(err, engine.ErrAwaitsDisabled):
+		prob = kindAwaitsDisabled.problem("Await completion is not configured on this service.")
+	case errors.Is(err, engine.ErrAwaitNotCurrent):
+		prob = kindAwaitConflict.problem("This await is not the execution's current await.")
+	case errors.Is(err, engine.ErrAwaitAlreadyCompleted):
+		prob = kindAwaitConflict.problem("This await was already completed with a different payload.")
+	case errors.Is(err, engine.ErrAwaitBusy):
+		w.Header().Set("Retry-After", "1")
+		prob = kindAwaitConflict.problem("The await timed out and its step is running again; retry the completion later.")
+	case errors.Is(err, store.ErrConflict):
+		w.Header().Set("Retry-After", "1")
+		prob = kindAwaitConflict.problem("The execution changed while the completion was recorded; retry it.")
+	default:
+		a.fail(w, r, err)
+		return
+	}
+	if prob.Status == http.StatusConflict {
+		prob.ExecutionID, prob.ExecutionStatus = e.ExecutionID, e.Status
+	}
+	writeProblem(w, prob)
+}
+
+// authorized checks the Bearer admin token in constant time, or writes the
+// 401 and returns false.
+func (a *api) authorized(w http.ResponseWriter, r *http.Request) bool {
+	if a.redriveUpstream {
+		return true
+	}
+	scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	token = strings.TrimLeft(token, " ")
+	if strings.EqualFold(scheme, "Bearer") && token != "" {
+		got := sha256.Sum256([]byte(token))
+		if subtle.ConstantTimeCompare(got[:], a.adminHash[:]) == 1 {
+			return true
+		}
+		w.Header().Set("WWW-Authenticate", `Bearer realm="qasync-admin", error="invalid_token"`)
+		writeProblem(w, kindUnauthorized.problem("The bearer token is not valid for this route."))
+		return false
+	}
+	w.Header().Set("WWW-Authenticate", `Bearer realm="qasync-admin"`)
+	writeProblem(w, kindUnauthorized.problem("This route requires an Authorization: Bearer admin token."))
+	return false
+}
+
+// parseRedrive decodes and checks a re-drive body. A non-empty detail
+// says what is wrong with it.
+func parseRedrive(body []byte) (RedriveRequest, string) {
+	var req RedriveRequest
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return req, `The body must be a JSON object {"reason": string, "expectedVersion": integer (optional), "confirmedNoRemoteEffect": boolean (optional)} with no other members.`
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return req, "The body must hold exactly one JSON object."
+	}
+	switch {
+	case strings.TrimSpace(req.Reason) == "":
+		return req, `"reason" is required and must not be blank.`
+	case len(req.Reason) > MaxRedriveReasonLen:
+		return req, fmt.Sprintf(`"reason" must be at most %d bytes.`, MaxRedriveReasonLen)
+	case req.ExpectedVersion != nil && *req.ExpectedVersion < 1:
+		return req, `"expectedVersion" must be a positive integer.`
+	}
+	return req, ""
+}
+
+// fail answers an error from the runtime: the documented client errors by
+// kind, a deadline or a throttled backend with 503, anything else with a
+// generic 500. Internal
+// errors are logged, never echoed.
+func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case errors.Is(err, engine.ErrPipelineNotFound):
+		writeProblem(w, kindPipelineNotFound.problem("No pipeline with this id is registered."))
+	case errors.Is(err, store.ErrNotFound):
+		writeProblem(w, kindExecutionNotFound.problem("No execution with this id exists for this tenant."))
+	case errors.Is(err, store.ErrKeyMismatch):
+		writeProblem(w, kindKeyMismatch.problem("This Idempotency-Key was already used with a different pipeline or body."))
+	case errors.Is(err, engine.ErrKeyRequired):
+		writeProblem(w, kindKeyRequired.problem("This service requires an Idempotency-Key header on every submission."))
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled), errors.Is(err, store.ErrUnavailable):
+		a.logError(r, "http_backend_unavailable", err)
+		w.Header().Set("Retry-After", "1")
+		writeProblem(w, kindUnavailable.problem("The request did not complete in time; retry it (a submission with the same Idempotency-Key)."))
+	default:
+		a.logError(r, "http_internal_error", err)
+		writeProblem(w, kindInternal.problem("The request could not be processed."))
+	}
+}
+
+// logError logs the error behind a response. Runtime and store errors
+// carry ids and codes, never payload bytes.
+func (a *api) logError(r *http.Request, event string, err error) {
+	a.log.LogAttrs(r.Context(), slog.LevelError, event, slog.String("event", event),
+		slog.String("method", r.Method), slog.String("route", r.Pattern), slog.String("error", err.Error()))
+}

@@ -1,0 +1,266 @@
+// Package httpapi is the runtime's HTTP interface: submit an execution,
+// read its status and result, and (for operators) re-drive it. New returns
+// a plain http.Handler, served as is by a local server and adapted to API
+// Gateway events on Lambda.
+//
+// Routes:
+//
+//	POST /v1/pipelines/{pipelineId}/executions   submit: 202 new, 200 duplicate
+//	GET  /v1/executions/{executionId}            status document
+//	GET  /v1/executions/{executionId}/result     result bytes once SUCCEEDED, else 409
+//	POST /v1/executions/{executionId}/redrive    operator re-drive (Bearer admin token; a
+//	                                             REMOTE_OUTCOME_UNKNOWN execution needs
+//	                                             "confirmedNoRemoteEffect": true)
+//	POST /v1/executions/{executionId}/awaits/{awaitId}/complete
+//	                                             complete an await step (X-Resume-Token;
+//	                                             body = completion payload): 200
+//	GET  /healthz                                {"status":"ok"}
+//
+// Every error is an RFC 9457 application/problem+json document (Problem)
+// whose type is ProblemTypePrefix followed by one of these kinds:
+// invalid-request, invalid-pipeline-id, invalid-tenant,
+// invalid-idempotency-key, idempotency-key-required, invalid-content-type,
+// invalid-json (400); unauthorized (401); forbidden (403); not-found, pipeline-not-found,
+// execution-not-found (404); method-not-allowed (405, with Allow);
+// execution-not-succeeded, execution-not-redrivable, version-mismatch,
+// await-conflict (409); payload-too-large (413); unsupported-media-type
+// (415: a body whose Content-Type the pipeline's first step does not
+// take, such as text/plain for a step that decodes JSON);
+// idempotency-key-mismatch (422); internal (500); unavailable,
+// awaits-disabled (503).
+//
+// A request is validated completely before the runtime is called, so a
+// rejected request stores nothing. Each request is logged once as event
+// "http_request"; bodies and payload bytes are never logged.
+package httpapi
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/qasync/qasync/shared/internal/engine"
+)
+
+// DefaultMaxBodyBytes is the default Options.MaxBodyBytes: 6 MiB, the
+// request payload limit of a synchronously invoked Lambda function.
+const DefaultMaxBodyBytes = 6 << 20
+
+// Options configure the handler. The zero value is usable.
+type Options struct {
+	// MaxBodyBytes is the largest accepted request body; a larger one is
+	// answered with 413. Zero or negative means DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// AdminToken is the Bearer token of the re-drive route. Empty disables
+	// the route (it then answers 404 like any unknown path), unless
+	// RedriveAuthorizedUpstream is set.
+	AdminToken string
+	// RedriveAuthorizedUpstream serves the re-drive route without a token
+	// because something in front has already authorized it: API Gateway,
+	// where the route has its own IAM permission (or JWT scope) that
+	// submitting callers lack. Never set it on a listener callers reach
+	// directly.
+	RedriveAuthorizedUpstream bool
+	// TenantFunc returns the tenant of a request. Default TenantFromHeader.
+	// An error is answered with 400 (see ErrInvalidTenant).
+	TenantFunc func(*http.Request) (string, error)
+	// Logger receives one "http_request" event per request, and the
+	// errors behind 5xx responses. Default slog.Default().
+	Logger *slog.Logger
+	// BasePath is prepended to the URLs the API returns (statusUrl,
+	// resultUrl, Location), for a deployment that serves the routes under
+	// a prefix the handler does not see, e.g. an API Gateway stage
+	// ("/prod"). Routes are always matched without it. Default "".
+	BasePath string
+}
+
+// Route patterns, as logged in the "route" key of "http_request" events.
+const (
+	routeSubmit  = "POST /v1/pipelines/{pipelineId}/executions"
+	routeStatus  = "GET /v1/executions/{executionId}"
+	routeResult  = "GET /v1/executions/{executionId}/result"
+	routeRedrive = "POST /v1/executions/{executionId}/redrive"
+	routeHealth  = "GET /healthz"
+	routeAwait   = "POST /v1/executions/{executionId}/awaits/{awaitId}/complete"
+)
+
+// api is the handler New returns.
+type api struct {
+	rt         *engine.Runtime
+	mux        *http.ServeMux
+	maxBody    int64
+	adminHash  *[sha256.Size]byte // nil: re-drive disabled
+	tenantFunc func(*http.Request) (string, error)
+	// redriveUpstream: the re-drive route is authorized in front of us.
+	redriveUpstream bool
+	log             *slog.Logger
+	basePath        string
+}
+
+// New returns the HTTP handler of rt. It panics if rt is nil.
+func New(rt *engine.Runtime, opts Options) http.Handler {
+	if rt == nil {
+		panic("httpapi: New: nil runtime")
+	}
+	a := &api{
+		rt:         rt,
+		mux:        http.NewServeMux(),
+		maxBody:    opts.MaxBodyBytes,
+		tenantFunc: opts.TenantFunc,
+		log:        opts.Logger,
+		basePath:   strings.TrimRight(opts.BasePath, "/"),
+	}
+	if a.maxBody <= 0 {
+		a.maxBody = DefaultMaxBodyBytes
+	}
+	if a.tenantFunc == nil {
+		a.tenantFunc = TenantFromHeader
+	}
+	if a.log == nil {
+		a.log = slog.Default()
+	}
+	if a.basePath != "" && !strings.HasPrefix(a.basePath, "/") {
+		a.basePath = "/" + a.basePath
+	}
+	a.route(routeSubmit, a.submit)
+	a.route(routeStatus, a.status)
+	a.route(routeResult, a.result)
+	a.route(routeHealth, a.health)
+	a.route(routeAwait, a.completeAwait)
+	switch {
+	case opts.RedriveAuthorizedUpstream:
+		a.redriveUpstream = true
+		a.route(routeRedrive, a.redrive)
+	case opts.AdminToken != "":
+		h := sha256.Sum256([]byte(opts.AdminToken))
+		a.adminHash = &h
+		a.route(routeRedrive, a.redrive)
+	}
+	// Everything else: a problem+json 404, never the mux's text/plain one.
+	a.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, kindNotFound.problem("No route matches the request path."))
+	})
+	return a
+}
+
+// route registers h under "METHOD /path", and under "/path" alone a
+// problem+json 405 naming the allowed methods, so that the mux's own
+// text/plain 405 never answers.
+func (a *api) route(pattern string, h http.HandlerFunc) {
+	method, p, _ := strings.Cut(pattern, " ")
+	allow := method
+	if method == http.MethodGet {
+		allow = "GET, HEAD"
+	}
+	a.mux.HandleFunc(pattern, h)
+	a.mux.HandleFunc(p, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", allow)
+		writeProblem(w, kindMethodNotAllowed.problem(fmt.Sprintf("This resource supports %s only.", allow)))
+	})
+}
+
+// reqInfoKey is the context key of the *reqInfo of a request.
+type reqInfoKey struct{}
+
+// reqInfo carries what handlers learn about a request to its log event.
+type reqInfo struct {
+	tenant string
+}
+
+// ServeHTTP routes the request and logs it.
+func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	info := &reqInfo{}
+	rec := &recorder{ResponseWriter: w}
+	r = r.WithContext(context.WithValue(r.Context(), reqInfoKey{}, info))
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			a.log.LogAttrs(r.Context(), slog.LevelError, "http_panic", slog.String("event", "http_panic"),
+				slog.String("method", r.Method), slog.String("route", r.Pattern), slog.String("panic", fmt.Sprint(v)))
+			if !rec.wrote {
+				writeProblem(rec, kindInternal.problem("The request could not be processed."))
+			}
+		}
+		route := r.Pattern
+		if route == "/" {
+			route = "" // the not-found catch-all
+		}
+		level := slog.LevelInfo
+		if rec.status >= 500 {
+			level = slog.LevelError
+		}
+		a.log.LogAttrs(r.Context(), level, "http_request", slog.String("event", "http_request"),
+			slog.String("method", r.Method), slog.String("route", route), slog.Int("status", rec.status),
+			slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000), slog.String("tenant", info.tenant))
+	}()
+	// The mux would redirect a non-canonical path ("/a/../b", "//x") with a
+	// text/plain 307; an API has no use for that, so it is not found.
+	if p := r.URL.EscapedPath(); r.RequestURI == "*" || p != cleanPath(p) {
+		writeProblem(rec, kindNotFound.problem("No route matches the request path."))
+		return
+	}
+	a.mux.ServeHTTP(rec, r)
+}
+
+// cleanPath is the mux's canonical form of p: rooted, without "." and ".."
+// elements or repeated slashes, keeping a trailing slash.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if p[len(p)-1] == '/' && np != "/" {
+		np += "/"
+	}
+	return np
+}
+
+// recorder remembers the response status for the log.
+type recorder struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+// WriteHeader implements http.ResponseWriter.
+func (rec *recorder) WriteHeader(code int) {
+	if !rec.wrote && code >= 200 {
+		rec.status, rec.wrote = code, true
+	}
+	rec.ResponseWriter.WriteHeader(code)
+}
+
+// Write implements http.ResponseWriter.
+func (rec *recorder) Write(b []byte) (int, error) {
+	if !rec.wrote {
+		rec.status, rec.wrote = http.StatusOK, true
+	}
+	return rec.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (rec *recorder) Unwrap() http.ResponseWriter { return rec.ResponseWriter }
+
+// statusURL is the URL of an execution's status document.
+func (a *api) statusURL(id string) string {
+	return a.basePath + "/v1/executions/" + url.PathEscape(id)
+}
+
+// resultURL is the URL of an execution's result.
+func (a *api) resultURL(id string) string { return a.statusURL(id) + "/result" }
+
+func (a *api) health(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}

@@ -1,0 +1,105 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+
+	"github.com/qasync/qasync/shared/store"
+)
+
+// ProblemTypePrefix begins the "type" of every problem document this API
+// writes; the kind follows it, e.g. "urn:qasync:problem:invalid-json".
+// The kinds are listed in the package documentation.
+const ProblemTypePrefix = "urn:qasync:problem:"
+
+// ContentTypeProblem is the media type of every error response (RFC 9457).
+const ContentTypeProblem = "application/problem+json"
+
+// Problem is the body of every error response: an RFC 9457 problem
+// document, with two extension members on execution-state conflicts.
+type Problem struct {
+	// Type is ProblemTypePrefix followed by the problem kind.
+	Type string `json:"type"`
+	// Title is the short, fixed summary of the problem kind.
+	Title string `json:"title"`
+	// Status is the HTTP status code of the response.
+	Status int `json:"status"`
+	// Detail explains this occurrence. It never quotes request bodies,
+	// header values or internal errors.
+	Detail string `json:"detail"`
+	// ExecutionID is set on problems about one execution's state.
+	ExecutionID string `json:"executionId,omitempty"`
+	// ExecutionStatus is the execution's current status, set on 409
+	// responses (result not ready, not re-drivable, version moved).
+	ExecutionStatus store.Status `json:"executionStatus,omitempty"`
+	// CurrentVersion is the execution's current version, set on 409
+	// responses to a re-drive whose expectedVersion did not match.
+	CurrentVersion int64 `json:"currentVersion,omitempty"`
+}
+
+// kind is one problem kind: its HTTP status and fixed title.
+type kind struct {
+	name   string
+	status int
+	title  string
+}
+
+// The problem kinds. Each has one status and one title, so a client can
+// switch on the type alone.
+var (
+	kindInvalidRequest     = kind{"invalid-request", http.StatusBadRequest, "Invalid request"}
+	kindInvalidPipelineID  = kind{"invalid-pipeline-id", http.StatusBadRequest, "Invalid pipeline id"}
+	kindInvalidTenant      = kind{"invalid-tenant", http.StatusBadRequest, "Invalid tenant"}
+	kindInvalidKey         = kind{"invalid-idempotency-key", http.StatusBadRequest, "Invalid idempotency key"}
+	kindKeyRequired        = kind{"idempotency-key-required", http.StatusBadRequest, "Idempotency key required"}
+	kindInvalidContentType = kind{"invalid-content-type", http.StatusBadRequest, "Invalid content type"}
+	kindInvalidJSON        = kind{"invalid-json", http.StatusBadRequest, "Invalid JSON body"}
+	kindUnauthorized       = kind{"unauthorized", http.StatusUnauthorized, "Unauthorized"}
+	kindForbidden          = kind{"forbidden", http.StatusForbidden, "Forbidden"}
+	kindNotFound           = kind{"not-found", http.StatusNotFound, "Not found"}
+	kindPipelineNotFound   = kind{"pipeline-not-found", http.StatusNotFound, "Pipeline not found"}
+	kindExecutionNotFound  = kind{"execution-not-found", http.StatusNotFound, "Execution not found"}
+	kindMethodNotAllowed   = kind{"method-not-allowed", http.StatusMethodNotAllowed, "Method not allowed"}
+	kindNotSucceeded       = kind{"execution-not-succeeded", http.StatusConflict, "Execution has not succeeded"}
+	kindNotRedrivable      = kind{"execution-not-redrivable", http.StatusConflict, "Execution cannot be re-driven"}
+	kindVersionMismatch    = kind{"version-mismatch", http.StatusConflict, "Execution version mismatch"}
+	kindAwaitConflict      = kind{"await-conflict", http.StatusConflict, "Await cannot be completed"}
+	kindAwaitsDisabled     = kind{"awaits-disabled", http.StatusServiceUnavailable, "Await completion not configured"}
+	kindTooLarge           = kind{"payload-too-large", http.StatusRequestEntityTooLarge, "Request body too large"}
+	kindUnsupportedType    = kind{"unsupported-media-type", http.StatusUnsupportedMediaType, "Unsupported media type"}
+	kindKeyMismatch        = kind{"idempotency-key-mismatch", http.StatusUnprocessableEntity, "Idempotency key reused with a different request"}
+	kindInternal           = kind{"internal", http.StatusInternalServerError, "Internal server error"}
+	kindUnavailable        = kind{"unavailable", http.StatusServiceUnavailable, "Service unavailable"}
+)
+
+// problem builds the document of kind k with detail.
+func (k kind) problem(detail string) Problem {
+	return Problem{Type: ProblemTypePrefix + k.name, Title: k.title, Status: k.status, Detail: detail}
+}
+
+// writeProblem writes p as application/problem+json with status p.Status.
+func writeProblem(w http.ResponseWriter, p Problem) {
+	writeDocument(w, p.Status, ContentTypeProblem, p)
+}
+
+// writeJSON writes v as application/json.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	writeDocument(w, status, "application/json", v)
+}
+
+func writeDocument(w http.ResponseWriter, status int, contentType string, v any) {
+	b, err := json.Marshal(v)
+	if err != nil { // the documents are plain structs: cannot happen
+		status, contentType = http.StatusInternalServerError, ContentTypeProblem
+		b, _ = json.Marshal(kindInternal.problem("The response could not be encoded."))
+	}
+	b = append(b, '\n')
+	h := w.Header()
+	h.Set("Content-Type", contentType)
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}

@@ -1,0 +1,80 @@
+package memory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/qasync/qasync/shared/clock"
+	"github.com/qasync/qasync/shared/deadletter"
+)
+
+// DeadLetters is the in-memory deadletter.Recorder. It is safe for
+// concurrent use, copies records in and out (the envelope included), and
+// judges expiry by its clock: an expired record reads as
+// deadletter.ErrNotFound and may be recorded again.
+type DeadLetters struct {
+	clock clock.Clock
+
+	mu      sync.Mutex
+	records map[string]deadletter.Record
+}
+
+var _ deadletter.Recorder = (*DeadLetters)(nil)
+
+// NewDeadLetters returns an empty DeadLetters reading time from c (nil:
+// the system clock).
+func NewDeadLetters(c clock.Clock) *DeadLetters {
+	if c == nil {
+		c = clock.System{}
+	}
+	return &DeadLetters{clock: c, records: make(map[string]deadletter.Record)}
+}
+
+// Put implements deadletter.Recorder: it stores r unless a live record
+// with r.ID exists, and reports whether it did.
+func (d *DeadLetters) Put(ctx context.Context, r deadletter.Record) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	if r.ID == "" {
+		return false, errors.New("memstore: a dead-letter record needs an id")
+	}
+	now := d.clock.Now()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if old, ok := d.records[r.ID]; ok && !expired(old.ExpiresAt, now) {
+		return false, nil
+	}
+	d.records[r.ID] = copyRecord(r)
+	return true, nil
+}
+
+// Get implements deadletter.Recorder.
+func (d *DeadLetters) Get(ctx context.Context, id string) (deadletter.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return deadletter.Record{}, err
+	}
+	now := d.clock.Now()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	r, ok := d.records[id]
+	if ok && expired(r.ExpiresAt, now) {
+		delete(d.records, id)
+		ok = false
+	}
+	if !ok {
+		return deadletter.Record{}, fmt.Errorf("memstore: dead letter %s: %w", id, deadletter.ErrNotFound)
+	}
+	return copyRecord(r), nil
+}
+
+// copyRecord returns r with its own copy of the envelope.
+func copyRecord(r deadletter.Record) deadletter.Record {
+	if r.Envelope != nil {
+		env := *r.Envelope
+		r.Envelope = &env
+	}
+	return r
+}

@@ -1,0 +1,313 @@
+package memory
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/qasync/qasync/shared/clock"
+	"github.com/qasync/qasync/shared/store"
+)
+
+// StateStore is the in-memory execution state store. It is safe for
+// concurrent use and mirrors the DynamoDB layout: an execution map, a key
+// map, and a sparse sweep set holding only rows with SweepAt set.
+type StateStore struct {
+	clock clock.Clock
+
+	mu   sync.Mutex
+	rows map[store.Key]*store.Execution
+	keys map[string]keyRow
+	due  map[store.Key]struct{}
+}
+
+type keyRow struct {
+	key         store.Key
+	fingerprint string
+	expiresAt   time.Time
+}
+
+var _ store.Store = (*StateStore)(nil)
+
+// NewStateStore returns an empty store that reads TTL expiry from c.
+func NewStateStore(c clock.Clock) *StateStore {
+	return &StateStore{
+		clock: c,
+		rows:  map[store.Key]*store.Execution{},
+		keys:  map[string]keyRow{},
+		due:   map[store.Key]struct{}{},
+	}
+}
+
+// CreateOrGet implements store.Store.
+func (s *StateStore) CreateOrGet(ctx context.Context, req store.CreateRequest) (store.Execution, bool, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Execution{}, false, err
+	}
+	e := req.Execution
+	if e.TenantID == "" || e.ExecutionID == "" || req.IdempotencyKey == "" {
+		return store.Execution{}, false, fmt.Errorf("memstore: create needs tenant, execution id and idempotency key")
+	}
+	now := s.clock.Now()
+	kid := store.KeyID(e.TenantID, req.IdempotencyKey)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if k, ok := s.keys[kid]; ok && !expired(k.expiresAt, now) {
+		if k.fingerprint != req.Fingerprint {
+			return store.Execution{}, false, store.ErrKeyMismatch
+		}
+		if row := s.live(k.key, now); row != nil {
+			return clone(*row), k.key == e.Key(), nil
+		}
+	}
+	if row := s.live(e.Key(), now); row != nil {
+		return store.Execution{}, false, fmt.Errorf("memstore: execution %s exists: %w", e.Key(), store.ErrConflict)
+	}
+	row := clone(e)
+	s.rows[e.Key()] = &row
+	s.keys[kid] = keyRow{key: e.Key(), fingerprint: req.Fingerprint, expiresAt: e.ExpiresAt}
+	s.index(&row)
+	return clone(row), true, nil
+}
+
+// Get implements store.Store.
+func (s *StateStore) Get(ctx context.Context, key store.Key) (store.Execution, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Execution{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	row := s.live(key, s.clock.Now())
+	if row == nil {
+		return store.Execution{}, store.ErrNotFound
+	}
+	return clone(*row), nil
+}
+
+// GetBatch implements store.Store.
+func (s *StateStore) GetBatch(ctx context.Context, keys []store.Key) ([]store.Execution, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.clock.Now()
+	out := make([]store.Execution, 0, len(keys))
+	for _, k := range keys {
+		if row := s.live(k, now); row != nil {
+			out = append(out, clone(*row))
+		}
+	}
+	return out, nil
+}
+
+// Claim implements store.Store.
+func (s *StateStore) Claim(ctx context.Context, req store.ClaimRequest) (store.Execution, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Execution{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	row := s.live(req.Key, s.clock.Now())
+	if row == nil {
+		return store.Execution{}, store.ErrNotFound
+	}
+	if row.Version != req.ExpectVersion || !store.Claimable(row, req.DueBy, req.TakeoverBy) {
+		return store.Execution{}, store.ErrConflict
+	}
+	row.Status = store.Running
+	row.LeaseOwner = req.Owner
+	row.LeaseExpiresAt = req.LeaseUntil
+	row.Attempt = req.Attempt
+	row.Releases = req.Releases
+	row.Version++
+	row.UpdatedAt = req.Now
+	return clone(*row), nil
+}
+
+// Renew implements store.Store.
+func (s *StateStore) Renew(ctx context.Context, key store.Key, owner string, version int64, until time.Time) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	row := s.live(key, s.clock.Now())
+	if row == nil || row.Status != store.Running || row.LeaseOwner != owner || row.Version != version {
+		return store.ErrLeaseLost
+	}
+	row.LeaseExpiresAt = until
+	return nil
+}
+
+// Update implements store.Store.
+func (s *StateStore) Update(ctx context.Context, g store.Guard, next store.Execution) (store.Execution, error) {
+	if err := ctx.Err(); err != nil {
+		return store.Execution{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	row := s.live(g.Key, s.clock.Now())
+	if row == nil {
+		return store.Execution{}, store.ErrNotFound
+	}
+	if row.Version != g.Version || row.LeaseOwner != g.LeaseOwner {
+		if g.LeaseOwner != "" {
+			return store.Execution{}, store.ErrLeaseLost
+		}
+		return store.Execution{}, store.ErrConflict
+	}
+	updated := clone(next)
+	updated.TenantID, updated.ExecutionID, updated.PipelineID = row.TenantID, row.ExecutionID, row.PipelineID
+	updated.PipelineVersion, updated.IdempotencyKey, updated.Input = row.PipelineVersion, row.IdempotencyKey, row.Input
+	updated.CreatedAt = row.CreatedAt
+	if updated.ExpiresAt.IsZero() {
+		updated.ExpiresAt = row.ExpiresAt
+	}
+	if g.KeepSweep {
+		updated.SweepAt, updated.Sweeps = row.SweepAt, row.Sweeps
+	}
+	updated.Version = g.Version + 1
+	*row = updated
+	s.index(row)
+	return clone(*row), nil
+}
+
+// Reschedule implements store.Store.
+func (s *StateStore) Reschedule(ctx context.Context, key store.Key, from, to time.Time, sweeps int) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	row := s.live(key, s.clock.Now())
+	if row == nil {
+		return store.ErrNotFound
+	}
+	if row.SweepAt.UnixMilli() != from.UnixMilli() || row.SweepAt.IsZero() != from.IsZero() {
+		return store.ErrConflict
+	}
+	row.SweepAt, row.Sweeps = to, sweeps
+	s.index(row)
+	return nil
+}
+
+// Due implements store.Store.
+func (s *StateStore) Due(ctx context.Context, q store.DueQuery) (store.DuePage, error) {
+	if err := ctx.Err(); err != nil {
+		return store.DuePage{}, err
+	}
+	after, err := decodeCursor(q.Cursor)
+	if err != nil {
+		return store.DuePage{}, err
+	}
+	now := s.clock.Now()
+	s.mu.Lock()
+	var refs []store.DueRef
+	for k := range s.due {
+		row := s.live(k, now)
+		if row == nil || row.SweepAt.IsZero() || row.SweepAt.After(q.By) {
+			continue
+		}
+		ref := store.DueRef{Key: k, PipelineID: row.PipelineID, SweepAt: row.SweepAt}
+		if after != nil && !dueLess(*after, ref) {
+			continue
+		}
+		refs = append(refs, ref)
+	}
+	s.mu.Unlock()
+	sort.Slice(refs, func(i, j int) bool { return dueLess(refs[i], refs[j]) })
+	limit := max(q.Limit, 1)
+	if len(refs) <= limit {
+		return store.DuePage{Refs: refs}, nil
+	}
+	refs = refs[:limit]
+	return store.DuePage{Refs: refs, Cursor: encodeCursor(refs[len(refs)-1])}, nil
+}
+
+// dueLess orders the sweep index: oldest SweepAt first, then by key.
+func dueLess(a, b store.DueRef) bool {
+	if a.SweepAt.UnixMilli() != b.SweepAt.UnixMilli() {
+		return a.SweepAt.UnixMilli() < b.SweepAt.UnixMilli()
+	}
+	return a.Key.String() < b.Key.String()
+}
+
+// encodeCursor and decodeCursor carry the last ref of a page.
+func encodeCursor(r store.DueRef) string {
+	b, _ := json.Marshal(cursor{At: r.SweepAt.UnixMilli(), Key: r.Key}) // cannot fail
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+type cursor struct {
+	At  int64     `json:"at"`
+	Key store.Key `json:"key"`
+}
+
+func decodeCursor(s string) (*store.DueRef, error) {
+	if s == "" {
+		return nil, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	var c cursor
+	if err == nil {
+		err = json.Unmarshal(b, &c)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("memstore: invalid due cursor")
+	}
+	return &store.DueRef{Key: c.Key, SweepAt: time.UnixMilli(c.At)}, nil
+}
+
+// live returns the unexpired row for key, dropping an expired one as
+// DynamoDB's TTL sweeper eventually would. Callers hold s.mu.
+func (s *StateStore) live(key store.Key, now time.Time) *store.Execution {
+	row, ok := s.rows[key]
+	if !ok {
+		return nil
+	}
+	if row.Expired(now) {
+		delete(s.rows, key)
+		delete(s.due, key)
+		return nil
+	}
+	return row
+}
+
+// index keeps the sparse sweep set in step with the row. Callers hold s.mu.
+func (s *StateStore) index(row *store.Execution) {
+	if row.SweepAt.IsZero() {
+		delete(s.due, row.Key())
+	} else {
+		s.due[row.Key()] = struct{}{}
+	}
+}
+
+// clone copies a row so that callers and the store never share memory.
+func clone(e store.Execution) store.Execution {
+	if e.Error != nil {
+		f := *e.Error
+		e.Error = &f
+	}
+	e.Input.Inline = cloneBytes(e.Input.Inline)
+	e.Result.Inline = cloneBytes(e.Result.Inline)
+	if e.Await != nil {
+		a := *e.Await
+		a.LatePayload.Inline = cloneBytes(a.LatePayload.Inline)
+		e.Await = &a
+	}
+	return e
+}
+
+func cloneBytes(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return append([]byte{}, b...)
+}
+
+func expired(at, now time.Time) bool { return !at.IsZero() && !now.Before(at) }

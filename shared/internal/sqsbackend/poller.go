@@ -1,0 +1,359 @@
+package sqsbackend
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/qasync/qasync/shared/dispatch"
+)
+
+// PollerOptions tune a Poller. Zero values take the defaults.
+type PollerOptions struct {
+	// WaitTimeSeconds is the long-poll wait of each ReceiveMessage call,
+	// 1 to 20. Default 20.
+	WaitTimeSeconds int32
+	// Concurrency is how many messages are handled at once. The poller
+	// only receives messages it has a free slot for (at most 10 per call),
+	// so no received message waits unhandled. Default 8.
+	Concurrency int
+	// VisibilityTimeout is requested on every receive (whatever the
+	// queue's own setting) and renewed every VisibilityTimeout/2 while the
+	// handler runs, so a long transition is not delivered again meanwhile.
+	// Whole seconds, at least 2 s. Default 60 s.
+	VisibilityTimeout time.Duration
+	// RetryDelay is how soon a message whose handler failed is delivered
+	// again: the poller sets its visibility to RetryDelay * 2^(n-1) for its
+	// n-th receive, capped at VisibilityTimeout, rather than leaving it
+	// invisible for the rest of the visibility timeout. Whole seconds
+	// (rounded up). Default 1 s.
+	RetryDelay time.Duration
+	// DrainTimeout bounds the wait for in-flight handlers once Run's
+	// context ends: their context is cancelled when it passes. Zero waits
+	// for them without cancelling their context.
+	DrainTimeout time.Duration
+	// Logger receives the poller's events. Default: discarded.
+	Logger *slog.Logger
+}
+
+// Default poller settings.
+const (
+	DefaultWaitTimeSeconds   = 20
+	DefaultConcurrency       = 8
+	DefaultVisibilityTimeout = 60 * time.Second
+	DefaultRetryDelay        = time.Second
+)
+
+// maxVisibility is SQS's longest visibility timeout (12 hours).
+const maxVisibility = 12 * time.Hour
+
+// ackTimeout bounds each acknowledging call (delete, visibility change).
+const ackTimeout = 10 * time.Second
+
+// Poller receives work items from an SQS queue and calls a handler for
+// each. A message whose handler returns nil is deleted; one whose handler
+// fails comes back after a short backoff; one whose body is not a work
+// item is left alone, so the queue's redrive policy moves it to the poison
+// queue after maxReceiveCount receives.
+//
+// Logged events (snake_case keys, an "event" key naming each):
+// poller_started, poller_stopped, poller_drain_timeout (warn),
+// sqs_receive_failed (warn), work_item_malformed (error; never the body),
+// handler_failed (warn), handler_panicked (error), visibility_extend_failed
+// (warn), visibility_reset_failed (warn), delete_failed (warn).
+type Poller struct {
+	client   *sqs.Client
+	queueURL string
+	handler  dispatch.Handler
+	opts     PollerOptions
+	log      *slog.Logger
+}
+
+// NewPoller returns a poller for the queue at queueURL calling h. It
+// starts nothing: call Run.
+func NewPoller(client *sqs.Client, queueURL string, h dispatch.Handler, opts PollerOptions) *Poller {
+	if opts.WaitTimeSeconds <= 0 {
+		opts.WaitTimeSeconds = DefaultWaitTimeSeconds
+	}
+	opts.WaitTimeSeconds = min(opts.WaitTimeSeconds, 20)
+	if opts.Concurrency <= 0 {
+		opts.Concurrency = DefaultConcurrency
+	}
+	if opts.VisibilityTimeout <= 0 {
+		opts.VisibilityTimeout = DefaultVisibilityTimeout
+	}
+	opts.VisibilityTimeout = min(max(opts.VisibilityTimeout.Round(time.Second), 2*time.Second), maxVisibility)
+	if opts.RetryDelay <= 0 {
+		opts.RetryDelay = DefaultRetryDelay
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Poller{client: client, queueURL: queueURL, handler: h, opts: opts, log: log.With(slog.String("queue_url", queueURL))}
+}
+
+// Run receives and handles messages until ctx ends. Then it stops
+// receiving, waits for the handlers in flight (cancelling their context
+// once DrainTimeout has passed, if set), settles their messages, and
+// returns nil. Handlers get a context that carries ctx's values but is
+// not cancelled with it. Run must not be called twice at once.
+func (p *Poller) Run(ctx context.Context) error {
+	if p.handler == nil {
+		return errors.New("sqsdispatch: poller has no handler")
+	}
+	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer hcancel()
+	p.log.LogAttrs(ctx, slog.LevelInfo, "poller_started", slog.String("event", "poller_started"),
+		slog.Int("concurrency", p.opts.Concurrency), slog.Duration("visibility_timeout", p.opts.VisibilityTimeout))
+
+	var inflight sync.WaitGroup
+	slots := make(chan struct{}, p.opts.Concurrency)
+	failures := 0
+	for {
+		// Wait for one free slot, then take as many more as are free.
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		n := 1
+	more:
+		for n < 10 {
+			select {
+			case slots <- struct{}{}:
+				n++
+			default:
+				break more
+			}
+		}
+		msgs, err := p.receive(ctx, n)
+		for range n - len(msgs) {
+			<-slots
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			failures++
+			p.log.LogAttrs(ctx, slog.LevelWarn, "sqs_receive_failed", slog.String("event", "sqs_receive_failed"),
+				slog.String("error", err.Error()), slog.Int("consecutive_failures", failures))
+			sleep(ctx, receiveBackoff(failures))
+			continue
+		}
+		failures = 0
+		for _, m := range msgs {
+			inflight.Add(1)
+			go func() {
+				defer func() { <-slots; inflight.Done() }()
+				p.handle(hctx, m)
+			}()
+		}
+	}
+
+	done := make(chan struct{})
+	go func() { inflight.Wait(); close(done) }()
+	if p.opts.DrainTimeout > 0 {
+		select {
+		case <-done:
+		case <-time.After(p.opts.DrainTimeout):
+			p.log.LogAttrs(hctx, slog.LevelWarn, "poller_drain_timeout", slog.String("event", "poller_drain_timeout"),
+				slog.Duration("drain_timeout", p.opts.DrainTimeout))
+			hcancel()
+		}
+	}
+	<-done
+	p.log.LogAttrs(hctx, slog.LevelInfo, "poller_stopped", slog.String("event", "poller_stopped"))
+	return nil
+}
+
+func (p *Poller) receive(ctx context.Context, n int) ([]types.Message, error) {
+	out, err := p.client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+		QueueUrl:                    aws.String(p.queueURL),
+		MaxNumberOfMessages:         int32(n),
+		WaitTimeSeconds:             p.opts.WaitTimeSeconds,
+		VisibilityTimeout:           seconds(p.opts.VisibilityTimeout),
+		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount},
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(out.Messages) > n { // never more than asked for; be safe anyway
+		return out.Messages[:n], nil
+	}
+	return out.Messages, nil
+}
+
+// handle processes one received message. ctx is the handlers' context.
+func (p *Poller) handle(ctx context.Context, m types.Message) {
+	receives, _ := strconv.Atoi(m.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
+	log := p.log.With(slog.String("message_id", aws.ToString(m.MessageId)), slog.Int("receive_count", receives))
+	item, err := decode(aws.ToString(m.Body))
+	if err != nil {
+		// Leave it: it becomes visible again when its visibility timeout
+		// ends, and the redrive policy moves it to the poison queue.
+		log.LogAttrs(ctx, slog.LevelError, "work_item_malformed", slog.String("event", "work_item_malformed"),
+			slog.String("error", err.Error()), slog.Int("body_bytes", len(aws.ToString(m.Body))))
+		return
+	}
+	log = log.With(slog.String("execution_id", item.ExecutionID), slog.String("tenant", item.TenantID))
+
+	stop := make(chan struct{})
+	extended := make(chan struct{})
+	go func() {
+		defer close(extended)
+		p.extend(ctx, log, m.ReceiptHandle, stop)
+	}()
+	err = p.call(ctx, item)
+	close(stop)
+	<-extended
+
+	// Settle even when ctx was cancelled by the drain timeout.
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
+	defer cancel()
+	if err != nil {
+		delay := retryDelay(p.opts.RetryDelay, receives, p.opts.VisibilityTimeout)
+		if ra, ok := dispatch.AsRetryAfter(err); ok {
+			// Not due yet (or not for this worker): keep the item invisible
+			// until then instead of acknowledging it.
+			delay = min(max(ra.Delay, time.Second), MaxVisibility)
+			log.LogAttrs(ctx, slog.LevelInfo, "work_item_deferred", slog.String("event", "work_item_deferred"),
+				slog.String("reason", ra.Reason), slog.Duration("retry_in", delay))
+		} else {
+			log.LogAttrs(ctx, slog.LevelWarn, "handler_failed", slog.String("event", "handler_failed"),
+				slog.String("error", err.Error()), slog.Duration("retry_in", delay))
+		}
+		if err := Defer(actx, p.client, p.queueURL, aws.ToString(m.ReceiptHandle), delay); err != nil {
+			log.LogAttrs(ctx, slog.LevelWarn, "visibility_reset_failed", slog.String("event", "visibility_reset_failed"),
+				slog.String("error", err.Error()))
+		}
+		return
+	}
+	if _, err := p.client.DeleteMessage(actx, &sqs.DeleteMessageInput{QueueUrl: aws.String(p.queueURL), ReceiptHandle: m.ReceiptHandle}); err != nil {
+		// The message comes back when its visibility ends: a harmless duplicate.
+		log.LogAttrs(ctx, slog.LevelWarn, "delete_failed", slog.String("event", "delete_failed"), slog.String("error", err.Error()))
+	}
+}
+
+// call runs the handler, turning a panic into an error.
+func (p *Poller) call(ctx context.Context, item dispatch.WorkItem) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("sqsdispatch: handler panicked: %v", v)
+			p.log.LogAttrs(ctx, slog.LevelError, "handler_panicked", slog.String("event", "handler_panicked"),
+				slog.String("execution_id", item.ExecutionID), slog.String("tenant", item.TenantID), slog.Any("panic", v))
+		}
+	}()
+	return p.handler(ctx, item)
+}
+
+// extend renews the message's visibility every VisibilityTimeout/2 until
+// stop closes. A failed renewal is logged and tried again at the next
+// tick; if the message is delivered again meanwhile, the duplicate is
+// harmless.
+func (p *Poller) extend(ctx context.Context, log *slog.Logger, receipt *string, stop <-chan struct{}) {
+	tick := time.NewTicker(p.opts.VisibilityTimeout / 2)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(ackTimeout, p.opts.VisibilityTimeout/2))
+		_, err := p.client.ChangeMessageVisibility(actx, &sqs.ChangeMessageVisibilityInput{
+			QueueUrl: aws.String(p.queueURL), ReceiptHandle: receipt, VisibilityTimeout: seconds(p.opts.VisibilityTimeout),
+		})
+		cancel()
+		if err != nil {
+			log.LogAttrs(ctx, slog.LevelWarn, "visibility_extend_failed", slog.String("event", "visibility_extend_failed"),
+				slog.String("error", err.Error()))
+		} else {
+			log.LogAttrs(ctx, slog.LevelDebug, "visibility_extended", slog.String("event", "visibility_extended"))
+		}
+	}
+}
+
+// MaxVisibility is SQS's longest visibility timeout (12 hours): the
+// furthest a received item can be deferred.
+const MaxVisibility = 12 * time.Hour
+
+// Defer makes a received message invisible for d (at least a second, at
+// most MaxVisibility): how a consumer keeps a work item that is not due yet
+// in the queue instead of acknowledging it.
+func Defer(ctx context.Context, client *sqs.Client, queueURL, receipt string, d time.Duration) error {
+	_, err := client.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
+		QueueUrl: aws.String(queueURL), ReceiptHandle: aws.String(receipt),
+		VisibilityTimeout: seconds(min(max(d, time.Second), MaxVisibility)),
+	})
+	return err
+}
+
+// Decode parses the body of a work queue message into a work item, as the
+// poller does. Its errors never quote the body.
+func Decode(body string) (dispatch.WorkItem, error) { return decode(body) }
+
+// decode parses a message body. Its errors never quote the body.
+func decode(body string) (dispatch.WorkItem, error) {
+	var item dispatch.WorkItem
+	if err := json.Unmarshal([]byte(body), &item); err != nil {
+		var syntax *json.SyntaxError
+		var typ *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &syntax):
+			return item, fmt.Errorf("body is not JSON (syntax error at offset %d)", syntax.Offset)
+		case errors.As(err, &typ):
+			return item, fmt.Errorf("body field %q has the wrong type", typ.Field)
+		default:
+			return item, errors.New("body is not a JSON work item")
+		}
+	}
+	switch {
+	case item.TenantID == "":
+		return item, errors.New("work item has no tenantId")
+	case item.ExecutionID == "":
+		return item, errors.New("work item has no executionId")
+	}
+	return item, nil
+}
+
+// retryDelay is base * 2^(receives-1), at most limit.
+func retryDelay(base time.Duration, receives int, limit time.Duration) time.Duration {
+	d := base
+	for i := 1; i < receives && d < limit; i++ {
+		d *= 2
+	}
+	return min(d, limit)
+}
+
+func receiveBackoff(failures int) time.Duration {
+	return retryDelay(100*time.Millisecond, failures, 5*time.Second)
+}
+
+// seconds rounds d up to whole seconds for SQS.
+func seconds(d time.Duration) int32 {
+	if d <= 0 {
+		return 0
+	}
+	return int32((d + time.Second - 1) / time.Second)
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}

@@ -1,0 +1,235 @@
+// Package sqsdispatch is the SQS work dispatcher: Dispatcher sends work
+// items to an SQS standard queue and Poller receives them and calls the
+// runtime's handler.
+//
+// A message body is the JSON of a dispatch.WorkItem
+// ({"tenantId","executionId","pipelineId"}); it carries a String message
+// attribute "tenant" (the tenant id) for routing and observability.
+// Delivery is at-least-once; duplicates are harmless because every claim
+// is OCC-guarded.
+//
+// Delays: SQS delays a message by at most 900 s (15 min). Dispatch rounds
+// a delay up to whole seconds and caps it there, so an item may arrive
+// before a longer backoff has elapsed; the worker then finds the row not
+// yet due and acknowledges the message, and the sweeper dispatches the
+// item again once the row's next_due time has come.
+package sqsbackend
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
+
+	"github.com/qasync/qasync/shared/dispatch"
+)
+
+// MaxDelay is the longest delivery delay SQS supports; Dispatch caps
+// longer delays to it.
+const MaxDelay = 900 * time.Second
+
+// MaxBatch is the most entries one SendMessageBatch call takes.
+const MaxBatch = 10
+
+// AttrTenant is the String message attribute carrying the tenant id.
+const AttrTenant = "tenant"
+
+// DispatcherOption configures a Dispatcher.
+type DispatcherOption func(*Dispatcher)
+
+// WithLogger makes the dispatcher log each entry SQS refused
+// (event dispatch_entry_failed, at warn level, with the execution id,
+// tenant and SQS error code). The returned *SendError carries the same
+// detail; by default nothing is logged.
+func WithLogger(l *slog.Logger) DispatcherOption {
+	return func(d *Dispatcher) {
+		if l != nil {
+			d.log = l
+		}
+	}
+}
+
+// Dispatcher is a dispatch.Dispatcher that sends work items to an SQS
+// queue: one SendMessage call for a single message, SendMessageBatch calls
+// of up to MaxBatch entries for several. It is safe for concurrent use.
+type Dispatcher struct {
+	client   *sqs.Client
+	queueURL string
+	log      *slog.Logger
+}
+
+var _ dispatch.Dispatcher = (*Dispatcher)(nil)
+
+// NewDispatcher returns a dispatcher sending to the queue at queueURL.
+func NewDispatcher(client *sqs.Client, queueURL string, opts ...DispatcherOption) *Dispatcher {
+	d := &Dispatcher{client: client, queueURL: queueURL, log: slog.New(slog.DiscardHandler)}
+	for _, o := range opts {
+		o(d)
+	}
+	return d
+}
+
+// SendError reports messages that SQS did not accept: entries it refused
+// in a batch response, or every message of a call that failed as a whole.
+// Messages not listed were accepted.
+type SendError struct {
+	// Failed is how many of Total messages were not accepted.
+	Failed, Total int
+	// Items are the work items not accepted.
+	Items []dispatch.WorkItem
+	// Codes are the SQS error codes of refused batch entries (one per
+	// entry, "" when SQS gave none).
+	Codes []string
+	// Err joins the errors of calls that failed as a whole (nil when SQS
+	// only refused entries).
+	Err error
+}
+
+// Error implements error.
+func (e *SendError) Error() string {
+	msg := fmt.Sprintf("sqsdispatch: %d of %d messages not accepted", e.Failed, e.Total)
+	if len(e.Codes) > 0 {
+		msg += fmt.Sprintf(" (%d refused, first code %q)", len(e.Codes), e.Codes[0])
+	}
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Unwrap returns the cause of calls that failed as a whole.
+func (e *SendError) Unwrap() error { return e.Err }
+
+// Dispatch implements dispatch.Dispatcher. It returns nil when SQS
+// accepted every message and a *SendError naming how many it did not
+// otherwise. After a call fails it goes on with the remaining batches
+// unless ctx has ended. A cancelled ctx sends nothing.
+func (d *Dispatcher) Dispatch(ctx context.Context, msgs ...dispatch.Message) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("sqsdispatch: %w", err)
+	}
+	switch len(msgs) {
+	case 0:
+		return nil
+	case 1:
+		return d.sendOne(ctx, msgs[0])
+	}
+	se := &SendError{Total: len(msgs)}
+	var errs []error
+	for start := 0; start < len(msgs); start += MaxBatch {
+		group := msgs[start:min(start+MaxBatch, len(msgs))]
+		if err := ctx.Err(); err != nil {
+			errs = append(errs, err)
+			se.fail(group...)
+			continue
+		}
+		if err := d.sendBatch(ctx, group, se); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if se.Failed == 0 {
+		return nil
+	}
+	se.Err = errors.Join(errs...)
+	return se
+}
+
+func (e *SendError) fail(msgs ...dispatch.Message) {
+	for _, m := range msgs {
+		e.Failed++
+		e.Items = append(e.Items, m.Item)
+	}
+}
+
+func (d *Dispatcher) sendOne(ctx context.Context, m dispatch.Message) error {
+	body, err := encode(m.Item)
+	if err != nil {
+		return err
+	}
+	_, err = d.client.SendMessage(ctx, &sqs.SendMessageInput{
+		QueueUrl:          aws.String(d.queueURL),
+		MessageBody:       aws.String(body),
+		DelaySeconds:      DelaySeconds(m.Delay),
+		MessageAttributes: attributes(m.Item),
+	})
+	if err != nil {
+		se := &SendError{Total: 1, Err: fmt.Errorf("send message: %w", err)}
+		se.fail(m)
+		return se
+	}
+	return nil
+}
+
+// sendBatch sends up to MaxBatch messages in one call, recording what was
+// not accepted in se. It returns the error of a call that failed as a whole.
+func (d *Dispatcher) sendBatch(ctx context.Context, group []dispatch.Message, se *SendError) error {
+	entries := make([]types.SendMessageBatchRequestEntry, len(group))
+	for i, m := range group {
+		body, err := encode(m.Item)
+		if err != nil {
+			se.fail(group...)
+			return err
+		}
+		entries[i] = types.SendMessageBatchRequestEntry{
+			Id:                aws.String(strconv.Itoa(i)),
+			MessageBody:       aws.String(body),
+			DelaySeconds:      DelaySeconds(m.Delay),
+			MessageAttributes: attributes(m.Item),
+		}
+	}
+	out, err := d.client.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(d.queueURL), Entries: entries})
+	if err != nil {
+		se.fail(group...)
+		return fmt.Errorf("send message batch: %w", err)
+	}
+	for _, f := range out.Failed {
+		i, err := strconv.Atoi(aws.ToString(f.Id))
+		if err != nil || i < 0 || i >= len(group) {
+			// Not an id we sent: count it, though we cannot tell which item.
+			se.Failed++
+			se.Codes = append(se.Codes, aws.ToString(f.Code))
+			continue
+		}
+		se.fail(group[i])
+		se.Codes = append(se.Codes, aws.ToString(f.Code))
+		d.log.LogAttrs(ctx, slog.LevelWarn, "dispatch_entry_failed", slog.String("event", "dispatch_entry_failed"),
+			slog.String("execution_id", group[i].Item.ExecutionID), slog.String("tenant", group[i].Item.TenantID),
+			slog.String("error_code", aws.ToString(f.Code)), slog.Bool("sender_fault", f.SenderFault),
+			slog.String("error", aws.ToString(f.Message)))
+	}
+	return nil
+}
+
+func encode(item dispatch.WorkItem) (string, error) {
+	b, err := json.Marshal(item)
+	if err != nil {
+		return "", fmt.Errorf("sqsdispatch: encode work item: %w", err)
+	}
+	return string(b), nil
+}
+
+// attributes are a message's attributes. SQS refuses empty attribute
+// values, so an item without a tenant gets none.
+func attributes(item dispatch.WorkItem) map[string]types.MessageAttributeValue {
+	return Attributes(map[string]string{AttrTenant: item.TenantID})
+}
+
+// DelaySeconds is the SQS DelaySeconds for a delay: rounded up to whole
+// seconds (a delay is a lower bound), 0 for none or a negative one, and at
+// most MaxDelay.
+func DelaySeconds(delay time.Duration) int32 {
+	if delay <= 0 {
+		return 0
+	}
+	if delay >= MaxDelay {
+		return int32(MaxDelay / time.Second)
+	}
+	return int32((delay + time.Second - 1) / time.Second)
+}

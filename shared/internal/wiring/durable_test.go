@@ -1,0 +1,286 @@
+package wiring_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/aws/smithy-go/middleware"
+
+	"github.com/qasync/qasync/pipelines/checkout"
+	"github.com/qasync/qasync/shared/config"
+	"github.com/qasync/qasync/shared/deadletter"
+	"github.com/qasync/qasync/shared/internal/awsclient"
+	"github.com/qasync/qasync/shared/internal/awstest"
+	"github.com/qasync/qasync/shared/internal/engine"
+	"github.com/qasync/qasync/shared/internal/wiring"
+	"github.com/qasync/qasync/shared/payload"
+	"github.com/qasync/qasync/shared/pipeline"
+	"github.com/qasync/qasync/shared/schema"
+	"github.com/qasync/qasync/shared/store"
+)
+
+// durable is a runtime on DynamoDB Local and the SQS server, with its own
+// tables and queues, its SQS poller running.
+type durable struct {
+	t       *testing.T
+	set     *wiring.Set
+	counter *awsclient.Counter
+	clients awsclient.Clients
+	names   schema.Names
+	urls    map[string]string
+	stop    func()
+}
+
+// openDurable provisions fresh tables and queues and opens a runtime on
+// them with short timings; start begins consuming the work queue.
+func openDurable(t *testing.T, adjust func(*config.Config), ps ...pipeline.Pipeline) *durable {
+	t.Helper()
+	return openDurableWith(t, adjust, nil, ps...)
+}
+
+// openDurableWith is openDurable with more SDK middleware on every client.
+func openDurableWith(t *testing.T, adjust func(*config.Config), mw []func(*middleware.Stack) error, ps ...pipeline.Pipeline) *durable {
+	t.Helper()
+	clients, _ := awstest.Clients(t)
+	n := awstest.Names(t)
+	awstest.Tables(t, clients, schema.Tables(n)...)
+	urls := awstest.Queues(t, clients, schema.Queues(n)...)
+	c := durableConfig(n, urls[n.WorkQueue], urls[n.DLQQueue], urls[n.RejectQueue])
+	c.StrictStartup = true
+	c.Lease, c.MaxRetries, c.RetryDelay, c.SweepGrace = 1500*time.Millisecond, 2, time.Second, time.Second
+	c.SQSWaitSeconds, c.SQSVisibility = 1, 10*time.Second
+	if adjust != nil {
+		adjust(&c)
+	}
+	reg, err := pipeline.NewRegistry(ps...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter := awsclient.NewCounter()
+	set, err := wiring.Open(context.Background(), c, reg, slog.New(slog.DiscardHandler),
+		wiring.WithAPIOptions(append([]func(*middleware.Stack) error{counter.APIOption}, mw...)...), wiring.WithDrainTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &durable{t: t, set: set, counter: counter, clients: clients, names: n, urls: urls, stop: func() {}}
+	t.Cleanup(func() { d.stop() })
+	return d
+}
+
+func (d *durable) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = d.set.Work(ctx) }()
+	d.stop = func() { cancel(); <-done }
+}
+
+// sweepEvery runs the sweeper until the test ends.
+func (d *durable) sweepEvery(interval time.Duration) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); d.set.Runtime.RunSweeper(ctx, interval) }()
+	d.t.Cleanup(func() { cancel(); <-done })
+}
+
+func (d *durable) submit(pipelineID, key string, v any) store.Execution {
+	d.t.Helper()
+	in, err := payload.JSON(v)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	res, err := d.set.Runtime.Submit(context.Background(), engine.SubmitRequest{TenantID: "t1", PipelineID: pipelineID, IdempotencyKey: key, Input: in})
+	if err != nil {
+		d.t.Fatalf("Submit: %v", err)
+	}
+	return res.Execution
+}
+
+// await polls the execution until it reaches want, or fails once it has
+// settled elsewhere (FAILED with its dead letter pending is not settled).
+func (d *durable) await(e store.Execution, want store.Status, within time.Duration) store.Execution {
+	d.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		got, err := d.set.Runtime.Status(context.Background(), e.Key())
+		if err != nil {
+			d.t.Fatal(err)
+		}
+		if got.Status == want {
+			return got
+		}
+		settled := got.Status.Terminal() && !(got.Status == store.Failed && got.DLQPending)
+		if settled || time.Now().After(deadline) {
+			d.t.Fatalf("execution %s is %s (error %+v), want %s", e.ExecutionID, got.Status, got.Error, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+var order = map[string]any{"orderId": "o-1", "items": []map[string]any{{"sku": "book", "qty": 1}}, "amountCents": 1200}
+
+// TestDurableRequestBudget runs one checkout execution (4 steps) and counts
+// AWS requests: 1 TransactWriteItems and 1 SQS send for the submit, at most
+// 2 DynamoDB writes and 1 SQS send per step transition, plus 3 effect log
+// writes for the command step (create, DISPATCHING, SUCCEEDED), no Scan.
+func TestDurableRequestBudget(t *testing.T) {
+	t.Parallel()
+	d := openDurable(t, nil, checkout.Pipeline())
+	d.counter.Reset()
+	e := d.submit(checkout.ID, "order-1", order)
+	submit := d.counter.Snapshot()
+	if submit["DynamoDB.TransactWriteItems"] != 1 || submit["SQS.SendMessage"] != 1 || len(submit) != 2 {
+		t.Fatalf("submit requests = %v, want 1 TransactWriteItems + 1 SendMessage", submit)
+	}
+	d.counter.Reset()
+	d.start()
+	got := d.await(e, store.Succeeded, 30*time.Second)
+	d.stop()
+	steps := len(checkout.Pipeline().Steps)
+	if got.Version != int64(1+2*steps) {
+		t.Errorf("version %d, want %d (one claim and one commit per step)", got.Version, 1+2*steps)
+	}
+	run := d.counter.Snapshot()
+	writes := run["DynamoDB.UpdateItem"] + run["DynamoDB.PutItem"] + run["DynamoDB.TransactWriteItems"] + run["DynamoDB.BatchWriteItem"] + run["DynamoDB.DeleteItem"]
+	sends := run["SQS.SendMessage"] + run["SQS.SendMessageBatch"]
+	const commandWrites = 3 // capture-payment's effect record: PutItem, UpdateItem, UpdateItem
+	if writes > 2*steps+commandWrites || sends > steps-1 || run["DynamoDB.Scan"] != 0 {
+		t.Errorf("%d steps cost %d DynamoDB writes and %d SQS sends (%v); budget %d writes, %d sends, no Scan",
+			steps, writes, sends, run, 2*steps+commandWrites, steps-1)
+	}
+	t.Logf("request budget: submit %v; %d step transitions %v (%.1f DynamoDB writes and %.2f SQS sends per transition)",
+		submit, steps, run, float64(writes)/float64(steps), float64(sends)/float64(steps))
+}
+
+func flaky(failures int, retryable bool) pipeline.Pipeline {
+	return pipeline.Pipeline{ID: "p.flaky", Steps: []pipeline.Step{
+		pipeline.NewStep("work", func(_ context.Context, info pipeline.StepInfo, in map[string]any) (map[string]any, error) {
+			if info.Attempt <= failures {
+				err := fmt.Errorf("scripted failure %d", info.Attempt)
+				if !retryable {
+					return nil, pipeline.NonRetryable("scripted", err)
+				}
+				return nil, pipeline.Retryable("scripted", err)
+			}
+			in["attempt"] = info.Attempt
+			return in, nil
+		}),
+	}}
+}
+
+func TestDurableRetryThenSuccess(t *testing.T) {
+	t.Parallel()
+	d := openDurable(t, nil, flaky(2, true))
+	d.start()
+	e := d.submit("p.flaky", "k1", map[string]any{})
+	got := d.await(e, store.Succeeded, 30*time.Second)
+	if got.Attempt != 3 {
+		t.Fatalf("succeeded on attempt %d, want 3", got.Attempt)
+	}
+}
+
+// TestDurableDeadLetter: retries exhausted -> DLQ row, and the envelope
+// on the SQS DLQ queue names the execution and retry_exhausted.
+func TestDurableDeadLetter(t *testing.T) {
+	t.Parallel()
+	d := openDurable(t, nil, flaky(99, true))
+	d.start()
+	e := d.submit("p.flaky", "k1", map[string]any{})
+	got := d.await(e, store.DLQ, 30*time.Second)
+	if got.Error == nil || got.Error.TerminalReason != store.ReasonRetryExhausted {
+		t.Fatalf("error = %+v", got.Error)
+	}
+	msgs, err := awstest.Receive(context.Background(), d.clients.SQS, d.urls[d.names.DLQQueue], 1, 10*time.Second)
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("DLQ queue: %d messages, err %v", len(msgs), err)
+	}
+	var env deadletter.Envelope
+	if err := json.Unmarshal([]byte(aws.ToString(msgs[0].Body)), &env); err != nil {
+		t.Fatal(err)
+	}
+	if env.ExecutionID != e.ExecutionID || env.TerminalReason != "retry_exhausted" || env.RetriesObserved != 2 || env.TransitionKey != e.ExecutionID+":0:3" {
+		t.Fatalf("envelope = %+v", env)
+	}
+}
+
+// TestDurableLeaseTakeover: a worker claims the execution and dies; the
+// sweeper re-dispatches it after the lease lapses and it completes as
+// attempt 2.
+func TestDurableLeaseTakeover(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int32
+	p := pipeline.Pipeline{ID: "p.take", Steps: []pipeline.Step{
+		pipeline.NewStep("work", func(_ context.Context, info pipeline.StepInfo, in map[string]any) (map[string]any, error) {
+			runs.Add(1)
+			in["attempt"] = info.Attempt
+			return in, nil
+		}),
+	}}
+	d := openDurable(t, nil, p)
+	e := d.submit("p.take", "k1", map[string]any{})
+	ctx := context.Background()
+	// The dead worker: it claims, and its work item is gone with it.
+	st := d.set.Runtime.Store
+	now := time.Now()
+	if _, err := st.Claim(ctx, store.ClaimRequest{Key: e.Key(), ExpectVersion: 1, Owner: "dead-worker", Now: now, DueBy: now, TakeoverBy: now, LeaseUntil: now.Add(1500 * time.Millisecond), Attempt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	purge(t, d)
+	d.start()
+	d.sweepEvery(500 * time.Millisecond)
+	got := d.await(e, store.Succeeded, 30*time.Second)
+	if got.Attempt != 2 || runs.Load() != 1 {
+		t.Fatalf("attempt %d after %d runs, want attempt 2 after 1 run", got.Attempt, runs.Load())
+	}
+}
+
+// TestDurableSweeperRedispatchesLostWork: the work item is lost after the
+// commit (the queue is purged); the sweeper alone completes the execution.
+func TestDurableSweeperRedispatchesLostWork(t *testing.T) {
+	t.Parallel()
+	d := openDurable(t, nil, checkout.Pipeline())
+	e := d.submit(checkout.ID, "order-1", order)
+	purge(t, d)
+	d.start()
+	time.Sleep(1500 * time.Millisecond)
+	if got, _ := d.set.Runtime.Status(context.Background(), e.Key()); got.Status != store.Queued {
+		t.Fatalf("without a work item the execution is %s", got.Status)
+	}
+	d.sweepEvery(500 * time.Millisecond)
+	d.await(e, store.Succeeded, 30*time.Second)
+}
+
+// TestDurableRedrive: a dead-lettered execution re-driven once more
+// succeeds.
+func TestDurableRedrive(t *testing.T) {
+	t.Parallel()
+	d := openDurable(t, func(c *config.Config) { c.MaxRetries = 0 }, flaky(1, false))
+	d.start()
+	e := d.submit("p.flaky", "k1", map[string]any{})
+	dead := d.await(e, store.DLQ, 30*time.Second)
+	if _, err := d.set.Runtime.Redrive(context.Background(), e.Key(), "fixed", &dead.Version); err != nil {
+		t.Fatal(err)
+	}
+	got := d.await(e, store.Succeeded, 30*time.Second)
+	if got.Attempt != 2 || got.RedriveCount != 1 {
+		t.Fatalf("after redrive: %+v", got)
+	}
+	_, err := d.set.Runtime.Redrive(context.Background(), e.Key(), "again", nil)
+	if !errors.Is(err, engine.ErrNotRedrivable) {
+		t.Fatalf("redrive of SUCCEEDED: %v", err)
+	}
+}
+
+func purge(t *testing.T, d *durable) {
+	t.Helper()
+	if _, err := d.clients.SQS.PurgeQueue(context.Background(), &sqs.PurgeQueueInput{QueueUrl: aws.String(d.urls[d.names.WorkQueue])}); err != nil {
+		t.Fatal(err)
+	}
+}
