@@ -1,21 +1,11 @@
-// Command sweeper is the sweeper Lambda function: EventBridge schedule ->
-// sweeps of the due-work index (lambdafn.Sweeper).
+// Command sweeper is the sweeper Lambda function of this repository's example
+// pipelines (lambdafn.Main does the work; a service of your own has a main
+// just like this one with its own registry).
 package main
 
 import (
-	"context"
-	"os"
-
-	"github.com/aws/aws-lambda-go/lambda"
-
 	"github.com/qasync/qasync/pipelines"
 	"github.com/qasync/qasync/shared/lambdafn"
 )
 
-func main() {
-	env, err := lambdafn.Boot(context.Background(), nil, lambdafn.WithPipelines(pipelines.FromConfig))
-	if err != nil {
-		os.Exit(1) // Boot logged boot_failed
-	}
-	lambda.Start(lambdafn.Sweeper(env.Set.Runtime, lambdafn.DefaultSweepMargin, env.Logger))
-}
+func main() { lambdafn.Main(lambdafn.Sweeper, nil, lambdafn.WithPipelines(pipelines.FromConfig)) }

@@ -1,22 +1,11 @@
-// Command worker is the worker Lambda function: SQS work queue batches ->
-// one transition per record (lambdafn.Worker), keeping the lease as the
-// time margin before the deadline.
+// Command worker is the worker Lambda function of this repository's example
+// pipelines (lambdafn.Main does the work; a service of your own has a main
+// just like this one with its own registry).
 package main
 
 import (
-	"context"
-	"os"
-
-	"github.com/aws/aws-lambda-go/lambda"
-
 	"github.com/qasync/qasync/pipelines"
 	"github.com/qasync/qasync/shared/lambdafn"
 )
 
-func main() {
-	env, err := lambdafn.Boot(context.Background(), nil, lambdafn.WithPipelines(pipelines.FromConfig))
-	if err != nil {
-		os.Exit(1) // Boot logged boot_failed
-	}
-	lambda.Start(env.Worker())
-}
+func main() { lambdafn.Main(lambdafn.Worker, nil, lambdafn.WithPipelines(pipelines.FromConfig)) }

@@ -1,20 +1,24 @@
-// Package lambdafn holds the four Lambda functions of the serverless
-// deployment as plain typed handler functions, testable without Lambda:
+// Package lambdafn runs a registry of pipelines as the four AWS Lambda
+// functions of the serverless deployment:
 //
-//   - Submit: API Gateway HTTP API (payload 2.0) -> the httpapi router.
-//   - Worker: SQS work queue -> one transition per record (Runtime.Process),
-//     reporting partial batch failures.
-//   - Sweeper: EventBridge schedule -> Runtime.SweepOnce until drained or
-//     out of time.
+//   - Submit: API Gateway HTTP API (payload 2.0) -> the HTTP API (submit,
+//     status, result, re-drive, await completion).
+//   - Worker: the SQS work queue -> one transition per record, reporting
+//     partial batch failures.
+//   - Sweeper: an EventBridge schedule -> sweeps of the sweep index until
+//     drained or out of time.
 //   - DLQ: the dead-letter queue and the work queue's poison queue ->
 //     durable dead-letter records, alerts and metrics.
 //
-// Boot builds what every function needs from the environment; the mains
-// in functions/<fn> are Boot, a handler, lambda.Start.
+// A function's main is one line:
 //
-// Logs are JSON lines (see NewLogger) with snake_case keys and an "event"
-// key naming what happened; message bodies and payload bytes are never
-// logged.
+//	func main() { lambdafn.Main(lambdafn.Worker, myapp.Registry()) }
+//
+// Boot builds what a function needs from the environment (the same
+// configuration keys as qasync serve, which the CDK construct sets) and
+// Env.Handler returns its handler for lambda.Start. Logs are JSON lines
+// (see NewLogger) with snake_case keys and an "event" key naming what
+// happened; message bodies and payload bytes are never logged.
 package lambdafn
 
 import (
@@ -23,68 +27,117 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"time"
 
-	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/aws/aws-lambda-go/lambdacontext"
 
 	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/internal/apigw"
 	"github.com/qasync/qasync/shared/internal/httpapi"
+	"github.com/qasync/qasync/shared/internal/lambdahandlers"
 	"github.com/qasync/qasync/shared/internal/sqsbackend"
 	"github.com/qasync/qasync/shared/internal/wiring"
 	"github.com/qasync/qasync/shared/pipeline"
 )
 
-// Env is what Boot builds: the configuration, the wired runtime and its
-// providers, and the logger.
+// Function names one of the four Lambda functions.
+type Function string
+
+// The four functions (the CDK construct deploys one of each).
+const (
+	Submit  Function = "submit"
+	Worker  Function = "worker"
+	Sweeper Function = "sweeper"
+	DLQ     Function = "dlq"
+)
+
+// Main boots fn for reg (Boot, with RequireRecorder for DLQ) and starts
+// its handler with lambda.Start; it does not return. When Boot fails
+// (logged as boot_failed) the process exits with status 1, so Lambda
+// reports the init error.
+func Main(fn Function, reg *pipeline.Registry, opts ...BootOption) {
+	if fn == DLQ {
+		opts = append(opts, RequireRecorder())
+	}
+	env, err := Boot(context.Background(), reg, opts...)
+	if err != nil {
+		os.Exit(1)
+	}
+	h, err := env.Handler(fn)
+	if err != nil {
+		env.Logger.Error("boot_failed", slog.String("event", "boot_failed"), slog.String("error", err.Error()))
+		os.Exit(1)
+	}
+	lambda.Start(h)
+}
+
+// Env is what Boot builds: the configuration, the logger, and the runtime
+// on its providers.
 type Env struct {
 	// Config is the effective configuration (defaults, then environment).
 	Config config.Config
-	// Set is the runtime with its providers, the dead-letter Recorder and
-	// the EMF metrics writer (nil when metrics.namespace is empty).
-	Set *wiring.Set
 	// Logger is the functions' logger (NewLogger on stdout).
 	Logger *slog.Logger
+
+	set *wiring.Set
 }
 
-// HTTPHandler returns the httpapi router of the submit function,
-// configured from e.Config: body limit, admin token, and the tenant
-// function of http.tenant-source (apigw.TenantFunc).
-func (e Env) HTTPHandler() http.Handler {
-	return httpapi.New(e.Set.Runtime, httpapi.Options{
-		MaxBodyBytes: e.Config.MaxBodyBytes,
-		AdminToken:   e.Config.AdminToken,
-		// Behind API Gateway the redrive route has its own permission.
-		RedriveAuthorizedUpstream: e.Config.RedriveAuthorizedUpstream,
-		TenantFunc:                apigw.TenantFunc(e.Config),
-		Logger:                    e.Logger,
-	})
-}
-
-// Worker returns the worker function's handler (Worker) for e: the lease
-// as the time margin, and, with the SQS dispatcher, a deferrer on the work
-// queue so that a record that is not due yet stays in the queue until it is.
-func (e Env) Worker() func(context.Context, events.SQSEvent) (events.SQSEventResponse, error) {
-	var opts []WorkerOption
-	if e.Set.Clients != nil && e.Config.DispatcherProvider == "sqs" {
-		client, url := e.Set.Clients.SQS, e.Config.QueueURL
-		opts = append(opts, WithDeferrer(func(ctx context.Context, receipt string, d time.Duration) error {
-			return sqsbackend.Defer(ctx, client, url, receipt, d)
-		}))
+// Handler returns the handler of fn for lambda.Start:
+//
+//   - Submit: func(ctx, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error)
+//   - Worker: func(ctx, events.SQSEvent) (events.SQSEventResponse, error); it
+//     stops starting records when less than a lease of time is left, and
+//     keeps a record that is not due yet in the queue until it is
+//   - Sweeper: func(ctx, events.EventBridgeEvent) (SweepReport, error)
+//   - DLQ: func(ctx, events.SQSEvent) (events.SQSEventResponse, error)
+func (e *Env) Handler(fn Function) (any, error) {
+	if e == nil || e.set == nil {
+		return nil, errors.New("lambdafn: Handler of an Env that did not boot")
 	}
-	return Worker(e.Set.Runtime, e.Config.Lease, e.Logger, opts...)
+	rt := e.set.Runtime
+	switch fn {
+	case Submit:
+		return lambdahandlers.Submit(httpapi.New(rt, httpapi.Options{
+			MaxBodyBytes: e.Config.MaxBodyBytes,
+			AdminToken:   e.Config.AdminToken,
+			// Behind API Gateway the redrive route has its own permission.
+			RedriveAuthorizedUpstream: e.Config.RedriveAuthorizedUpstream,
+			TenantFunc:                apigw.TenantFunc(e.Config),
+			Logger:                    e.Logger,
+		})), nil
+	case Worker:
+		var opts []lambdahandlers.WorkerOption
+		if e.set.Clients != nil && e.Config.DispatcherProvider == "sqs" {
+			client, url := e.set.Clients.SQS, e.Config.QueueURL
+			opts = append(opts, lambdahandlers.WithDeferrer(func(ctx context.Context, receipt string, d time.Duration) error {
+				return sqsbackend.Defer(ctx, client, url, receipt, d)
+			}))
+		}
+		return lambdahandlers.Worker(rt, e.Config.Lease, e.Logger, opts...), nil
+	case Sweeper:
+		return lambdahandlers.Sweeper(rt, lambdahandlers.DefaultSweepMargin, e.Logger), nil
+	case DLQ:
+		if e.set.Recorder == nil {
+			return nil, ErrNoRecorder
+		}
+		return lambdahandlers.DLQ(rt, e.set.Recorder, e.set.Metrics, e.Logger), nil
+	}
+	return nil, fmt.Errorf("lambdafn: unknown function %q (want submit, worker, sweeper or dlq)", fn)
 }
+
+// SweepReport is what one sweeper invocation did (the Sweeper handler's
+// result).
+type SweepReport = lambdahandlers.SweepReport
 
 // Close releases what Boot started (the in-process dispatcher of a local
 // configuration; nothing for SQS).
-func (e Env) Close(ctx context.Context) error {
-	if e.Set == nil {
+func (e *Env) Close(ctx context.Context) error {
+	if e == nil || e.set == nil {
 		return nil
 	}
-	return e.Set.Close(ctx)
+	return e.set.Close(ctx)
 }
 
 // BootOption adjusts Boot.
@@ -147,7 +200,7 @@ var errHeaderTenantInLambda = fmt.Errorf("%s: header takes the tenant from X-Ten
 // then has at least its Logger. A configuration whose providers are not
 // durable (memory state, in-process dispatcher) is allowed, for trying a
 // function out, with a "boot_not_durable" warning.
-func Boot(ctx context.Context, reg *pipeline.Registry, opts ...BootOption) (Env, error) {
+func Boot(ctx context.Context, reg *pipeline.Registry, opts ...BootOption) (*Env, error) {
 	o := bootOptions{logOut: os.Stdout, lookupEnv: os.LookupEnv}
 	for _, opt := range opts {
 		opt(&o)
@@ -164,8 +217,8 @@ func Boot(ctx context.Context, reg *pipeline.Registry, opts ...BootOption) (Env,
 	if name, ok := o.lookupEnv("AWS_LAMBDA_FUNCTION_NAME"); ok && name != "" {
 		log = log.With(slog.String("function", name))
 	}
-	env := Env{Config: cfg, Logger: log}
-	fail := func(err error) (Env, error) {
+	env := &Env{Config: cfg, Logger: log}
+	fail := func(err error) (*Env, error) {
 		log.LogAttrs(ctx, slog.LevelError, "boot_failed", slog.String("event", "boot_failed"), slog.String("error", err.Error()))
 		return env, err
 	}
@@ -194,10 +247,10 @@ func Boot(ctx context.Context, reg *pipeline.Registry, opts ...BootOption) (Env,
 	if err != nil {
 		return fail(err)
 	}
-	env.Set = set
+	env.set = set
 	if o.needRecorder && set.Recorder == nil {
 		_ = set.Close(ctx)
-		env.Set = nil
+		env.set = nil
 		return fail(ErrNoRecorder)
 	}
 	if cfg.StateProvider != "dynamo" || cfg.DispatcherProvider != "sqs" {

@@ -171,7 +171,7 @@ func TestBootServesDiagOnlyWhenEnabled(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, ok := env.Set.Runtime.Registry.Get(diag.ID)
+		_, ok := env.Set.Runtime.Registry().Get(diag.ID)
 		w := httptest.NewRecorder()
 		env.HTTPHandler().ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/pipelines/"+diag.ID+"/executions", strings.NewReader(`{"resultBytes":1000000}`)))
 		_ = env.Close(context.Background())

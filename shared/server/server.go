@@ -25,8 +25,8 @@ import (
 	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/internal/apigw"
 	"github.com/qasync/qasync/shared/internal/httpapi"
+	"github.com/qasync/qasync/shared/internal/lambdahandlers"
 	"github.com/qasync/qasync/shared/internal/wiring"
-	"github.com/qasync/qasync/shared/lambdafn"
 	"github.com/qasync/qasync/shared/pipeline"
 )
 
@@ -187,7 +187,7 @@ func Serve(ctx context.Context, cfg config.Config, reg *pipeline.Registry, opts 
 	}
 	// With dlq-provider=sqs this process is also the dead-letter consumer
 	// (the dlq Lambda's job): the DLQ queue and the work queue's poison queue.
-	consumers, err := set.DeadLetterConsumers(ctx, cfg, lambdafn.DLQ(set.Runtime, set.Recorder, set.Metrics, log), log)
+	consumers, err := set.DeadLetterConsumers(ctx, cfg, lambdahandlers.DLQ(set.Runtime, set.Recorder, set.Metrics, log), log)
 	if err != nil {
 		_ = set.Close(context.Background())
 		return &configError{err}

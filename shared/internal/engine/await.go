@@ -40,7 +40,7 @@ func (t *transition) park(ctx context.Context, aw *pipeline.AwaitError, policy p
 		return t.fail(ctx, pipeline.NonRetryable(pipeline.CodeAwaitTokenSecretMissing,
 			errors.New("the step awaits an external completion but no resume-token secret is configured (await.resume-token-secret)")), policy)
 	}
-	now := r.Clock.Now()
+	now := r.deps.Clock.Now()
 	next := t.base(now)
 	next.Status = store.WaitingExternal
 	next.SweepAt, next.Sweeps = time.Time{}, 0
@@ -64,13 +64,13 @@ func (t *transition) park(ctx context.Context, aw *pipeline.AwaitError, policy p
 // timeout has passed, through the step's retry policy, with an unleased
 // version-guarded commit. It reports whether it committed.
 func (r *Runtime) awaitTimeout(ctx context.Context, row store.Execution) (bool, error) {
-	now := r.Clock.Now()
+	now := r.deps.Clock.Now()
 	if row.Status != store.WaitingExternal || row.Await == nil || row.Await.Status != store.AwaitWaiting ||
 		row.Await.TimeoutAt.IsZero() || row.Await.TimeoutAt.After(now) {
 		return false, nil
 	}
 	policy := r.cfg.Retry
-	p, ok := r.Registry.Version(row.PipelineID, row.PipelineVersion)
+	p, ok := r.deps.Registry.Version(row.PipelineID, row.PipelineVersion)
 	if ok && row.StepIndex < len(p.Steps) && p.Steps[row.StepIndex].Retry != nil {
 		policy = *p.Steps[row.StepIndex].Retry
 	}
@@ -143,7 +143,7 @@ func (r *Runtime) completeAwait(ctx context.Context, executionID, awaitID, token
 		return store.Execution{}, false, ErrResumeTokenInvalid
 	}
 	key := store.Key{TenantID: tenant, ExecutionID: executionID}
-	e, err := r.Store.Get(ctx, key)
+	e, err := r.deps.Store.Get(ctx, key)
 	if err != nil {
 		return e, false, err
 	}
@@ -152,7 +152,7 @@ func (r *Runtime) completeAwait(ctx context.Context, executionID, awaitID, token
 		return e, false, ErrAwaitNotCurrent
 	}
 	a := *e.Await
-	now := r.Clock.Now()
+	now := r.deps.Clock.Now()
 	slot := "await/" + key.TenantID + "/" + key.ExecutionID + "/" + awaitID
 	log := r.execLogger(&e).With(slog.String("await_id", awaitID))
 	switch {
@@ -165,14 +165,14 @@ func (r *Runtime) completeAwait(ctx context.Context, executionID, awaitID, token
 		if e.LeaseOwner != "" {
 			return e, false, ErrAwaitBusy
 		}
-		ref, err := payload.Write(ctx, r.Payloads, in, slot, lateInlineBudget, r.recordsExpire(e.ExpiresAt))
+		ref, err := payload.Write(ctx, r.deps.Payloads, in, slot, lateInlineBudget, r.recordsExpire(e.ExpiresAt))
 		if err != nil {
 			return e, false, fmt.Errorf("runtime: store late completion: %w", err)
 		}
 		a.Late, a.LatePayload, a.Digest, a.CompletedAt = true, ref, digest, now
 		next := e
 		next.Await, next.UpdatedAt = &a, now
-		got, err := r.Store.Update(ctx, store.Guard{Key: key, Version: e.Version, KeepSweep: true}, next)
+		got, err := r.deps.Store.Update(ctx, store.Guard{Key: key, Version: e.Version, KeepSweep: true}, next)
 		if err != nil {
 			return e, false, err
 		}
@@ -182,7 +182,7 @@ func (r *Runtime) completeAwait(ctx context.Context, executionID, awaitID, token
 		return e, false, ErrAwaitNotCurrent
 	}
 	expires := r.keepAlive(&e, now)
-	ref, err := payload.Write(ctx, r.Payloads, in, slot, r.cfg.InlineBudget, r.recordsExpire(expires))
+	ref, err := payload.Write(ctx, r.deps.Payloads, in, slot, r.cfg.InlineBudget, r.recordsExpire(expires))
 	if err != nil {
 		return e, false, fmt.Errorf("runtime: store completion: %w", err)
 	}
@@ -192,7 +192,7 @@ func (r *Runtime) completeAwait(ctx context.Context, executionID, awaitID, token
 	next.Status, next.NextDueAt, next.UpdatedAt, next.ExpiresAt = store.Queued, now, now, expires
 	next.LeaseOwner, next.LeaseExpiresAt = "", time.Time{}
 	next.SweepAt, next.Sweeps = r.firstLook(now), 0
-	got, err := r.Store.Update(ctx, store.Guard{Key: key, Version: e.Version}, next)
+	got, err := r.deps.Store.Update(ctx, store.Guard{Key: key, Version: e.Version}, next)
 	if err != nil {
 		return e, false, err
 	}

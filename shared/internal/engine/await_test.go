@@ -232,7 +232,7 @@ func TestAwaitTimeoutRetriesThenDeadLetters(t *testing.T) {
 		if err != nil || dup || late.Status != store.DLQ || !late.Await.Late || late.Await.LatePayload.IsZero() || late.Await.CompletedAt.IsZero() {
 			t.Fatalf("late = %+v await %+v, dup=%v err=%v", late, late.Await, dup, err)
 		}
-		lp, err := payload.Read(context.Background(), h.rt.Payloads, late.Await.LatePayload)
+		lp, err := payload.Read(context.Background(), h.rt.Payloads(), late.Await.LatePayload)
 		if err != nil || string(lp.Data) != `"late"` {
 			t.Fatalf("late payload %s, %v", lp.Data, err)
 		}

@@ -282,7 +282,7 @@ func TestLostLeaseCancelsStepAndRefusesCommit(t *testing.T) {
 		h := newHarness(t, cfg, pipeline.Pipeline{ID: "p.lost", Steps: []pipeline.Step{slow}})
 		// Rebuild the runtime on the stealing store, sharing everything else.
 		rt, err := engine.New(cfg, engine.Deps{Registry: mustRegistry(t, pipeline.Pipeline{ID: "p.lost", Steps: []pipeline.Step{slow}}),
-			Store: leaseStealer{h.store}, Payloads: h.rt.Payloads, Dispatcher: h, DeadLetter: h.dlq, Logger: h.rt.Logger})
+			Store: leaseStealer{h.store}, Payloads: h.rt.Payloads(), Dispatcher: h, DeadLetter: h.dlq, Logger: h.rt.Logger()})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -66,15 +66,15 @@ func (f ObserverFunc) Observe(ctx context.Context, ev Event) { f(ctx, ev) }
 
 // notify tells every observer.
 func (r *Runtime) notify(ctx context.Context, kind EventKind, e store.Execution, sweep SweepResult) {
-	if len(r.Observers) == 0 {
+	if len(r.deps.Observers) == 0 {
 		return
 	}
-	now := r.Clock.Now()
+	now := r.deps.Clock.Now()
 	ev := Event{Kind: kind, Execution: e, Sweep: sweep, At: now}
 	if ev.Terminal() {
 		ev.Latency = now.Sub(e.CreatedAt)
 	}
-	for _, o := range r.Observers {
+	for _, o := range r.deps.Observers {
 		o.Observe(ctx, ev)
 	}
 }

@@ -96,7 +96,7 @@ func TestConsumerMarkingFirstIsNotAFailure(t *testing.T) {
 		h := newHarness(t, engine.Config{Retry: fastRetry}, pipeline.Pipeline{ID: "p.bad", Steps: []pipeline.Step{failing("bad", false)}})
 		rt := h.rt
 		fast, err := engine.New(engine.Config{Retry: fastRetry, WorkerID: "worker-1"}, engine.Deps{
-			Registry: rt.Registry, Store: rt.Store, Payloads: rt.Payloads, Dispatcher: h, Logger: rt.Logger,
+			Registry: rt.Registry(), Store: rt.Store(), Payloads: rt.Payloads(), Dispatcher: h, Logger: rt.Logger(),
 			DeadLetter: confirmingDLQ{&h.rt},
 		})
 		if err != nil {

@@ -199,8 +199,8 @@ type Deps struct {
 
 // Runtime is the execution engine. It is safe for concurrent use.
 type Runtime struct {
-	cfg Config
-	Deps
+	cfg  Config
+	deps Deps
 }
 
 // New checks cfg and deps and returns a Runtime.
@@ -220,8 +220,26 @@ func New(cfg Config, deps Deps) (*Runtime, error) {
 	if deps.Logger == nil {
 		deps.Logger = slog.Default()
 	}
-	return &Runtime{cfg: cfg, Deps: deps}, nil
+	return &Runtime{cfg: cfg, deps: deps}, nil
 }
+
+// Registry is the registry the runtime serves.
+func (r *Runtime) Registry() *pipeline.Registry { return r.deps.Registry }
+
+// Store is the state store the runtime runs on.
+func (r *Runtime) Store() store.Store { return r.deps.Store }
+
+// Payloads is the payload chunk store the runtime runs on.
+func (r *Runtime) Payloads() payload.Store { return r.deps.Payloads }
+
+// Dispatcher is the work dispatcher the runtime sends work items with.
+func (r *Runtime) Dispatcher() dispatch.Dispatcher { return r.deps.Dispatcher }
+
+// Logger is the runtime's logger.
+func (r *Runtime) Logger() *slog.Logger { return r.deps.Logger }
+
+// Now is the runtime clock's time.
+func (r *Runtime) Now() time.Time { return r.deps.Clock.Now() }
 
 // Config returns the effective configuration (defaults applied).
 func (r *Runtime) Config() Config { return r.cfg }
@@ -247,7 +265,7 @@ type SubmitResult struct {
 // returns the existing execution and dispatches nothing. A key bound to a
 // different request fails with store.ErrKeyMismatch.
 func (r *Runtime) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, error) {
-	p, ok := r.Registry.Get(req.PipelineID)
+	p, ok := r.deps.Registry.Get(req.PipelineID)
 	if !ok {
 		return SubmitResult{}, fmt.Errorf("%w: %s", ErrPipelineNotFound, req.PipelineID)
 	}
@@ -259,11 +277,11 @@ func (r *Runtime) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, 
 	case key == "":
 		return SubmitResult{}, ErrKeyRequired
 	}
-	now := r.Clock.Now()
+	now := r.deps.Clock.Now()
 	expires := now.Add(r.cfg.ExecutionTTL)
 	// The input's slot is the idempotency key: a duplicate submission
 	// rewrites identical chunks instead of orphaning new ones.
-	in, err := payload.Write(ctx, r.Payloads, req.Input, "input/"+store.KeyID(req.TenantID, key), r.cfg.InlineBudget, r.recordsExpire(expires))
+	in, err := payload.Write(ctx, r.deps.Payloads, req.Input, "input/"+store.KeyID(req.TenantID, key), r.cfg.InlineBudget, r.recordsExpire(expires))
 	if err != nil {
 		return SubmitResult{}, fmt.Errorf("runtime: store input: %w", err)
 	}
@@ -273,7 +291,7 @@ func (r *Runtime) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, 
 		NextDueAt: now, SweepAt: r.firstLook(now), IdempotencyKey: key, Input: in,
 		CreatedAt: now, UpdatedAt: now, ExpiresAt: expires,
 	}
-	got, created, err := r.Store.CreateOrGet(ctx, store.CreateRequest{
+	got, created, err := r.deps.Store.CreateOrGet(ctx, store.CreateRequest{
 		Execution: row, IdempotencyKey: key,
 		Fingerprint: hashParts(p.ID, string(req.Input.Encoding), req.Input.ContentType, req.Input.Message, digest),
 	})
@@ -294,20 +312,20 @@ func (r *Runtime) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, 
 
 // Status returns the execution's row as the tenant sees it.
 func (r *Runtime) Status(ctx context.Context, key store.Key) (store.Execution, error) {
-	return r.Store.Get(ctx, key)
+	return r.deps.Store.Get(ctx, key)
 }
 
 // Result returns the result of a SUCCEEDED execution. Otherwise it returns
 // the row and an error wrapping ErrNotSucceeded.
 func (r *Runtime) Result(ctx context.Context, key store.Key) (store.Execution, payload.Payload, error) {
-	e, err := r.Store.Get(ctx, key)
+	e, err := r.deps.Store.Get(ctx, key)
 	if err != nil {
 		return e, payload.Payload{}, err
 	}
 	if e.Status != store.Succeeded {
 		return e, payload.Payload{}, fmt.Errorf("%w: status %s", ErrNotSucceeded, e.Status)
 	}
-	p, err := payload.Read(ctx, r.Payloads, e.Result)
+	p, err := payload.Read(ctx, r.deps.Payloads, e.Result)
 	return e, p, err
 }
 
@@ -339,7 +357,7 @@ func (r *Runtime) Redrive(ctx context.Context, key store.Key, reason string, exp
 // ErrNotRedrivable.
 func (r *Runtime) RedriveWith(ctx context.Context, key store.Key, opts RedriveOptions) (store.Execution, error) {
 	reason, expectedVersion := opts.Reason, opts.ExpectedVersion
-	e, err := r.Store.Get(ctx, key)
+	e, err := r.deps.Store.Get(ctx, key)
 	if err != nil {
 		return e, err
 	}
@@ -361,14 +379,14 @@ func (r *Runtime) RedriveWith(ctx context.Context, key store.Key, opts RedriveOp
 		if !r.deadLetter(ctx, e) {
 			return e, fmt.Errorf("%w: the execution's dead letter is still pending and could not be published; retry the re-drive", store.ErrUnavailable)
 		}
-		if e, err = r.Store.Get(ctx, key); err != nil {
+		if e, err = r.deps.Store.Get(ctx, key); err != nil {
 			return e, err
 		}
 		if e.Status != store.DLQ {
 			return e, fmt.Errorf("%w: status %s", ErrNotRedrivable, e.Status)
 		}
 	}
-	now := r.Clock.Now()
+	now := r.deps.Clock.Now()
 	next := e
 	next.Status, next.Attempt, next.MaxAttempt, next.Releases = store.Queued, e.Attempt+1, e.Attempt+1, 0
 	next.NextDueAt, next.UpdatedAt = now, now
@@ -378,7 +396,7 @@ func (r *Runtime) RedriveWith(ctx context.Context, key store.Key, opts RedriveOp
 	next.Error, next.DLQPending = nil, false
 	next.Note = store.Truncate(reason, store.MaxErrorMessage)
 	next.RedriveCount++
-	got, err := r.Store.Update(ctx, store.Guard{Key: key, Version: e.Version}, next)
+	got, err := r.deps.Store.Update(ctx, store.Guard{Key: key, Version: e.Version}, next)
 	if err != nil {
 		return e, err
 	}
@@ -397,7 +415,7 @@ func (r *Runtime) dispatch(ctx context.Context, e *store.Execution, delay time.D
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.DispatchTimeout)
 	defer cancel()
 	item := dispatch.WorkItem{TenantID: e.TenantID, ExecutionID: e.ExecutionID, PipelineID: e.PipelineID}
-	if err := r.Dispatcher.Dispatch(dctx, dispatch.Message{Item: item, Delay: delay}); err != nil {
+	if err := r.deps.Dispatcher.Dispatch(dctx, dispatch.Message{Item: item, Delay: delay}); err != nil {
 		r.execLogger(e).LogAttrs(ctx, slog.LevelWarn, "dispatch_failed", slog.String("event", "dispatch_failed"),
 			slog.String("error", err.Error()))
 		return false
@@ -447,7 +465,7 @@ func checkRetention(cfg Config, reg *pipeline.Registry) error {
 
 // execLogger returns the logger carrying an execution's identifying fields.
 func (r *Runtime) execLogger(e *store.Execution) *slog.Logger {
-	return r.Logger.With(
+	return r.deps.Logger.With(
 		slog.String("execution_id", e.ExecutionID),
 		slog.String("tenant", e.TenantID),
 		slog.String("pipeline", e.PipelineID),

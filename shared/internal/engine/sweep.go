@@ -74,9 +74,9 @@ func (r *Runtime) Sweep(ctx context.Context, pass *SweepPass) (SweepResult, erro
 		pass = &SweepPass{}
 	}
 	if pass.by.IsZero() {
-		pass.by, pass.seen = r.Clock.Now(), map[store.Key]bool{}
+		pass.by, pass.seen = r.deps.Clock.Now(), map[store.Key]bool{}
 	}
-	page, err := r.Store.Due(ctx, store.DueQuery{By: pass.by, Limit: r.cfg.SweepLimit, Cursor: pass.cursor})
+	page, err := r.deps.Store.Due(ctx, store.DueQuery{By: pass.by, Limit: r.cfg.SweepLimit, Cursor: pass.cursor})
 	if err != nil {
 		return SweepResult{}, err
 	}
@@ -89,14 +89,14 @@ func (r *Runtime) Sweep(ctx context.Context, pass *SweepPass) (SweepResult, erro
 		}
 	}
 	res := SweepResult{Due: len(keys), More: page.Cursor != ""}
-	rows, err := r.Store.GetBatch(ctx, keys)
+	rows, err := r.deps.Store.GetBatch(ctx, keys)
 	if err != nil {
 		return res, err
 	}
 	var msgs []dispatch.Message
 	var redispatched []store.Execution
 	for _, e := range rows {
-		switch act, at := r.sweepPlan(&e, r.Clock.Now()); act {
+		switch act, at := r.sweepPlan(&e, r.deps.Clock.Now()); act {
 		case sweepRedispatch:
 			msgs = append(msgs, dispatch.Message{Item: dispatch.WorkItem{TenantID: e.TenantID, ExecutionID: e.ExecutionID, PipelineID: e.PipelineID}})
 			redispatched = append(redispatched, e)
@@ -110,7 +110,7 @@ func (r *Runtime) Sweep(ctx context.Context, pass *SweepPass) (SweepResult, erro
 		case sweepAwaitTimeout:
 			if done, err := r.awaitTimeout(ctx, e); err != nil {
 				res.Failed++
-				r.Logger.LogAttrs(ctx, slog.LevelWarn, "await_timeout_failed", slog.String("event", "await_timeout_failed"),
+				r.deps.Logger.LogAttrs(ctx, slog.LevelWarn, "await_timeout_failed", slog.String("event", "await_timeout_failed"),
 					slog.String("execution_id", e.ExecutionID), slog.String("tenant", e.TenantID), slog.String("error", err.Error()))
 			} else if done {
 				res.AwaitsTimedOut++
@@ -124,9 +124,9 @@ func (r *Runtime) Sweep(ctx context.Context, pass *SweepPass) (SweepResult, erro
 		}
 	}
 	if len(msgs) > 0 {
-		if err := r.Dispatcher.Dispatch(ctx, msgs...); err != nil {
+		if err := r.deps.Dispatcher.Dispatch(ctx, msgs...); err != nil {
 			res.Failed += len(msgs)
-			r.Logger.LogAttrs(ctx, slog.LevelWarn, "dispatch_failed", slog.String("event", "dispatch_failed"),
+			r.deps.Logger.LogAttrs(ctx, slog.LevelWarn, "dispatch_failed", slog.String("event", "dispatch_failed"),
 				slog.Int("items", len(msgs)), slog.String("error", err.Error()))
 		} else {
 			res.Redispatched = len(msgs)
@@ -142,7 +142,7 @@ func (r *Runtime) Sweep(ctx context.Context, pass *SweepPass) (SweepResult, erro
 	if res.Due > 0 {
 		level = slog.LevelInfo
 	}
-	r.Logger.LogAttrs(ctx, level, "sweep_completed", slog.String("event", "sweep_completed"),
+	r.deps.Logger.LogAttrs(ctx, level, "sweep_completed", slog.String("event", "sweep_completed"),
 		slog.Int("due", res.Due), slog.Int("redispatched", res.Redispatched), slog.Int("rescheduled", res.Rescheduled),
 		slog.Int("dead_letters_published", res.DeadLettersPublished), slog.Int("awaits_timed_out", res.AwaitsTimedOut),
 		slog.Int("failed", res.Failed), slog.Bool("more", res.More))
@@ -201,14 +201,14 @@ func (r *Runtime) backoffLook(e *store.Execution) time.Time {
 	for i := 0; i < e.Sweeps && d < maxSweepSpacing; i++ {
 		d *= 2
 	}
-	return r.Clock.Now().Add(min(d, maxSweepSpacing))
+	return r.deps.Clock.Now().Add(min(d, maxSweepSpacing))
 }
 
 // reschedule moves the row's next look (Store.Reschedule). A conflict
 // means the row moved on meanwhile (a commit set its own look), which is
 // fine; other failures are logged and the row is seen again next sweep.
 func (r *Runtime) reschedule(ctx context.Context, e *store.Execution, at time.Time, sweeps int) bool {
-	err := r.Store.Reschedule(ctx, e.Key(), e.SweepAt, at, sweeps)
+	err := r.deps.Store.Reschedule(ctx, e.Key(), e.SweepAt, at, sweeps)
 	if err == nil || errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
 		return err == nil
 	}
@@ -231,7 +231,7 @@ func (r *Runtime) RunSweeper(ctx context.Context, interval time.Duration) {
 			for {
 				res, err := r.Sweep(ctx, pass)
 				if err != nil && ctx.Err() == nil {
-					r.Logger.LogAttrs(ctx, slog.LevelWarn, "sweep_failed", slog.String("event", "sweep_failed"), slog.String("error", err.Error()))
+					r.deps.Logger.LogAttrs(ctx, slog.LevelWarn, "sweep_failed", slog.String("event", "sweep_failed"), slog.String("error", err.Error()))
 				}
 				if err != nil || !res.More || ctx.Err() != nil {
 					break

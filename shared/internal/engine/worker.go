@@ -48,16 +48,16 @@ const (
 // outcome was recorded; the transport should deliver the item again.
 func (r *Runtime) Process(ctx context.Context, item dispatch.WorkItem) error {
 	key := store.Key{TenantID: item.TenantID, ExecutionID: item.ExecutionID}
-	row, err := r.Store.Get(ctx, key)
+	row, err := r.deps.Store.Get(ctx, key)
 	if errors.Is(err, store.ErrNotFound) {
-		r.Logger.LogAttrs(ctx, slog.LevelWarn, "work_item_orphaned", slog.String("event", "work_item_orphaned"),
+		r.deps.Logger.LogAttrs(ctx, slog.LevelWarn, "work_item_orphaned", slog.String("event", "work_item_orphaned"),
 			slog.String("execution_id", key.ExecutionID), slog.String("tenant", key.TenantID))
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	now := r.Clock.Now()
+	now := r.deps.Clock.Now()
 	tol := r.cfg.ClockSkewTolerance
 	switch row.Status {
 	case store.Queued, store.WaitRetry:
@@ -79,7 +79,7 @@ func (r *Runtime) Process(ctx context.Context, item dispatch.WorkItem) error {
 	default:
 		return nil // finished, failed, parked
 	}
-	p, ok := r.Registry.Version(row.PipelineID, row.PipelineVersion)
+	p, ok := r.deps.Registry.Version(row.PipelineID, row.PipelineVersion)
 	if !ok {
 		return r.versionUnavailable(ctx, row, now)
 	}
@@ -88,7 +88,7 @@ func (r *Runtime) Process(ctx context.Context, item dispatch.WorkItem) error {
 	if takeover {
 		attempt, releases = attempt+1, 0 // the vanished worker's attempt counts
 	}
-	claimed, err := r.Store.Claim(ctx, store.ClaimRequest{
+	claimed, err := r.deps.Store.Claim(ctx, store.ClaimRequest{
 		Key: key, ExpectVersion: row.Version, Owner: r.cfg.WorkerID,
 		Now: now, DueBy: now.Add(tol), TakeoverBy: now.Add(-tol),
 		LeaseUntil: now.Add(r.cfg.Lease), Attempt: attempt, Releases: releases,
@@ -118,7 +118,7 @@ func (r *Runtime) Process(ctx context.Context, item dispatch.WorkItem) error {
 // with pipeline_version_unavailable (it dead-letters).
 func (r *Runtime) versionUnavailable(ctx context.Context, row store.Execution, now time.Time) error {
 	log := r.execLogger(&row).With(slog.String("pipeline_version", row.PipelineVersion))
-	served := r.Registry.Versions(row.PipelineID)
+	served := r.deps.Registry.Versions(row.PipelineID)
 	msg := fmt.Sprintf("pipeline %s version %s is not served by worker %s (it serves %s)",
 		row.PipelineID, row.PipelineVersion, r.cfg.WorkerID, describeVersions(served))
 	since := row.VersionWaitSince
@@ -139,7 +139,7 @@ func (r *Runtime) versionUnavailable(ctx context.Context, row store.Execution, n
 		next := row
 		next.VersionWaitSince, next.UpdatedAt = now, now
 		next.Error = &store.Failure{Code: CodePipelineVersionUnavailable, Message: store.Truncate(msg, store.MaxErrorMessage)}
-		if _, err := r.Store.Update(ctx, store.Guard{Key: row.Key(), Version: row.Version, LeaseOwner: row.LeaseOwner, KeepSweep: true}, next); err != nil &&
+		if _, err := r.deps.Store.Update(ctx, store.Guard{Key: row.Key(), Version: row.Version, LeaseOwner: row.LeaseOwner, KeepSweep: true}, next); err != nil &&
 			!errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrLeaseLost) && !errors.Is(err, store.ErrNotFound) {
 			return err
 		}
@@ -189,7 +189,7 @@ func (t *transition) run(ctx context.Context, takeover bool) error {
 	if row.StepIndex > 0 || t.awaitCompleted() {
 		src = row.Result
 	}
-	in, err := payload.Read(ctx, r.Payloads, src)
+	in, err := payload.Read(ctx, r.deps.Payloads, src)
 	if errors.Is(err, payload.ErrCorrupt) || errors.Is(err, payload.ErrNotFound) {
 		// Reading again cannot help: fail the step (it dead-letters).
 		return t.fail(ctx, pipeline.NonRetryable(CodePayloadUnreadable, err), policy)
@@ -245,8 +245,8 @@ func (t *transition) stepInfo(step pipeline.Step) pipeline.StepInfo {
 		StepName: step.Name, StepIndex: row.StepIndex, Attempt: row.Attempt,
 		TransitionKey: row.TransitionKey(), FencingToken: row.Version,
 		IdempotencyKey: store.StepIdempotencyKey(row.TenantID, row.ExecutionID, step.Name),
-		Logger:         t.log, Effects: r.Effects, ExpiresAt: r.recordsExpire(row.ExpiresAt),
-		Rejects: r.Rejects, Objects: r.Objects, OutputBucket: r.cfg.OutputBucket,
+		Logger:         t.log, Effects: r.deps.Effects, ExpiresAt: r.recordsExpire(row.ExpiresAt),
+		Rejects: r.deps.Rejects, Objects: r.deps.Objects, OutputBucket: r.cfg.OutputBucket,
 	}
 	if secret := r.cfg.AwaitSecret; secret != "" {
 		info.ResumeToken = func(awaitID string) string {
@@ -297,9 +297,9 @@ func (t *transition) renew(ctx context.Context, cancel context.CancelCauseFunc, 
 			return
 		case <-tick.C:
 		}
-		now := r.Clock.Now()
+		now := r.deps.Clock.Now()
 		until := now.Add(r.cfg.Lease)
-		err := r.Store.Renew(ctx, row.Key(), r.cfg.WorkerID, row.Version, until)
+		err := r.deps.Store.Renew(ctx, row.Key(), r.cfg.WorkerID, row.Version, until)
 		switch {
 		case err == nil:
 			row.LeaseExpiresAt = until
@@ -334,14 +334,14 @@ func (t *transition) succeed(ctx context.Context, out payload.Payload, stored *p
 			return t.fail(ctx, err, policy)
 		}
 	}
-	now := r.Clock.Now()
+	now := r.deps.Clock.Now()
 	var ref payload.Ref
 	if stored != nil {
 		ref = *stored
 	} else {
 		slot := "result/" + row.TenantID + "/" + row.ExecutionID + "/" + strconv.Itoa(row.StepIndex)
 		var err error
-		ref, err = payload.Write(ctx, r.Payloads, out, slot, r.cfg.InlineBudget, r.recordsExpire(r.keepAlive(row, now)))
+		ref, err = payload.Write(ctx, r.deps.Payloads, out, slot, r.cfg.InlineBudget, r.recordsExpire(r.keepAlive(row, now)))
 		if errors.Is(err, payload.ErrInvalid) {
 			return t.fail(ctx, pipeline.NonRetryable(CodeOutputUnstorable, fmt.Errorf("step %s output: %w", row.StepName, err)), policy)
 		}
@@ -379,11 +379,11 @@ func (r *Runtime) handOver(ctx context.Context, e *store.Execution, delay time.D
 	if r.dispatch(ctx, e, delay) {
 		return
 	}
-	now := r.Clock.Now()
+	now := r.deps.Clock.Now()
 	if look := r.firstLook(now.Add(delay)); e.SweepAt.IsZero() || e.SweepAt.After(look) {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.DispatchTimeout)
 		defer cancel()
-		_ = r.Store.Reschedule(rctx, e.Key(), e.SweepAt, look, e.Sweeps) // a conflict means it moved anyway
+		_ = r.deps.Store.Reschedule(rctx, e.Key(), e.SweepAt, look, e.Sweeps) // a conflict means it moved anyway
 	}
 }
 
@@ -392,7 +392,7 @@ func (r *Runtime) handOver(ctx context.Context, e *store.Execution, delay time.D
 func (t *transition) fail(ctx context.Context, stepErr error, policy pipeline.RetryPolicy) error {
 	r, row := t.r, &t.row
 	code, msg, retryable := pipeline.Classify(stepErr)
-	now := r.Clock.Now()
+	now := r.deps.Clock.Now()
 	next := t.base(now)
 	next.Error = &store.Failure{Code: code, Message: store.Truncate(msg, store.MaxErrorMessage)}
 	if retryable && row.Attempt < t.maxAttempt(policy) {
@@ -432,7 +432,7 @@ func (t *transition) fail(ctx context.Context, stepErr error, policy pipeline.Re
 // confirmedNoRemoteEffect.
 func (t *transition) outcomeUnknown(ctx context.Context, ou *pipeline.OutcomeUnknownError) error {
 	r := t.r
-	now := r.Clock.Now()
+	now := r.deps.Clock.Now()
 	next := t.base(now)
 	next.Status = store.RemoteOutcomeUnknown
 	next.SweepAt, next.Sweeps = time.Time{}, 0
@@ -489,7 +489,7 @@ func (t *transition) commit(ctx context.Context, next store.Execution, keepSweep
 	if t.unleased {
 		guard.LeaseOwner = t.row.LeaseOwner
 	}
-	deadline := r.Clock.Now().Add(10 * time.Second)
+	deadline := r.deps.Clock.Now().Add(10 * time.Second)
 	if !t.unleased {
 		deadline = t.row.LeaseExpiresAt.Add(-r.cfg.ClockSkewTolerance)
 	}
@@ -498,7 +498,7 @@ func (t *transition) commit(ctx context.Context, next store.Execution, keepSweep
 	defer cancel()
 	backoff := commitBackoff
 	for attempt := 1; ; attempt++ {
-		got, err := r.Store.Update(cctx, guard, next)
+		got, err := r.deps.Store.Update(cctx, guard, next)
 		if err == nil {
 			return t.landedAs(ctx, got, attrs), nil
 		}
@@ -510,7 +510,7 @@ func (t *transition) commit(ctx context.Context, next store.Execution, keepSweep
 		// write was refused, maybe because an earlier try of it landed (ours,
 		// or the backend client's own retry of one whose answer was lost):
 		// read the row back to tell.
-		row, gerr := r.Store.Get(cctx, guard.Key)
+		row, gerr := r.deps.Store.Get(cctx, guard.Key)
 		switch {
 		case gerr == nil && landed(row, guard, next):
 			t.log.LogAttrs(ctx, slog.LevelInfo, "commit_outcome_resolved", slog.String("event", "commit_outcome_resolved"),
@@ -522,7 +522,7 @@ func (t *transition) commit(ctx context.Context, next store.Execution, keepSweep
 		case errors.Is(gerr, store.ErrNotFound):
 			return nil, nil
 		}
-		if attempt >= commitAttempts || !r.Clock.Now().Add(backoff).Before(deadline) {
+		if attempt >= commitAttempts || !r.deps.Clock.Now().Add(backoff).Before(deadline) {
 			t.log.LogAttrs(ctx, slog.LevelError, "commit_failed", slog.String("event", "commit_failed"),
 				slog.Int("writes", attempt), slog.String("error", err.Error()))
 			return nil, fmt.Errorf("runtime: commit %s after %d writes: %w", t.row.TransitionKey(), attempt, err)
@@ -588,14 +588,14 @@ func (t *transition) release(ctx context.Context, cause error, code string, poli
 		return t.fail(ctx, pipeline.Retryable(code, fmt.Errorf("handed back %d times unfinished (release limit %d); last cause: %w",
 			t.row.Releases+1, r.cfg.ReleaseLimit, cause)), policy)
 	}
-	now := r.Clock.Now()
+	now := r.deps.Clock.Now()
 	next := t.row
 	next.Status, next.LeaseOwner, next.LeaseExpiresAt, next.NextDueAt, next.UpdatedAt = store.Queued, "", time.Time{}, now, now
 	next.Releases = t.row.Releases + 1
 	// The caller's context may be the one that ended; releasing must not.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if _, err := r.Store.Update(rctx, store.Guard{Key: t.row.Key(), Version: t.row.Version, LeaseOwner: r.cfg.WorkerID, KeepSweep: true}, next); err != nil {
+	if _, err := r.deps.Store.Update(rctx, store.Guard{Key: t.row.Key(), Version: t.row.Version, LeaseOwner: r.cfg.WorkerID, KeepSweep: true}, next); err != nil {
 		t.log.LogAttrs(ctx, slog.LevelWarn, "lease_release_failed", slog.String("event", "lease_release_failed"), slog.String("error", err.Error()))
 	} else {
 		t.log.LogAttrs(ctx, slog.LevelInfo, "lease_released", slog.String("event", "lease_released"),
@@ -617,7 +617,7 @@ func (r *Runtime) deadLetter(ctx context.Context, e store.Execution) bool {
 	if e.Error != nil {
 		env.TerminalReason, env.ErrorCode, env.ErrorMessage = e.Error.TerminalReason, e.Error.Code, e.Error.Message
 	}
-	if err := r.DeadLetter.Publish(ctx, env); err != nil {
+	if err := r.deps.DeadLetter.Publish(ctx, env); err != nil {
 		log.LogAttrs(ctx, slog.LevelError, "dlq_publish_failed", slog.String("event", "dlq_publish_failed"), slog.String("error", err.Error()))
 		return false
 	}
@@ -625,7 +625,7 @@ func (r *Runtime) deadLetter(ctx context.Context, e store.Execution) bool {
 	if errors.Is(err, store.ErrConflict) {
 		// The dead-letter consumer may have marked it first (it reads the
 		// envelope just published): that is success, not a failure.
-		if now, gerr := r.Store.Get(ctx, e.Key()); gerr == nil && now.Status == store.DLQ && now.LastTransitionKey == e.LastTransitionKey {
+		if now, gerr := r.deps.Store.Get(ctx, e.Key()); gerr == nil && now.Status == store.DLQ && now.LastTransitionKey == e.LastTransitionKey {
 			return true
 		}
 	}
@@ -641,11 +641,11 @@ func (r *Runtime) deadLetter(ctx context.Context, e store.Execution) bool {
 // markDeadLettered moves a FAILED row whose envelope is published to DLQ
 // (out of the sweep index; retention from now).
 func (r *Runtime) markDeadLettered(ctx context.Context, e store.Execution) (store.Execution, error) {
-	now := r.Clock.Now()
+	now := r.deps.Clock.Now()
 	next := e
 	next.Status, next.DLQPending, next.NextDueAt, next.UpdatedAt = store.DLQ, false, time.Time{}, now
 	next.SweepAt, next.Sweeps, next.ExpiresAt = time.Time{}, 0, now.Add(r.cfg.ExecutionTTL)
-	got, err := r.Store.Update(ctx, store.Guard{Key: e.Key(), Version: e.Version}, next)
+	got, err := r.deps.Store.Update(ctx, store.Guard{Key: e.Key(), Version: e.Version}, next)
 	if err != nil {
 		return e, err
 	}
@@ -666,7 +666,7 @@ func (r *Runtime) markDeadLettered(ctx context.Context, e store.Execution) (stor
 // idempotent: an execution already DLQ, re-driven, or gone is left alone.
 // It reports whether it changed the row.
 func (r *Runtime) ConfirmDeadLetter(ctx context.Context, env deadletter.Envelope) (bool, error) {
-	e, err := r.Store.Get(ctx, store.Key{TenantID: env.TenantID, ExecutionID: env.ExecutionID})
+	e, err := r.deps.Store.Get(ctx, store.Key{TenantID: env.TenantID, ExecutionID: env.ExecutionID})
 	if errors.Is(err, store.ErrNotFound) {
 		return false, nil
 	}

@@ -368,7 +368,7 @@ func (a *api) submit(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	p, ok := a.rt.Registry.Get(pid)
+	p, ok := a.rt.Registry().Get(pid)
 	if !ok {
 		writeProblem(w, kindPipelineNotFound.problem("No pipeline with this id is registered."))
 		return

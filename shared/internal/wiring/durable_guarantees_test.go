@@ -106,7 +106,7 @@ func TestDurableLostCommitAnswersAreResolved(t *testing.T) {
 		runs.Store(0)
 		lost := &lostAnswers{match: isCommit, sdkRetries: sdk}
 		lost.budget.Store(2)
-		d := openDurableWith(t, nil, []func(*middleware.Stack) error{lost.option}, p)
+		d := openDurableWith(t, nil, []func(*middleware.Stack) error{lost.option}, nil, p)
 		d.start()
 		e := d.submit(p.ID, "k1", map[string]any{})
 		got := d.await(e, store.Succeeded, 30*time.Second)
@@ -128,7 +128,7 @@ func TestDurableSubmitRetriedAfterItLanded(t *testing.T) {
 		return ok
 	}}
 	lost.budget.Store(1)
-	d := openDurableWith(t, nil, []func(*middleware.Stack) error{lost.option}, flaky(0, true))
+	d := openDurableWith(t, nil, []func(*middleware.Stack) error{lost.option}, nil, flaky(0, true))
 	d.counter.Reset()
 	in, _ := payload.JSON(map[string]any{})
 	res, err := d.set.Runtime.Submit(context.Background(), engine.SubmitRequest{TenantID: "t1", PipelineID: "p.flaky", IdempotencyKey: "k1", Input: in})
@@ -186,7 +186,7 @@ func TestDurableLateCompletionIsAReference(t *testing.T) {
 	if !got.Await.Late || got.Await.LatePayload.ManifestID == "" || got.Status != store.DLQ {
 		t.Fatalf("late completion: await %+v status %s", got.Await, got.Status)
 	}
-	if _, err := payload.Read(context.Background(), d.set.Runtime.Payloads, got.Await.LatePayload); err != nil {
+	if _, err := payload.Read(context.Background(), d.set.Runtime.Payloads(), got.Await.LatePayload); err != nil {
 		t.Fatalf("late payload unreadable: %v", err)
 	}
 }

@@ -43,11 +43,12 @@ type durable struct {
 // them with short timings; start begins consuming the work queue.
 func openDurable(t *testing.T, adjust func(*config.Config), ps ...pipeline.Pipeline) *durable {
 	t.Helper()
-	return openDurableWith(t, adjust, nil, ps...)
+	return openDurableWith(t, adjust, nil, nil, ps...)
 }
 
-// openDurableWith is openDurable with more SDK middleware on every client.
-func openDurableWith(t *testing.T, adjust func(*config.Config), mw []func(*middleware.Stack) error, ps ...pipeline.Pipeline) *durable {
+// openDurableWith is openDurable with more SDK middleware on every client
+// and more options.
+func openDurableWith(t *testing.T, adjust func(*config.Config), mw []func(*middleware.Stack) error, opts []wiring.Option, ps ...pipeline.Pipeline) *durable {
 	t.Helper()
 	clients, _ := awstest.Clients(t)
 	n := awstest.Names(t)
@@ -66,7 +67,7 @@ func openDurableWith(t *testing.T, adjust func(*config.Config), mw []func(*middl
 	}
 	counter := awsclient.NewCounter()
 	set, err := wiring.Open(context.Background(), c, reg, slog.New(slog.DiscardHandler),
-		wiring.WithAPIOptions(append([]func(*middleware.Stack) error{counter.APIOption}, mw...)...), wiring.WithDrainTimeout(5*time.Second))
+		append(opts, wiring.WithAPIOptions(append([]func(*middleware.Stack) error{counter.APIOption}, mw...)...), wiring.WithDrainTimeout(5*time.Second))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +228,7 @@ func TestDurableLeaseTakeover(t *testing.T) {
 	e := d.submit("p.take", "k1", map[string]any{})
 	ctx := context.Background()
 	// The dead worker: it claims, and its work item is gone with it.
-	st := d.set.Runtime.Store
+	st := d.set.Runtime.Store()
 	now := time.Now()
 	if _, err := st.Claim(ctx, store.ClaimRequest{Key: e.Key(), ExpectVersion: 1, Owner: "dead-worker", Now: now, DueBy: now, TakeoverBy: now, LeaseUntil: now.Add(1500 * time.Millisecond), Attempt: 1}); err != nil {
 		t.Fatal(err)

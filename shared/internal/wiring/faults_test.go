@@ -109,7 +109,7 @@ func TestOpenWrapsTheDispatcherWhenFaultsAreSet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := set.Runtime.Dispatcher.(*wiring.FaultyDispatcher); ok {
+	if _, ok := set.Runtime.Dispatcher().(*wiring.FaultyDispatcher); ok {
 		t.Error("faults are on by default")
 	}
 	_ = set.Close(context.Background())
@@ -123,7 +123,7 @@ func TestOpenWrapsTheDispatcherWhenFaultsAreSet(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer set.Close(context.Background())
-	if fd, ok := set.Runtime.Dispatcher.(*wiring.FaultyDispatcher); !ok || fd.DropRate != 0.1 || fd.DuplicateRate != 0.5 {
-		t.Errorf("dispatcher %T %+v, want a FaultyDispatcher with the configured rates", set.Runtime.Dispatcher, set.Runtime.Dispatcher)
+	if fd, ok := set.Runtime.Dispatcher().(*wiring.FaultyDispatcher); !ok || fd.DropRate != 0.1 || fd.DuplicateRate != 0.5 {
+		t.Errorf("dispatcher %T %+v, want a FaultyDispatcher with the configured rates", set.Runtime.Dispatcher(), set.Runtime.Dispatcher())
 	}
 }

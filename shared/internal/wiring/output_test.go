@@ -41,14 +41,14 @@ func reportPipeline(to string) pipeline.Pipeline {
 }
 
 // openReport opens a memory runtime serving p.
-func openReport(t *testing.T, p pipeline.Pipeline) *wiring.Set {
+func openReport(t *testing.T, p pipeline.Pipeline, opts ...wiring.Option) *wiring.Set {
 	t.Helper()
-	return openReportWith(t, p, nil)
+	return openReportWith(t, p, nil, opts...)
 }
 
 // openReportWith opens a memory runtime serving p, with mutate applied
 // to the configuration.
-func openReportWith(t *testing.T, p pipeline.Pipeline, mutate func(*config.Config)) *wiring.Set {
+func openReportWith(t *testing.T, p pipeline.Pipeline, mutate func(*config.Config), opts ...wiring.Option) *wiring.Set {
 	t.Helper()
 	c := config.Default()
 	if mutate != nil {
@@ -59,7 +59,7 @@ func openReportWith(t *testing.T, p pipeline.Pipeline, mutate func(*config.Confi
 	if err != nil {
 		t.Fatal(err)
 	}
-	set, err := wiring.Open(context.Background(), c, reg, slog.New(slog.DiscardHandler))
+	set, err := wiring.Open(context.Background(), c, reg, slog.New(slog.DiscardHandler), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,16 +121,16 @@ func TestOutputPublishedToFileBeforeSuccess(t *testing.T) {
 	dir := t.TempDir()
 	to := (&url.URL{Scheme: "file", Path: filepath.ToSlash(dir)}).String() + "/{tenant}/{pipelineId}/{executionId}.json"
 	p := reportPipeline(to)
-	set := openReport(t, p)
 	var seen []store.Status
 	var mu sync.Mutex
+	var set *wiring.Set
 	// Observe the row at the moment of the write.
-	set.Runtime.Objects = objectStoreFunc(func(ctx context.Context, uri string, data []byte, ct string) error {
+	set = openReport(t, p, wiring.WithObjects(objectStoreFunc(func(ctx context.Context, uri string, data []byte, ct string) error {
 		mu.Lock()
 		defer mu.Unlock()
 		seen = append(seen, currentStatus(set, uri))
 		return objects.File{}.Put(ctx, uri, data, ct)
-	})
+	})))
 	row := submitAndWait(t, set, reportOrder{ID: "o-1", Cents: 450})
 	uri := (&url.URL{Scheme: "file", Path: filepath.ToSlash(filepath.Join(dir, "acme", "test.report", row.ExecutionID+".json"))}).String()
 	checkPublished(t, set, objects.File{}, row, uri)
@@ -203,15 +203,14 @@ func TestOutputBucketRequiredAtStartup(t *testing.T) {
 // ends DLQ with output_publish_failed, never SUCCEEDED.
 func TestOutputPublishFailureRetriesThenDeadLetters(t *testing.T) {
 	t.Parallel()
-	set := openReport(t, reportPipeline("file:///nonexistent/{executionId}.json"))
 	var puts int
 	var mu sync.Mutex
-	set.Runtime.Objects = objectStoreFunc(func(context.Context, string, []byte, string) error {
+	set := openReport(t, reportPipeline("file:///nonexistent/{executionId}.json"), wiring.WithObjects(objectStoreFunc(func(context.Context, string, []byte, string) error {
 		mu.Lock()
 		defer mu.Unlock()
 		puts++
 		return errors.New("target refused the write")
-	})
+	})))
 	row := submitAndWait(t, set, reportOrder{ID: "o-1", Cents: 450})
 	if row.Status != store.DLQ || row.Error == nil || row.Error.Code != pipeline.CodeOutputPublishFailed || row.Attempt != 3 || row.StepIndex != 1 {
 		t.Fatalf("status %s step %d attempt %d error %+v, want DLQ at step 1 after 3 attempts with %s", row.Status, row.StepIndex, row.Attempt, row.Error, pipeline.CodeOutputPublishFailed)

@@ -124,6 +124,20 @@ type Option func(*options)
 type options struct {
 	apiOptions []func(*middleware.Stack) error
 	drain      time.Duration
+	observers  []engine.Observer
+	objects    pipeline.ObjectStore
+}
+
+// WithObserver adds an observer of the runtime's events (tests, a
+// process of its own that wants to count them).
+func WithObserver(o engine.Observer) Option {
+	return func(opts *options) { opts.observers = append(opts.observers, o) }
+}
+
+// WithObjects replaces the object store that pipelines' Output publishes to
+// (tests).
+func WithObjects(o pipeline.ObjectStore) Option {
+	return func(opts *options) { opts.objects = o }
 }
 
 // WithAPIOptions adds SDK middleware to every AWS client (for example an
@@ -272,7 +286,7 @@ func Open(ctx context.Context, c config.Config, reg *pipeline.Registry, log *slo
 	}
 	rt, err := engine.New(RuntimeConfig(c), engine.Deps{
 		Registry: reg, Store: st, Payloads: ps, Dispatcher: d, DeadLetter: dlq, Effects: fx, Clock: clk, Logger: log,
-		Observers: observers, Rejects: set.Rejects, Objects: set.Objects,
+		Observers: append(observers, o.observers...), Rejects: set.Rejects, Objects: objectsOr(o.objects, set.Objects),
 	})
 	if err != nil {
 		_ = set.Close(context.Background())
@@ -370,4 +384,11 @@ func strict(ctx context.Context, c config.Config, clients awsclient.Clients) err
 		key("item-reject.queue-url", provision.CheckQueue(ctx, clients.SQS, c.ItemRejectQueueURL))
 	}
 	return errors.Join(errs...)
+}
+
+func objectsOr(o pipeline.ObjectStore, def objects.Router) pipeline.ObjectStore {
+	if o != nil {
+		return o
+	}
+	return def
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/qasync/qasync/shared/internal/engine"
+	"github.com/qasync/qasync/shared/internal/wiring"
 	"github.com/qasync/qasync/shared/pipeline"
 	"github.com/qasync/qasync/shared/remote"
 	"github.com/qasync/qasync/shared/store"
@@ -44,13 +45,12 @@ func TestDurableRemoteOutcomeUnknown(t *testing.T) {
 	p := pipeline.Pipeline{ID: "t.remote", Steps: []pipeline.Step{
 		remote.Step("call", remote.Spec{URL: srv.URL + "/run", Deadline: 2 * time.Second}),
 	}}
-	d := openDurable(t, nil, p)
 	var unknown atomic.Int32
-	d.set.Runtime.Observers = append(d.set.Runtime.Observers, engine.ObserverFunc(func(_ context.Context, ev engine.Event) {
+	d := openDurableWith(t, nil, nil, []wiring.Option{wiring.WithObserver(engine.ObserverFunc(func(_ context.Context, ev engine.Event) {
 		if ev.Kind == engine.EventOutcomeUnknown {
 			unknown.Add(1)
 		}
-	}))
+	}))}, p)
 	d.start()
 	d.sweepEvery(200 * time.Millisecond)
 

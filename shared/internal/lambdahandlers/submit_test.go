@@ -1,4 +1,4 @@
-package lambdafn_test
+package lambdahandlers_test
 
 import (
 	"context"
@@ -72,7 +72,7 @@ func TestSubmitFixture(t *testing.T) {
 func seedSucceeded(t *testing.T, env lambdafn.Env, result string) {
 	t.Helper()
 	rt := env.Set.Runtime
-	ref, err := payload.Write(context.Background(), rt.Payloads, payload.Payload{Encoding: payload.EncodingJSON, ContentType: payload.ContentTypeJSON, Data: []byte(result)},
+	ref, err := payload.Write(context.Background(), rt.Payloads(), payload.Payload{Encoding: payload.EncodingJSON, ContentType: payload.ContentTypeJSON, Data: []byte(result)},
 		"result/"+fixtureExecution, payload.DefaultInlineBudget, time.Now().Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package lambdafn
+package lambdahandlers
 
 import (
 	"context"

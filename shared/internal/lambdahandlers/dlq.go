@@ -1,4 +1,4 @@
-package lambdafn
+package lambdahandlers
 
 import (
 	"context"
@@ -74,7 +74,7 @@ func DLQ(rt *engine.Runtime, rec deadletter.Recorder, m *metrics.EMF, log *slog.
 
 // recordDeadLetter handles one message and reports whether it is done.
 func recordDeadLetter(ctx context.Context, rt *engine.Runtime, rec deadletter.Recorder, m *metrics.EMF, log *slog.Logger, msg *events.SQSMessage) bool {
-	now := rt.Clock.Now()
+	now := rt.Now()
 	receives, _ := strconv.Atoi(msg.Attributes["ApproximateReceiveCount"])
 	r := deadletter.Record{RecordedAt: now, ExpiresAt: now.Add(RecordRetention)}
 	// attrs describe the record (never the body); event names follow.

@@ -1,4 +1,4 @@
-package lambdafn_test
+package lambdahandlers_test
 
 import (
 	"context"
@@ -87,12 +87,12 @@ func seed(t *testing.T, rt *engine.Runtime, id, pipelineID, input string, mutate
 	t.Helper()
 	ctx := context.Background()
 	now := time.Now()
-	in, err := payload.Write(ctx, rt.Payloads, payload.Payload{Encoding: payload.EncodingJSON, ContentType: payload.ContentTypeJSON, Data: []byte(input)},
+	in, err := payload.Write(ctx, rt.Payloads(), payload.Payload{Encoding: payload.EncodingJSON, ContentType: payload.ContentTypeJSON, Data: []byte(input)},
 		"input/"+id, payload.DefaultInlineBudget, now.Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, ok := rt.Registry.Get(pipelineID)
+	p, ok := rt.Registry().Get(pipelineID)
 	if !ok {
 		t.Fatalf("pipeline %s not registered", pipelineID)
 	}
@@ -105,7 +105,7 @@ func seed(t *testing.T, rt *engine.Runtime, id, pipelineID, input string, mutate
 	if mutate != nil {
 		mutate(&row)
 	}
-	got, created, err := rt.Store.CreateOrGet(ctx, store.CreateRequest{Execution: row, IdempotencyKey: row.IdempotencyKey, Fingerprint: "fixture"})
+	got, created, err := rt.Store().CreateOrGet(ctx, store.CreateRequest{Execution: row, IdempotencyKey: row.IdempotencyKey, Fingerprint: "fixture"})
 	if err != nil || !created {
 		t.Fatalf("seed %s: created=%v err=%v", id, created, err)
 	}
@@ -115,7 +115,7 @@ func seed(t *testing.T, rt *engine.Runtime, id, pipelineID, input string, mutate
 // get reads a row of the fixture tenant.
 func get(t *testing.T, rt *engine.Runtime, id string) store.Execution {
 	t.Helper()
-	e, err := rt.Store.Get(context.Background(), store.Key{TenantID: fixtureTenant, ExecutionID: id})
+	e, err := rt.Store().Get(context.Background(), store.Key{TenantID: fixtureTenant, ExecutionID: id})
 	if err != nil {
 		t.Fatalf("get %s: %v", id, err)
 	}

@@ -1,4 +1,4 @@
-package lambdafn_test
+package lambdahandlers_test
 
 import (
 	"bytes"
@@ -162,7 +162,7 @@ func TestDLQPoisonFixture(t *testing.T) {
 func TestDLQGarbageAndFailures(t *testing.T) {
 	rt, _, _, logs := unitRuntime(t, engine.Config{})
 	rec := newMemRecorder()
-	h := lambdafn.DLQ(rt, rec, nil, rt.Logger) // nil metrics: a no-op
+	h := lambdafn.DLQ(rt, rec, nil, rt.Logger()) // nil metrics: a no-op
 	ev := events.SQSEvent{Records: []events.SQSMessage{{MessageId: "m-1", Body: "s3cr3t not json"}}}
 	resp, err := h(context.Background(), ev)
 	if err != nil || len(resp.BatchItemFailures) != 0 {
@@ -196,7 +196,7 @@ func TestDLQEnvelopeOfRedrivenExecution(t *testing.T) {
 		e.StepIndex, e.StepName, e.Attempt, e.RedriveCount = env.StepIndex, env.StepName, 2, 1
 	})
 	rec := newMemRecorder()
-	resp, err := lambdafn.DLQ(rt, rec, nil, rt.Logger)(context.Background(), events.SQSEvent{Records: []events.SQSMessage{{MessageId: "m", Body: mustJSON(t, env)}}})
+	resp, err := lambdafn.DLQ(rt, rec, nil, rt.Logger())(context.Background(), events.SQSEvent{Records: []events.SQSMessage{{MessageId: "m", Body: mustJSON(t, env)}}})
 	if err != nil || len(resp.BatchItemFailures) != 0 {
 		t.Fatalf("%v %v", failureIDs(resp), err)
 	}

@@ -1,4 +1,4 @@
-package lambdafn_test
+package lambdahandlers_test
 
 import (
 	"context"
@@ -60,7 +60,7 @@ func TestSweeperPagesThroughDueRows(t *testing.T) {
 	for i := range 5 {
 		seed(t, rt, fmt.Sprintf("sweep-%d", i), checkout.ID, orderInput, overdue)
 	}
-	rep, err := lambdafn.Sweeper(rt, time.Second, rt.Logger)(context.Background(), events.EventBridgeEvent{})
+	rep, err := lambdafn.Sweeper(rt, time.Second, rt.Logger())(context.Background(), events.EventBridgeEvent{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func TestSweeperStopsAtMaxSweeps(t *testing.T) {
 	for i := range lambdafn.MaxSweeps + 3 {
 		seed(t, rt, fmt.Sprintf("sweep-%d", i), checkout.ID, orderInput, overdue)
 	}
-	rep, err := lambdafn.Sweeper(rt, time.Second, rt.Logger)(context.Background(), events.EventBridgeEvent{})
+	rep, err := lambdafn.Sweeper(rt, time.Second, rt.Logger())(context.Background(), events.EventBridgeEvent{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func TestSweeperStopsForTime(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	rep, err := lambdafn.Sweeper(rt, 5*time.Second, rt.Logger)(ctx, events.EventBridgeEvent{})
+	rep, err := lambdafn.Sweeper(rt, 5*time.Second, rt.Logger())(ctx, events.EventBridgeEvent{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func TestSweeperStopsForTime(t *testing.T) {
 func TestSweeperReturnsStoreErrors(t *testing.T) {
 	rt, hs, _, _ := unitRuntime(t, engine.Config{})
 	hs.due = func() error { return errors.New("dynamodb: throttled") }
-	if _, err := lambdafn.Sweeper(rt, time.Second, rt.Logger)(context.Background(), events.EventBridgeEvent{}); err == nil {
+	if _, err := lambdafn.Sweeper(rt, time.Second, rt.Logger())(context.Background(), events.EventBridgeEvent{}); err == nil {
 		t.Fatal("no error")
 	}
 }

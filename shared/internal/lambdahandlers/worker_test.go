@@ -1,4 +1,4 @@
-package lambdafn_test
+package lambdahandlers_test
 
 import (
 	"context"
@@ -94,7 +94,7 @@ func TestWorkerMarginSkipsEveryRecord(t *testing.T) {
 	before := hs.getCount()
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	resp, err := lambdafn.Worker(rt, time.Second, rt.Logger)(ctx, ev)
+	resp, err := lambdafn.Worker(rt, time.Second, rt.Logger())(ctx, ev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +129,7 @@ func TestWorkerMalformedBody(t *testing.T) {
 	}
 	ev.Records[1].Body = `{"tenantId":"s3cr3t-tenant"}`
 	ev.Records = append(ev.Records, events.SQSMessage{MessageId: "garbage-1", Body: "not json s3cr3t"})
-	resp, err := lambdafn.Worker(rt, time.Second, rt.Logger)(context.Background(), ev)
+	resp, err := lambdafn.Worker(rt, time.Second, rt.Logger())(context.Background(), ev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func TestWorkerProcessErrorFailsOnlyThatRecord(t *testing.T) {
 		}
 		return nil
 	}
-	resp, err := lambdafn.Worker(rt, time.Second, rt.Logger)(context.Background(), ev)
+	resp, err := lambdafn.Worker(rt, time.Second, rt.Logger())(context.Background(), ev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +196,7 @@ func TestWorkerDuplicateIsSuccess(t *testing.T) {
 		e.Status, e.NextDueAt = store.Succeeded, time.Time{}
 	})
 	// items[1] and items[2] do not exist: orphaned work items.
-	resp, err := lambdafn.Worker(rt, time.Second, rt.Logger)(context.Background(), ev)
+	resp, err := lambdafn.Worker(rt, time.Second, rt.Logger())(context.Background(), ev)
 	if err != nil || len(resp.BatchItemFailures) != 0 {
 		t.Fatalf("failures %v, err %v", failureIDs(resp), err)
 	}
