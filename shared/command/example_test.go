@@ -5,9 +5,9 @@ import (
 	"fmt"
 
 	"github.com/qasync/qasync/shared/command"
-	"github.com/qasync/qasync/shared/internal/memory"
 	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/pipeline"
+	"github.com/qasync/qasync/shared/pipelinetest"
 )
 
 // A command step charges an order once: the second run (a retry, a
@@ -34,7 +34,7 @@ func ExampleStep() {
 		return Payment{PaymentID: fmt.Sprintf("pay-%s-%d", o.ID, charges)}, nil
 	})
 
-	effects := memory.NewEffects(nil) // the runtime hands steps its effect log
+	effects := pipelinetest.Effects() // the runtime hands steps its effect log
 	in, _ := payload.JSON(Order{ID: "o-1", Cents: 1200})
 	for attempt := 1; attempt <= 2; attempt++ {
 		info := pipeline.StepInfo{TenantID: "acme", ExecutionID: "exec-1", PipelineID: "shop.pay", StepName: "charge",

@@ -259,6 +259,11 @@ type Config struct {
 	// failure, a shutdown, too little time left) before the hand-back
 	// counts as a failed attempt under the step's retry policy.
 	ReleaseLimit int
+	// ChainMaxSteps is key "chain.max-steps", default 16, 1 to 1000: how
+	// many steps one work item may run in a row (a step's commit claims the
+	// next step, which runs without a queue round trip); 1 turns chaining
+	// off.
+	ChainMaxSteps int
 	// FaultCommitErrorRate is key "faults.commit-error-rate", default 0
 	// (off), 0 to 0.5. Test only (chaos): the share of step commits failed
 	// with an injected unavailable error, half of them before the write
@@ -451,6 +456,8 @@ var entries = []entry{
 		func(c *Config) *time.Duration { return &c.DispatchTimeout }, parseDuration, between(10*time.Millisecond, time.Minute)),
 	field("release-limit", "How many times one attempt of a step may be handed back unfinished (backend failure, shutdown, too little time left) before the hand-back counts as a failed attempt; 1 to 1000.",
 		func(c *Config) *int { return &c.ReleaseLimit }, parseInt[int], between(1, 1000)),
+	field("chain.max-steps", "Steps one work item may run in a row: when a step commits and the next can run, the worker commits it and claims the next in one conditional write and runs it without a queue round trip (each step still its own transition), within a Lambda invocation only while a lease of time is left; 1 turns chaining off; 1 to 1000.",
+		func(c *Config) *int { return &c.ChainMaxSteps }, parseInt[int], between(1, 1000)),
 	field("worker-concurrency", "Workers of the in-process event dispatcher; 1 to 1024.",
 		func(c *Config) *int { return &c.WorkerConcurrency }, parseInt[int], between(1, 1024)),
 	field("payload.inline-budget-bytes", "Largest payload stored inline in the execution row; 0 to 196608 (two must fit a 400 KiB DynamoDB row).",

@@ -6,14 +6,32 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/qasync/qasync/shared/clock"
-	"github.com/qasync/qasync/shared/internal/memory"
 	"github.com/qasync/qasync/shared/payload"
 )
 
+// parts is the smallest payload.Store: a map (the runtime uses DynamoDB's
+// payload table, or memory for local runs).
+type parts map[string]payload.Part
+
+func (m parts) PutPart(_ context.Context, p payload.Part) error {
+	if old, ok := m[p.PayloadID+"/"+p.Name]; ok && !bytes.Equal(old.Data, p.Data) {
+		return payload.ErrConflict
+	}
+	m[p.PayloadID+"/"+p.Name] = p
+	return nil
+}
+
+func (m parts) GetPart(_ context.Context, id, name string) (payload.Part, error) {
+	p, ok := m[id+"/"+name]
+	if !ok {
+		return payload.Part{}, payload.ErrNotFound
+	}
+	return p, nil
+}
+
 func ExampleWrite() {
 	ctx := context.Background()
-	store := memory.NewPayloadStore(clock.System{})
+	store := parts{}
 	expires := time.Now().Add(7 * 24 * time.Hour)
 
 	// A small payload travels inline in its Ref; nothing is stored.

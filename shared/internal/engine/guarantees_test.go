@@ -484,7 +484,7 @@ func TestRemoteCallNotStartedWithoutTimeToFinish(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := &fakeWorker{}
 		c := newCluster(t)
-		rt := c.worker("w", engine.Config{Retry: fastRetry, Lease: time.Minute}, nil, remotePipeline(f, 30*time.Second))
+		rt := c.worker("w", engine.Config{Retry: fastRetry, Lease: time.Minute, ChainMaxSteps: 1}, nil, remotePipeline(f, 30*time.Second))
 		e := submitTo(t, rt, "p.remote", "k1", map[string]any{})
 		deliver(rt, c.queue)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // less than the call's deadline
@@ -585,7 +585,7 @@ func TestClockBehindKeepsTheItem(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newCluster(t)
 		submitter := c.worker("s", engine.Config{Retry: fastRetry}, nil, threeSteps())
-		tolerant := c.worker("behind-2s", engine.Config{Retry: fastRetry, ClockSkewTolerance: 2 * time.Second}, skewed(-2*time.Second), threeSteps())
+		tolerant := c.worker("behind-2s", engine.Config{Retry: fastRetry, ClockSkewTolerance: 2 * time.Second, ChainMaxSteps: 1}, skewed(-2*time.Second), threeSteps())
 		strict := c.worker("behind-3s", engine.Config{Retry: fastRetry, ClockSkewTolerance: 2 * time.Second}, skewed(-3*time.Second), threeSteps())
 		e := submitTo(t, submitter, "p.three", "k1", map[string]any{})
 		c.queue.take()

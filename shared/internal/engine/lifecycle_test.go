@@ -32,9 +32,10 @@ func TestSuccess(t *testing.T) {
 		if got.Status != store.Succeeded || got.StepIndex != 2 || got.Attempt != 1 || got.Error != nil {
 			t.Fatalf("row = %+v", got)
 		}
-		// Version: created 1, then claim + commit per step.
-		if got.Version != 7 {
-			t.Errorf("version = %d, want 7", got.Version)
+		// Version: created 1, one claim, then one commit per step (each
+		// commit claims the next step: chained).
+		if got.Version != 5 {
+			t.Errorf("version = %d, want 5", got.Version)
 		}
 		_, res, err := h.rt.Result(context.Background(), e.Key())
 		if err != nil {
@@ -310,7 +311,8 @@ func mustRegistry(t *testing.T, ps ...pipeline.Pipeline) *pipeline.Registry {
 
 func TestSweeperFindsLostDispatch(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := newHarness(t, engine.Config{Retry: fastRetry, SweepGrace: 2 * time.Second}, threeSteps())
+		// One step per work item, so that step b's item can be lost.
+		h := newHarness(t, engine.Config{Retry: fastRetry, SweepGrace: 2 * time.Second, ChainMaxSteps: 1}, threeSteps())
 		// Lose the submit's item (1st) and step b's (3rd: after the sweep's).
 		h.drop = func(n int) bool { return n == 1 || n == 3 }
 		e := h.submit("p.three", "k1", map[string]any{})

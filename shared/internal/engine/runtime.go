@@ -113,6 +113,14 @@ type Config struct {
 	// ReleaseLimit is how many times one attempt may be handed back
 	// unfinished before the hand-back counts as a failed attempt. Default 10.
 	ReleaseLimit int
+	// ChainMaxSteps is how many steps one work item may run in a row: when
+	// a step commits and the next can run, the worker commits it and claims
+	// the next in one conditional write and runs it without a queue round
+	// trip (each step still its own committed transition), at most this many
+	// steps per work item, so that a long pipeline does not hold a worker
+	// (or a Lambda batch) from the others. 1 turns chaining off.
+	// Default 16.
+	ChainMaxSteps int
 }
 
 // DefaultConfig returns the runtime's defaults for every field.
@@ -121,6 +129,7 @@ func DefaultConfig() Config {
 		Lease: 30 * time.Second, Retry: pipeline.DefaultRetry, SweepLimit: 100, SweepGrace: 10 * time.Second,
 		ClockSkewTolerance: 2 * time.Second, ExecutionTTL: 30 * 24 * time.Hour, InlineBudget: payload.DefaultInlineBudget,
 		IdempotencyPolicy: OptionalClientKey, PipelineVersionWait: time.Hour, DispatchTimeout: 2 * time.Second, ReleaseLimit: 10,
+		ChainMaxSteps: 16,
 	}
 }
 
@@ -150,6 +159,9 @@ func (c *Config) defaults() error {
 	if c.ReleaseLimit == 0 {
 		c.ReleaseLimit = def.ReleaseLimit
 	}
+	if c.ChainMaxSteps == 0 {
+		c.ChainMaxSteps = def.ChainMaxSteps
+	}
 	if c.WorkerID == "" {
 		host, _ := os.Hostname()
 		c.WorkerID = newWorkerID(host)
@@ -159,7 +171,7 @@ func (c *Config) defaults() error {
 		return fmt.Errorf("runtime: lease %s too short", c.Lease)
 	case c.InlineBudget < 0 || c.InlineBudget > payload.MaxInlineBudget:
 		return fmt.Errorf("runtime: inline budget %d outside 0..%d", c.InlineBudget, payload.MaxInlineBudget)
-	case c.SweepLimit < 1, c.SweepGrace < 0, c.ExecutionTTL < 0, c.ClockSkewTolerance < 0, c.ReleaseLimit < 1, c.DispatchTimeout < 0:
+	case c.SweepLimit < 1, c.SweepGrace < 0, c.ExecutionTTL < 0, c.ClockSkewTolerance < 0, c.ReleaseLimit < 1, c.DispatchTimeout < 0, c.ChainMaxSteps < 1:
 		return fmt.Errorf("runtime: sweep limit, sweep grace, TTL, clock-skew tolerance, release limit or dispatch timeout out of range")
 	case c.PipelineVersionWait < 0 || c.PipelineVersionWait > c.ExecutionTTL:
 		return fmt.Errorf("runtime: pipeline version wait %s outside 0..the execution retention %s", c.PipelineVersionWait, c.ExecutionTTL)

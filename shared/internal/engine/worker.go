@@ -106,7 +106,20 @@ func (r *Runtime) Process(ctx context.Context, item dispatch.WorkItem) error {
 		r.notify(ctx, EventLeaseTakeover, claimed, SweepResult{})
 	}
 	t := &transition{r: r, row: claimed, log: log, p: p}
-	return t.run(ctx, takeover)
+	for chained := 0; ; chained++ {
+		t.chained = chained
+		err := t.run(ctx, takeover)
+		if t.next == nil {
+			return err
+		}
+		// The step's commit claimed the next step for this worker: run it
+		// here, no work item and no claim write in between.
+		next := *t.next
+		log = r.execLogger(&next).With(slog.String("transition_key", next.TransitionKey()))
+		log.LogAttrs(ctx, slog.LevelInfo, "lease_claimed", slog.String("event", "lease_claimed"),
+			slog.Int64("version", next.Version), slog.Bool("takeover", false), slog.Bool("chained", true))
+		t, takeover = &transition{r: r, row: next, log: log, p: p}, false
+	}
 }
 
 // versionUnavailable handles a work item whose execution is bound to a
@@ -168,6 +181,10 @@ type transition struct {
 	unleased bool
 	// committed is the row of this transition's commit, once it landed.
 	committed *store.Execution
+	// chained counts the steps this work item already ran before this one;
+	// next, set by a commit that also claimed the next step, is that step's row.
+	chained int
+	next    *store.Execution
 }
 
 func (t *transition) run(ctx context.Context, takeover bool) error {
@@ -351,16 +368,26 @@ func (t *transition) succeed(ctx context.Context, out payload.Payload, stored *p
 	}
 	next := t.base(now)
 	next.Result = ref
-	if last {
+	chain := !last && t.mayChain(ctx)
+	switch {
+	case last:
 		next.Status, next.ExpiresAt = store.Succeeded, now.Add(r.cfg.ExecutionTTL)
 		next.SweepAt, next.Sweeps = time.Time{}, 0 // out of the sweep index
-	} else {
+	default:
 		next.Status, next.StepIndex, next.StepName = store.Queued, row.StepIndex+1, p.Steps[row.StepIndex+1].Name
 		next.Attempt, next.MaxAttempt, next.NextDueAt = 1, 0, now
+		if chain {
+			// Commit this step and claim the next in one conditional write.
+			next.Status, next.LeaseOwner, next.LeaseExpiresAt = store.Running, r.cfg.WorkerID, now.Add(r.cfg.Lease)
+		}
 	}
-	got, err := t.commit(ctx, next, !last, slog.Int64("result_bytes", ref.Length))
+	got, err := t.commit(ctx, next, !last, slog.Int64("result_bytes", ref.Length), slog.Bool("chained", chain))
 	if err != nil || got == nil {
 		return err
+	}
+	if chain {
+		t.next = got
+		return nil
 	}
 	if last {
 		r.execLogger(got).LogAttrs(ctx, slog.LevelInfo, "execution_succeeded", slog.String("event", "execution_succeeded"),
@@ -370,6 +397,21 @@ func (t *transition) succeed(ctx context.Context, out payload.Payload, stored *p
 	}
 	r.handOver(ctx, got, 0)
 	return nil
+}
+
+// mayChain reports whether this worker may run the next step itself right
+// after this one's commit (ChainMaxSteps not reached, not shutting down,
+// and, under a deadline such as a Lambda invocation's, at least a lease of
+// time left for it: the rule a worker applies before every step).
+func (t *transition) mayChain(ctx context.Context) bool {
+	r := t.r
+	if t.chained+1 >= r.cfg.ChainMaxSteps || ctx.Err() != nil {
+		return false
+	}
+	if d, ok := ctx.Deadline(); ok && time.Until(d) < r.cfg.Lease {
+		return false
+	}
+	return true
 }
 
 // handOver dispatches the next transition of a row just committed. If the

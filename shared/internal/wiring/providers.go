@@ -99,6 +99,7 @@ func RuntimeConfig(c config.Config) engine.Config {
 		PipelineVersionWait: c.PipelineVersionWait,
 		DispatchTimeout:     c.DispatchTimeout,
 		ReleaseLimit:        c.ReleaseLimit,
+		ChainMaxSteps:       c.ChainMaxSteps,
 		ExecutionTTL:        time.Duration(c.ExecutionTTLDays) * 24 * time.Hour,
 		InlineBudget:        c.InlineBudgetBytes,
 		IdempotencyPolicy:   engine.IdempotencyPolicy(c.IdempotencyPolicy),
