@@ -340,6 +340,7 @@ func Default() Config {
 		PipelineVersionWait: time.Hour,
 		DispatchTimeout:     2 * time.Second,
 		ReleaseLimit:        10,
+		ChainMaxSteps:       16,
 		DiagDrillVersions:   "1",
 
 		HTTPReadHeaderTimeout: 10 * time.Second,
