@@ -2,8 +2,8 @@
 // execution that cannot finish is reported for an operator. Publication
 // is at-least-once (the sweeper retries a publish that failed or was cut
 // short by a crash), so consumers must treat envelopes idempotently, keyed
-// by TransitionKey. Implementations (logdlq now, SQS next) pass the one
-// conformance suite in deadlettertest.
+// by TransitionKey. Implementations (log, SQS) pass the dead-letter
+// publisher suite of package backendtest (Provider.DeadLetters).
 package deadletter
 
 import (

@@ -36,8 +36,9 @@ type Record struct {
 	ExpiresAt time.Time `json:"expiresAt,omitzero"`
 }
 
-// Recorder stores dead-letter records. Implementations: memory (memstore),
-// DynamoDB (dynamostore); both pass deadlettertest.RunRecorder.
+// Recorder stores dead-letter records. Implementations: in memory,
+// DynamoDB; both pass the recorder suite of package backendtest
+// (Provider.Recorder).
 type Recorder interface {
 	// Put stores r unless a record with r.ID exists. created reports
 	// whether this call stored it; a repeat is not an error.

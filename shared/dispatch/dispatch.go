@@ -1,8 +1,8 @@
 // Package dispatch defines the work dispatcher seam: how the runtime hands
 // "run the next transition of this execution" to a worker. Delivery is
 // at-least-once; duplicates are harmless because every claim is
-// OCC-guarded. Implementations (localdispatch now, SQS next) pass the one
-// conformance suite in dispatchtest.
+// OCC-guarded. Implementations (in-process, SQS) pass the dispatcher
+// suite of package backendtest (Provider.Dispatcher).
 package dispatch
 
 import (

@@ -1,8 +1,8 @@
 // Package effect defines the effect log seam: one record per command id,
 // which a command step (package command) moves through its states so
 // that an external side effect is dispatched once and its output recorded
-// and replayed. Every implementation (memstore, dynamostore) passes the
-// one conformance suite in effecttest.
+// and replayed. Every implementation (in memory, DynamoDB) passes the
+// effect log suite of package backendtest (Provider.Effects).
 //
 // Every write is conditional: a record is created only if no live record
 // with its command id exists, and a transition happens only if the stored

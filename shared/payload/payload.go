@@ -94,8 +94,9 @@ type Part struct {
 	ExpiresAt time.Time
 }
 
-// Store is the seam for chunked payload storage. Implementations: memory
-// (memstore), DynamoDB (later). Every implementation passes payloadtest.Run.
+// Store is the seam for chunked payload storage. Implementations: in
+// memory, DynamoDB. Every implementation passes the chunk store suite of
+// package backendtest (Provider.Payloads).
 type Store interface {
 	// PutPart writes p if no item with its (PayloadID, Name) exists. An
 	// existing item with identical Data is accepted (a replay); an existing

@@ -98,7 +98,7 @@ type Envelope struct {
 }
 
 // Publisher publishes envelopes: the seam every provider implements and
-// rejecttest checks.
+// the reject suite of package backendtest (Provider.Rejects) checks.
 type Publisher interface {
 	// Publish reports env; a nil error means the provider accepted it.
 	Publish(ctx context.Context, env Envelope) error

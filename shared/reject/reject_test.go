@@ -6,21 +6,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qasync/qasync/shared/backendtest"
 	"github.com/qasync/qasync/shared/internal/logtest"
 	"github.com/qasync/qasync/shared/reject"
-	"github.com/qasync/qasync/shared/reject/rejecttest"
 )
 
+// TestMemoryConformance runs the reject suite on the memory provider.
 func TestMemoryConformance(t *testing.T) {
-	rejecttest.Run(t, func(t *testing.T) (reject.Publisher, rejecttest.ReadBack) {
+	backendtest.Exercise(t, backendtest.Provider{Rejects: func(t *testing.T) (reject.Publisher, backendtest.ReadBack[reject.Envelope]) {
 		m := reject.NewMemory()
 		return m, func(context.Context, int) ([]reject.Envelope, error) { return m.Envelopes(), nil }
-	})
+	}})
 }
 
-// The log provider, read back from the captured log lines.
+// TestLogConformance runs the reject suite on the log provider, read back
+// from the captured log lines.
 func TestLogConformance(t *testing.T) {
-	rejecttest.Run(t, func(t *testing.T) (reject.Publisher, rejecttest.ReadBack) {
+	backendtest.Exercise(t, backendtest.Provider{Rejects: func(t *testing.T) (reject.Publisher, backendtest.ReadBack[reject.Envelope]) {
 		sink := &logtest.Buffer{}
 		pub := reject.NewLog(slog.New(slog.NewJSONHandler(sink, nil)))
 		return pub, func(context.Context, int) ([]reject.Envelope, error) {
@@ -55,5 +57,5 @@ func TestLogConformance(t *testing.T) {
 			}
 			return envs, nil
 		}
-	})
+	}})
 }

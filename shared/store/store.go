@@ -1,7 +1,7 @@
 // Package store defines the execution state store seam: execution rows,
 // idempotency keys, leases and the due-work query. Every implementation
-// (memstore now, DynamoDB next, an embedded durable store later) passes the
-// one conformance suite in storetest.
+// (in memory, DynamoDB) passes the state store suite of package
+// backendtest (Provider.State).
 //
 // Every write is conditional. Claims, renewals and commits are guarded by
 // the row version (optimistic concurrency) and, where a worker holds the

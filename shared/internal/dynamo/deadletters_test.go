@@ -15,24 +15,12 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/qasync/qasync/shared/clock"
 	"github.com/qasync/qasync/shared/deadletter"
-	"github.com/qasync/qasync/shared/deadletter/deadlettertest"
 	"github.com/qasync/qasync/shared/internal/awstest"
 	"github.com/qasync/qasync/shared/internal/dynamo"
 	"github.com/qasync/qasync/shared/schema"
 	"github.com/qasync/qasync/shared/store"
 )
-
-// TestDeadLettersConformance runs the suite on one fresh table, shared by
-// its parallel subtests (each uses its own record IDs).
-func TestDeadLettersConformance(t *testing.T) {
-	clients, _ := awstest.Clients(t)
-	table := awstest.Name(t, "dl")
-	awstest.Tables(t, clients, schema.DeadLetterTable(table))
-	rec := dynamo.NewDeadLetters(clients.DynamoDB, table, clock.System{})
-	deadlettertest.RunRecorder(t, func(*testing.T) deadletter.Recorder { return rec })
-}
 
 // TestDeadLettersItemLayout: the item is laid out as schema.DeadLetterTable
 // says (record_id, the record's JSON in record, ttl_epoch_s), and a record

@@ -1,7 +1,7 @@
-// Package dynamostore holds the DynamoDB implementations of the state
-// store and the payload store, laid out as package schema defines. Every
+// The state store (NewStateStore), laid out as package schema defines. Every
 // write is conditional; DynamoDB's condition failures are translated here
 // into the store's own errors, and nothing above imports SDK error types.
+
 package dynamo
 
 import (

@@ -13,7 +13,6 @@ import (
 	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/schema"
 	"github.com/qasync/qasync/shared/store"
-	"github.com/qasync/qasync/shared/store/storetest"
 )
 
 // newStateStore makes fresh tables for one test.
@@ -28,13 +27,6 @@ func newStateStore(t *testing.T, c clock.Clock) (*dynamo.StateStore, *awsclient.
 	}
 	counter.Reset()
 	return st, counter
-}
-
-func TestStateStoreConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T, c clock.Clock) store.Store {
-		st, _ := newStateStore(t, c)
-		return st
-	})
 }
 
 // TestDueReadsOnlyDueRows: a table holding many finished executions and a

@@ -7,14 +7,8 @@ import (
 
 	"github.com/qasync/qasync/shared/clock"
 	"github.com/qasync/qasync/shared/deadletter"
-	"github.com/qasync/qasync/shared/deadletter/deadlettertest"
 	"github.com/qasync/qasync/shared/internal/memory"
 )
-
-func TestDeadLettersConformance(t *testing.T) {
-	shared := memory.NewDeadLetters(clock.System{})
-	deadlettertest.RunRecorder(t, func(*testing.T) deadletter.Recorder { return shared })
-}
 
 func TestDeadLettersExpiryFollowsClock(t *testing.T) {
 	c := clock.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))

@@ -1,4 +1,8 @@
-// Package memstore holds the in-memory implementations of the state store
-// and the payload store: fast, for local development and tests, and not
-// durable: a restart loses everything.
+// Package memory is the in-memory provider: the state store
+// (NewStateStore), the payload store (NewPayloadStore), the effect log
+// (NewEffects) and the dead-letter recorder (NewDeadLetters) held in
+// memory, the in-process "event" dispatcher (NewDispatcher) and the log
+// dead-letter publisher (NewLogDLQ). They are fast, for local development
+// and tests, and not durable: a restart loses everything. Every adapter
+// passes the suites of package backendtest (TestConformance).
 package memory

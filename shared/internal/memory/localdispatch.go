@@ -1,8 +1,9 @@
-// Package localdispatch is the in-process "event" work dispatcher: a
+// The dispatcher (NewDispatcher) is the in-process "event" work dispatcher: a
 // queue in memory drained by a pool of goroutines that call the runtime's
 // handler. It keeps the queue-async lifecycle while the process lives and
 // loses queued items when it exits (the sweeper re-dispatches them from a
 // durable store).
+
 package memory
 
 import (

@@ -6,17 +6,8 @@ import (
 	"time"
 
 	"github.com/qasync/qasync/shared/dispatch"
-	"github.com/qasync/qasync/shared/dispatch/dispatchtest"
 	"github.com/qasync/qasync/shared/internal/memory"
 )
-
-func TestDispatcherConformance(t *testing.T) {
-	dispatchtest.Run(t, func(t *testing.T, h dispatch.Handler) dispatch.Dispatcher {
-		d := memory.NewDispatcher(h, memory.DispatcherOptions{Workers: 4, RedeliveryDelay: 20 * time.Millisecond})
-		t.Cleanup(func() { _ = d.Close(context.Background()) })
-		return d
-	})
-}
 
 func TestCloseRefusesNewWorkAndWaitsForInFlight(t *testing.T) {
 	started, release := make(chan struct{}), make(chan struct{})

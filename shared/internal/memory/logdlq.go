@@ -1,6 +1,7 @@
-// Package logdlq is the built-in dead-letter publisher: it writes each
+// The log DLQ (NewLogDLQ) is the built-in dead-letter publisher: it writes each
 // envelope as one structured log event. It is the local fallback; it is
 // only as durable as the log it writes to.
+
 package memory
 
 import (

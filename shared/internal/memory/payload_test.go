@@ -9,12 +9,7 @@ import (
 	"github.com/qasync/qasync/shared/clock"
 	"github.com/qasync/qasync/shared/internal/memory"
 	"github.com/qasync/qasync/shared/payload"
-	"github.com/qasync/qasync/shared/payload/payloadtest"
 )
-
-func TestPayloadStoreConformance(t *testing.T) {
-	payloadtest.Run(t, func(t *testing.T) payload.Store { return memory.NewPayloadStore(clock.System{}) })
-}
 
 func TestPayloadStoreExpiry(t *testing.T) {
 	c := clock.NewFake(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))

@@ -1,9 +1,9 @@
-// Package objectstore publishes objects addressed by URI: the seam of
+// Package objects publishes objects addressed by URI: the seam of
 // Terminal Object Publish (a pipeline's Output, see pipeline.Output). It
 // implements pipeline.ObjectStore with a File store (file:///abs/path,
 // local runs), an S3 store (s3://bucket/key, AWS and the local stack) and
-// a Router choosing one by scheme. Every store passes the one suite in
-// objectstoretest.
+// a Router choosing one by scheme. File and S3 pass the object store
+// suite of package backendtest (Provider.Objects).
 //
 // Put is idempotent: the same URI with the same bytes leaves the same
 // object; a second Put of the same URI replaces the object (a replayed
@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -34,8 +35,9 @@ type Store interface {
 	Get(ctx context.Context, uri string) ([]byte, error)
 }
 
-// ErrNotFound is returned by Get for a missing object.
-var ErrNotFound = errors.New("objectstore: object not found")
+// ErrNotFound is returned by Get for a missing object. It matches
+// fs.ErrNotExist (errors.Is), as backendtest requires of an object store.
+var ErrNotFound = fmt.Errorf("objectstore: object not found: %w", fs.ErrNotExist)
 
 // File stores objects as files: file:///abs/path.
 type File struct{}

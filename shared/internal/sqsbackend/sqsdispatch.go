@@ -1,4 +1,4 @@
-// Package sqsdispatch is the SQS work dispatcher: Dispatcher sends work
+// The SQS work dispatcher: Dispatcher sends work
 // items to an SQS standard queue and Poller receives them and calls the
 // runtime's handler.
 //
@@ -13,6 +13,7 @@
 // before a longer backoff has elapsed; the worker then finds the row not
 // yet due and acknowledges the message, and the sweeper dispatches the
 // item again once the row's next_due time has come.
+
 package sqsbackend
 
 import (

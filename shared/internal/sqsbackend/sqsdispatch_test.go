@@ -17,8 +17,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/qasync/qasync/shared/backendtest"
 	"github.com/qasync/qasync/shared/dispatch"
-	"github.com/qasync/qasync/shared/dispatch/dispatchtest"
 	"github.com/qasync/qasync/shared/internal/awsclient"
 	"github.com/qasync/qasync/shared/internal/awstest"
 	"github.com/qasync/qasync/shared/internal/logtest"
@@ -66,14 +66,13 @@ func startPoller(t *testing.T, c *sqs.Client, url string, h dispatch.Handler, op
 	return buf
 }
 
-func TestDispatcherConformance(t *testing.T) {
-	t.Parallel()
-	dispatchtest.Run(t, func(t *testing.T, h dispatch.Handler) dispatch.Dispatcher {
-		c, _ := awstest.Clients(t)
-		url := newQueue(t, c, 30*time.Second)
-		startPoller(t, c.SQS, url, h, sqsbackend.PollerOptions{RetryDelay: time.Second})
-		return sqsbackend.NewDispatcher(c.SQS, url)
-	})
+// newDispatcher is the conformance factory: a dispatcher and a poller
+// calling h on a fresh queue, the poller stopped when the test ends.
+func newDispatcher(t *testing.T, h dispatch.Handler) dispatch.Dispatcher {
+	c, _ := awstest.Clients(t)
+	url := newQueue(t, c, 30*time.Second)
+	startPoller(t, c.SQS, url, h, sqsbackend.PollerOptions{RetryDelay: time.Second})
+	return sqsbackend.NewDispatcher(c.SQS, url)
 }
 
 // drain receives every message of the queue until want were read or the
@@ -253,7 +252,7 @@ func TestVisibilityIsExtendedWhileHandlerRuns(t *testing.T) {
 	}
 	select {
 	case <-finished:
-	case <-time.After(dispatchtest.Timeout):
+	case <-time.After(backendtest.Timeout):
 		t.Fatalf("handler never finished")
 	}
 	waitEmpty(t, c.SQS, url)
@@ -494,7 +493,7 @@ func runWithOneItem(t *testing.T, c awsclient.Clients, url string, p *sqsbackend
 	}
 	select {
 	case <-started:
-	case <-time.After(dispatchtest.Timeout):
+	case <-time.After(backendtest.Timeout):
 		cancel()
 		t.Fatalf("handler never started")
 	}

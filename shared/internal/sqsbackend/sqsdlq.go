@@ -1,10 +1,11 @@
-// Package sqsdlq is the SQS dead-letter publisher: each envelope becomes
+// The SQS dead-letter publisher (NewDLQ): each envelope becomes
 // one message on the DLQ queue, its body the JSON of deadletter.Envelope,
 // with String message attributes "tenant" and "terminal_reason" so that
 // operators and consumers can filter without parsing the body.
 //
 // Publication is at-least-once: consumers must treat envelopes
 // idempotently, keyed by TransitionKey.
+
 package sqsbackend
 
 import (

@@ -11,8 +11,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
+	"github.com/qasync/qasync/shared/backendtest"
 	"github.com/qasync/qasync/shared/deadletter"
-	"github.com/qasync/qasync/shared/deadletter/deadlettertest"
 	"github.com/qasync/qasync/shared/internal/awstest"
 	"github.com/qasync/qasync/shared/internal/sqsbackend"
 	"github.com/qasync/qasync/shared/schema"
@@ -60,23 +60,22 @@ func checkAttrs(t *testing.T, r received) {
 	}
 }
 
-func TestDLQConformance(t *testing.T) {
-	t.Parallel()
-	deadlettertest.Run(t, func(t *testing.T) (deadletter.Publisher, deadlettertest.ReadBack) {
-		c, url := queue(t)
-		var mu sync.Mutex
-		var all []deadletter.Envelope
-		return sqsbackend.NewDLQ(c, url), func(ctx context.Context, want int) ([]deadletter.Envelope, error) {
-			mu.Lock()
-			defer mu.Unlock()
-			got, err := readQueue(ctx, c, url, want-len(all), 10*time.Second)
-			for _, r := range got {
-				checkAttrs(t, r)
-				all = append(all, r.env)
-			}
-			return append([]deadletter.Envelope(nil), all...), err
+// newDLQ is the conformance factory: a DLQ publisher on a fresh queue
+// and a read-back that also checks each message's attributes.
+func newDLQ(t *testing.T) (deadletter.Publisher, backendtest.ReadBack[deadletter.Envelope]) {
+	c, url := queue(t)
+	var mu sync.Mutex
+	var all []deadletter.Envelope
+	return sqsbackend.NewDLQ(c, url), func(ctx context.Context, want int) ([]deadletter.Envelope, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		got, err := readQueue(ctx, c, url, want-len(all), 10*time.Second)
+		for _, r := range got {
+			checkAttrs(t, r)
+			all = append(all, r.env)
 		}
-	})
+		return append([]deadletter.Envelope(nil), all...), err
+	}
 }
 
 func TestAttributes(t *testing.T) {

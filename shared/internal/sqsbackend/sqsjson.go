@@ -1,6 +1,7 @@
-// Package sqsjson sends one JSON document as an SQS message with string
+// Send sends one JSON document as an SQS message with string
 // message attributes: the shape of every envelope qasync publishes to a
 // queue (dead letters, item rejects).
+
 package sqsbackend
 
 import (

@@ -1,8 +1,9 @@
-// Package sqsreject is the SQS provider of the Item Reject Sink
+// The reject publisher (NewRejects) is the SQS provider of the Item Reject Sink
 // (pipeline.item-reject.provider=sqs): each envelope becomes one message
 // on the reject queue, its body the JSON of reject.Envelope, with String
 // message attributes "tenant", "scope" and "pipeline" for filtering
 // without parsing the body. Publication is at-least-once.
+
 package sqsbackend
 
 import (

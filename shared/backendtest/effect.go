@@ -1,12 +1,9 @@
-// Package effecttest is the one conformance suite for effect.Log. Every
-// implementation (memory, DynamoDB) runs it:
-//
-//	effecttest.Run(t, func(t *testing.T, c clock.Clock) effect.Log { return memstore.NewEffects(c) })
-//
-// The suite tests only through the interface. Each subtest uses its own
-// command ids, so a factory may share one backend (one DynamoDB table)
-// across subtests.
-package effecttest
+package backendtest
+
+// The effect log suite (Provider.Effects): one record per command id,
+// created once, moved by version-guarded transitions, expiring by the
+// clock, through effect.Log only. Each case uses its own command ids, so a
+// factory may share one backend (one table) across cases.
 
 import (
 	"bytes"
@@ -24,15 +21,12 @@ import (
 	"github.com/qasync/qasync/shared/payload"
 )
 
-// Factory returns a log that reads TTL expiry from c.
-type Factory func(t *testing.T, c clock.Clock) effect.Log
+// effectEpoch is the effect suite's fake "now": milliseconds matter, so it has some.
+var effectEpoch = time.Date(2026, 11, 29, 10, 0, 0, 123_000_000, time.UTC)
 
-// epoch is the suite's fake "now": milliseconds matter, so it has some.
-var epoch = time.Date(2026, 11, 29, 10, 0, 0, 123_000_000, time.UTC)
+var commandSeq atomic.Int64
 
-var seq atomic.Int64
-
-type env struct {
+type effectEnv struct {
 	t     *testing.T
 	log   effect.Log
 	clock *clock.Fake
@@ -40,20 +34,20 @@ type env struct {
 	id    string
 }
 
-func setup(t *testing.T, f Factory) *env {
+func setupEffects(t *testing.T, f func(*testing.T, clock.Clock) effect.Log) *effectEnv {
 	t.Helper()
-	c := clock.NewFake(epoch)
-	return &env{t: t, log: f(t, c), clock: c, ctx: context.Background(),
-		id: fmt.Sprintf("cmd-%d-%d", time.Now().UnixNano(), seq.Add(1))}
+	c := clock.NewFake(effectEpoch)
+	return &effectEnv{t: t, log: f(t, c), clock: c, ctx: context.Background(),
+		id: fmt.Sprintf("cmd-%d-%d", time.Now().UnixNano(), commandSeq.Add(1))}
 }
 
 // pending is a new PENDING record with id suffix.
-func (e *env) pending(suffix string) effect.Record {
+func (e *effectEnv) pending(suffix string) effect.Record {
 	now := e.clock.Now()
 	return effect.Record{CommandID: e.id + suffix, State: effect.Pending, CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(24 * time.Hour).Truncate(time.Second)}
 }
 
-func (e *env) create(r effect.Record) effect.Record {
+func (e *effectEnv) create(r effect.Record) effect.Record {
 	e.t.Helper()
 	got, created, err := e.log.CreateOrGet(e.ctx, r)
 	if err != nil || !created {
@@ -62,18 +56,18 @@ func (e *env) create(r effect.Record) effect.Record {
 	return got
 }
 
-func dispatcher(n int64) effect.Dispatcher {
+func effectDispatcher(n int64) effect.Dispatcher {
 	return effect.Dispatcher{TenantID: "tenant-a", ExecutionID: "exec-1", StepIndex: 2,
 		TransitionKey: fmt.Sprintf("exec-1:2:%d", n), FencingToken: n}
 }
 
-func output(data string) payload.Payload {
+func jsonOutput(data string) payload.Payload {
 	return payload.Payload{Encoding: payload.EncodingJSON, ContentType: payload.ContentTypeJSON, Data: []byte(data)}
 }
 
-// same fails unless got equals want field by field (times compared as
+// sameEffect fails unless got equals want field by field (times compared as
 // instants; output bytes compared as bytes).
-func same(t *testing.T, what string, got, want effect.Record) {
+func sameEffect(t *testing.T, what string, got, want effect.Record) {
 	t.Helper()
 	norm := func(r effect.Record) effect.Record {
 		r.CreatedAt, r.UpdatedAt, r.ExpiresAt = r.CreatedAt.UTC(), r.UpdatedAt.UTC(), r.ExpiresAt.UTC()
@@ -88,39 +82,39 @@ func same(t *testing.T, what string, got, want effect.Record) {
 	}
 }
 
-// Run runs the conformance suite.
-func Run(t *testing.T, f Factory) {
+// runEffects runs the effect log suite on logs from f.
+func runEffects(t *testing.T, f func(*testing.T, clock.Clock) effect.Log) {
 	t.Run("CreateThenGet", func(t *testing.T) {
 		t.Parallel()
-		e := setup(t, f)
+		e := setupEffects(t, f)
 		r := e.pending("")
 		r.Version = 7 // ignored: a new record is version 1
 		got := e.create(r)
 		r.Version = 1
-		same(t, "created", got, r)
+		sameEffect(t, "created", got, r)
 		read, err := e.log.Get(e.ctx, r.CommandID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		same(t, "read back", read, r)
+		sameEffect(t, "read back", read, r)
 	})
 
 	t.Run("CreateOrGetReturnsExisting", func(t *testing.T) {
 		t.Parallel()
-		e := setup(t, f)
+		e := setupEffects(t, f)
 		first := e.create(e.pending(""))
 		other := e.pending("")
-		other.State, other.Dispatcher = effect.Dispatching, dispatcher(3)
+		other.State, other.Dispatcher = effect.Dispatching, effectDispatcher(3)
 		got, created, err := e.log.CreateOrGet(e.ctx, other)
 		if err != nil || created {
 			t.Fatalf("second CreateOrGet: created %v, err %v", created, err)
 		}
-		same(t, "existing", got, first)
+		sameEffect(t, "existing", got, first)
 	})
 
 	t.Run("ConcurrentCreateOneWins", func(t *testing.T) {
 		t.Parallel()
-		e := setup(t, f)
+		e := setupEffects(t, f)
 		const n = 8
 		var wins atomic.Int32
 		got := make([]effect.Record, n)
@@ -128,7 +122,7 @@ func Run(t *testing.T, f Factory) {
 		for i := range n {
 			wg.Go(func() {
 				r := e.pending("")
-				r.Dispatcher = dispatcher(int64(i + 1))
+				r.Dispatcher = effectDispatcher(int64(i + 1))
 				rec, created, err := e.log.CreateOrGet(e.ctx, r)
 				if err != nil {
 					t.Errorf("CreateOrGet %d: %v", i, err)
@@ -144,13 +138,13 @@ func Run(t *testing.T, f Factory) {
 			t.Fatalf("%d creators, want 1", wins.Load())
 		}
 		for i := range got {
-			same(t, fmt.Sprintf("answer %d", i), got[i], got[0])
+			sameEffect(t, fmt.Sprintf("answer %d", i), got[i], got[0])
 		}
 	})
 
 	t.Run("GetMissing", func(t *testing.T) {
 		t.Parallel()
-		e := setup(t, f)
+		e := setupEffects(t, f)
 		if _, err := e.log.Get(e.ctx, e.id+"-absent"); !errors.Is(err, effect.ErrNotFound) {
 			t.Fatalf("Get missing: %v, want ErrNotFound", err)
 		}
@@ -158,12 +152,12 @@ func Run(t *testing.T, f Factory) {
 
 	t.Run("TransitionsAdvanceVersion", func(t *testing.T) {
 		t.Parallel()
-		e := setup(t, f)
+		e := setupEffects(t, f)
 		rec := e.create(e.pending(""))
 		created, expires := rec.CreatedAt, rec.ExpiresAt
 		e.clock.Advance(1500 * time.Millisecond)
 		next := rec
-		next.State, next.Dispatcher, next.Dispatches, next.UpdatedAt = effect.Dispatching, dispatcher(5), 1, e.clock.Now()
+		next.State, next.Dispatcher, next.Dispatches, next.UpdatedAt = effect.Dispatching, effectDispatcher(5), 1, e.clock.Now()
 		next.CreatedAt, next.ExpiresAt = created.Add(time.Hour), expires.Add(time.Hour) // not changed by a transition
 		got, err := e.log.Transition(e.ctx, 1, next)
 		if err != nil {
@@ -171,10 +165,10 @@ func Run(t *testing.T, f Factory) {
 		}
 		want := next
 		want.Version, want.CreatedAt, want.ExpiresAt = 2, created, expires
-		same(t, "dispatching", got, want)
+		sameEffect(t, "dispatching", got, want)
 
 		done := got
-		done.State, done.Output, done.UpdatedAt = effect.Succeeded, output(`{"paymentId":"pay-1"}`), e.clock.Now()
+		done.State, done.Output, done.UpdatedAt = effect.Succeeded, jsonOutput(`{"paymentId":"pay-1"}`), e.clock.Now()
 		done.Output.Message = "shop.v1.Payment"
 		done.Output.Encoding, done.Output.ContentType = payload.EncodingProtobuf, payload.ContentTypeProtobuf
 		got, err = e.log.Transition(e.ctx, 2, done)
@@ -182,17 +176,17 @@ func Run(t *testing.T, f Factory) {
 			t.Fatal(err)
 		}
 		done.Version = 3
-		same(t, "succeeded", got, done)
+		sameEffect(t, "succeeded", got, done)
 		read, err := e.log.Get(e.ctx, rec.CommandID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		same(t, "read back", read, done)
+		sameEffect(t, "read back", read, done)
 	})
 
 	t.Run("ErrorSetAndCleared", func(t *testing.T) {
 		t.Parallel()
-		e := setup(t, f)
+		e := setupEffects(t, f)
 		rec := e.create(e.pending(""))
 		failed := rec
 		failed.State, failed.Error = effect.FailedRetryable, &effect.Failure{Code: "provider_down", Message: "503 from provider — ünïcode"}
@@ -201,9 +195,9 @@ func Run(t *testing.T, f Factory) {
 			t.Fatal(err)
 		}
 		failed.Version = 2
-		same(t, "failed", got, failed)
+		sameEffect(t, "failed", got, failed)
 		again := got
-		again.State, again.Error, again.Dispatcher, again.Dispatches = effect.Dispatching, nil, dispatcher(9), 2
+		again.State, again.Error, again.Dispatcher, again.Dispatches = effect.Dispatching, nil, effectDispatcher(9), 2
 		got, err = e.log.Transition(e.ctx, 2, again)
 		if err != nil {
 			t.Fatal(err)
@@ -219,26 +213,26 @@ func Run(t *testing.T, f Factory) {
 
 	t.Run("StaleTransitionConflictsAndReturnsCurrent", func(t *testing.T) {
 		t.Parallel()
-		e := setup(t, f)
+		e := setupEffects(t, f)
 		rec := e.create(e.pending(""))
 		win := rec
-		win.State, win.Dispatcher, win.Dispatches = effect.Dispatching, dispatcher(4), 1
+		win.State, win.Dispatcher, win.Dispatches = effect.Dispatching, effectDispatcher(4), 1
 		won, err := e.log.Transition(e.ctx, 1, win)
 		if err != nil {
 			t.Fatal(err)
 		}
 		lose := rec
-		lose.State, lose.Dispatcher = effect.Dispatching, dispatcher(6)
+		lose.State, lose.Dispatcher = effect.Dispatching, effectDispatcher(6)
 		cur, err := e.log.Transition(e.ctx, 1, lose)
 		if !errors.Is(err, effect.ErrConflict) {
 			t.Fatalf("stale transition: %v, want ErrConflict", err)
 		}
-		same(t, "current after conflict", cur, won)
+		sameEffect(t, "current after conflict", cur, won)
 	})
 
 	t.Run("ConcurrentTransitionsOneWins", func(t *testing.T) {
 		t.Parallel()
-		e := setup(t, f)
+		e := setupEffects(t, f)
 		rec := e.create(e.pending(""))
 		const n = 8
 		var wins atomic.Int32
@@ -248,7 +242,7 @@ func Run(t *testing.T, f Factory) {
 		for i := range n {
 			wg.Go(func() {
 				next := rec
-				next.State, next.Dispatcher, next.Dispatches = effect.Dispatching, dispatcher(int64(i+1)), 1
+				next.State, next.Dispatcher, next.Dispatches = effect.Dispatching, effectDispatcher(int64(i+1)), 1
 				got, err := e.log.Transition(e.ctx, 1, next)
 				switch {
 				case err == nil:
@@ -273,7 +267,7 @@ func Run(t *testing.T, f Factory) {
 
 	t.Run("TransitionMissing", func(t *testing.T) {
 		t.Parallel()
-		e := setup(t, f)
+		e := setupEffects(t, f)
 		r := e.pending("-absent")
 		r.Version = 1
 		if _, err := e.log.Transition(e.ctx, 1, r); !errors.Is(err, effect.ErrNotFound) {
@@ -283,7 +277,7 @@ func Run(t *testing.T, f Factory) {
 
 	t.Run("ExpiryFollowsClock", func(t *testing.T) {
 		t.Parallel()
-		e := setup(t, f)
+		e := setupEffects(t, f)
 		r := e.pending("")
 		r.ExpiresAt = e.clock.Now().Add(time.Minute).Truncate(time.Second)
 		rec := e.create(r)
@@ -317,10 +311,10 @@ func Run(t *testing.T, f Factory) {
 
 	t.Run("OutputLimit", func(t *testing.T) {
 		t.Parallel()
-		e := setup(t, f)
+		e := setupEffects(t, f)
 		rec := e.create(e.pending(""))
 		big := rec
-		big.State, big.Output = effect.Succeeded, output(string(bytes.Repeat([]byte("x"), effect.MaxOutputBytes+1)))
+		big.State, big.Output = effect.Succeeded, jsonOutput(string(bytes.Repeat([]byte("x"), effect.MaxOutputBytes+1)))
 		if _, err := e.log.Transition(e.ctx, 1, big); !errors.Is(err, effect.ErrTooLarge) {
 			t.Fatalf("transition with %d output bytes: %v, want ErrTooLarge", len(big.Output.Data), err)
 		}
@@ -330,7 +324,7 @@ func Run(t *testing.T, f Factory) {
 			t.Fatalf("create with %d output bytes: %v, want ErrTooLarge", len(tooBig.Output.Data), err)
 		}
 		fits := rec
-		fits.State, fits.Output = effect.Succeeded, output(string(bytes.Repeat([]byte("y"), effect.MaxOutputBytes)))
+		fits.State, fits.Output = effect.Succeeded, jsonOutput(string(bytes.Repeat([]byte("y"), effect.MaxOutputBytes)))
 		got, err := e.log.Transition(e.ctx, 1, fits)
 		if err != nil {
 			t.Fatalf("transition with exactly %d output bytes: %v", effect.MaxOutputBytes, err)
@@ -343,7 +337,7 @@ func Run(t *testing.T, f Factory) {
 
 	t.Run("EmptyOutputSucceeds", func(t *testing.T) {
 		t.Parallel()
-		e := setup(t, f)
+		e := setupEffects(t, f)
 		rec := e.create(e.pending(""))
 		done := rec
 		done.State, done.Output = effect.Succeeded, payload.Payload{Encoding: payload.EncodingRaw, ContentType: "application/octet-stream"}
@@ -358,7 +352,7 @@ func Run(t *testing.T, f Factory) {
 
 	t.Run("InvalidRecordsRefused", func(t *testing.T) {
 		t.Parallel()
-		e := setup(t, f)
+		e := setupEffects(t, f)
 		bad := e.pending("")
 		bad.State = "DONE"
 		if _, _, err := e.log.CreateOrGet(e.ctx, bad); !errors.Is(err, effect.ErrInvalid) {
@@ -378,7 +372,7 @@ func Run(t *testing.T, f Factory) {
 
 	t.Run("CanceledContext", func(t *testing.T) {
 		t.Parallel()
-		e := setup(t, f)
+		e := setupEffects(t, f)
 		ctx, cancel := context.WithCancel(e.ctx)
 		cancel()
 		if _, _, err := e.log.CreateOrGet(ctx, e.pending("")); err == nil {

@@ -1,10 +1,7 @@
-// Package deadlettertest is the one conformance suite for
-// deadletter.Publisher. Every implementation (log now, SQS next) runs it
-// with a factory returning the publisher and a function that reads back
-// what it published:
-//
-//	deadlettertest.Run(t, func(t *testing.T) (deadletter.Publisher, deadlettertest.ReadBack) { ... })
-package deadlettertest
+package backendtest
+
+// The dead-letter publisher suite (Provider.DeadLetters): published
+// envelopes read back intact, a cancelled context refused.
 
 import (
 	"context"
@@ -15,14 +12,8 @@ import (
 	"github.com/qasync/qasync/shared/deadletter"
 )
 
-// ReadBack returns every envelope published so far, in any order. It may
-// wait (up to a few seconds) for envelopes to become visible.
-type ReadBack func(ctx context.Context, want int) ([]deadletter.Envelope, error)
-
-// Factory returns a fresh publisher and its read-back function.
-type Factory func(t *testing.T) (deadletter.Publisher, ReadBack)
-
-func envelope(i int) deadletter.Envelope {
+// deadLetter is envelope i of the dead-letter suites.
+func deadLetter(i int) deadletter.Envelope {
 	return deadletter.Envelope{
 		TenantID: "tenant-a", ExecutionID: fmt.Sprintf("exec-%d", i), PipelineID: "diag.drill",
 		StepIndex: 1, StepName: "work", TransitionKey: fmt.Sprintf("exec-%d:1:3", i),
@@ -31,15 +22,15 @@ func envelope(i int) deadletter.Envelope {
 	}
 }
 
-// Run runs the conformance suite.
-func Run(t *testing.T, f Factory) {
+// runDeadLetters runs the dead-letter publisher suite on publishers from f.
+func runDeadLetters(t *testing.T, f func(*testing.T) (deadletter.Publisher, ReadBack[deadletter.Envelope])) {
 	t.Run("PublishedEnvelopesReadBackIntact", func(t *testing.T) {
 		t.Parallel()
 		pub, read := f(t)
 		ctx := context.Background()
 		want := map[string]deadletter.Envelope{}
 		for i := range 3 {
-			env := envelope(i)
+			env := deadLetter(i)
 			want[env.ExecutionID] = env
 			if err := pub.Publish(ctx, env); err != nil {
 				t.Fatalf("Publish: %v", err)
@@ -68,7 +59,7 @@ func Run(t *testing.T, f Factory) {
 		pub, _ := f(t)
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		if err := pub.Publish(ctx, envelope(9)); err == nil {
+		if err := pub.Publish(ctx, deadLetter(9)); err == nil {
 			t.Fatalf("Publish with a cancelled context succeeded")
 		}
 	})

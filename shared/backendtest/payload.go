@@ -1,7 +1,10 @@
-// Package payloadtest is the conformance suite every payload.Store
-// implementation passes. It exercises a store only through the
-// payload.Store interface and payload.Write and payload.Read.
-package payloadtest
+package backendtest
+
+// The chunk store suite (Provider.Payloads): parts written once and read
+// back as copies, replays accepted, conflicts refused, expiry; then
+// payload.Write and payload.Read over the store: inline and chunked
+// payloads, replays, descriptors, and corruption detected without quoting
+// payload bytes.
 
 import (
 	"bytes"
@@ -21,27 +24,27 @@ import (
 	"github.com/qasync/qasync/shared/payload"
 )
 
-// budget is the inline budget the suite writes with.
-const budget = payload.DefaultInlineBudget
+// payloadBudget is the inline payloadBudget the suite writes with.
+const payloadBudget = payload.DefaultInlineBudget
 
-// marker starts every generated payload; error texts must never contain it.
-const marker = "PAYLOAD-BYTES-MUST-NOT-LEAK"
+// payloadMarker starts every generated payload; error texts must never contain it.
+const payloadMarker = "PAYLOAD-BYTES-MUST-NOT-LEAK"
 
-// Run runs the conformance suite. newStore is called once per subtest and
-// must return an empty store whose clock reads wall time, since expiry is
-// tested with wall-clock instants. Subtests run in parallel.
-func Run(t *testing.T, newStore func(t *testing.T) payload.Store) {
+// runPayloads runs the chunk store suite. newStore is called once per case
+// and must return an empty store whose clock reads wall time, since expiry
+// is tested with wall-clock instants. Cases run in parallel.
+func runPayloads(t *testing.T, newStore func(t *testing.T) payload.Store) {
 	t.Run("PartRoundTrip", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
-		a := payload.Part{PayloadID: "p1", Name: "chunk#00000", Data: data(1000), ExpiresAt: time.Now().Add(time.Hour)}
-		b := payload.Part{PayloadID: "p1", Name: "chunk#00001", Data: data(10)}
-		c := payload.Part{PayloadID: "p2", Name: "chunk#00000", Data: data(20)}
+		a := payload.Part{PayloadID: "p1", Name: "chunk#00000", Data: payloadData(1000), ExpiresAt: time.Now().Add(time.Hour)}
+		b := payload.Part{PayloadID: "p1", Name: "chunk#00001", Data: payloadData(10)}
+		c := payload.Part{PayloadID: "p2", Name: "chunk#00000", Data: payloadData(20)}
 		for _, p := range []payload.Part{a, b, c} {
-			put(t, s, p)
+			putPart(t, s, p)
 		}
 		for _, want := range []payload.Part{a, b, c} {
-			got := get(t, s, want.PayloadID, want.Name)
+			got := getPart(t, s, want.PayloadID, want.Name)
 			if got.PayloadID != want.PayloadID || got.Name != want.Name || !bytes.Equal(got.Data, want.Data) {
 				t.Errorf("GetPart(%s, %s) = %s/%s with %d bytes, want %d bytes", want.PayloadID, want.Name, got.PayloadID, got.Name, len(got.Data), len(want.Data))
 			}
@@ -51,15 +54,15 @@ func Run(t *testing.T, newStore func(t *testing.T) payload.Store) {
 	t.Run("PartBytesAreCopied", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
-		in := data(100)
-		put(t, s, payload.Part{PayloadID: "p", Name: "chunk#00000", Data: in})
+		in := payloadData(100)
+		putPart(t, s, payload.Part{PayloadID: "p", Name: "chunk#00000", Data: in})
 		in[0] ^= 0xff
-		out := get(t, s, "p", "chunk#00000").Data
+		out := getPart(t, s, "p", "chunk#00000").Data
 		if out[0] == in[0] {
 			t.Fatal("store kept a reference to the caller's bytes")
 		}
 		out[1] ^= 0xff
-		if again := get(t, s, "p", "chunk#00000").Data; again[1] == out[1] {
+		if again := getPart(t, s, "p", "chunk#00000").Data; again[1] == out[1] {
 			t.Fatal("store handed out a reference to its own bytes")
 		}
 	})
@@ -67,7 +70,7 @@ func Run(t *testing.T, newStore func(t *testing.T) payload.Store) {
 	t.Run("GetPartMissing", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
-		put(t, s, payload.Part{PayloadID: "p", Name: "chunk#00000", Data: data(1)})
+		putPart(t, s, payload.Part{PayloadID: "p", Name: "chunk#00000", Data: payloadData(1)})
 		for _, k := range [][2]string{{"nope", "chunk#00000"}, {"p", "chunk#00001"}, {"p", "manifest"}} {
 			if _, err := s.GetPart(t.Context(), k[0], k[1]); !errors.Is(err, payload.ErrNotFound) {
 				t.Errorf("GetPart(%s, %s) error = %v, want ErrNotFound", k[0], k[1], err)
@@ -78,13 +81,13 @@ func Run(t *testing.T, newStore func(t *testing.T) payload.Store) {
 	t.Run("IdenticalRePut", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
-		p := payload.Part{PayloadID: "p", Name: "chunk#00000", Data: data(500), ExpiresAt: time.Now().Add(time.Hour)}
-		put(t, s, p)
+		p := payload.Part{PayloadID: "p", Name: "chunk#00000", Data: payloadData(500), ExpiresAt: time.Now().Add(time.Hour)}
+		putPart(t, s, p)
 		for _, exp := range []time.Time{p.ExpiresAt, p.ExpiresAt.Add(time.Hour), {}} {
 			p.ExpiresAt = exp
-			put(t, s, p)
+			putPart(t, s, p)
 		}
-		if got := get(t, s, "p", "chunk#00000"); !bytes.Equal(got.Data, p.Data) {
+		if got := getPart(t, s, "p", "chunk#00000"); !bytes.Equal(got.Data, p.Data) {
 			t.Error("identical re-put changed the stored bytes")
 		}
 	})
@@ -92,8 +95,8 @@ func Run(t *testing.T, newStore func(t *testing.T) payload.Store) {
 	t.Run("ConflictingRePut", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
-		orig := data(500)
-		put(t, s, payload.Part{PayloadID: "p", Name: "chunk#00000", Data: orig})
+		orig := payloadData(500)
+		putPart(t, s, payload.Part{PayloadID: "p", Name: "chunk#00000", Data: orig})
 		flipped := bytes.Clone(orig)
 		flipped[250] ^= 1
 		for _, d := range [][]byte{flipped, orig[:499], append(bytes.Clone(orig), 0)} {
@@ -102,7 +105,7 @@ func Run(t *testing.T, newStore func(t *testing.T) payload.Store) {
 				t.Errorf("PutPart of %d different bytes: error = %v, want ErrConflict", len(d), err)
 			}
 		}
-		if got := get(t, s, "p", "chunk#00000"); !bytes.Equal(got.Data, orig) {
+		if got := getPart(t, s, "p", "chunk#00000"); !bytes.Equal(got.Data, orig) {
 			t.Error("conflicting re-put changed the stored bytes")
 		}
 	})
@@ -110,7 +113,7 @@ func Run(t *testing.T, newStore func(t *testing.T) payload.Store) {
 	t.Run("ExpiredPart", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
-		put(t, s, payload.Part{PayloadID: "p", Name: "chunk#00000", Data: data(10), ExpiresAt: time.Now().Add(-time.Hour)})
+		putPart(t, s, payload.Part{PayloadID: "p", Name: "chunk#00000", Data: payloadData(10), ExpiresAt: time.Now().Add(-time.Hour)})
 		if _, err := s.GetPart(t.Context(), "p", "chunk#00000"); !errors.Is(err, payload.ErrNotFound) {
 			t.Errorf("GetPart of an expired part: error = %v, want ErrNotFound", err)
 		}
@@ -124,8 +127,8 @@ func Run(t *testing.T, newStore func(t *testing.T) payload.Store) {
 		}{
 			{0, 0},
 			{1, 0},
-			{budget, 0},
-			{budget + 1, 1},
+			{payloadBudget, 0},
+			{payloadBudget + 1, 1},
 			{payload.ChunkSize - 1, 1},
 			{payload.ChunkSize, 1},
 			{payload.ChunkSize + 1, 2},
@@ -134,8 +137,8 @@ func Run(t *testing.T, newStore func(t *testing.T) payload.Store) {
 			t.Run(fmt.Sprint(tc.size), func(t *testing.T) {
 				t.Parallel()
 				s := newStore(t)
-				p := payload.Raw("", data(tc.size))
-				r := write(t, s, p, "input", budget)
+				p := payload.Raw("", payloadData(tc.size))
+				r := writePayload(t, s, p, "input", payloadBudget)
 				if r.Length != int64(tc.size) || r.SHA256 != payload.Digest(p.Data) {
 					t.Errorf("Ref length %d sha256 %s, want %d %s", r.Length, r.SHA256, tc.size, payload.Digest(p.Data))
 				}
@@ -153,7 +156,7 @@ func Run(t *testing.T, newStore func(t *testing.T) payload.Store) {
 					if n := countChunks(t, s, r.ManifestID); n != tc.chunks {
 						t.Errorf("stored %d chunks, want %d", n, tc.chunks)
 					}
-					get(t, s, r.ManifestID, "manifest")
+					getPart(t, s, r.ManifestID, "manifest")
 				}
 				checkRead(t, s, r, p)
 			})
@@ -164,10 +167,10 @@ func Run(t *testing.T, newStore func(t *testing.T) payload.Store) {
 		t.Parallel()
 		s := newStore(t)
 		for _, size := range []int{0, 1} {
-			p := payload.Raw("", data(size))
-			r := write(t, s, p, fmt.Sprint("slot", size), -1)
+			p := payload.Raw("", payloadData(size))
+			r := writePayload(t, s, p, fmt.Sprint("slot", size), -1)
 			if r.ManifestID == "" || r.Inline != nil {
-				t.Fatalf("size %d with a negative budget: want a chunked Ref", size)
+				t.Fatalf("size %d with a negative payloadBudget: want a chunked Ref", size)
 			}
 			if n := countChunks(t, s, r.ManifestID); n != size {
 				t.Errorf("size %d: stored %d chunks, want %d", size, n, size)
@@ -180,9 +183,9 @@ func Run(t *testing.T, newStore func(t *testing.T) payload.Store) {
 		t.Parallel()
 		s := newStore(t)
 		for _, size := range []int{10, 3*payload.ChunkSize + 7} {
-			p := payload.Raw("", data(size))
-			first := write(t, s, p, "result", budget)
-			again, err := payload.Write(t.Context(), s, p, "result", budget, time.Now().Add(48*time.Hour))
+			p := payload.Raw("", payloadData(size))
+			first := writePayload(t, s, p, "result", payloadBudget)
+			again, err := payload.Write(t.Context(), s, p, "result", payloadBudget, time.Now().Add(48*time.Hour))
 			if err != nil {
 				t.Fatalf("replayed Write of %d bytes: %v", size, err)
 			}
@@ -196,12 +199,12 @@ func Run(t *testing.T, newStore func(t *testing.T) payload.Store) {
 	t.Run("ConcurrentReplay", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
-		p := payload.Raw("", data(2*payload.ChunkSize+3))
+		p := payload.Raw("", payloadData(2*payload.ChunkSize+3))
 		refs := make([]payload.Ref, 8)
 		errs := make([]error, len(refs))
 		var wg sync.WaitGroup
 		for i := range refs {
-			wg.Go(func() { refs[i], errs[i] = payload.Write(t.Context(), s, p, "input", budget, time.Time{}) })
+			wg.Go(func() { refs[i], errs[i] = payload.Write(t.Context(), s, p, "input", payloadBudget, time.Time{}) })
 		}
 		wg.Wait()
 		for i := range refs {
@@ -218,10 +221,10 @@ func Run(t *testing.T, newStore func(t *testing.T) payload.Store) {
 	t.Run("IDsDifferBySlotAndDescriptor", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
-		b := data(payload.ChunkSize + 1)
-		in := write(t, s, payload.Raw("", b), "input", budget)
-		out := write(t, s, payload.Raw("", b), "result", budget)
-		typed := write(t, s, payload.Raw("image/png", b), "input", budget)
+		b := payloadData(payload.ChunkSize + 1)
+		in := writePayload(t, s, payload.Raw("", b), "input", payloadBudget)
+		out := writePayload(t, s, payload.Raw("", b), "result", payloadBudget)
+		typed := writePayload(t, s, payload.Raw("image/png", b), "input", payloadBudget)
 		if in.ManifestID == out.ManifestID || in.ManifestID == typed.ManifestID {
 			t.Errorf("manifest ids input %s, result %s, image/png input %s: want all different", in.ManifestID, out.ManifestID, typed.ManifestID)
 		}
@@ -233,9 +236,9 @@ func Run(t *testing.T, newStore func(t *testing.T) payload.Store) {
 	t.Run("CorruptRef", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
-		chunked := write(t, s, payload.Raw("", data(2*payload.ChunkSize)), "input", budget)
-		inline := write(t, s, payload.Raw("", data(100)), "input", budget)
-		other := write(t, s, payload.Raw("", data(payload.ChunkSize+5)), "result", budget)
+		chunked := writePayload(t, s, payload.Raw("", payloadData(2*payload.ChunkSize)), "input", payloadBudget)
+		inline := writePayload(t, s, payload.Raw("", payloadData(100)), "input", payloadBudget)
+		other := writePayload(t, s, payload.Raw("", payloadData(payload.ChunkSize+5)), "result", payloadBudget)
 		for name, edit := range map[string]func(r *payload.Ref){
 			"chunked sha256":        func(r *payload.Ref) { r.SHA256 = payload.Digest(nil) },
 			"chunked length":        func(r *payload.Ref) { r.Length-- },
@@ -257,7 +260,7 @@ func Run(t *testing.T, newStore func(t *testing.T) payload.Store) {
 	t.Run("CorruptParts", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
-		r := write(t, s, payload.Raw("", data(3*payload.ChunkSize-10)), "input", budget)
+		r := writePayload(t, s, payload.Raw("", payloadData(3*payload.ChunkSize-10)), "input", payloadBudget)
 		for _, tc := range []struct {
 			name    string
 			edit    func(name string, b []byte) []byte // nil result: skip the part
@@ -284,9 +287,9 @@ func Run(t *testing.T, newStore func(t *testing.T) payload.Store) {
 			{"swapped chunks", func(n string, b []byte) []byte {
 				switch n {
 				case "chunk#00000":
-					return get(t, s, r.ManifestID, "chunk#00001").Data
+					return getPart(t, s, r.ManifestID, "chunk#00001").Data
 				case "chunk#00001":
-					return get(t, s, r.ManifestID, "chunk#00000").Data
+					return getPart(t, s, r.ManifestID, "chunk#00000").Data
 				}
 				return b
 			}, false},
@@ -312,8 +315,8 @@ func Run(t *testing.T, newStore func(t *testing.T) payload.Store) {
 			forged := r
 			forged.ManifestID = "forged-" + strings.ReplaceAll(tc.name, " ", "-")
 			for _, name := range []string{"chunk#00000", "chunk#00001", "chunk#00002", "manifest"} {
-				if b := tc.edit(name, get(t, s, r.ManifestID, name).Data); b != nil {
-					put(t, s, payload.Part{PayloadID: forged.ManifestID, Name: name, Data: b})
+				if b := tc.edit(name, getPart(t, s, r.ManifestID, name).Data); b != nil {
+					putPart(t, s, payload.Part{PayloadID: forged.ManifestID, Name: name, Data: b})
 				}
 			}
 			checkCorrupt(t, tc.name, s, forged, tc.missing)
@@ -323,7 +326,7 @@ func Run(t *testing.T, newStore func(t *testing.T) payload.Store) {
 	t.Run("MissingManifest", func(t *testing.T) {
 		t.Parallel()
 		s := newStore(t)
-		r := write(t, s, payload.Raw("", data(payload.ChunkSize+1)), "input", budget)
+		r := writePayload(t, s, payload.Raw("", payloadData(payload.ChunkSize+1)), "input", payloadBudget)
 		r.ManifestID = "no-such-payload"
 		if _, err := payload.Read(t.Context(), s, r); !errors.Is(err, payload.ErrNotFound) {
 			t.Errorf("Read without a manifest: error = %v, want ErrNotFound", err)
@@ -353,21 +356,21 @@ func Run(t *testing.T, newStore func(t *testing.T) payload.Store) {
 		if protoP.Message != "google.protobuf.Struct" || protoP.ContentType != payload.ContentTypeProtobuf {
 			t.Fatalf("FromProto descriptor = %q %q", protoP.Message, protoP.ContentType)
 		}
-		rawP := payload.Raw("image/png", data(300))
+		rawP := payload.Raw("image/png", payloadData(300))
 
-		for _, inlineBudget := range []int{budget, -1} {
+		for _, inlineBudget := range []int{payloadBudget, -1} {
 			s := newStore(t)
-			slot := fmt.Sprint("budget", inlineBudget)
+			slot := fmt.Sprint("payloadBudget", inlineBudget)
 
-			got := checkRead(t, s, write(t, s, jsonP, slot, inlineBudget), jsonP)
+			got := checkRead(t, s, writePayload(t, s, jsonP, slot, inlineBudget), jsonP)
 			var d doc
 			if err := got.DecodeJSON(&d); err != nil || !reflect.DeepEqual(d, wantDoc) {
 				t.Errorf("JSON round trip = %+v, %v; want %+v", d, err, wantDoc)
 			}
 
-			checkRead(t, s, write(t, s, rawP, slot, inlineBudget), rawP)
+			checkRead(t, s, writePayload(t, s, rawP, slot, inlineBudget), rawP)
 
-			r := write(t, s, protoP, slot, inlineBudget)
+			r := writePayload(t, s, protoP, slot, inlineBudget)
 			got = checkRead(t, s, r, protoP)
 			m := &structpb.Struct{}
 			if err := got.DecodeProto(m); err != nil || !proto.Equal(m, wantMsg) {
@@ -375,7 +378,7 @@ func Run(t *testing.T, newStore func(t *testing.T) payload.Store) {
 			}
 			if r.ManifestID != "" {
 				var stored map[string]any
-				if err := json.Unmarshal(get(t, s, r.ManifestID, "manifest").Data, &stored); err != nil {
+				if err := json.Unmarshal(getPart(t, s, r.ManifestID, "manifest").Data, &stored); err != nil {
 					t.Fatalf("stored manifest is not JSON: %v", err)
 				}
 				if stored["_tpf_message"] != "google.protobuf.Struct" || stored["contentType"] != payload.ContentTypeProtobuf || stored["encoding"] != string(payload.EncodingProtobuf) {
@@ -386,23 +389,23 @@ func Run(t *testing.T, newStore func(t *testing.T) payload.Store) {
 	})
 }
 
-// data returns n deterministic pseudo-random bytes starting with marker
+// payloadData returns n deterministic pseudo-random bytes starting with payloadMarker
 // (when n allows).
-func data(n int) []byte {
+func payloadData(n int) []byte {
 	b := make([]byte, n)
 	rand.NewChaCha8([32]byte{'p', 'a', 'y', 'l', 'o', 'a', 'd'}).Read(b)
-	copy(b, marker)
+	copy(b, payloadMarker)
 	return b
 }
 
-func put(t *testing.T, s payload.Store, p payload.Part) {
+func putPart(t *testing.T, s payload.Store, p payload.Part) {
 	t.Helper()
 	if err := s.PutPart(t.Context(), p); err != nil {
 		t.Fatalf("PutPart(%s, %s): %v", p.PayloadID, p.Name, err)
 	}
 }
 
-func get(t *testing.T, s payload.Store, id, name string) payload.Part {
+func getPart(t *testing.T, s payload.Store, id, name string) payload.Part {
 	t.Helper()
 	p, err := s.GetPart(t.Context(), id, name)
 	if err != nil {
@@ -411,7 +414,7 @@ func get(t *testing.T, s payload.Store, id, name string) payload.Part {
 	return p
 }
 
-func write(t *testing.T, s payload.Store, p payload.Payload, slot string, inlineBudget int) payload.Ref {
+func writePayload(t *testing.T, s payload.Store, p payload.Payload, slot string, inlineBudget int) payload.Ref {
 	t.Helper()
 	r, err := payload.Write(t.Context(), s, p, slot, inlineBudget, time.Now().Add(24*time.Hour))
 	if err != nil {
@@ -446,7 +449,7 @@ func checkCorrupt(t *testing.T, name string, s payload.Store, r payload.Ref, mis
 		t.Errorf("%s: Read error = %v, want ErrCorrupt", name, err)
 	case missing && !errors.Is(err, payload.ErrNotFound):
 		t.Errorf("%s: Read error = %v, want ErrNotFound too", name, err)
-	case strings.Contains(err.Error(), marker):
+	case strings.Contains(err.Error(), payloadMarker):
 		t.Errorf("%s: Read error quotes payload bytes: %v", name, err)
 	}
 }

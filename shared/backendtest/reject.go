@@ -1,9 +1,8 @@
-// Package rejecttest is the one conformance suite for reject.Publisher.
-// Every provider (memory, log, SQS) runs it with a factory returning the
-// publisher and a function that reads back what it published:
-//
-//	rejecttest.Run(t, func(t *testing.T) (reject.Publisher, rejecttest.ReadBack) { ... })
-package rejecttest
+package backendtest
+
+// The item reject publisher suite (Provider.Rejects): published
+// envelopes (item and stream scope, with and without payload) read back
+// intact, a cancelled context refused.
 
 import (
 	"bytes"
@@ -18,15 +17,8 @@ import (
 	"github.com/qasync/qasync/shared/reject"
 )
 
-// ReadBack returns every envelope published so far, in any order. It may
-// wait (up to a few seconds) for want envelopes to become visible.
-type ReadBack func(ctx context.Context, want int) ([]reject.Envelope, error)
-
-// Factory returns a fresh publisher and its read-back function.
-type Factory func(t *testing.T) (reject.Publisher, ReadBack)
-
-// Envelope i of the suite: even i an ITEM with payload, odd i a STREAM.
-func Envelope(i int) reject.Envelope {
+// rejectEnvelope is envelope i of the reject suite: even i an ITEM with payload, odd i a STREAM.
+func rejectEnvelope(i int) reject.Envelope {
 	env := reject.Envelope{
 		TenantID: "tenant-a", ExecutionID: fmt.Sprintf("exec-%d", i), PipelineID: "shop.import",
 		StepIndex: 1, StepName: "validate", Attempt: 2, TransitionKey: fmt.Sprintf("exec-%d:1:2", i),
@@ -43,9 +35,9 @@ func Envelope(i int) reject.Envelope {
 	return env
 }
 
-// Same reports whether two envelopes are equal (times at millisecond
+// sameReject reports whether two envelopes are equal (times at millisecond
 // precision).
-func Same(a, b reject.Envelope) bool {
+func sameReject(a, b reject.Envelope) bool {
 	if !a.RejectedAt.Truncate(time.Millisecond).Equal(b.RejectedAt.Truncate(time.Millisecond)) || !bytes.Equal(a.Payload, b.Payload) {
 		return false
 	}
@@ -53,15 +45,15 @@ func Same(a, b reject.Envelope) bool {
 	return reflect.DeepEqual(a, b)
 }
 
-// Run runs the conformance suite.
-func Run(t *testing.T, f Factory) {
+// runRejects runs the item reject publisher suite on publishers from f.
+func runRejects(t *testing.T, f func(*testing.T) (reject.Publisher, ReadBack[reject.Envelope])) {
 	t.Run("PublishedEnvelopesReadBackIntact", func(t *testing.T) {
 		t.Parallel()
 		pub, read := f(t)
 		ctx := context.Background()
 		want := map[string]reject.Envelope{}
 		for i := range 4 {
-			env := Envelope(i)
+			env := rejectEnvelope(i)
 			if i == 2 {
 				env.Payload = nil // include-payload off: fingerprint only
 			}
@@ -78,7 +70,7 @@ func Run(t *testing.T, f Factory) {
 			t.Fatalf("read back %d envelopes, want %d", len(got), len(want))
 		}
 		for _, g := range got {
-			if w := want[g.ExecutionID]; !Same(g, w) {
+			if w := want[g.ExecutionID]; !sameReject(g, w) {
 				t.Errorf("envelope\n got  %+v\n want %+v", g, w)
 			}
 		}
@@ -88,7 +80,7 @@ func Run(t *testing.T, f Factory) {
 		pub, _ := f(t)
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		if err := pub.Publish(ctx, Envelope(9)); err == nil {
+		if err := pub.Publish(ctx, rejectEnvelope(9)); err == nil {
 			t.Fatalf("Publish with a cancelled context succeeded")
 		}
 	})

@@ -1,12 +1,9 @@
-// Package storetest is the one conformance suite for store.Store. Every
-// implementation (memory, DynamoDB, an embedded durable store) runs it:
-//
-//	storetest.Run(t, func(t *testing.T, c clock.Clock) store.Store { return memstore.NewStateStore(c) })
-//
-// The suite tests only through the interface. Each subtest gets a fresh
-// store from the factory and its own tenant, so a factory may share one
-// backend (one DynamoDB table) across subtests.
-package storetest
+package backendtest
+
+// The state store suite (Provider.State): idempotent creation, claims and
+// leases, guarded commits, the sweep index and TTL expiry, through
+// store.Store only. Each case gets a fresh store from the factory and its
+// own tenant, so a factory may share one backend (one table) across cases.
 
 import (
 	"context"
@@ -23,15 +20,12 @@ import (
 	"github.com/qasync/qasync/shared/store"
 )
 
-// Factory returns a store that reads TTL expiry from c.
-type Factory func(t *testing.T, c clock.Clock) store.Store
-
-// epoch is the suite's fake "now": milliseconds matter, so it has some.
+// stateEpoch is the state suite's fake "now": milliseconds matter, so it has some.
 // It is near the real time so that a backend that deletes expired items
 // on its own (DynamoDB's TTL) does not remove the suite's rows.
-var epoch = time.Now().UTC().Truncate(time.Hour).Add(123 * time.Millisecond)
+var stateEpoch = time.Now().UTC().Truncate(time.Hour).Add(123 * time.Millisecond)
 
-type env struct {
+type stateEnv struct {
 	t      *testing.T
 	s      store.Store
 	clock  *clock.Fake
@@ -41,15 +35,15 @@ type env struct {
 
 var tenantSeq atomic.Int64
 
-func setup(t *testing.T, f Factory) *env {
+func setupState(t *testing.T, f func(*testing.T, clock.Clock) store.Store) *stateEnv {
 	t.Helper()
-	c := clock.NewFake(epoch)
-	return &env{t: t, s: f(t, c), clock: c, ctx: context.Background(),
+	c := clock.NewFake(stateEpoch)
+	return &stateEnv{t: t, s: f(t, c), clock: c, ctx: context.Background(),
 		tenant: fmt.Sprintf("tenant-%d-%d", time.Now().UnixNano(), tenantSeq.Add(1))}
 }
 
 // row returns a new QUEUED execution row due now.
-func (e *env) row(id string) store.Execution {
+func (e *stateEnv) row(id string) store.Execution {
 	now := e.clock.Now()
 	return store.Execution{
 		TenantID: e.tenant, ExecutionID: id, PipelineID: "p1", PipelineVersion: "v1-abc", Status: store.Queued, Version: 1,
@@ -59,7 +53,7 @@ func (e *env) row(id string) store.Execution {
 	}
 }
 
-func (e *env) create(id string) store.Execution {
+func (e *stateEnv) create(id string) store.Execution {
 	e.t.Helper()
 	r := e.row(id)
 	got, created, err := e.s.CreateOrGet(e.ctx, store.CreateRequest{Execution: r, IdempotencyKey: r.IdempotencyKey, Fingerprint: "fp-" + id})
@@ -69,13 +63,13 @@ func (e *env) create(id string) store.Execution {
 	return got
 }
 
-func (e *env) claim(x store.Execution, owner string) (store.Execution, error) {
+func (e *stateEnv) claim(x store.Execution, owner string) (store.Execution, error) {
 	now := e.clock.Now()
 	return e.s.Claim(e.ctx, store.ClaimRequest{Key: x.Key(), ExpectVersion: x.Version, Owner: owner, Now: now,
 		DueBy: now, TakeoverBy: now, LeaseUntil: now.Add(10 * time.Second), Attempt: x.Attempt})
 }
 
-func (e *env) mustClaim(x store.Execution, owner string) store.Execution {
+func (e *stateEnv) mustClaim(x store.Execution, owner string) store.Execution {
 	e.t.Helper()
 	got, err := e.claim(x, owner)
 	if err != nil {
@@ -84,11 +78,11 @@ func (e *env) mustClaim(x store.Execution, owner string) store.Execution {
 	return got
 }
 
-// Run runs the conformance suite.
-func Run(t *testing.T, f Factory) {
+// runState runs the state store suite on stores from f.
+func runState(t *testing.T, f func(*testing.T, clock.Clock) store.Store) {
 	tests := []struct {
 		name string
-		fn   func(*env)
+		fn   func(*stateEnv)
 	}{
 		{"CreateAndGet", testCreateAndGet},
 		{"DuplicateKeyReturnsExisting", testDuplicateKey},
@@ -119,12 +113,12 @@ func Run(t *testing.T, f Factory) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			tc.fn(setup(t, f))
+			tc.fn(setupState(t, f))
 		})
 	}
 }
 
-func testCreateAndGet(e *env) {
+func testCreateAndGet(e *stateEnv) {
 	want := e.create("a")
 	got, err := e.s.Get(e.ctx, want.Key())
 	if err != nil {
@@ -135,7 +129,7 @@ func testCreateAndGet(e *env) {
 	}
 }
 
-func testDuplicateKey(e *env) {
+func testDuplicateKey(e *stateEnv) {
 	first := e.create("a")
 	dup := e.row("b")
 	dup.IdempotencyKey = first.IdempotencyKey
@@ -148,7 +142,7 @@ func testDuplicateKey(e *env) {
 	}
 }
 
-func testKeyMismatch(e *env) {
+func testKeyMismatch(e *stateEnv) {
 	first := e.create("a")
 	dup := e.row("b")
 	_, _, err := e.s.CreateOrGet(e.ctx, store.CreateRequest{Execution: dup, IdempotencyKey: first.IdempotencyKey, Fingerprint: "other"})
@@ -160,7 +154,7 @@ func testKeyMismatch(e *env) {
 	}
 }
 
-func testConcurrentDuplicates(e *env) {
+func testConcurrentDuplicates(e *stateEnv) {
 	const n = 12
 	ids := make([]string, n)
 	created := make([]bool, n)
@@ -192,7 +186,7 @@ func testConcurrentDuplicates(e *env) {
 	}
 }
 
-func testKeysScopedToTenant(e *env) {
+func testKeysScopedToTenant(e *stateEnv) {
 	a := e.create("a")
 	other := e.row("a")
 	other.TenantID = e.tenant + "-other"
@@ -205,7 +199,7 @@ func testKeysScopedToTenant(e *env) {
 	}
 }
 
-func testGetMissing(e *env) {
+func testGetMissing(e *stateEnv) {
 	if _, err := e.s.Get(e.ctx, store.Key{TenantID: e.tenant, ExecutionID: "nope"}); !errors.Is(err, store.ErrNotFound) {
 		e.t.Fatalf("Get missing err = %v", err)
 	}
@@ -215,7 +209,7 @@ func testGetMissing(e *env) {
 	}
 }
 
-func testClaim(e *env) {
+func testClaim(e *stateEnv) {
 	x := e.create("a")
 	got := e.mustClaim(x, "w1")
 	if got.Status != store.Running || got.LeaseOwner != "w1" || got.Version != 2 {
@@ -235,7 +229,7 @@ func testClaim(e *env) {
 	}
 }
 
-func testClaimRefusals(e *env) {
+func testClaimRefusals(e *stateEnv) {
 	x := e.create("a")
 	// Stale version.
 	stale := x
@@ -269,7 +263,7 @@ func testClaimRefusals(e *env) {
 	}
 }
 
-func testClaimAfterExpiry(e *env) {
+func testClaimAfterExpiry(e *stateEnv) {
 	x := e.create("a")
 	held := e.mustClaim(x, "w1")
 	e.clock.Advance(10 * time.Second) // lease ends exactly now
@@ -285,7 +279,7 @@ func testClaimAfterExpiry(e *env) {
 // testClaimSkew: DueBy lets a worker whose clock runs behind claim a
 // fresh row; TakeoverBy keeps a worker whose clock runs ahead off a lease
 // until it expired by the tolerance.
-func testClaimSkew(e *env) {
+func testClaimSkew(e *stateEnv) {
 	x := e.create("a")
 	now := e.clock.Now()
 	behind := now.Add(-2 * time.Second) // this worker's clock
@@ -307,7 +301,7 @@ func testClaimSkew(e *env) {
 	}
 }
 
-func testConcurrentClaim(e *env) {
+func testConcurrentClaim(e *stateEnv) {
 	x := e.create("a")
 	const n = 16
 	var wins atomic.Int32
@@ -331,7 +325,7 @@ func testConcurrentClaim(e *env) {
 	}
 }
 
-func testRenew(e *env) {
+func testRenew(e *stateEnv) {
 	held := e.mustClaim(e.create("a"), "w1")
 	until := e.clock.Advance(5 * time.Second).Add(10 * time.Second)
 	if err := e.s.Renew(e.ctx, held.Key(), "w1", held.Version, until); err != nil {
@@ -354,7 +348,7 @@ func testRenew(e *env) {
 	}
 }
 
-func testRenewAfterTakeover(e *env) {
+func testRenewAfterTakeover(e *stateEnv) {
 	held := e.mustClaim(e.create("a"), "w1")
 	e.clock.Advance(11 * time.Second)
 	if _, err := e.claim(held, "w2"); err != nil {
@@ -365,7 +359,7 @@ func testRenewAfterTakeover(e *env) {
 	}
 }
 
-func testUpdateGuard(e *env) {
+func testUpdateGuard(e *stateEnv) {
 	held := e.mustClaim(e.create("a"), "w1")
 	next := held
 	next.Status, next.LeaseOwner, next.LeaseExpiresAt = store.Succeeded, "", time.Time{}
@@ -389,11 +383,11 @@ func testUpdateGuard(e *env) {
 	}
 }
 
-func testUpdateImmutable(e *env) {
+func testUpdateImmutable(e *stateEnv) {
 	x := e.create("a")
 	next := x
 	next.PipelineID, next.PipelineVersion, next.IdempotencyKey, next.Input = "other", "other", "other", payload.Ref{}
-	next.CreatedAt, next.ExpiresAt = epoch.Add(-time.Hour), time.Time{}
+	next.CreatedAt, next.ExpiresAt = stateEpoch.Add(-time.Hour), time.Time{}
 	next.Status = store.WaitRetry
 	got, err := e.s.Update(e.ctx, store.Guard{Key: x.Key(), Version: 1}, next)
 	if err != nil {
@@ -407,7 +401,7 @@ func testUpdateImmutable(e *env) {
 
 // testUpdateExpiry: a commit moves the TTL (retention counts from the
 // terminal time, a park extends it).
-func testUpdateExpiry(e *env) {
+func testUpdateExpiry(e *stateEnv) {
 	x := e.create("a")
 	next := x
 	next.ExpiresAt = x.ExpiresAt.Add(72 * time.Hour)
@@ -424,7 +418,7 @@ func testUpdateExpiry(e *env) {
 
 // testKeepSweep: an Update with KeepSweep leaves SweepAt and Sweeps as
 // stored (a sweeper may have pushed them); without it they follow next.
-func testKeepSweep(e *env) {
+func testKeepSweep(e *stateEnv) {
 	x := e.create("a")
 	pushed := e.clock.Now().Add(time.Minute)
 	if err := e.s.Reschedule(e.ctx, x.Key(), x.SweepAt, pushed, 3); err != nil {
@@ -459,7 +453,7 @@ func testKeepSweep(e *env) {
 
 // testReschedule: Reschedule moves the sweep and nothing else, guarded by
 // the SweepAt it expects.
-func testReschedule(e *env) {
+func testReschedule(e *stateEnv) {
 	x := e.create("a")
 	if err := e.s.Reschedule(e.ctx, x.Key(), x.SweepAt.Add(time.Second), x.SweepAt.Add(time.Hour), 1); !errors.Is(err, store.ErrConflict) {
 		e.t.Fatalf("Reschedule from a stale SweepAt err = %v", err)
@@ -483,7 +477,7 @@ func testReschedule(e *env) {
 	}
 }
 
-func testGetBatch(e *env) {
+func testGetBatch(e *stateEnv) {
 	a, b := e.create("a"), e.create("b")
 	got, err := e.s.GetBatch(e.ctx, []store.Key{a.Key(), {TenantID: e.tenant, ExecutionID: "nope"}, b.Key()})
 	if err != nil || len(got) != 2 {
@@ -500,7 +494,7 @@ func testGetBatch(e *env) {
 
 // testCreateRetried: a create repeated after it had landed (its outcome
 // was unknown to the caller) reports created, so the caller dispatches.
-func testCreateRetried(e *env) {
+func testCreateRetried(e *stateEnv) {
 	r := e.row("a")
 	req := store.CreateRequest{Execution: r, IdempotencyKey: r.IdempotencyKey, Fingerprint: "fp"}
 	if _, created, err := e.s.CreateOrGet(e.ctx, req); err != nil || !created {
@@ -517,7 +511,7 @@ func testCreateRetried(e *env) {
 	}
 }
 
-func testUnleasedUpdate(e *env) {
+func testUnleasedUpdate(e *stateEnv) {
 	x := e.create("a")
 	held := e.mustClaim(x, "w1")
 	next := held
@@ -527,7 +521,7 @@ func testUnleasedUpdate(e *env) {
 	}
 }
 
-func testDue(e *env) {
+func testDue(e *stateEnv) {
 	now := e.clock.Now()
 	mk := func(id string, sweep time.Time, st store.Status) {
 		x := e.create(id)
@@ -564,7 +558,7 @@ func testDue(e *env) {
 
 // testDueLimit: paging with a small limit returns every due row exactly
 // once, oldest first, and ends with an empty cursor.
-func testDueLimit(e *env) {
+func testDueLimit(e *stateEnv) {
 	now := e.clock.Now()
 	for i := range 7 {
 		x := e.create(fmt.Sprintf("x%d", i))
@@ -610,7 +604,7 @@ func testDueLimit(e *env) {
 	}
 }
 
-func testExpired(e *env) {
+func testExpired(e *stateEnv) {
 	x := e.create("a")
 	e.clock.Advance(25 * time.Hour)
 	if _, err := e.s.Get(e.ctx, x.Key()); !errors.Is(err, store.ErrNotFound) {
@@ -630,7 +624,7 @@ func testExpired(e *env) {
 	}
 }
 
-func testRoundTrip(e *env) {
+func testRoundTrip(e *stateEnv) {
 	x := e.create("a")
 	held := e.mustClaim(x, "w1")
 	next := held
@@ -660,7 +654,7 @@ func testRoundTrip(e *env) {
 	if got.Error == nil || *got.Error != *next.Error {
 		e.t.Fatalf("error round trip: got %+v, want %+v", got.Error, next.Error)
 	}
-	if g, w := normalize(got), normalize(next); !reflect.DeepEqual(g, w) {
+	if g, w := normalizeExecution(got), normalizeExecution(next); !reflect.DeepEqual(g, w) {
 		e.t.Fatalf("round trip:\n got  %+v\n want %+v", g, w)
 	}
 	// The store hands out copies: changing what Get returned changes nothing.
@@ -685,11 +679,11 @@ func testRoundTrip(e *env) {
 	}
 }
 
-// normalize drops what a backend may legitimately represent differently:
+// normalizeExecution drops what a backend may legitimately represent differently:
 // the Error pointer (compared separately), time zones, monotonic readings,
 // precision below the store's (milliseconds; seconds for ExpiresAt), and
 // nil versus empty inline bytes.
-func normalize(x store.Execution) store.Execution {
+func normalizeExecution(x store.Execution) store.Execution {
 	x.Error = nil
 	if x.Await != nil {
 		a := *x.Await

@@ -1,4 +1,7 @@
-package deadlettertest
+package backendtest
+
+// The dead-letter recorder suite (Provider.Recorder): records stored once
+// by ID, concurrent puts creating exactly one, expiry by ExpiresAt.
 
 import (
 	"context"
@@ -21,14 +24,14 @@ var (
 	recorderBase = time.Date(2026, 11, 29, 10, 0, 0, 123_456_789, time.UTC)
 )
 
-// uniqueID returns a record ID unique to this call.
-func uniqueID(t *testing.T, prefix string) string {
+// recordID returns a record ID unique to this call.
+func recordID(t *testing.T, prefix string) string {
 	return fmt.Sprintf("%s%x-%d:%s:1:3", prefix, recorderRun, recorderSeq.Add(1), t.Name())
 }
 
 // executionRecord is a KindExecution record with every field set.
 func executionRecord(id string) deadletter.Record {
-	env := envelope(7)
+	env := deadLetter(7)
 	env.TransitionKey = id
 	return deadletter.Record{
 		ID: id, Kind: deadletter.KindExecution, TenantID: env.TenantID, ExecutionID: env.ExecutionID,
@@ -47,8 +50,8 @@ func poisonRecord(id string) deadletter.Record {
 	}
 }
 
-// normalized copies r with every time truncated to milliseconds in UTC.
-func normalized(r deadletter.Record) deadletter.Record {
+// normalizedRecord copies r with every time truncated to milliseconds in UTC.
+func normalizedRecord(r deadletter.Record) deadletter.Record {
 	ms := func(t time.Time) time.Time {
 		if t.IsZero() {
 			return time.Time{}
@@ -68,7 +71,7 @@ func normalized(r deadletter.Record) deadletter.Record {
 // millisecond precision.
 func sameRecord(t *testing.T, got, want deadletter.Record) {
 	t.Helper()
-	g, w := normalized(got), normalized(want)
+	g, w := normalizedRecord(got), normalizedRecord(want)
 	if !g.RecordedAt.Equal(w.RecordedAt) {
 		t.Errorf("RecordedAt %v, want %v", got.RecordedAt, want.RecordedAt)
 	}
@@ -95,8 +98,8 @@ func sameRecord(t *testing.T, got, want deadletter.Record) {
 	}
 }
 
-// put stores r and requires created to be wantCreated.
-func put(t *testing.T, rec deadletter.Recorder, r deadletter.Record, wantCreated bool) {
+// putRecord stores r and requires created to be wantCreated.
+func putRecord(t *testing.T, rec deadletter.Recorder, r deadletter.Record, wantCreated bool) {
 	t.Helper()
 	created, err := rec.Put(context.Background(), r)
 	if err != nil {
@@ -107,8 +110,8 @@ func put(t *testing.T, rec deadletter.Recorder, r deadletter.Record, wantCreated
 	}
 }
 
-// get reads id and requires it to exist.
-func get(t *testing.T, rec deadletter.Recorder, id string) deadletter.Record {
+// getRecord reads id and requires it to exist.
+func getRecord(t *testing.T, rec deadletter.Recorder, id string) deadletter.Record {
 	t.Helper()
 	got, err := rec.Get(context.Background(), id)
 	if err != nil {
@@ -117,26 +120,25 @@ func get(t *testing.T, rec deadletter.Recorder, id string) deadletter.Record {
 	return got
 }
 
-// RunRecorder runs the conformance suite for deadletter.Recorder. The
-// subtests run in parallel and use IDs unique to each call, so
-// newRecorder may return recorders sharing one backend table. The
-// recorder's clock must read real time: expiry is tested with ExpiresAt
-// an hour in the past.
-func RunRecorder(t *testing.T, newRecorder func(t *testing.T) deadletter.Recorder) {
+// runRecorder runs the dead-letter recorder suite. The cases run in
+// parallel and use IDs unique to each call, so newRecorder may return
+// recorders sharing one backend table. The recorder's clock must read
+// real time: expiry is tested with ExpiresAt an hour in the past.
+func runRecorder(t *testing.T, newRecorder func(t *testing.T) deadletter.Recorder) {
 	t.Run("PutThenGetRoundTrips", func(t *testing.T) {
 		t.Parallel()
 		rec := newRecorder(t)
-		want := executionRecord(uniqueID(t, "exec-"))
-		put(t, rec, want, true)
-		sameRecord(t, get(t, rec, want.ID), want)
+		want := executionRecord(recordID(t, "exec-"))
+		putRecord(t, rec, want, true)
+		sameRecord(t, getRecord(t, rec, want.ID), want)
 	})
 	t.Run("RecordWithoutExpiryRoundTrips", func(t *testing.T) {
 		t.Parallel()
 		rec := newRecorder(t)
-		want := executionRecord(uniqueID(t, "exec-"))
+		want := executionRecord(recordID(t, "exec-"))
 		want.ExpiresAt = time.Time{}
-		put(t, rec, want, true)
-		got := get(t, rec, want.ID)
+		putRecord(t, rec, want, true)
+		got := getRecord(t, rec, want.ID)
 		if !got.ExpiresAt.IsZero() {
 			t.Errorf("ExpiresAt = %v, want zero", got.ExpiresAt)
 		}
@@ -145,9 +147,9 @@ func RunRecorder(t *testing.T, newRecorder func(t *testing.T) deadletter.Recorde
 	t.Run("PoisonRecordRoundTrips", func(t *testing.T) {
 		t.Parallel()
 		rec := newRecorder(t)
-		want := poisonRecord(uniqueID(t, "poison:msg-"))
-		put(t, rec, want, true)
-		got := get(t, rec, want.ID)
+		want := poisonRecord(recordID(t, "poison:msg-"))
+		putRecord(t, rec, want, true)
+		got := getRecord(t, rec, want.ID)
 		if got.Envelope != nil {
 			t.Errorf("poison record has an envelope: %+v", got.Envelope)
 		}
@@ -156,20 +158,20 @@ func RunRecorder(t *testing.T, newRecorder func(t *testing.T) deadletter.Recorde
 	t.Run("RepeatPutKeepsFirstRecord", func(t *testing.T) {
 		t.Parallel()
 		rec := newRecorder(t)
-		first := executionRecord(uniqueID(t, "exec-"))
-		put(t, rec, first, true)
+		first := executionRecord(recordID(t, "exec-"))
+		putRecord(t, rec, first, true)
 		second := executionRecord(first.ID)
 		second.Envelope.ErrorMessage = "a different message"
 		second.Envelope.RetriesObserved = 9
 		second.RecordedAt = first.RecordedAt.Add(time.Hour)
-		put(t, rec, second, false)
-		put(t, rec, first, false)
-		sameRecord(t, get(t, rec, first.ID), first)
+		putRecord(t, rec, second, false)
+		putRecord(t, rec, first, false)
+		sameRecord(t, getRecord(t, rec, first.ID), first)
 	})
 	t.Run("GetMissingIsNotFound", func(t *testing.T) {
 		t.Parallel()
 		rec := newRecorder(t)
-		_, err := rec.Get(context.Background(), uniqueID(t, "missing-"))
+		_, err := rec.Get(context.Background(), recordID(t, "missing-"))
 		if !errors.Is(err, deadletter.ErrNotFound) {
 			t.Fatalf("Get missing: error = %v, want ErrNotFound", err)
 		}
@@ -177,7 +179,7 @@ func RunRecorder(t *testing.T, newRecorder func(t *testing.T) deadletter.Recorde
 	t.Run("ConcurrentPutsCreateOnce", func(t *testing.T) {
 		t.Parallel()
 		rec := newRecorder(t)
-		id := uniqueID(t, "exec-")
+		id := recordID(t, "exec-")
 		const n = 16
 		var (
 			wg      sync.WaitGroup
@@ -203,7 +205,7 @@ func RunRecorder(t *testing.T, newRecorder func(t *testing.T) deadletter.Recorde
 		if got := created.Load(); got != 1 {
 			t.Fatalf("%d of %d concurrent Puts reported created, want exactly 1", got, n)
 		}
-		got := get(t, rec, id)
+		got := getRecord(t, rec, id)
 		if got.Envelope == nil || got.Envelope.RetriesObserved != int(winner.Load()) {
 			t.Fatalf("stored record %+v is not the one that reported created (%d)", got.Envelope, winner.Load())
 		}
@@ -211,18 +213,18 @@ func RunRecorder(t *testing.T, newRecorder func(t *testing.T) deadletter.Recorde
 	t.Run("ExpiredRecordIsNotFoundAndRecreatable", func(t *testing.T) {
 		t.Parallel()
 		rec := newRecorder(t)
-		old := executionRecord(uniqueID(t, "exec-"))
+		old := executionRecord(recordID(t, "exec-"))
 		old.ExpiresAt = time.Now().Add(-time.Hour)
-		put(t, rec, old, true)
+		putRecord(t, rec, old, true)
 		if _, err := rec.Get(context.Background(), old.ID); !errors.Is(err, deadletter.ErrNotFound) {
 			t.Fatalf("Get expired: error = %v, want ErrNotFound", err)
 		}
 		fresh := executionRecord(old.ID)
 		fresh.Envelope.ErrorMessage = "recorded again"
 		fresh.RecordedAt = old.RecordedAt.Add(time.Hour)
-		put(t, rec, fresh, true)
-		sameRecord(t, get(t, rec, old.ID), fresh)
-		put(t, rec, old, false)
+		putRecord(t, rec, fresh, true)
+		sameRecord(t, getRecord(t, rec, old.ID), fresh)
+		putRecord(t, rec, old, false)
 	})
 	t.Run("EmptyIDRefused", func(t *testing.T) {
 		t.Parallel()
@@ -237,7 +239,7 @@ func RunRecorder(t *testing.T, newRecorder func(t *testing.T) deadletter.Recorde
 		rec := newRecorder(t)
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		if created, err := rec.Put(ctx, executionRecord(uniqueID(t, "exec-"))); err == nil || created {
+		if created, err := rec.Put(ctx, executionRecord(recordID(t, "exec-"))); err == nil || created {
 			t.Fatalf("Put with a cancelled context: created = %v, error = %v, want an error", created, err)
 		}
 	})

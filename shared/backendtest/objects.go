@@ -1,24 +1,34 @@
-// Package objectstoretest is the one conformance suite of objectstore
-// stores: the factory returns a store and a base URI (file:///tmp/x,
-// s3://bucket/prefix) under which the suite writes.
-package objectstoretest
+package backendtest
+
+// The object store suite (Provider.Objects): Put then Get round trips,
+// concurrent replays of one Put, empty objects, missing objects, a
+// cancelled context refused.
 
 import (
 	"bytes"
 	"context"
 	"errors"
+	"io/fs"
 	"sync"
 	"testing"
 
-	"github.com/qasync/qasync/shared/internal/objects"
+	"github.com/qasync/qasync/shared/pipeline"
 )
 
-// Factory returns a fresh store and the base URI, without a trailing
-// slash.
-type Factory func(t *testing.T) (objects.Store, string)
+// ObjectStore is the object store seam as the suite tests it: the
+// pipeline.ObjectStore a step's Output is published with, plus Get to read
+// an object back. To pass, Put must store the bytes at the URI so that Get
+// returns them (an empty object included), repeated and concurrent Puts
+// of the same bytes must leave those bytes, Put must refuse a cancelled
+// context, and Get of a missing object must return an error matching
+// fs.ErrNotExist (errors.Is).
+type ObjectStore interface {
+	pipeline.ObjectStore
+	Get(ctx context.Context, uri string) ([]byte, error)
+}
 
-// Run runs the suite.
-func Run(t *testing.T, f Factory) {
+// runObjects runs the object store suite on stores from f.
+func runObjects(t *testing.T, f func(*testing.T) (ObjectStore, string)) {
 	ctx := context.Background()
 	t.Run("PutThenGetRoundTrips", func(t *testing.T) {
 		t.Parallel()
@@ -65,8 +75,8 @@ func Run(t *testing.T, f Factory) {
 	t.Run("MissingIsNotFound", func(t *testing.T) {
 		t.Parallel()
 		s, base := f(t)
-		if _, err := s.Get(ctx, base+"/missing"); !errors.Is(err, objects.ErrNotFound) {
-			t.Fatalf("Get missing: %v, want ErrNotFound", err)
+		if _, err := s.Get(ctx, base+"/missing"); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("Get missing: %v, want fs.ErrNotExist", err)
 		}
 	})
 	t.Run("CancelledContextRefused", func(t *testing.T) {

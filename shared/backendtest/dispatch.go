@@ -1,14 +1,10 @@
-// Package dispatchtest is the one conformance suite for dispatch.Dispatcher.
-// Every transport (in-process now, SQS next) runs it with a factory that
-// wires a dispatcher to a handler:
-//
-//	dispatchtest.Run(t, func(t *testing.T, h dispatch.Handler) dispatch.Dispatcher { ... })
-//
-// The factory must stop its dispatcher (and any poller) in t.Cleanup.
-// Transports deliver in real time, so the suite waits with deadlines; it
-// asserts lower bounds on delays, never upper bounds tighter than its
-// generous timeout.
-package dispatchtest
+package backendtest
+
+// The dispatcher suite (Provider.Dispatcher): every item delivered with
+// its fields, delays honoured as lower bounds, failed handling delivered
+// again. Transports deliver in real time, so the suite waits with
+// deadlines; it asserts lower bounds on delays, never upper bounds tighter
+// than Timeout.
 
 import (
 	"context"
@@ -20,13 +16,12 @@ import (
 	"github.com/qasync/qasync/shared/dispatch"
 )
 
-// Factory returns a dispatcher whose deliveries call h.
-type Factory func(t *testing.T, h dispatch.Handler) dispatch.Dispatcher
-
-// Timeout bounds every wait of the suite.
+// Timeout bounds every wait of the dispatcher suite: a transport must
+// deliver each item (and each redelivery after a failed handler) within
+// it.
 const Timeout = 20 * time.Second
 
-type recorder struct {
+type deliveries struct {
 	mu    sync.Mutex
 	got   map[string][]time.Time
 	items map[string]dispatch.WorkItem
@@ -34,11 +29,11 @@ type recorder struct {
 	ch    chan struct{}
 }
 
-func newRecorder() *recorder {
-	return &recorder{got: map[string][]time.Time{}, items: map[string]dispatch.WorkItem{}, fail: map[string]int{}, ch: make(chan struct{}, 1)}
+func newDeliveries() *deliveries {
+	return &deliveries{got: map[string][]time.Time{}, items: map[string]dispatch.WorkItem{}, fail: map[string]int{}, ch: make(chan struct{}, 1)}
 }
 
-func (r *recorder) handle(_ context.Context, item dispatch.WorkItem) error {
+func (r *deliveries) handle(_ context.Context, item dispatch.WorkItem) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.got[item.ExecutionID] = append(r.got[item.ExecutionID], time.Now())
@@ -55,7 +50,7 @@ func (r *recorder) handle(_ context.Context, item dispatch.WorkItem) error {
 }
 
 // wait blocks until cond holds (checked after each delivery) or Timeout.
-func (r *recorder) wait(t *testing.T, what string, cond func() bool) {
+func (r *deliveries) wait(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.After(Timeout)
 	for {
@@ -74,20 +69,20 @@ func (r *recorder) wait(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func item(t *testing.T, i int) dispatch.WorkItem {
+func workItem(t *testing.T, i int) dispatch.WorkItem {
 	return dispatch.WorkItem{TenantID: "tenant-" + t.Name(), ExecutionID: fmt.Sprintf("exec-%d", i), PipelineID: "p.one"}
 }
 
-// Run runs the conformance suite.
-func Run(t *testing.T, f Factory) {
+// runDispatcher runs the dispatcher suite on dispatchers from f.
+func runDispatcher(t *testing.T, f func(*testing.T, dispatch.Handler) dispatch.Dispatcher) {
 	t.Run("DeliversEveryItemWithItsFields", func(t *testing.T) {
 		t.Parallel()
-		rec := newRecorder()
+		rec := newDeliveries()
 		d := f(t, rec.handle)
 		const n = 25
 		msgs := make([]dispatch.Message, n)
 		for i := range msgs {
-			msgs[i] = dispatch.Message{Item: item(t, i)}
+			msgs[i] = dispatch.Message{Item: workItem(t, i)}
 		}
 		if err := d.Dispatch(context.Background(), msgs...); err != nil {
 			t.Fatalf("Dispatch: %v", err)
@@ -96,18 +91,18 @@ func Run(t *testing.T, f Factory) {
 		rec.mu.Lock()
 		defer rec.mu.Unlock()
 		for i := range n {
-			if got, want := rec.items[fmt.Sprintf("exec-%d", i)], item(t, i); got != want {
+			if got, want := rec.items[fmt.Sprintf("exec-%d", i)], workItem(t, i); got != want {
 				t.Errorf("delivered %+v, want %+v", got, want)
 			}
 		}
 	})
 	t.Run("DelayIsALowerBound", func(t *testing.T) {
 		t.Parallel()
-		rec := newRecorder()
+		rec := newDeliveries()
 		d := f(t, rec.handle)
 		start := time.Now()
 		const delay = time.Second
-		if err := d.Dispatch(context.Background(), dispatch.Message{Item: item(t, 1), Delay: delay}, dispatch.Message{Item: item(t, 2)}); err != nil {
+		if err := d.Dispatch(context.Background(), dispatch.Message{Item: workItem(t, 1), Delay: delay}, dispatch.Message{Item: workItem(t, 2)}); err != nil {
 			t.Fatalf("Dispatch: %v", err)
 		}
 		rec.wait(t, "both deliveries", func() bool { return len(rec.got) == 2 })
@@ -119,20 +114,20 @@ func Run(t *testing.T, f Factory) {
 	})
 	t.Run("FailedHandlingIsRedelivered", func(t *testing.T) {
 		t.Parallel()
-		rec := newRecorder()
+		rec := newDeliveries()
 		rec.fail["exec-1"] = 2
 		d := f(t, rec.handle)
-		if err := d.Dispatch(context.Background(), dispatch.Message{Item: item(t, 1)}); err != nil {
+		if err := d.Dispatch(context.Background(), dispatch.Message{Item: workItem(t, 1)}); err != nil {
 			t.Fatalf("Dispatch: %v", err)
 		}
 		rec.wait(t, "three deliveries", func() bool { return len(rec.got["exec-1"]) >= 3 })
 	})
 	t.Run("CancelledContextRefused", func(t *testing.T) {
 		t.Parallel()
-		d := f(t, newRecorder().handle)
+		d := f(t, newDeliveries().handle)
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		if err := d.Dispatch(ctx, dispatch.Message{Item: item(t, 1)}); err == nil {
+		if err := d.Dispatch(ctx, dispatch.Message{Item: workItem(t, 1)}); err == nil {
 			t.Fatalf("Dispatch with a cancelled context succeeded")
 		}
 	})
