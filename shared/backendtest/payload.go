@@ -123,7 +123,7 @@ func runPayloads(t *testing.T, newStore func(t *testing.T) payload.Store) {
 		t.Parallel()
 		for _, tc := range []struct {
 			size   int
-			chunks int // 0: inline
+			chunks int // 0: inline; 1: one whole part, no manifest
 		}{
 			{0, 0},
 			{1, 0},
@@ -149,9 +149,19 @@ func runPayloads(t *testing.T, newStore func(t *testing.T) payload.Store) {
 					if r.ManifestID != "" || r.Inline == nil || !bytes.Equal(r.Inline, p.Data) {
 						t.Errorf("want an inline Ref, got manifest %q, %d inline bytes (nil: %t)", r.ManifestID, len(r.Inline), r.Inline == nil)
 					}
+				} else if tc.chunks == 1 {
+					if r.ManifestID == "" || r.Inline != nil || !r.Whole {
+						t.Fatalf("want a whole-part Ref, got manifest %q whole %v, %d inline bytes", r.ManifestID, r.Whole, len(r.Inline))
+					}
+					if part := getPart(t, s, r.ManifestID, payload.PartWhole); !bytes.Equal(part.Data, p.Data) {
+						t.Errorf("whole part holds %d bytes, want the payload's %d", len(part.Data), len(p.Data))
+					}
+					if _, err := s.GetPart(t.Context(), r.ManifestID, "manifest"); !errors.Is(err, payload.ErrNotFound) {
+						t.Errorf("a whole part has a manifest too: %v", err)
+					}
 				} else {
-					if r.ManifestID == "" || r.Inline != nil {
-						t.Fatalf("want a chunked Ref, got manifest %q, %d inline bytes", r.ManifestID, len(r.Inline))
+					if r.ManifestID == "" || r.Inline != nil || r.Whole {
+						t.Fatalf("want a chunked Ref, got manifest %q whole %v, %d inline bytes", r.ManifestID, r.Whole, len(r.Inline))
 					}
 					if n := countChunks(t, s, r.ManifestID); n != tc.chunks {
 						t.Errorf("stored %d chunks, want %d", n, tc.chunks)
@@ -169,11 +179,11 @@ func runPayloads(t *testing.T, newStore func(t *testing.T) payload.Store) {
 		for _, size := range []int{0, 1} {
 			p := payload.Raw("", payloadData(size))
 			r := writePayload(t, s, p, fmt.Sprint("slot", size), -1)
-			if r.ManifestID == "" || r.Inline != nil {
-				t.Fatalf("size %d with a negative payloadBudget: want a chunked Ref", size)
+			if r.ManifestID == "" || r.Inline != nil || !r.Whole {
+				t.Fatalf("size %d with a negative payloadBudget: want a stored (whole-part) Ref", size)
 			}
-			if n := countChunks(t, s, r.ManifestID); n != size {
-				t.Errorf("size %d: stored %d chunks, want %d", size, n, size)
+			if part := getPart(t, s, r.ManifestID, payload.PartWhole); len(part.Data) != size {
+				t.Errorf("size %d: whole part of %d bytes", size, len(part.Data))
 			}
 			checkRead(t, s, r, p)
 		}
@@ -376,7 +386,7 @@ func runPayloads(t *testing.T, newStore func(t *testing.T) payload.Store) {
 			if err := got.DecodeProto(m); err != nil || !proto.Equal(m, wantMsg) {
 				t.Errorf("protobuf round trip = %v, %v; want %v", m, err, wantMsg)
 			}
-			if r.ManifestID != "" {
+			if r.ManifestID != "" && !r.Whole {
 				var stored map[string]any
 				if err := json.Unmarshal(getPart(t, s, r.ManifestID, "manifest").Data, &stored); err != nil {
 					t.Fatalf("stored manifest is not JSON: %v", err)

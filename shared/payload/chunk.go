@@ -12,6 +12,10 @@ import (
 // manifestName is the Part.Name of a chunked payload's manifest.
 const manifestName = "manifest"
 
+// PartWhole is the Part.Name of a payload stored as one part (Ref.Whole):
+// every payload that fits one chunk.
+const PartWhole = "whole"
+
 // chunkName is the Part.Name of chunk i.
 func chunkName(i int) string { return fmt.Sprintf("chunk#%05d", i) }
 
@@ -38,10 +42,11 @@ func payloadID(slot, digest string, p Payload) string {
 
 // Write stores p for the execution field named slot and returns its Ref.
 // A payload of at most inlineBudget bytes is returned inline and nothing is
-// written (a negative budget never inlines). A larger one is written to s as
-// chunks of at most ChunkSize, then its manifest, each part expiring at
-// expires (zero: never). Writing the same payload to the same slot again
-// rewrites identical parts and returns an equal Ref.
+// written (a negative budget never inlines). A larger one that fits one
+// chunk (ChunkSize) is written to s as one part (Ref.Whole: one write); a
+// payload larger still as chunks of at most ChunkSize, then its manifest.
+// Every part expires at expires (zero: never). Writing the same payload to
+// the same slot again rewrites identical parts and returns an equal Ref.
 func Write(ctx context.Context, s Store, p Payload, slot string, inlineBudget int, expires time.Time) (Ref, error) {
 	if inlineBudget > MaxInlineBudget {
 		return Ref{}, fmt.Errorf("payload: inline budget %d exceeds MaxInlineBudget %d", inlineBudget, MaxInlineBudget)
@@ -61,6 +66,14 @@ func Write(ctx context.Context, s Store, p Payload, slot string, inlineBudget in
 	}
 	if len(p.Data) <= inlineBudget {
 		ref.Inline = append([]byte{}, p.Data...) // non-nil even when empty
+		return ref, nil
+	}
+	id := payloadID(slot, ref.SHA256, p)
+	if len(p.Data) <= ChunkSize {
+		if err := s.PutPart(ctx, Part{PayloadID: id, Name: PartWhole, Data: p.Data, ExpiresAt: expires}); err != nil {
+			return Ref{}, fmt.Errorf("payload: write %s %s: %w", id, PartWhole, err)
+		}
+		ref.ManifestID, ref.Whole = id, true
 		return ref, nil
 	}
 
@@ -88,7 +101,6 @@ func Write(ctx context.Context, s Store, p Payload, slot string, inlineBudget in
 		return Ref{}, fmt.Errorf("%w: %d-byte payload too large: its manifest exceeds %d bytes", ErrInvalid, ref.Length, ChunkSize)
 	}
 
-	id := payloadID(slot, ref.SHA256, p)
 	for i, c := range chunks {
 		if err := s.PutPart(ctx, Part{PayloadID: id, Name: chunkName(i), Data: c, ExpiresAt: expires}); err != nil {
 			return Ref{}, fmt.Errorf("payload: write %s %s: %w", id, chunkName(i), err)
@@ -104,8 +116,8 @@ func Write(ctx context.Context, s Store, p Payload, slot string, inlineBudget in
 // Read returns the payload r references, verifying its length and SHA-256
 // and, when chunked, the manifest against r and every chunk's position,
 // length and SHA-256. A failed check, or a chunk missing while its manifest
-// exists, returns an error wrapping ErrCorrupt; a missing manifest returns
-// one wrapping ErrNotFound.
+// exists, returns an error wrapping ErrCorrupt; a missing manifest (or
+// whole part) returns one wrapping ErrNotFound.
 func Read(ctx context.Context, s Store, r Ref) (Payload, error) {
 	p := Payload{Encoding: r.Encoding, ContentType: r.ContentType, Message: r.Message}
 	switch {
@@ -119,6 +131,16 @@ func Read(ctx context.Context, s Store, r Ref) (Payload, error) {
 		return p, nil
 	case r.Inline != nil:
 		return Payload{}, corrupt("ref %s has both inline bytes and a manifest", r.ManifestID)
+	case r.Whole:
+		part, err := s.GetPart(ctx, r.ManifestID, PartWhole)
+		if err != nil {
+			return Payload{}, fmt.Errorf("payload: read %s %s: %w", r.ManifestID, PartWhole, err)
+		}
+		if int64(len(part.Data)) != r.Length || Digest(part.Data) != r.SHA256 {
+			return Payload{}, corrupt("%s %s fails its length or SHA-256 check", r.ManifestID, PartWhole)
+		}
+		p.Data = part.Data
+		return p, nil
 	}
 	data, err := readChunked(ctx, s, r)
 	if err != nil {

@@ -74,8 +74,13 @@ type Ref struct {
 	SHA256 string `json:"sha256"`
 	// Inline holds the bytes when the payload is stored in the row.
 	Inline []byte `json:"inline,omitempty"`
-	// ManifestID is the payload id of the manifest when the payload is chunked.
+	// ManifestID is the payload id of a payload stored in a Store: its
+	// manifest and chunks, or, when Whole, its one part.
 	ManifestID string `json:"manifestId,omitempty"`
+	// Whole marks a stored payload of one part (PartWhole) that holds all
+	// its bytes: no manifest, one write and one read. The Ref itself then
+	// carries the descriptor, length and digest a manifest would.
+	Whole bool `json:"whole,omitempty"`
 }
 
 // IsZero reports whether r references nothing.
@@ -85,7 +90,8 @@ func (r Ref) IsZero() bool { return r.SHA256 == "" && r.ManifestID == "" && r.In
 type Part struct {
 	// PayloadID is the partition key (payload_id).
 	PayloadID string
-	// Name is the sort key (payload_part): "manifest" or "chunk#NNNNN".
+	// Name is the sort key (payload_part): "manifest", "chunk#NNNNN" or
+	// PartWhole.
 	Name string
 	// Data is the item's bytes.
 	Data []byte

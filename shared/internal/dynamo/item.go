@@ -45,6 +45,9 @@ func ref(r payload.Ref) types.AttributeValue {
 	}
 	if r.ManifestID != "" {
 		m["manifest_id"] = str(r.ManifestID)
+		if r.Whole {
+			m["whole"] = boolean(true)
+		}
 	} else {
 		m["inline"] = bin(r.Inline)
 	}
@@ -246,6 +249,7 @@ func (r *reader) ref(name string) payload.Ref {
 	out := payload.Ref{
 		Encoding: payload.Encoding(sub.str("encoding")), ContentType: sub.str("content_type"), Message: sub.str("_tpf_message"),
 		Length: sub.int64("length"), SHA256: sub.str("sha256"), ManifestID: sub.str("manifest_id"), Inline: sub.bytes("inline"),
+		Whole: sub.bool("whole"),
 	}
 	if out.ManifestID == "" && out.Inline == nil {
 		out.Inline = []byte{} // an empty inline payload (DynamoDB returns empty binary as absent or empty)
