@@ -101,6 +101,20 @@ fuzz: ## fuzz the submit handler ($(FUZZTIME) inputs, a few seconds)
 bench: ## report transitions per second of the memory providers on this machine
 	go test -run '^$$' -bench Transitions -benchtime 20x ./shared/internal/engine/
 
+# The peer benchmark: the same 3-step durable pipeline on qasync and on
+# River (SQLite, and Postgres when one is found or can be started), each in
+# a child process of its own, printed as one Markdown table with the ratios
+# to qasync (bench/README.md). bench/ is a Go module of its own, so River's,
+# pgx's and SQLite's dependencies stay out of go.mod. Informational: no
+# target gates on its figures. BENCH_PEERS_FLAGS passes flags, e.g.
+# BENCH_PEERS_FLAGS='-duration 10s -systems qasync,river-sqlite-full -o json'.
+BENCH_PEERS_FLAGS ?=
+
+.PHONY: bench-peers
+bench-peers: ## peer benchmark: qasync vs River on SQLite and Postgres, same workload, one table (BENCH_PEERS_FLAGS)
+	cd bench && CGO_ENABLED=0 go build -o $(BIN)/bench-peers .
+	$(BIN)/bench-peers $(BENCH_PEERS_FLAGS)
+
 # The chaos run (shared/internal/crashtest.RunChaos): CHAOS_EXECUTIONS executions of
 # diag.drill and checkout.deliver-order on CHAOS_WORKERS `qasync serve`
 # processes sharing fresh tables and queues, a random one SIGKILLed and
