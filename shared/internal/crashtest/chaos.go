@@ -323,6 +323,16 @@ func RunChaos(t testing.TB, opts ChaosOptions) Report {
 		opts.CommitErrorRate, opts.DLQOutage, opts.ClockSkew, !opts.NoRollingDeploy, opts.LogDir)
 
 	st := NewStack(t)
+	// The expectations first: the reference runs must not eat into the
+	// DLQ outage, which is counted from here.
+	jobs, err := chaosJobs(opts.Seed, opts.Executions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defs, err := crashFree(jobs, opts.LogDir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	outageUntil := int64(0)
 	if opts.DLQOutage > 0 {
 		outageUntil = time.Now().Add(opts.DLQOutage).UnixMilli()
@@ -334,14 +344,6 @@ func RunChaos(t testing.TB, opts ChaosOptions) Report {
 		"faults.commit-error-rate":       strconv.FormatFloat(opts.CommitErrorRate, 'f', -1, 64),
 		"faults.dlq-outage-until-ms":     strconv.FormatInt(outageUntil, 10),
 	})
-	jobs, err := chaosJobs(opts.Seed, opts.Executions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defs, err := crashFree(jobs, opts.LogDir)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, j := range jobs {
 		if j.pipelineID == DrillID {
 			rep.Drills++
