@@ -4,30 +4,29 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/qasync/qasync/pipelines"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambdacontext"
 
-	"github.com/qasync/qasync/pipelines/diag"
+	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/internal/logtest"
 	"github.com/qasync/qasync/shared/lambdafn"
+	"github.com/qasync/qasync/shared/pipeline"
 )
 
-// envMap is a lookupEnv over m.
-func envMap(m map[string]string) func(string) (string, bool) {
-	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
-}
-
-// TestBootMemory: Boot on the memory providers returns a usable Env,
-// logs boot_completed (with the config, never the admin token) and warns
-// that the providers are not durable.
+// TestBootMemory: Boot on the memory providers returns an Env whose
+// handlers work: the Submit handler runs a submission to its result (the
+// in-process dispatcher) in the IAM caller's tenant (tenant-source iam),
+// the Worker handler keeps the configured lease as its time margin, the
+// Sweeper handler sweeps. Boot logs boot_completed (with the config, never
+// the admin token) and warns that the providers are not durable.
 func TestBootMemory(t *testing.T) {
 	var out logtest.Buffer
-	env, err := lambdafn.Boot(context.Background(), nil, lambdafn.WithPipelines(pipelines.FromConfig), lambdafn.WithLogOutput(&out), lambdafn.WithLookupEnv(envMap(map[string]string{
+	env, err := lambdafn.Boot(context.Background(), registry(t), lambdafn.WithLogOutput(&out), lambdafn.WithLookupEnv(envMap(map[string]string{
 		"PIPELINE_ORCHESTRATOR_ADMIN_TOKEN":        "s3cr3t-token",
 		"PIPELINE_ORCHESTRATOR_HTTP_TENANT_SOURCE": "iam",
 		"PIPELINE_ORCHESTRATOR_LEASE_MS":           "1500",
@@ -38,17 +37,51 @@ func TestBootMemory(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer env.Close(context.Background())
-	if env.Set == nil || env.Set.Runtime == nil || env.Logger == nil || env.Config.TenantSource != "iam" || env.Set.Runtime.Config().Lease.Milliseconds() != 1500 {
+	if env.Logger == nil || env.Config.TenantSource != "iam" || env.Config.Lease != 1500*time.Millisecond {
 		t.Fatalf("env %+v", env)
 	}
-	if env.HTTPHandler() == nil {
-		t.Fatal("no HTTP handler")
+
+	s := submit(t, env, echoID, `{"echo":{"n":1}}`)
+	awaitStatus(t, env, s.ExecutionID, "SUCCEEDED")
+	if resp := call(t, env, http.MethodGet, "/v1/executions/"+s.ExecutionID+"/result", ""); resp.StatusCode != http.StatusOK || resp.Body != `{"echo":{"n":1}}` {
+		t.Errorf("result %d %q", resp.StatusCode, resp.Body)
 	}
+	other := apiRequest(http.MethodGet, "/v1/executions/"+s.ExecutionID, "")
+	other.RequestContext.Authorizer.IAM.UserARN = "arn:aws:sts::123456789012:assumed-role/other-client/x"
+	var resp events.APIGatewayV2HTTPResponse
+	invoke(t, context.Background(), handler(t, env, lambdafn.Submit), other, &resp)
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("another IAM role read the execution: %d %s", resp.StatusCode, resp.Body)
+	}
+
+	// A duplicate work item of the finished execution: acknowledged when
+	// there is time for a lease (10 s), left for another invocation when
+	// there is less than the 1.5 s lease.
+	worker := handler(t, env, lambdafn.Worker)
+	batch := events.SQSEvent{Records: []events.SQSMessage{{MessageId: "m-1",
+		Body: `{"tenantId":"123456789012.role.order-service","executionId":"` + s.ExecutionID + `","pipelineId":"` + echoID + `"}`}}}
+	for _, tc := range []struct {
+		left     time.Duration
+		failures int
+	}{{10 * time.Second, 0}, {time.Second, 1}} {
+		ctx, cancel := context.WithTimeout(context.Background(), tc.left)
+		var r events.SQSEventResponse
+		invoke(t, ctx, worker, batch, &r)
+		cancel()
+		if len(r.BatchItemFailures) != tc.failures {
+			t.Errorf("worker with %s left: %d batch item failures, want %d", tc.left, len(r.BatchItemFailures), tc.failures)
+		}
+	}
+	var rep lambdafn.SweepReport
+	invoke(t, context.Background(), handler(t, env, lambdafn.Sweeper), events.EventBridgeEvent{DetailType: "Scheduled Event"}, &rep)
+	if rep.Sweeps < 1 {
+		t.Errorf("sweep report %+v", rep)
+	}
+
 	logs := out.String()
 	if strings.Contains(logs, "s3cr3t-token") {
 		t.Error("the admin token reached the logs")
 	}
-	var completed, notDurable bool
 	for _, line := range out.Lines() {
 		var m map[string]any
 		if err := json.Unmarshal([]byte(line), &m); err != nil {
@@ -57,42 +90,121 @@ func TestBootMemory(t *testing.T) {
 		if m["function"] != "qasync-worker" {
 			t.Errorf("no function key: %s", line)
 		}
-		completed = completed || m["event"] == "boot_completed"
-		notDurable = notDurable || m["event"] == "boot_not_durable"
 	}
-	if !completed || !notDurable {
+	if len(logEvents(t, out.Lines(), "boot_completed")) != 1 || len(logEvents(t, out.Lines(), "boot_not_durable")) != 1 {
 		t.Errorf("boot events missing:\n%s", logs)
 	}
 }
 
-// TestBootRequireRecorder: with RequireRecorder, Boot either has a
-// recorder or fails with ErrNoRecorder.
-func TestBootRequireRecorder(t *testing.T) {
+// TestBootDLQFunctionRecords: Main boots the dlq function with
+// RequireRecorder; on the memory providers Boot succeeds and the DLQ
+// handler records what it is given (a body that is neither an envelope
+// nor a work item becomes a poison record, logged without the body).
+func TestBootDLQFunctionRecords(t *testing.T) {
 	var out logtest.Buffer
-	env, err := lambdafn.Boot(context.Background(), nil, lambdafn.WithPipelines(pipelines.FromConfig), lambdafn.RequireRecorder(), lambdafn.WithLogOutput(&out), lambdafn.WithLookupEnv(envMap(nil)))
+	env, err := lambdafn.Boot(context.Background(), registry(t), lambdafn.RequireRecorder(), lambdafn.WithLogOutput(&out), lambdafn.WithLookupEnv(envMap(nil)))
 	if err != nil {
-		if !errors.Is(err, lambdafn.ErrNoRecorder) || env.Set != nil || !strings.Contains(out.String(), `"boot_failed"`) {
-			t.Fatalf("err %v, set %v, logs %s", err, env.Set, out.String())
-		}
-		return
+		t.Fatal(err)
 	}
 	defer env.Close(context.Background())
-	if env.Set.Recorder == nil {
-		t.Fatal("no recorder and no error")
+	var resp events.SQSEventResponse
+	invoke(t, context.Background(), handler(t, env, lambdafn.DLQ), events.SQSEvent{Records: []events.SQSMessage{{MessageId: "m-1", Body: "s3cr3t garbage"}}}, &resp)
+	if len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("batch item failures %+v", resp.BatchItemFailures)
+	}
+	recs := logEvents(t, out.Lines(), "dead_letter_recorded")
+	if len(recs) != 1 || recs[0]["kind"] != "poison" || recs[0]["created"] != true {
+		t.Errorf("dead_letter_recorded events %v", recs)
+	}
+	if strings.Contains(out.String(), "s3cr3t") {
+		t.Error("the body reached the logs")
+	}
+}
+
+// TestHandlerOfAnEnvThatDidNotBoot: Handler refuses an Env without a
+// runtime and a function it does not know, naming the four it does.
+func TestHandlerOfAnEnvThatDidNotBoot(t *testing.T) {
+	var zero *lambdafn.Env
+	if _, err := zero.Handler(lambdafn.Submit); err == nil {
+		t.Error("a nil Env gave a handler")
+	}
+	if _, err := (&lambdafn.Env{}).Handler(lambdafn.Worker); err == nil {
+		t.Error("an Env that did not boot gave a handler")
+	}
+	env, err := lambdafn.Boot(context.Background(), registry(t), lambdafn.WithLogOutput(&logtest.Buffer{}), lambdafn.WithLookupEnv(envMap(nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close(context.Background())
+	if _, err := env.Handler("scheduler"); err == nil || !strings.Contains(err.Error(), "submit, worker, sweeper or dlq") {
+		t.Errorf("unknown function: %v", err)
 	}
 }
 
 // TestBootBadConfig: an invalid setting fails Boot, logged as boot_failed
-// naming the key.
+// naming the key; the Env has its logger and no handlers.
 func TestBootBadConfig(t *testing.T) {
 	var out logtest.Buffer
-	env, err := lambdafn.Boot(context.Background(), nil, lambdafn.WithPipelines(pipelines.FromConfig), lambdafn.WithLogOutput(&out),
+	env, err := lambdafn.Boot(context.Background(), registry(t), lambdafn.WithLogOutput(&out),
 		lambdafn.WithLookupEnv(envMap(map[string]string{"PIPELINE_ORCHESTRATOR_LEASE_MS": "5"})))
 	if err == nil || env.Logger == nil {
 		t.Fatalf("err %v", err)
 	}
 	if !strings.Contains(out.String(), `"boot_failed"`) || !strings.Contains(out.String(), "lease-ms") {
 		t.Errorf("logs %s", out.String())
+	}
+	if _, err := env.Handler(lambdafn.Submit); err == nil {
+		t.Error("a failed boot gave a handler")
+	}
+}
+
+// TestBootNeedsPipelines: Boot without a registry (and without
+// WithPipelines) fails, logged as boot_failed.
+func TestBootNeedsPipelines(t *testing.T) {
+	var out logtest.Buffer
+	env, err := lambdafn.Boot(context.Background(), nil, lambdafn.WithLogOutput(&out), lambdafn.WithLookupEnv(envMap(nil)))
+	if err == nil || !strings.Contains(err.Error(), "registry") || !strings.Contains(out.String(), `"boot_failed"`) {
+		t.Fatalf("err %v, logs %s", err, out.String())
+	}
+	if _, err := env.Handler(lambdafn.Submit); err == nil {
+		t.Error("a failed boot gave a handler")
+	}
+}
+
+// TestBootWithPipelinesReadsTheConfig: WithPipelines builds the registry
+// from the configuration Boot loaded (here: a pipeline served only with
+// diag.enabled, as the examples' diag.drill is), and its error fails Boot.
+func TestBootWithPipelinesReadsTheConfig(t *testing.T) {
+	const gated = "t.gated"
+	build := func(cfg config.Config) (*pipeline.Registry, error) {
+		ps := []pipeline.Pipeline{{ID: echoID, Steps: []pipeline.Step{pipeline.NewStep("echo", func(_ context.Context, _ pipeline.StepInfo, in any) (any, error) { return in, nil })}}}
+		if cfg.DiagEnabled {
+			ps = append(ps, pipeline.Pipeline{ID: gated, Steps: ps[0].Steps})
+		}
+		return pipeline.NewRegistry(ps...)
+	}
+	for _, enabled := range []bool{false, true} {
+		m := map[string]string{"PIPELINE_ORCHESTRATOR_HTTP_TENANT_SOURCE": "iam"}
+		if enabled {
+			m["PIPELINE_ORCHESTRATOR_DIAG_ENABLED"] = "true"
+		}
+		env, err := lambdafn.Boot(context.Background(), nil, lambdafn.WithPipelines(build), lambdafn.WithLogOutput(&logtest.Buffer{}), lambdafn.WithLookupEnv(envMap(m)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp := call(t, env, http.MethodPost, "/v1/pipelines/"+gated+"/executions", `{"echo":1}`)
+		_ = env.Close(context.Background())
+		if want := map[bool]int{false: http.StatusNotFound, true: http.StatusAccepted}[enabled]; resp.StatusCode != want {
+			t.Errorf("diag.enabled=%v: submit of %s answered %d, want %d: %s", enabled, gated, resp.StatusCode, want, resp.Body)
+		}
+	}
+
+	var out logtest.Buffer
+	bad := errors.New("pipelines: no such setting")
+	_, err := lambdafn.Boot(context.Background(), nil, lambdafn.WithPipelines(func(config.Config) (*pipeline.Registry, error) { return nil, bad }),
+		lambdafn.WithLogOutput(&out), lambdafn.WithLookupEnv(envMap(nil)))
+	if !errors.Is(err, bad) || !strings.Contains(out.String(), `"boot_failed"`) {
+		t.Errorf("err %v, logs %s", err, out.String())
 	}
 }
 
@@ -134,7 +246,7 @@ func TestBootRefusesHeaderTenantInLambda(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out logtest.Buffer
-			env, err := lambdafn.Boot(context.Background(), nil, lambdafn.WithPipelines(pipelines.FromConfig), lambdafn.WithLogOutput(&out), lambdafn.WithLookupEnv(envMap(tc.env)))
+			env, err := lambdafn.Boot(context.Background(), registry(t), lambdafn.WithLogOutput(&out), lambdafn.WithLookupEnv(envMap(tc.env)))
 			if !tc.refuse {
 				if err != nil {
 					t.Fatalf("Boot: %v", err)
@@ -151,35 +263,9 @@ func TestBootRefusesHeaderTenantInLambda(t *testing.T) {
 					t.Errorf("error does not name %s: %v", key, err)
 				}
 			}
-			if env.Set != nil || !strings.Contains(out.String(), `"boot_failed"`) {
-				t.Errorf("set %v, logs %s", env.Set, out.String())
+			if _, herr := env.Handler(lambdafn.Submit); herr == nil || !strings.Contains(out.String(), `"boot_failed"`) {
+				t.Errorf("handler error %v, logs %s", herr, out.String())
 			}
 		})
-	}
-}
-
-// TestBootServesDiagOnlyWhenEnabled: the functions register diag.drill
-// only with diag.enabled=true; without it a submit of diag.drill is 404
-// (unknown pipeline).
-func TestBootServesDiagOnlyWhenEnabled(t *testing.T) {
-	for _, enabled := range []bool{false, true} {
-		m := map[string]string{}
-		if enabled {
-			m["PIPELINE_ORCHESTRATOR_DIAG_ENABLED"] = "true"
-		}
-		env, err := lambdafn.Boot(context.Background(), nil, lambdafn.WithPipelines(pipelines.FromConfig), lambdafn.WithLogOutput(&logtest.Buffer{}), lambdafn.WithLookupEnv(envMap(m)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, ok := env.Set.Runtime.Registry().Get(diag.ID)
-		w := httptest.NewRecorder()
-		env.HTTPHandler().ServeHTTP(w, httptest.NewRequest(http.MethodPost, "/v1/pipelines/"+diag.ID+"/executions", strings.NewReader(`{"resultBytes":1000000}`)))
-		_ = env.Close(context.Background())
-		if ok != enabled {
-			t.Errorf("diag.enabled=%v: diag.drill registered %v", enabled, ok)
-		}
-		if want := map[bool]int{false: http.StatusNotFound, true: http.StatusAccepted}[enabled]; w.Code != want {
-			t.Errorf("diag.enabled=%v: submit of diag.drill answered %d, want %d: %s", enabled, w.Code, want, w.Body)
-		}
 	}
 }

@@ -3,7 +3,6 @@ package lambdafn_test
 import (
 	"context"
 	"encoding/json"
-	"github.com/qasync/qasync/pipelines"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/qasync/qasync/shared/await"
 	"github.com/qasync/qasync/shared/internal/logtest"
 	"github.com/qasync/qasync/shared/lambdafn"
 )
@@ -52,6 +52,18 @@ func fakeSecretsManager(t *testing.T, fail bool) (*httptest.Server, *atomic.Int3
 	return srv, &calls
 }
 
+// resumeTokenKeyedWith submits approveID through env's Submit handler and
+// checks that the resume token its await step is handed verifies under
+// secret: the runtime keys resume tokens with it.
+func resumeTokenKeyedWith(t *testing.T, env *lambdafn.Env, awaits <-chan await.Request, secret string) {
+	t.Helper()
+	s := submit(t, env, approveID, `{}`)
+	req := awaitNotified(t, awaits)
+	if req.Info.ExecutionID != s.ExecutionID || !await.Verify([]byte(secret), req.Info.TenantID, req.Info.ExecutionID, req.AwaitID, req.Token) {
+		t.Fatalf("resume token %q of execution %s does not verify under the expected secret", req.Token, req.Info.ExecutionID)
+	}
+}
+
 // TestBootResolvesResumeTokenSecret: with only the secret's ARN in the
 // environment, Boot fetches its value once (GetSecretValue, through the
 // SDK's AWS_ENDPOINT_URL_SECRETS_MANAGER) and keys resume tokens with
@@ -59,7 +71,8 @@ func fakeSecretsManager(t *testing.T, fail bool) (*httptest.Server, *atomic.Int3
 func TestBootResolvesResumeTokenSecret(t *testing.T) {
 	_, calls := fakeSecretsManager(t, false)
 	var out logtest.Buffer
-	env, err := lambdafn.Boot(context.Background(), nil, lambdafn.WithPipelines(pipelines.FromConfig), lambdafn.WithLogOutput(&out), lambdafn.WithLookupEnv(envMap(map[string]string{
+	reg, awaits := testPipelines(t)
+	env, err := lambdafn.Boot(context.Background(), reg, lambdafn.WithLogOutput(&out), lambdafn.WithLookupEnv(envMap(map[string]string{
 		"PIPELINE_ORCHESTRATOR_AWAIT_RESUME_TOKEN_SECRET_ARN": testSecretARN,
 		"PIPELINE_ORCHESTRATOR_LOG_LEVEL":                     "debug",
 	})))
@@ -67,9 +80,7 @@ func TestBootResolvesResumeTokenSecret(t *testing.T) {
 		t.Fatalf("boot: %v\n%s", err, out.String())
 	}
 	defer env.Close(context.Background())
-	if got := env.Set.Runtime.Config().AwaitSecret; got != testSecretValue {
-		t.Fatalf("runtime await secret %q, want the secret's value", got)
-	}
+	resumeTokenKeyedWith(t, env, awaits, testSecretValue)
 	if env.Config.AwaitResumeTokenSecret != testSecretValue || env.Config.AwaitResumeTokenSecretARN != testSecretARN {
 		t.Fatal("Env.Config does not carry the resolved secret")
 	}
@@ -88,7 +99,8 @@ func TestBootResolvesResumeTokenSecret(t *testing.T) {
 // as it is; Secrets Manager is not called.
 func TestBootSecretValueWins(t *testing.T) {
 	_, calls := fakeSecretsManager(t, true)
-	env, err := lambdafn.Boot(context.Background(), nil, lambdafn.WithPipelines(pipelines.FromConfig), lambdafn.WithLogOutput(io.Discard), lambdafn.WithLookupEnv(envMap(map[string]string{
+	reg, awaits := testPipelines(t)
+	env, err := lambdafn.Boot(context.Background(), reg, lambdafn.WithLogOutput(io.Discard), lambdafn.WithLookupEnv(envMap(map[string]string{
 		"PIPELINE_ORCHESTRATOR_AWAIT_RESUME_TOKEN_SECRET":     "explicit",
 		"PIPELINE_ORCHESTRATOR_AWAIT_RESUME_TOKEN_SECRET_ARN": testSecretARN,
 	})))
@@ -96,8 +108,9 @@ func TestBootSecretValueWins(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer env.Close(context.Background())
-	if env.Set.Runtime.Config().AwaitSecret != "explicit" || calls.Load() != 0 {
-		t.Fatalf("secret %q after %d calls", env.Set.Runtime.Config().AwaitSecret, calls.Load())
+	resumeTokenKeyedWith(t, env, awaits, "explicit")
+	if env.Config.AwaitResumeTokenSecret != "explicit" || calls.Load() != 0 {
+		t.Fatalf("secret %q after %d calls", env.Config.AwaitResumeTokenSecret, calls.Load())
 	}
 }
 
@@ -106,7 +119,7 @@ func TestBootSecretValueWins(t *testing.T) {
 func TestBootFailsWhenSecretFetchFails(t *testing.T) {
 	fakeSecretsManager(t, true)
 	var out logtest.Buffer
-	env, err := lambdafn.Boot(context.Background(), nil, lambdafn.WithPipelines(pipelines.FromConfig), lambdafn.WithLogOutput(&out), lambdafn.WithLookupEnv(envMap(map[string]string{
+	env, err := lambdafn.Boot(context.Background(), registry(t), lambdafn.WithLogOutput(&out), lambdafn.WithLookupEnv(envMap(map[string]string{
 		"PIPELINE_ORCHESTRATOR_AWAIT_RESUME_TOKEN_SECRET_ARN": testSecretARN,
 	})))
 	if err == nil {
@@ -114,8 +127,11 @@ func TestBootFailsWhenSecretFetchFails(t *testing.T) {
 		t.Fatal("boot succeeded without the secret")
 	}
 	const key = "pipeline.orchestrator.await.resume-token-secret-arn"
-	if !strings.Contains(err.Error(), key) || !strings.Contains(err.Error(), "ResourceNotFoundException") || env.Set != nil {
-		t.Fatalf("err %v, set %v", err, env.Set)
+	if !strings.Contains(err.Error(), key) || !strings.Contains(err.Error(), "ResourceNotFoundException") {
+		t.Fatalf("err %v", err)
+	}
+	if _, err := env.Handler(lambdafn.Submit); err == nil {
+		t.Error("a failed boot gave a handler")
 	}
 	if logs := out.String(); !strings.Contains(logs, `"boot_failed"`) || !strings.Contains(logs, key) {
 		t.Errorf("logs:\n%s", logs)

@@ -19,16 +19,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qasync/qasync/pipelines/checkout"
-	"github.com/qasync/qasync/pipelines/diag"
 	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/deadletter"
 	"github.com/qasync/qasync/shared/internal/engine"
-	"github.com/qasync/qasync/shared/internal/memory"
 	"github.com/qasync/qasync/shared/internal/sqsbackend"
 	"github.com/qasync/qasync/shared/internal/wiring"
-	"github.com/qasync/qasync/shared/payload"
-	"github.com/qasync/qasync/shared/pipeline"
 	"github.com/qasync/qasync/shared/store"
 )
 
@@ -264,8 +259,8 @@ type job struct {
 	status     string // SUCCEEDED or DLQ
 	reason     string // terminal reason when DLQ
 	code       string // error code when DLQ
-	minAttempt int    // diag: workAttempt at least this
-	result     []byte // checkout: exact bytes; diag: Result with Echo and Data
+	minAttempt int    // drill: workAttempt at least this
+	result     []byte // the reference's result: checkout's exact bytes; the drill's echo and data
 	// what happened
 	id  string
 	row store.Execution
@@ -299,9 +294,16 @@ type job struct {
 //     log line (the process dies before writing it), never write one
 //     twice, so a key seen twice means two commits, and a missing line
 //     hides nothing that could make a duplicate look unique;
-//   - each result equals a crash-free run's (the same pipeline run in
-//     this process): checkout's JSON byte for byte, the drill's echo and
-//     data exactly and workAttempt at least failAttempts+1;
+//   - each result equals a crash-free run's (the same input run by a
+//     reference `qasync serve` on the memory providers, without faults or
+//     kills; see crashFree): checkout's JSON byte for byte, the drill's
+//     echo and data exactly and workAttempt at least failAttempts+1;
+//   - a drill's result names exactly the steps of the definition its
+//     execution was bound to (as the reference processes serving each
+//     definition report them): no step of another definition ran;
+//   - no execution ends with an error code only the runtime causes
+//     (runtimeCaused): a version nobody serves, a release limit, an
+//     unstorable output, an unreadable payload;
 //   - every DLQ execution has exactly one dead-letter record of kind
 //     execution, whose ID is its last transition key, and no other
 //     execution has one; the DLQ queue is drained by serve's consumer.
@@ -321,6 +323,16 @@ func RunChaos(t testing.TB, opts ChaosOptions) Report {
 		opts.CommitErrorRate, opts.DLQOutage, opts.ClockSkew, !opts.NoRollingDeploy, opts.LogDir)
 
 	st := NewStack(t)
+	// The expectations first: the reference runs must not eat into the
+	// DLQ outage, which is counted from here.
+	jobs, err := chaosJobs(opts.Seed, opts.Executions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defs, err := crashFree(jobs, opts.LogDir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	outageUntil := int64(0)
 	if opts.DLQOutage > 0 {
 		outageUntil = time.Now().Add(opts.DLQOutage).UnixMilli()
@@ -332,12 +344,8 @@ func RunChaos(t testing.TB, opts ChaosOptions) Report {
 		"faults.commit-error-rate":       strconv.FormatFloat(opts.CommitErrorRate, 'f', -1, 64),
 		"faults.dlq-outage-until-ms":     strconv.FormatInt(outageUntil, 10),
 	})
-	jobs, err := chaosJobs(opts.Seed, opts.Executions)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, j := range jobs {
-		if j.pipelineID == diag.ID {
+		if j.pipelineID == DrillID {
 			rep.Drills++
 		} else {
 			rep.Checkouts++
@@ -581,10 +589,10 @@ func RunChaos(t testing.TB, opts ChaosOptions) Report {
 			}
 		}
 		rep.Outcomes[outcome]++
-		if j.pipelineID == diag.ID {
-			rep.Versions[versionName(j.row.PipelineVersion)]++
+		if j.pipelineID == DrillID {
+			rep.Versions[defs.name(j.row.PipelineVersion)]++
 		}
-		checkOutcome(j, results[j], takeovers[j.id], violate)
+		checkOutcome(j, results[j], takeovers[j.id], defs, violate)
 	}
 
 	// Tables: exactly one execution and one key per submitted key.
@@ -653,7 +661,7 @@ func RunChaos(t testing.TB, opts ChaosOptions) Report {
 }
 
 // checkOutcome compares an execution's end with its expectation.
-func checkOutcome(j *job, result []byte, takeovers int, violate func(string, ...any)) {
+func checkOutcome(j *job, result []byte, takeovers int, defs definitions, violate func(string, ...any)) {
 	row := j.row
 	if row.Status == store.DLQ && row.Error != nil && row.Error.Code == engine.CodeWorkerLost {
 		// Kills used up a step's attempts: legitimate only after a
@@ -680,13 +688,13 @@ func checkOutcome(j *job, result []byte, takeovers int, violate func(string, ...
 	if result == nil {
 		return // already reported
 	}
-	if j.pipelineID == checkout.ID {
+	if j.pipelineID == CheckoutID {
 		if !bytes.Equal(result, j.result) {
 			violate("checkout %d (%s): result %s, want %s", j.i, j.id, result, j.result)
 		}
 		return
 	}
-	var got, want diag.Result
+	var got, want DrillResult
 	if err := json.Unmarshal(result, &got); err != nil {
 		violate("drill %d (%s): result %s: %v", j.i, j.id, result, err)
 		return
@@ -698,7 +706,7 @@ func checkOutcome(j *job, result []byte, takeovers int, violate func(string, ...
 	}
 	// The steps that led to the result are exactly those of the definition
 	// the execution was bound to: no step of another definition ran.
-	if steps, ok := drillSteps[row.PipelineVersion]; !ok || !slices.Equal(got.Steps, steps) {
+	if steps, ok := defs.steps[row.PipelineVersion]; !ok || !slices.Equal(got.Steps, steps) {
 		violate("drill %d (%s) bound to %q ran steps %v, want %v", j.i, j.id, row.PipelineVersion, got.Steps, steps)
 	}
 }
@@ -712,41 +720,16 @@ var runtimeCaused = map[string]bool{
 	engine.CodeOutputUnstorable: true, engine.CodePayloadUnreadable: true,
 }
 
-// drillSteps maps each diag.drill definition to its steps.
-var drillSteps = func() map[string][]string {
-	m := map[string][]string{}
-	for _, p := range []pipeline.Pipeline{diag.Pipeline(), diag.PipelineV2()} {
-		var names []string
-		for _, s := range p.Steps {
-			names = append(names, s.Name)
-		}
-		m[p.VersionID()] = names
-	}
-	return m
-}()
-
-// versionName is a drill definition's short name for the report.
-func versionName(id string) string {
-	v1, v2 := diag.Pipeline(), diag.PipelineV2()
-	switch id {
-	case v1.VersionID():
-		return "v1 " + id
-	case v2.VersionID():
-		return "v2 " + id
-	}
-	return id
-}
-
-// chaosJobs draws the executions from seed and computes each one's
-// crash-free outcome by running its pipeline in this process.
+// chaosJobs draws the executions from seed, each with the outcome its
+// input dictates (crashFree adds the results).
 func chaosJobs(seed uint64, n int) ([]*job, error) {
 	rng := rand.New(rand.NewPCG(seed, 0))
 	jobs := make([]*job, n)
 	for i := range jobs {
 		j := &job{i: i, key: fmt.Sprintf("chaos-%d-%d", seed, i), status: "SUCCEEDED"}
 		if rng.Float64() < 0.55 {
-			j.pipelineID = diag.ID
-			d := diag.Drill{ResultBytes: rng.IntN(200)}
+			j.pipelineID = DrillID
+			d := Drill{ResultBytes: rng.IntN(200)}
 			switch r := rng.Float64(); {
 			case r < 0.05:
 				d.SleepMs = 2000 + rng.IntN(1000) // long: killed more often
@@ -773,10 +756,10 @@ func chaosJobs(seed uint64, n int) ([]*job, error) {
 				workAttempt = d.FailAttempts + 1
 			case r < 0.3: // every attempt fails: retries exhausted
 				d.FailAttempts = 9
-				j.status, j.reason, j.code = "DLQ", store.ReasonRetryExhausted, diag.CodeDrillFailure
+				j.status, j.reason, j.code = "DLQ", store.ReasonRetryExhausted, DrillCodeFailure
 			case r < 0.4: // fails without retry
-				d.FailAttempts, d.FailMode = 9, diag.FailModeNonRetryable
-				j.status, j.reason, j.code = "DLQ", store.ReasonNonRetryable, diag.CodeDrillFailure
+				d.FailAttempts, d.FailMode = 9, DrillFailModeNonRetryable
+				j.status, j.reason, j.code = "DLQ", store.ReasonNonRetryable, DrillCodeFailure
 			}
 			j.minAttempt = workAttempt
 			body, err := json.Marshal(d)
@@ -784,59 +767,159 @@ func chaosJobs(seed uint64, n int) ([]*job, error) {
 				return nil, err
 			}
 			j.body = body
-			if j.status == "SUCCEEDED" {
-				d.SleepMs = 0 // the crash-free run need not wait
-				b, _ := json.Marshal(d)
-				if j.result, err = crashFree(diag.Pipeline(), b, map[int]int{1: workAttempt}); err != nil {
-					return nil, err
-				}
-			}
 		} else {
-			j.pipelineID = checkout.ID
-			o := checkout.Order{OrderID: fmt.Sprintf("o-%d-%d", seed, i), AmountCents: 1 + rng.Int64N(100000)}
+			j.pipelineID = CheckoutID
+			o := Order{OrderID: fmt.Sprintf("o-%d-%d", seed, i), AmountCents: 1 + rng.Int64N(100000)}
 			for k := range 1 + rng.IntN(3) {
-				o.Items = append(o.Items, checkout.Item{SKU: fmt.Sprintf("sku-%d-%d", k, rng.IntN(1000)), Qty: 1 + rng.IntN(5)})
+				o.Items = append(o.Items, Item{SKU: fmt.Sprintf("sku-%d-%d", k, rng.IntN(1000)), Qty: 1 + rng.IntN(5)})
 			}
 			if rng.Float64() < 0.05 {
 				o.AmountCents = 0 // invalid: dead-lettered at once
-				j.status, j.reason, j.code = "DLQ", store.ReasonNonRetryable, checkout.CodeInvalidOrder
+				j.status, j.reason, j.code = "DLQ", store.ReasonNonRetryable, CheckoutCodeInvalidOrder
 			}
 			body, err := json.Marshal(o)
 			if err != nil {
 				return nil, err
 			}
 			j.body = body
-			if j.status == "SUCCEEDED" {
-				if j.result, err = crashFree(checkout.Pipeline(), body, nil); err != nil {
-					return nil, err
-				}
-			}
 		}
 		jobs[i] = j
 	}
 	return jobs, nil
 }
 
-// crashFree runs p on input in this process, each step once, at the
-// attempt attempts names (1 otherwise), and returns the final output.
-func crashFree(p pipeline.Pipeline, input []byte, attempts map[int]int) ([]byte, error) {
-	in, err := payload.RawJSON(input)
-	if err != nil {
-		return nil, err
+// definitions are the drill's definitions as reference processes serve
+// them: each pipelineVersion's steps, and its short name for the report.
+type definitions struct {
+	steps map[string][]string
+	names map[string]string
+}
+
+// name is a definition's short name for the report ("v1 <id>").
+func (d definitions) name(version string) string {
+	if n, ok := d.names[version]; ok {
+		return n
 	}
-	effects := memory.NewEffects(nil) // command steps record here
-	for i, step := range p.Steps {
-		attempt := max(attempts[i], 1)
-		info := pipeline.StepInfo{ExecutionID: "crash-free", TenantID: "default", PipelineID: p.ID,
-			StepName: step.Name, StepIndex: i, Attempt: attempt,
-			IdempotencyKey: store.StepIdempotencyKey("default", "crash-free", step.Name), Effects: effects}
-		out, err := step.Run(context.Background(), info, in)
-		if err != nil {
-			return nil, fmt.Errorf("crash-free run of %s step %s: %w", p.ID, step.Name, err)
+	return version
+}
+
+// referenceSettings adjust chaosTimings for the reference processes: the
+// same retry limit and inline budget, but retries 1 ms apart (a
+// crash-free run need not wait) and warn-level logs.
+var referenceSettings = Settings{"retry-delay": "1ms", "retry-max-delay": "10ms", "log-level": "warn"}
+
+// crashFree computes the crash-free expectations of the jobs without
+// running any pipeline in this process: reference `qasync serve`
+// processes of the same binary (memory providers, no faults, no kills)
+// run them. One, serving drill definition 1, runs every job once (drills
+// without their sleep) under the chaos run's retry limit; its result
+// becomes the job's expected result (checkout's bytes, the drill's echo
+// and data), and its outcome must be the one the input dictates (status,
+// terminal reason and code; the drill's work attempt), or the
+// expectations themselves are wrong and the run stops. It and a second
+// process, serving definition 2 only, each run a probe drill: the probe's
+// result names the definition's steps, its status the pipelineVersion.
+// The references log to dir (ref-v1.log, ref-v2.log) and are stopped
+// before it returns.
+func crashFree(jobs []*job, dir string) (definitions, error) {
+	defs := definitions{steps: map[string][]string{}, names: map[string]string{}}
+	var refs []*Server
+	defer func() {
+		for _, s := range refs {
+			_ = s.Kill()
 		}
-		in = out
+	}()
+	for _, v := range []string{"1", "2"} {
+		ref, err := StartServer(MemoryEnv(chaosTimings, referenceSettings, Settings{"diag.drill-versions": v}), dir, "ref-v"+v)
+		if err != nil {
+			return defs, err
+		}
+		refs = append(refs, ref)
+		st, body, err := runReference(ref.Addr, DrillID, "probe-v"+v, []byte(`{"echo":"probe"}`))
+		var res DrillResult
+		if err == nil && (st.Status != string(store.Succeeded) || json.Unmarshal(body, &res) != nil || len(res.Steps) == 0 || st.PipelineVersion == "") {
+			err = fmt.Errorf("status %+v, result %s", st, body)
+		}
+		if err != nil {
+			return defs, fmt.Errorf("crashtest: probe drill of definition %s on the reference: %w", v, err)
+		}
+		defs.steps[st.PipelineVersion] = res.Steps
+		defs.names[st.PipelineVersion] = "v" + v + " " + st.PipelineVersion
 	}
-	return in.Data, nil
+	if len(defs.steps) != 2 {
+		return defs, fmt.Errorf("crashtest: the drill's two definitions report the same pipelineVersion: %v", defs.steps)
+	}
+	ref := refs[0]
+	var mu sync.Mutex
+	var errs []error
+	parallel(jobs, 8, func(j *job) bool {
+		body := j.body
+		var err error
+		if j.pipelineID == DrillID {
+			var d Drill
+			if err = json.Unmarshal(body, &d); err == nil {
+				d.SleepMs = 0 // the crash-free run need not wait
+				body, err = json.Marshal(d)
+			}
+		}
+		var st Status
+		var res []byte
+		if err == nil {
+			st, res, err = runReference(ref.Addr, j.pipelineID, j.key, body)
+		}
+		var drill DrillResult
+		switch {
+		case err != nil:
+		case st.Status != j.status:
+			err = fmt.Errorf("ended %s (error %+v), the input dictates %s %s", st.Status, st.Error, j.status, j.reason)
+		case j.status == string(store.DLQ) && (st.Error == nil || st.Error.TerminalReason != j.reason || st.Error.Code != j.code):
+			err = fmt.Errorf("DLQ with %+v, the input dictates %s %s", st.Error, j.code, j.reason)
+		case j.status == string(store.Succeeded) && j.pipelineID == DrillID && (json.Unmarshal(res, &drill) != nil || drill.WorkAttempt != j.minAttempt):
+			err = fmt.Errorf("result %s, the input dictates workAttempt %d", res, j.minAttempt)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("crashtest: reference run of %d (%s %s): %w", j.i, j.pipelineID, j.body, err))
+		}
+		j.result = res
+		return false
+	})
+	return defs, errors.Join(errs...)
+}
+
+// runReference submits body to the reference at addr and waits (at most
+// 30 s) until the execution is settled; it returns the status and, when
+// it SUCCEEDED, the result bytes.
+func runReference(addr, pipelineID, key string, body []byte) (Status, []byte, error) {
+	code, sub, err := Submit(addr, pipelineID, key, body)
+	if err != nil {
+		return Status{}, nil, err
+	}
+	if code != http.StatusAccepted {
+		return Status{}, nil, fmt.Errorf("submit answered %d, want 202 (a fresh reference)", code)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st, err := GetStatus(addr, sub.ExecutionID)
+		if err != nil {
+			return st, nil, err
+		}
+		if Terminal(st.Status) {
+			if st.Status != string(store.Succeeded) {
+				return st, nil, nil
+			}
+			code, res, err := GetResult(addr, sub.ExecutionID)
+			if err == nil && code != http.StatusOK {
+				err = fmt.Errorf("result: HTTP %d: %s", code, res)
+			}
+			return st, res, err
+		}
+		if time.Now().After(deadline) {
+			return st, nil, fmt.Errorf("not settled after 30 s: %+v", st)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // submitRetrying submits j to random live workers until one answers 200

@@ -49,12 +49,15 @@ func Submit(addr, pipelineID, key string, body []byte) (int, Submitted, error) {
 type Status struct {
 	ExecutionID string `json:"executionId"`
 	PipelineID  string `json:"pipelineId"`
-	Status      string `json:"status"`
-	StepIndex   int    `json:"stepIndex"`
-	StepName    string `json:"stepName"`
-	Attempt     int    `json:"attempt"`
-	Version     int64  `json:"version"`
-	Error       *struct {
+	// PipelineVersion names the pipeline definition the execution is
+	// bound to.
+	PipelineVersion string `json:"pipelineVersion"`
+	Status          string `json:"status"`
+	StepIndex       int    `json:"stepIndex"`
+	StepName        string `json:"stepName"`
+	Attempt         int    `json:"attempt"`
+	Version         int64  `json:"version"`
+	Error           *struct {
 		Code           string `json:"code"`
 		Message        string `json:"message"`
 		TerminalReason string `json:"terminalReason"`

@@ -1,13 +1,15 @@
 package crashtest_test
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/json"
 	"net/http"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/qasync/qasync/pipelines/checkout"
 	"github.com/qasync/qasync/shared/command"
 	"github.com/qasync/qasync/shared/effect"
 	"github.com/qasync/qasync/shared/internal/crashtest"
@@ -29,21 +31,11 @@ func TestGateCommandStepChargesOnce(t *testing.T) {
 	ctx := t.Context()
 	a := crashtest.Start(t, st.Env(crashtest.GateTimings, crashtest.Settings{"diag.payment-ledger": ledger, "diag.payment-pause": "5m"}), "a")
 	const orderID = "cmd-order-1"
-	s := mustSubmit(t, a.Addr, checkout.ID, "order-"+orderID, `{"orderId":"`+orderID+`","items":[{"sku":"book","qty":2}],"amountCents":4599}`)
+	s := mustSubmit(t, a.Addr, crashtest.CheckoutID, "order-"+orderID, `{"orderId":"`+orderID+`","items":[{"sku":"book","qty":2}],"amountCents":4599}`)
 
-	charges := func() []checkout.Charge {
+	charges := func() []charge {
 		t.Helper()
-		all, err := checkout.ReadLedger(ledger)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var mine []checkout.Charge
-		for _, c := range all {
-			if c.OrderID == orderID {
-				mine = append(mine, c)
-			}
-		}
-		return mine
+		return readLedger(t, ledger, orderID)
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for len(charges()) == 0 {
@@ -54,7 +46,7 @@ func TestGateCommandStepChargesOnce(t *testing.T) {
 	}
 	// Charged, paused before returning: nothing recorded, nothing committed.
 	effects := dynamo.NewEffects(st.Clients.DynamoDB, st.Names.EffectTable, nil)
-	recID := command.RecordID("default", checkout.ID+"/"+checkout.StepCapturePayment, orderID)
+	recID := command.RecordID("default", crashtest.CheckoutID+"/"+crashtest.CheckoutStepCapturePayment, orderID)
 	rec, err := effects.Get(ctx, recID)
 	if err != nil || rec.State != effect.Dispatching {
 		t.Fatalf("effect record before the kill: %+v, %v; want DISPATCHING", rec, err)
@@ -80,18 +72,18 @@ func TestGateCommandStepChargesOnce(t *testing.T) {
 	if err != nil || code != http.StatusOK {
 		t.Fatalf("result: %d %s %v", code, body, err)
 	}
-	var res checkout.Result
+	var res crashtest.CheckoutResult
 	if err := json.Unmarshal(body, &res); err != nil {
 		t.Fatal(err)
 	}
-	if res.PaymentID != got[0].PaymentID || res.Status != checkout.StatusDeliveryScheduled {
+	if res.PaymentID != got[0].PaymentID || res.Status != crashtest.CheckoutStatusDeliveryScheduled {
 		t.Fatalf("result %+v, want the payment of the one charge %s", res, got[0].PaymentID)
 	}
 	rec, err = effects.Get(ctx, recID)
 	if err != nil || rec.State != effect.Succeeded || rec.Dispatches != 1 || rec.Dispatcher.ExecutionID != s.ExecutionID {
 		t.Fatalf("effect record after recovery: %+v, %v; want SUCCEEDED, dispatched once by the dead run", rec, err)
 	}
-	var recorded checkout.Result
+	var recorded crashtest.CheckoutResult
 	if err := json.Unmarshal(rec.Output.Data, &recorded); err != nil || recorded.PaymentID != got[0].PaymentID {
 		t.Fatalf("recorded output %s (%v), want paymentId %s", rec.Output.Data, err, got[0].PaymentID)
 	}
@@ -102,4 +94,35 @@ func TestGateCommandStepChargesOnce(t *testing.T) {
 	if n := len(crashtest.Filter(evs, "command_dispatched", s.ExecutionID)); n != 0 {
 		t.Errorf("the second worker dispatched the command %d times, want 0", n)
 	}
+}
+
+// charge is one line of the payment ledger (checkout.Charge, the lines
+// serve's checkout appends with diag.payment-ledger set).
+type charge struct {
+	OrderID   string `json:"orderId"`
+	PaymentID string `json:"paymentId"`
+	PID       int    `json:"pid"`
+}
+
+// readLedger returns the ledger's charges of orderID (none while the file
+// does not exist); a torn last line (a process killed mid-write) is
+// skipped.
+func readLedger(t *testing.T, path, orderID string) []charge {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []charge
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		var c charge
+		if json.Unmarshal(sc.Bytes(), &c) == nil && c.OrderID == orderID {
+			out = append(out, c)
+		}
+	}
+	return out
 }

@@ -102,7 +102,7 @@ func TestTwoServersShareTheWork(t *testing.T) {
 	env := durableEnv(t)
 	servers := []*crashtest.Server{startServer(t, env), startServer(t, env)}
 	const n = 200
-	ids, elapsed := runAcross(t, servers, n, "checkout.deliver-order", func(i int) []byte {
+	ids, elapsed := runAcross(t, servers, n, crashtest.CheckoutID, func(i int) []byte {
 		return []byte(fmt.Sprintf(`{"orderId":"o-%d","items":[{"sku":"sku-%d","qty":1}],"amountCents":%d}`, i, i, 100+i))
 	})
 	for i, id := range ids {
@@ -112,7 +112,7 @@ func TestTwoServersShareTheWork(t *testing.T) {
 		}
 	}
 	for i := range 10 { // duplicates through the other server
-		code, s, err := crashtest.Submit(servers[(i+1)%2].Addr, "checkout.deliver-order", "key-"+strconv.Itoa(i),
+		code, s, err := crashtest.Submit(servers[(i+1)%2].Addr, crashtest.CheckoutID, "key-"+strconv.Itoa(i),
 			[]byte(fmt.Sprintf(`{"orderId":"o-%d","items":[{"sku":"sku-%d","qty":1}],"amountCents":%d}`, i, i, 100+i)))
 		if err != nil || code != http.StatusOK || !s.Duplicate || s.ExecutionID != ids[i] {
 			t.Errorf("duplicate %d: %d %+v %v", i, code, s, err)
@@ -146,7 +146,7 @@ func TestThroughputAgainstUpdateItemCeiling(t *testing.T) {
 
 	servers := []*crashtest.Server{startServer(t, env), startServer(t, env)}
 	const n = 300
-	_, elapsed := runAcross(t, servers, n, "diag.drill", func(i int) []byte { return []byte(`{"echo":` + strconv.Itoa(i) + `}`) })
+	_, elapsed := runAcross(t, servers, n, crashtest.DrillID, func(i int) []byte { return []byte(`{"echo":` + strconv.Itoa(i) + `}`) })
 	execRate := n / elapsed.Seconds()
 	// Each drill execution is 3 steps; each step is a claim and a commit.
 	t.Logf("DynamoDB Local conditional UpdateItem ceiling: %.0f/s (8 goroutines); diag.drill: %.1f executions/s = %.0f conditional writes/s (%.0f%% of the ceiling)",

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qasync/qasync/pipelines/diag"
 	"github.com/qasync/qasync/shared/deadletter"
 	"github.com/qasync/qasync/shared/internal/crashtest"
 	"github.com/qasync/qasync/shared/internal/sqsbackend"
@@ -24,13 +23,6 @@ import (
 // tables and queues with crashtest.GateTimings (lease 1.5 s, sweep every
 // 1 s with 1 s grace, 2 retries 1 s apart, 3 s visibility) and breaks them.
 // docs/recovery.md maps the seed's crash table onto these tests.
-
-// drillResult is diag.drill's result.
-type drillResult struct {
-	Echo        json.RawMessage `json:"echo"`
-	WorkAttempt int             `json:"workAttempt"`
-	Data        string          `json:"data"`
-}
 
 func mustSubmit(t *testing.T, addr, pipelineID, key, body string) crashtest.Submitted {
 	t.Helper()
@@ -101,7 +93,7 @@ func TestGateDuplicateSubmitDeterminism(t *testing.T) {
 			wg.Go(func() {
 				defer pair.Done()
 				<-start
-				code, s, err := crashtest.Submit(srv.Addr, diag.ID, key, []byte(body))
+				code, s, err := crashtest.Submit(srv.Addr, crashtest.DrillID, key, []byte(body))
 				got[i][j] = answer{code, s, err}
 			})
 		}
@@ -161,10 +153,10 @@ func TestGateWorkerKillTakeover(t *testing.T) {
 	st := crashtest.NewStack(t)
 	env := st.Env(crashtest.GateTimings)
 	a := crashtest.Start(t, env, "a")
-	sub := mustSubmit(t, a.Addr, diag.ID, "kill-1", `{"sleepMs":4000,"echo":"survives a kill","resultBytes":100}`)
+	sub := mustSubmit(t, a.Addr, crashtest.DrillID, "kill-1", `{"sleepMs":4000,"echo":"survives a kill","resultBytes":100}`)
 	ctx := context.Background()
 	row, ok := st.AwaitRow(ctx, sub.ExecutionID, 20*time.Second, func(e store.Execution) bool {
-		return e.Status == store.Running && e.StepName == diag.StepWork && e.LeaseOwner != ""
+		return e.Status == store.Running && e.StepName == crashtest.DrillStepWork && e.LeaseOwner != ""
 	})
 	if !ok {
 		t.Fatalf("work step never RUNNING under a lease: %+v", row)
@@ -184,7 +176,7 @@ func TestGateWorkerKillTakeover(t *testing.T) {
 	}
 	t.Logf("killed %s holding %s at attempt %d; SUCCEEDED %s later", a.Name, row.LeaseOwner, row.Attempt, time.Since(killedAt).Round(time.Millisecond))
 	code, body, err := crashtest.GetResult(b.Addr, sub.ExecutionID)
-	var res drillResult
+	var res crashtest.DrillResult
 	if err != nil || code != http.StatusOK || json.Unmarshal(body, &res) != nil {
 		t.Fatalf("result: %d %s %v", code, body, err)
 	}
@@ -202,12 +194,12 @@ func TestGateWorkerKillTakeover(t *testing.T) {
 	for _, e := range commits {
 		perStep[e.Str("step")]++
 	}
-	if len(commits) != 3 || perStep[diag.StepPrepare] != 1 || perStep[diag.StepWork] != 1 || perStep[diag.StepFinish] != 1 {
+	if len(commits) != 3 || perStep[crashtest.DrillStepPrepare] != 1 || perStep[crashtest.DrillStepWork] != 1 || perStep[crashtest.DrillStepFinish] != 1 {
 		t.Errorf("commits per step %v, want one each of prepare, work, finish", perStep)
 	}
 	takeovers := 0
 	for _, e := range claims {
-		if e.Bool("takeover") && e.Str("step") == diag.StepWork {
+		if e.Bool("takeover") && e.Str("step") == crashtest.DrillStepWork {
 			takeovers++
 		}
 	}
@@ -230,10 +222,10 @@ func TestGateSweeperRedispatch(t *testing.T) {
 	st := crashtest.NewStack(t)
 	env := st.Env(crashtest.GateTimings)
 	a := crashtest.Start(t, env, "a")
-	sub := mustSubmit(t, a.Addr, diag.ID, "sweep-1", `{"sleepMs":2500,"echo":"swept"}`)
+	sub := mustSubmit(t, a.Addr, crashtest.DrillID, "sweep-1", `{"sleepMs":2500,"echo":"swept"}`)
 	ctx := context.Background()
 	if row, ok := st.AwaitRow(ctx, sub.ExecutionID, 20*time.Second, func(e store.Execution) bool {
-		return e.Status == store.Running && e.StepName == diag.StepWork
+		return e.Status == store.Running && e.StepName == crashtest.DrillStepWork
 	}); !ok {
 		t.Fatalf("work step never RUNNING: %+v", row)
 	}
@@ -241,7 +233,7 @@ func TestGateSweeperRedispatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	row, err := st.Row(ctx, sub.ExecutionID)
-	if err != nil || row.Status != store.Queued || row.StepName != diag.StepFinish {
+	if err != nil || row.Status != store.Queued || row.StepName != crashtest.DrillStepFinish {
 		t.Fatalf("after the graceful stop: %+v %v, want QUEUED at step finish", row, err)
 	}
 	lost, err := st.Drain(ctx, st.WorkQueueURL(), 100)
@@ -274,7 +266,7 @@ func TestGateSweeperRedispatch(t *testing.T) {
 	}
 	finished := false
 	for _, e := range crashtest.Filter(evs, "transition_committed", sub.ExecutionID) {
-		finished = finished || e.Str("step") == diag.StepFinish
+		finished = finished || e.Str("step") == crashtest.DrillStepFinish
 	}
 	if !finished {
 		t.Errorf("b did not commit the finish step")
@@ -295,10 +287,10 @@ func TestGateRetryExhaustionSurvivesRestart(t *testing.T) {
 	st := crashtest.NewStack(t)
 	env := st.Env(crashtest.GateTimings)
 	a, b := crashtest.Start(t, env, "a"), crashtest.Start(t, env, "b")
-	sub := mustSubmit(t, a.Addr, diag.ID, "exhaust-1", `{"failAttempts":9,"echo":"never"}`)
+	sub := mustSubmit(t, a.Addr, crashtest.DrillID, "exhaust-1", `{"failAttempts":9,"echo":"never"}`)
 	s := awaitStatus(t, b.Addr, sub.ExecutionID, 60*time.Second)
 	if s.Status != "DLQ" || s.Error == nil || s.Error.TerminalReason != store.ReasonRetryExhausted ||
-		s.Error.Code != diag.CodeDrillFailure || s.Attempt != 3 {
+		s.Error.Code != crashtest.DrillCodeFailure || s.Attempt != 3 {
 		t.Fatalf("status %+v (error %+v), want DLQ, retry_exhausted, drill_failure at attempt 3", s, s.Error)
 	}
 	ctx := context.Background()
@@ -376,7 +368,7 @@ func TestGatePoisonWorkItem(t *testing.T) {
 		"diag.allow-crash": "true", "sqs.visibility-timeout": "2s", "sweep-grace": "4s",
 	})
 	sup := supervise(t, env, 12)
-	sub := mustSubmit(t, sup.addr(), diag.ID, "poison-1", `{"crashAttempts":99,"echo":"poison"}`)
+	sub := mustSubmit(t, sup.addr(), crashtest.DrillID, "poison-1", `{"crashAttempts":99,"echo":"poison"}`)
 	ctx := context.Background()
 	row, ok := st.AwaitRow(ctx, sub.ExecutionID, 90*time.Second, func(e store.Execution) bool {
 		return e.Status == store.Succeeded || e.Status == store.DLQ

@@ -121,6 +121,27 @@ func (s *Stack) Env(settings ...Settings) []string {
 		"http.tenant-source": "none", "diag.enabled": "true",
 		"sqs.wait-seconds": "1", "sweep-interval": "1s", "sweep-grace": "5s", "log-level": "warn",
 	}
+	return serveEnv(append([]Settings{set}, settings...)...)
+}
+
+// MemoryEnv returns the environment of a `qasync serve` that shares
+// nothing: the memory providers (memory state, in-process dispatcher, log
+// DLQ), tenant-source none, diag.drill enabled and warn-level logs; then
+// the settings, later ones winning. It needs no local stack: RunChaos runs
+// its crash-free reference on it. The process's own environment is
+// inherited as in Stack.Env.
+func MemoryEnv(settings ...Settings) []string {
+	set := Settings{
+		"state-provider": "memory", "dispatcher-provider": "event", "dlq-provider": "log",
+		"http.tenant-source": "none", "diag.enabled": "true", "log-level": "warn",
+	}
+	return serveEnv(append([]Settings{set}, settings...)...)
+}
+
+// serveEnv is the process's environment minus any PIPELINE_ORCHESTRATOR_*
+// variable, plus the settings (later ones winning) as variables.
+func serveEnv(settings ...Settings) []string {
+	set := Settings{}
 	for _, extra := range settings {
 		maps.Copy(set, extra)
 	}

@@ -10,11 +10,10 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/qasync/qasync/pipelines/diag"
 	"github.com/qasync/qasync/shared/deadletter"
 	"github.com/qasync/qasync/shared/internal/engine"
+	"github.com/qasync/qasync/shared/internal/lambdahandlers"
 	"github.com/qasync/qasync/shared/internal/metrics"
-	"github.com/qasync/qasync/shared/lambdafn"
 	"github.com/qasync/qasync/shared/store"
 )
 
@@ -56,8 +55,8 @@ func envelopeOf(t *testing.T, b []byte) (events.SQSEvent, deadletter.Envelope) {
 // execution DLQ; a second delivery stores nothing, changes nothing and
 // emits no metric.
 func TestDLQEnvelopeFixture(t *testing.T) {
-	envr, logs := memEnv(t, nil)
-	rt := envr.Set.Runtime
+	envr, logs := openMem(t, nil)
+	rt := envr.set.Runtime
 	payloadFixture := fixture(t, "dlq-envelope.json")
 	sqsEv, env := envelopeOf(t, payloadFixture)
 	seed(t, rt, env.ExecutionID, env.PipelineID, `{"failAttempts":1,"failMode":"non_retryable"}`, func(e *store.Execution) {
@@ -65,12 +64,12 @@ func TestDLQEnvelopeFixture(t *testing.T) {
 		e.LastTransitionKey = env.TransitionKey
 		e.Error = &store.Failure{Code: env.ErrorCode, Message: env.ErrorMessage, TerminalReason: env.TerminalReason}
 	})
-	rec := envr.Set.Recorder // the configured recorder, as the dlq function gets it
+	rec := envr.set.Recorder // the configured recorder, as the dlq function gets it
 	if rec == nil {
 		t.Fatal("the memory providers have no dead-letter recorder")
 	}
 	var emf bytes.Buffer
-	h := lambdafn.DLQ(rt, rec, metrics.New(&emf, "qasync-test"), envr.Logger)
+	h := lambdahandlers.DLQ(rt, rec, metrics.New(&emf, "qasync-test"), envr.log)
 
 	var resp events.SQSEventResponse
 	invoke(t, context.Background(), h, payloadFixture, &resp)
@@ -82,7 +81,7 @@ func TestDLQEnvelopeFixture(t *testing.T) {
 		t.Fatal(err)
 	}
 	if r.Kind != deadletter.KindExecution || r.TenantID != fixtureTenant || r.ExecutionID != env.ExecutionID ||
-		r.Envelope == nil || *r.Envelope != env || r.RecordedAt.IsZero() || r.ExpiresAt.Sub(r.RecordedAt) != lambdafn.RecordRetention {
+		r.Envelope == nil || *r.Envelope != env || r.RecordedAt.IsZero() || r.ExpiresAt.Sub(r.RecordedAt) != lambdahandlers.RecordRetention {
 		t.Fatalf("record %+v", r)
 	}
 	row := get(t, rt, env.ExecutionID)
@@ -98,7 +97,7 @@ func TestDLQEnvelopeFixture(t *testing.T) {
 	if after := get(t, rt, env.ExecutionID); after.Version != row.Version || after.Status != store.DLQ {
 		t.Errorf("second delivery changed the execution: v%d -> v%d %s", row.Version, after.Version, after.Status)
 	}
-	if n := metricCount(t, &emf, lambdafn.MetricDeadLetterRecords, deadletter.KindExecution); n != 1 {
+	if n := metricCount(t, &emf, lambdahandlers.MetricDeadLetterRecords, deadletter.KindExecution); n != 1 {
 		t.Errorf("%d DeadLetterRecords metrics, want 1", n)
 	}
 	alerts := logEvents(t, logs, "dead_letter_recorded")
@@ -116,21 +115,21 @@ func TestDLQEnvelopeFixture(t *testing.T) {
 // TestDLQPoisonFixture: a work item from the poison queue is recorded as
 // poison with its ids and receive count; its execution is not touched.
 func TestDLQPoisonFixture(t *testing.T) {
-	envr, logs := memEnv(t, nil)
-	rt := envr.Set.Runtime
+	envr, logs := openMem(t, nil)
+	rt := envr.set.Runtime
 	b := fixture(t, "dlq-poison-item.json")
 	ev, items := sqsItems(t, b)
 	item := items[0]
 	seeded := seed(t, rt, item.ExecutionID, item.PipelineID, orderInput, func(e *store.Execution) {
 		e.NextDueAt = time.Now().Add(time.Hour) // not due: the local dispatcher must not pick it up either
 	})
-	rec := envr.Set.Recorder
+	rec := envr.set.Recorder
 	if rec == nil {
 		t.Fatal("the memory providers have no dead-letter recorder")
 	}
 	var emf bytes.Buffer
 	var resp events.SQSEventResponse
-	invoke(t, context.Background(), lambdafn.DLQ(rt, rec, metrics.New(&emf, "qasync-test"), envr.Logger), b, &resp)
+	invoke(t, context.Background(), lambdahandlers.DLQ(rt, rec, metrics.New(&emf, "qasync-test"), envr.log), b, &resp)
 	if len(resp.BatchItemFailures) != 0 {
 		t.Fatalf("failures %v", failureIDs(resp))
 	}
@@ -147,7 +146,7 @@ func TestDLQPoisonFixture(t *testing.T) {
 	if after.Version != seeded.Version || after.Status != seeded.Status || !after.NextDueAt.Equal(seeded.NextDueAt) {
 		t.Errorf("the execution changed: %+v", after)
 	}
-	if n := metricCount(t, &emf, lambdafn.MetricDeadLetterRecords, deadletter.KindPoison); n != 1 {
+	if n := metricCount(t, &emf, lambdahandlers.MetricDeadLetterRecords, deadletter.KindPoison); n != 1 {
 		t.Errorf("%d poison metrics", n)
 	}
 	alerts := logEvents(t, logs, "dead_letter_recorded")
@@ -162,7 +161,7 @@ func TestDLQPoisonFixture(t *testing.T) {
 func TestDLQGarbageAndFailures(t *testing.T) {
 	rt, _, _, logs := unitRuntime(t, engine.Config{})
 	rec := newMemRecorder()
-	h := lambdafn.DLQ(rt, rec, nil, rt.Logger()) // nil metrics: a no-op
+	h := lambdahandlers.DLQ(rt, rec, nil, rt.Logger()) // nil metrics: a no-op
 	ev := events.SQSEvent{Records: []events.SQSMessage{{MessageId: "m-1", Body: "s3cr3t not json"}}}
 	resp, err := h(context.Background(), ev)
 	if err != nil || len(resp.BatchItemFailures) != 0 {
@@ -192,11 +191,11 @@ func TestDLQGarbageAndFailures(t *testing.T) {
 func TestDLQEnvelopeOfRedrivenExecution(t *testing.T) {
 	rt, _, _, _ := unitRuntime(t, engine.Config{})
 	_, env := envelopeOf(t, fixture(t, "dlq-envelope.json"))
-	seeded := seed(t, rt, env.ExecutionID, diag.ID, `{}`, func(e *store.Execution) {
+	seeded := seed(t, rt, env.ExecutionID, drillPipelineID, `{}`, func(e *store.Execution) {
 		e.StepIndex, e.StepName, e.Attempt, e.RedriveCount = env.StepIndex, env.StepName, 2, 1
 	})
 	rec := newMemRecorder()
-	resp, err := lambdafn.DLQ(rt, rec, nil, rt.Logger())(context.Background(), events.SQSEvent{Records: []events.SQSMessage{{MessageId: "m", Body: mustJSON(t, env)}}})
+	resp, err := lambdahandlers.DLQ(rt, rec, nil, rt.Logger())(context.Background(), events.SQSEvent{Records: []events.SQSMessage{{MessageId: "m", Body: mustJSON(t, env)}}})
 	if err != nil || len(resp.BatchItemFailures) != 0 {
 		t.Fatalf("%v %v", failureIDs(resp), err)
 	}
@@ -216,7 +215,7 @@ func TestDLQNeedsRecorder(t *testing.T) {
 			t.Error("DLQ accepted a nil recorder")
 		}
 	}()
-	lambdafn.DLQ(rt, nil, nil, nil)
+	lambdahandlers.DLQ(rt, nil, nil, nil)
 }
 
 func mustJSON(t *testing.T, v any) string {

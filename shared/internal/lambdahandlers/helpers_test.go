@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync"
@@ -13,19 +14,84 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambda"
 
-	"github.com/qasync/qasync/pipelines"
 	"github.com/qasync/qasync/shared/clock"
 	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/deadletter"
 	"github.com/qasync/qasync/shared/dispatch"
+	"github.com/qasync/qasync/shared/internal/apigw"
 	"github.com/qasync/qasync/shared/internal/engine"
+	"github.com/qasync/qasync/shared/internal/httpapi"
+	"github.com/qasync/qasync/shared/internal/lambdahandlers"
 	"github.com/qasync/qasync/shared/internal/logtest"
 	"github.com/qasync/qasync/shared/internal/memory"
 	"github.com/qasync/qasync/shared/internal/wiring"
-	"github.com/qasync/qasync/shared/lambdafn"
 	"github.com/qasync/qasync/shared/payload"
+	"github.com/qasync/qasync/shared/pipeline"
 	"github.com/qasync/qasync/shared/store"
 )
+
+// The sample events in events/*.json name two pipelines of the examples
+// (pipelines/checkout and pipelines/diag), which the library's tests must
+// not import. These are test-local stand-ins carrying the same ids, step
+// names and input shapes, so that every fixture runs through the real
+// handlers as it is.
+const (
+	// orderPipelineID stands in for checkout.ID.
+	orderPipelineID = "checkout.deliver-order"
+	// drillPipelineID stands in for diag.ID.
+	drillPipelineID = "diag.drill"
+	// stepScheduleDelivery is the stand-in order pipeline's last step
+	// (checkout.StepScheduleDelivery).
+	stepScheduleDelivery = "schedule-delivery"
+	// stepWork is the stand-in drill's second step (diag.StepWork), the
+	// one the DLQ fixture names.
+	stepWork = "work"
+	// codeDrillFailure is the stand-in drill's scripted failure code
+	// (diag.CodeDrillFailure).
+	codeDrillFailure = "drill_failure"
+)
+
+// order is the stand-in order pipeline's input (the body of
+// events/submit-post.json).
+type order struct {
+	OrderID string `json:"orderId"`
+	Items   []struct {
+		SKU string `json:"sku"`
+		Qty int    `json:"qty"`
+	} `json:"items"`
+	AmountCents int64 `json:"amountCents"`
+}
+
+// testRegistry holds the stand-ins: orderPipelineID (validate ->
+// schedule-delivery) and drillPipelineID (prepare -> work -> finish,
+// echoing its input's "echo").
+func testRegistry(t *testing.T) *pipeline.Registry {
+	t.Helper()
+	type drill struct {
+		Echo json.RawMessage `json:"echo,omitempty"`
+	}
+	pass := func(_ context.Context, _ pipeline.StepInfo, d drill) (drill, error) { return d, nil }
+	reg, err := pipeline.NewRegistry(
+		pipeline.Pipeline{ID: orderPipelineID, Steps: []pipeline.Step{
+			pipeline.NewStep("validate", func(_ context.Context, _ pipeline.StepInfo, o order) (order, error) {
+				if o.OrderID == "" || o.AmountCents <= 0 {
+					return o, pipeline.NonRetryable("invalid_order", errors.New("orderId or amountCents missing"))
+				}
+				return o, nil
+			}),
+			pipeline.NewStep(stepScheduleDelivery, func(_ context.Context, _ pipeline.StepInfo, o order) (map[string]string, error) {
+				return map[string]string{"orderId": o.OrderID, "status": "DELIVERY_SCHEDULED"}, nil
+			}),
+		}},
+		pipeline.Pipeline{ID: drillPipelineID, Steps: []pipeline.Step{
+			pipeline.NewStep("prepare", pass), pipeline.NewStep(stepWork, pass), pipeline.NewStep("finish", pass),
+		}},
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg
+}
 
 // fixtureTenant is the tenant of the IAM caller the API fixtures name
 // (role order-service of account 123456789012, tenant-source iam), and
@@ -35,7 +101,7 @@ const fixtureTenant = "123456789012.role.order-service"
 // fixture reads events/<name>.
 func fixture(t *testing.T, name string) []byte {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "events", name))
+	b, err := os.ReadFile(filepath.Join("..", "..", "..", "events", name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,9 +121,18 @@ func invoke(t *testing.T, ctx context.Context, h any, payload []byte, out any) {
 	}
 }
 
-// memEnv opens the memory providers (memory state, event dispatcher, log
-// DLQ) as Boot would, with tenant source iam, logging to a buffer.
-func memEnv(t *testing.T, mutate func(*config.Config)) (lambdafn.Env, *logtest.Buffer) {
+// memEnv is what lambdafn.Boot builds for a function: the configuration,
+// the providers with the runtime, and the logger.
+type memEnv struct {
+	cfg config.Config
+	set *wiring.Set
+	log *slog.Logger
+}
+
+// openMem opens the memory providers (memory state, event dispatcher, log
+// DLQ) with the stand-in pipelines as Boot would (wiring.Open), with
+// tenant source iam, logging to a buffer.
+func openMem(t *testing.T, mutate func(*config.Config)) (memEnv, *logtest.Buffer) {
 	t.Helper()
 	cfg := config.Default()
 	cfg.TenantSource = "iam"
@@ -65,11 +140,7 @@ func memEnv(t *testing.T, mutate func(*config.Config)) (lambdafn.Env, *logtest.B
 		mutate(&cfg)
 	}
 	logs, log := logtest.New()
-	reg, err := pipelines.Registry(pipelines.Options{Diag: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	set, err := wiring.Open(context.Background(), cfg, reg, log)
+	set, err := wiring.Open(context.Background(), cfg, testRegistry(t), log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +149,18 @@ func memEnv(t *testing.T, mutate func(*config.Config)) (lambdafn.Env, *logtest.B
 		defer cancel()
 		_ = set.Close(ctx)
 	})
-	return lambdafn.Env{Config: cfg, Set: set, Logger: log}, logs
+	return memEnv{cfg: cfg, set: set, log: log}, logs
+}
+
+// submitHandler is the submit function's handler on e, its HTTP API
+// configured from e.cfg as lambdafn's Env.Handler(Submit) configures it
+// (tenant function of http.tenant-source through apigw.TenantFunc).
+func (e memEnv) submitHandler() func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+	return lambdahandlers.Submit(httpapi.New(e.set.Runtime, httpapi.Options{
+		MaxBodyBytes: e.cfg.MaxBodyBytes, AdminToken: e.cfg.AdminToken,
+		RedriveAuthorizedUpstream: e.cfg.RedriveAuthorizedUpstream,
+		TenantFunc:                apigw.TenantFunc(e.cfg), Logger: e.log,
+	}))
 }
 
 // seed stores a hand-made row: the given status etc., with input as an
@@ -239,10 +321,7 @@ func (d *recordingDispatcher) count() int {
 // transitions).
 func unitRuntime(t *testing.T, cfg engine.Config) (*engine.Runtime, *hookStore, *recordingDispatcher, *logtest.Buffer) {
 	t.Helper()
-	reg, err := pipelines.Registry(pipelines.Options{Diag: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg := testRegistry(t)
 	logs, log := logtest.New()
 	hs := &hookStore{Store: memory.NewStateStore(clock.System{})}
 	d := &recordingDispatcher{}

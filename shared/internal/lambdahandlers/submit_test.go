@@ -10,9 +10,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/qasync/qasync/pipelines/checkout"
 	"github.com/qasync/qasync/shared/internal/httpapi"
-	"github.com/qasync/qasync/shared/lambdafn"
 	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/store"
 )
@@ -24,8 +22,8 @@ const fixtureExecution = "01a2267a-7b20-7c3e-8a5d-2f4b9c1e7d30"
 // execution in the IAM caller's tenant (202), and the same event again is
 // a duplicate (200) of the same execution.
 func TestSubmitFixture(t *testing.T) {
-	env, logs := memEnv(t, nil)
-	h := lambdafn.Submit(env.HTTPHandler())
+	env, logs := openMem(t, nil)
+	h := env.submitHandler()
 	ev := fixture(t, "submit-post.json")
 
 	var resp events.APIGatewayV2HTTPResponse
@@ -37,7 +35,7 @@ func TestSubmitFixture(t *testing.T) {
 	if err := json.Unmarshal([]byte(resp.Body), &doc); err != nil {
 		t.Fatal(err)
 	}
-	if doc.PipelineID != checkout.ID || doc.Duplicate || doc.ExecutionID == "" {
+	if doc.PipelineID != orderPipelineID || doc.Duplicate || doc.ExecutionID == "" {
 		t.Fatalf("submit document %+v", doc)
 	}
 	if got, want := resp.Headers["Location"], "/v1/executions/"+doc.ExecutionID; got != want {
@@ -46,7 +44,7 @@ func TestSubmitFixture(t *testing.T) {
 	if ct := resp.Headers["Content-Type"]; ct != "application/json" {
 		t.Errorf("Content-Type %q", ct)
 	}
-	row, err := env.Set.Runtime.Status(context.Background(), store.Key{TenantID: fixtureTenant, ExecutionID: doc.ExecutionID})
+	row, err := env.set.Runtime.Status(context.Background(), store.Key{TenantID: fixtureTenant, ExecutionID: doc.ExecutionID})
 	if err != nil {
 		t.Fatalf("the execution is not in the IAM caller's tenant: %v", err)
 	}
@@ -69,16 +67,16 @@ func TestSubmitFixture(t *testing.T) {
 }
 
 // seedSucceeded stores the fixture execution as SUCCEEDED with result.
-func seedSucceeded(t *testing.T, env lambdafn.Env, result string) {
+func seedSucceeded(t *testing.T, env memEnv, result string) {
 	t.Helper()
-	rt := env.Set.Runtime
+	rt := env.set.Runtime
 	ref, err := payload.Write(context.Background(), rt.Payloads(), payload.Payload{Encoding: payload.EncodingJSON, ContentType: payload.ContentTypeJSON, Data: []byte(result)},
 		"result/"+fixtureExecution, payload.DefaultInlineBudget, time.Now().Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
-	seed(t, rt, fixtureExecution, checkout.ID, `{"orderId":"1001","items":[{"sku":"book","qty":2}],"amountCents":4599}`, func(e *store.Execution) {
-		e.Status, e.Version, e.StepIndex, e.StepName = store.Succeeded, 9, 3, checkout.StepScheduleDelivery
+	seed(t, rt, fixtureExecution, orderPipelineID, `{"orderId":"1001","items":[{"sku":"book","qty":2}],"amountCents":4599}`, func(e *store.Execution) {
+		e.Status, e.Version, e.StepIndex, e.StepName = store.Succeeded, 9, 3, stepScheduleDelivery
 		e.NextDueAt, e.Result, e.LastTransitionKey = time.Time{}, ref, fixtureExecution+":3:1"
 	})
 }
@@ -86,10 +84,10 @@ func seedSucceeded(t *testing.T, env lambdafn.Env, result string) {
 // TestStatusFixture: the status fixture reads the named execution of the
 // IAM caller's tenant.
 func TestStatusFixture(t *testing.T) {
-	env, _ := memEnv(t, nil)
+	env, _ := openMem(t, nil)
 	seedSucceeded(t, env, `{"orderId":"1001","status":"DELIVERY_SCHEDULED"}`)
 	var resp events.APIGatewayV2HTTPResponse
-	invoke(t, context.Background(), lambdafn.Submit(env.HTTPHandler()), fixture(t, "status-get.json"), &resp)
+	invoke(t, context.Background(), env.submitHandler(), fixture(t, "status-get.json"), &resp)
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d: %s", resp.StatusCode, resp.Body)
 	}
@@ -97,7 +95,7 @@ func TestStatusFixture(t *testing.T) {
 	if err := json.Unmarshal([]byte(resp.Body), &doc); err != nil {
 		t.Fatal(err)
 	}
-	if doc.ExecutionID != fixtureExecution || doc.Status != store.Succeeded || doc.Version != 9 || doc.StepName != checkout.StepScheduleDelivery {
+	if doc.ExecutionID != fixtureExecution || doc.Status != store.Succeeded || doc.Version != 9 || doc.StepName != stepScheduleDelivery {
 		t.Fatalf("status document %+v", doc)
 	}
 }
@@ -105,11 +103,11 @@ func TestStatusFixture(t *testing.T) {
 // TestResultFixture: the result fixture returns the result bytes as they
 // were stored, as text.
 func TestResultFixture(t *testing.T) {
-	env, _ := memEnv(t, nil)
+	env, _ := openMem(t, nil)
 	const result = `{"orderId":"1001","status":"DELIVERY_SCHEDULED","deliveryId":"dlv-1"}`
 	seedSucceeded(t, env, result)
 	var resp events.APIGatewayV2HTTPResponse
-	invoke(t, context.Background(), lambdafn.Submit(env.HTTPHandler()), fixture(t, "result-get.json"), &resp)
+	invoke(t, context.Background(), env.submitHandler(), fixture(t, "result-get.json"), &resp)
 	if resp.StatusCode != http.StatusOK || resp.IsBase64Encoded || resp.Body != result {
 		t.Fatalf("result %d base64=%v body %q", resp.StatusCode, resp.IsBase64Encoded, resp.Body)
 	}
@@ -122,7 +120,7 @@ func TestResultFixture(t *testing.T) {
 // found through the caller's identity: another IAM role of the same
 // account is another tenant (tenant-source iam).
 func TestStatusFixtureOtherTenant(t *testing.T) {
-	env, _ := memEnv(t, nil)
+	env, _ := openMem(t, nil)
 	var ev events.APIGatewayV2HTTPRequest
 	if err := json.Unmarshal(fixture(t, "status-get.json"), &ev); err != nil {
 		t.Fatal(err)
@@ -131,7 +129,7 @@ func TestStatusFixtureOtherTenant(t *testing.T) {
 	ev.RequestContext.Authorizer.IAM.UserARN = "arn:aws:sts::123456789012:assumed-role/other-client/order-service"
 	b, _ := json.Marshal(ev)
 	var resp events.APIGatewayV2HTTPResponse
-	invoke(t, context.Background(), lambdafn.Submit(env.HTTPHandler()), b, &resp)
+	invoke(t, context.Background(), env.submitHandler(), b, &resp)
 	if resp.StatusCode != http.StatusNotFound {
 		t.Fatalf("status %d: %s", resp.StatusCode, resp.Body)
 	}
@@ -140,13 +138,13 @@ func TestStatusFixtureOtherTenant(t *testing.T) {
 // TestSubmitWithoutIAMIdentity: tenant source iam and no IAM authorizer
 // in the event: refused with 401, nothing stored.
 func TestSubmitWithoutIAMIdentity(t *testing.T) {
-	env, _ := memEnv(t, nil)
+	env, _ := openMem(t, nil)
 	var ev events.APIGatewayV2HTTPRequest
 	if err := json.Unmarshal(fixture(t, "submit-post.json"), &ev); err != nil {
 		t.Fatal(err)
 	}
 	ev.RequestContext.Authorizer = nil
-	resp, err := lambdafn.Submit(env.HTTPHandler())(context.Background(), ev)
+	resp, err := env.submitHandler()(context.Background(), ev)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,10 +9,8 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/qasync/qasync/pipelines/checkout"
-	"github.com/qasync/qasync/pipelines/diag"
 	"github.com/qasync/qasync/shared/internal/engine"
-	"github.com/qasync/qasync/shared/lambdafn"
+	"github.com/qasync/qasync/shared/internal/lambdahandlers"
 	"github.com/qasync/qasync/shared/store"
 )
 
@@ -26,20 +24,20 @@ func overdue(e *store.Execution) {
 // sweeps once (everything fits one sweep): lost work items are
 // dispatched again and a pending dead letter is published.
 func TestSweeperFixture(t *testing.T) {
-	env, logs := memEnv(t, nil)
-	rt := env.Set.Runtime
+	env, logs := openMem(t, nil)
+	rt := env.set.Runtime
 	for i := range 3 {
-		seed(t, rt, fmt.Sprintf("sweep-%d", i), checkout.ID, orderInput, overdue)
+		seed(t, rt, fmt.Sprintf("sweep-%d", i), orderPipelineID, orderInput, overdue)
 	}
-	seed(t, rt, "sweep-dlq", diag.ID, `{}`, func(e *store.Execution) {
+	seed(t, rt, "sweep-dlq", drillPipelineID, `{}`, func(e *store.Execution) {
 		overdue(e)
-		e.Status, e.DLQPending, e.StepIndex, e.StepName = store.Failed, true, 1, diag.StepWork
+		e.Status, e.DLQPending, e.StepIndex, e.StepName = store.Failed, true, 1, stepWork
 		e.LastTransitionKey = "sweep-dlq:1:1"
-		e.Error = &store.Failure{Code: diag.CodeDrillFailure, Message: "scripted", TerminalReason: store.ReasonNonRetryable}
+		e.Error = &store.Failure{Code: codeDrillFailure, Message: "scripted", TerminalReason: store.ReasonNonRetryable}
 	})
-	var rep lambdafn.SweepReport
-	invoke(t, context.Background(), lambdafn.Sweeper(rt, lambdafn.DefaultSweepMargin, env.Logger), fixture(t, "sweeper-schedule.json"), &rep)
-	want := lambdafn.SweepReport{Sweeps: 1, Due: 4, Redispatched: 3, DeadLettersPublished: 1}
+	var rep lambdahandlers.SweepReport
+	invoke(t, context.Background(), lambdahandlers.Sweeper(rt, lambdahandlers.DefaultSweepMargin, env.log), fixture(t, "sweeper-schedule.json"), &rep)
+	want := lambdahandlers.SweepReport{Sweeps: 1, Due: 4, Redispatched: 3, DeadLettersPublished: 1}
 	if rep != want {
 		t.Fatalf("report %+v, want %+v", rep, want)
 	}
@@ -58,9 +56,9 @@ func TestSweeperFixture(t *testing.T) {
 func TestSweeperPagesThroughDueRows(t *testing.T) {
 	rt, _, d, _ := unitRuntime(t, engine.Config{SweepLimit: 2})
 	for i := range 5 {
-		seed(t, rt, fmt.Sprintf("sweep-%d", i), checkout.ID, orderInput, overdue)
+		seed(t, rt, fmt.Sprintf("sweep-%d", i), orderPipelineID, orderInput, overdue)
 	}
-	rep, err := lambdafn.Sweeper(rt, time.Second, rt.Logger())(context.Background(), events.EventBridgeEvent{})
+	rep, err := lambdahandlers.Sweeper(rt, time.Second, rt.Logger())(context.Background(), events.EventBridgeEvent{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,14 +71,14 @@ func TestSweeperPagesThroughDueRows(t *testing.T) {
 // again, at most MaxSweeps times.
 func TestSweeperStopsAtMaxSweeps(t *testing.T) {
 	rt, _, d, _ := unitRuntime(t, engine.Config{SweepLimit: 1})
-	for i := range lambdafn.MaxSweeps + 3 {
-		seed(t, rt, fmt.Sprintf("sweep-%d", i), checkout.ID, orderInput, overdue)
+	for i := range lambdahandlers.MaxSweeps + 3 {
+		seed(t, rt, fmt.Sprintf("sweep-%d", i), orderPipelineID, orderInput, overdue)
 	}
-	rep, err := lambdafn.Sweeper(rt, time.Second, rt.Logger())(context.Background(), events.EventBridgeEvent{})
+	rep, err := lambdahandlers.Sweeper(rt, time.Second, rt.Logger())(context.Background(), events.EventBridgeEvent{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Sweeps != lambdafn.MaxSweeps || !rep.More || rep.Due != lambdafn.MaxSweeps || d.count() != lambdafn.MaxSweeps {
+	if rep.Sweeps != lambdahandlers.MaxSweeps || !rep.More || rep.Due != lambdahandlers.MaxSweeps || d.count() != lambdahandlers.MaxSweeps {
 		t.Fatalf("report %+v, %d dispatched", rep, d.count())
 	}
 }
@@ -90,11 +88,11 @@ func TestSweeperStopsAtMaxSweeps(t *testing.T) {
 func TestSweeperStopsForTime(t *testing.T) {
 	rt, _, _, logs := unitRuntime(t, engine.Config{SweepLimit: 2})
 	for i := range 5 {
-		seed(t, rt, fmt.Sprintf("sweep-%d", i), checkout.ID, orderInput, overdue)
+		seed(t, rt, fmt.Sprintf("sweep-%d", i), orderPipelineID, orderInput, overdue)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	rep, err := lambdafn.Sweeper(rt, 5*time.Second, rt.Logger())(ctx, events.EventBridgeEvent{})
+	rep, err := lambdahandlers.Sweeper(rt, 5*time.Second, rt.Logger())(ctx, events.EventBridgeEvent{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +108,7 @@ func TestSweeperStopsForTime(t *testing.T) {
 func TestSweeperReturnsStoreErrors(t *testing.T) {
 	rt, hs, _, _ := unitRuntime(t, engine.Config{})
 	hs.due = func() error { return errors.New("dynamodb: throttled") }
-	if _, err := lambdafn.Sweeper(rt, time.Second, rt.Logger())(context.Background(), events.EventBridgeEvent{}); err == nil {
+	if _, err := lambdahandlers.Sweeper(rt, time.Second, rt.Logger())(context.Background(), events.EventBridgeEvent{}); err == nil {
 		t.Fatal("no error")
 	}
 }

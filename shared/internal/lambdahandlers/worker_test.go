@@ -10,10 +10,8 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/qasync/qasync/pipelines/checkout"
-	"github.com/qasync/qasync/pipelines/diag"
 	"github.com/qasync/qasync/shared/internal/engine"
-	"github.com/qasync/qasync/shared/lambdafn"
+	"github.com/qasync/qasync/shared/internal/lambdahandlers"
 	"github.com/qasync/qasync/shared/store"
 )
 
@@ -21,7 +19,7 @@ const orderInput = `{"orderId":"1001","items":[{"sku":"book","qty":2}],"amountCe
 
 // inputFor is a valid input of pipeline p.
 func inputFor(p string) string {
-	if p == diag.ID {
+	if p == drillPipelineID {
 		return `{"echo":"fixture"}`
 	}
 	return orderInput
@@ -42,8 +40,8 @@ func failureIDs(r events.SQSEventResponse) []string {
 // batch reports no failures, and the in-process dispatcher takes each
 // execution to SUCCEEDED from there.
 func TestWorkerFixture(t *testing.T) {
-	env, _ := memEnv(t, nil)
-	rt := env.Set.Runtime
+	env, _ := openMem(t, nil)
+	rt := env.set.Runtime
 	_, items := sqsItems(t, fixture(t, "worker-sqs-batch.json"))
 	if len(items) < 2 {
 		t.Fatalf("fixture has %d records", len(items))
@@ -58,7 +56,7 @@ func TestWorkerFixture(t *testing.T) {
 	var resp events.SQSEventResponse
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	invoke(t, ctx, lambdafn.Worker(rt, env.Config.Lease, env.Logger), fixture(t, "worker-sqs-batch.json"), &resp)
+	invoke(t, ctx, lambdahandlers.Worker(rt, env.cfg.Lease, env.log), fixture(t, "worker-sqs-batch.json"), &resp)
 	if len(resp.BatchItemFailures) != 0 {
 		t.Fatalf("batch item failures %v", failureIDs(resp))
 	}
@@ -94,7 +92,7 @@ func TestWorkerMarginSkipsEveryRecord(t *testing.T) {
 	before := hs.getCount()
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	resp, err := lambdafn.Worker(rt, time.Second, rt.Logger())(ctx, ev)
+	resp, err := lambdahandlers.Worker(rt, time.Second, rt.Logger())(ctx, ev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +127,7 @@ func TestWorkerMalformedBody(t *testing.T) {
 	}
 	ev.Records[1].Body = `{"tenantId":"s3cr3t-tenant"}`
 	ev.Records = append(ev.Records, events.SQSMessage{MessageId: "garbage-1", Body: "not json s3cr3t"})
-	resp, err := lambdafn.Worker(rt, time.Second, rt.Logger())(context.Background(), ev)
+	resp, err := lambdahandlers.Worker(rt, time.Second, rt.Logger())(context.Background(), ev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +168,7 @@ func TestWorkerProcessErrorFailsOnlyThatRecord(t *testing.T) {
 		}
 		return nil
 	}
-	resp, err := lambdafn.Worker(rt, time.Second, rt.Logger())(context.Background(), ev)
+	resp, err := lambdahandlers.Worker(rt, time.Second, rt.Logger())(context.Background(), ev)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,11 +190,11 @@ func TestWorkerProcessErrorFailsOnlyThatRecord(t *testing.T) {
 func TestWorkerDuplicateIsSuccess(t *testing.T) {
 	rt, _, _, _ := unitRuntime(t, engine.Config{})
 	ev, items := sqsItems(t, fixture(t, "worker-sqs-batch.json"))
-	seed(t, rt, items[0].ExecutionID, checkout.ID, orderInput, func(e *store.Execution) {
+	seed(t, rt, items[0].ExecutionID, orderPipelineID, orderInput, func(e *store.Execution) {
 		e.Status, e.NextDueAt = store.Succeeded, time.Time{}
 	})
 	// items[1] and items[2] do not exist: orphaned work items.
-	resp, err := lambdafn.Worker(rt, time.Second, rt.Logger())(context.Background(), ev)
+	resp, err := lambdahandlers.Worker(rt, time.Second, rt.Logger())(context.Background(), ev)
 	if err != nil || len(resp.BatchItemFailures) != 0 {
 		t.Fatalf("failures %v, err %v", failureIDs(resp), err)
 	}

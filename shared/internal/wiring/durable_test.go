@@ -14,7 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/aws/smithy-go/middleware"
 
-	"github.com/qasync/qasync/pipelines/checkout"
+	"github.com/qasync/qasync/shared/command"
 	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/deadletter"
 	"github.com/qasync/qasync/shared/internal/awsclient"
@@ -127,15 +127,44 @@ func (d *durable) await(e store.Execution, want store.Status, within time.Durati
 
 var order = map[string]any{"orderId": "o-1", "items": []map[string]any{{"sku": "book", "qty": 1}}, "amountCents": 1200}
 
-// TestDurableRequestBudget runs one checkout execution (4 steps) and counts
+// orderID is orderPipeline's id.
+const orderID = "t.order"
+
+// orderPipeline is a four-step order pipeline shaped like an order
+// checkout: validate, reserve, a command step charging the order (its
+// effect record: created, DISPATCHING, SUCCEEDED), then schedule.
+func orderPipeline() pipeline.Pipeline {
+	type progress struct {
+		OrderID string `json:"orderId"`
+		Step    int    `json:"step"`
+	}
+	next := func(_ context.Context, _ pipeline.StepInfo, p progress) (progress, error) {
+		p.Step++
+		return p, nil
+	}
+	return pipeline.Pipeline{ID: orderID, Steps: []pipeline.Step{
+		pipeline.NewStep("validate", func(_ context.Context, _ pipeline.StepInfo, o map[string]any) (progress, error) {
+			id, _ := o["orderId"].(string)
+			if id == "" {
+				return progress{}, pipeline.NonRetryable("invalid_order", errors.New("orderId is empty"))
+			}
+			return progress{OrderID: id, Step: 1}, nil
+		}),
+		pipeline.NewStep("reserve", next),
+		command.Step("charge", command.Spec[progress, progress]{ID: func(p progress) string { return p.OrderID }}, next),
+		pipeline.NewStep("schedule", next),
+	}}
+}
+
+// TestDurableRequestBudget runs one order execution (4 steps) and counts
 // AWS requests: 1 TransactWriteItems and 1 SQS send for the submit, at most
 // 2 DynamoDB writes and 1 SQS send per step transition, plus 3 effect log
 // writes for the command step (create, DISPATCHING, SUCCEEDED), no Scan.
 func TestDurableRequestBudget(t *testing.T) {
 	t.Parallel()
-	d := openDurable(t, nil, checkout.Pipeline())
+	d := openDurable(t, nil, orderPipeline())
 	d.counter.Reset()
-	e := d.submit(checkout.ID, "order-1", order)
+	e := d.submit(orderID, "order-1", order)
 	submit := d.counter.Snapshot()
 	if submit["DynamoDB.TransactWriteItems"] != 1 || submit["SQS.SendMessage"] != 1 || len(submit) != 2 {
 		t.Fatalf("submit requests = %v, want 1 TransactWriteItems + 1 SendMessage", submit)
@@ -144,14 +173,14 @@ func TestDurableRequestBudget(t *testing.T) {
 	d.start()
 	got := d.await(e, store.Succeeded, 30*time.Second)
 	d.stop()
-	steps := len(checkout.Pipeline().Steps)
+	steps := len(orderPipeline().Steps)
 	if got.Version != int64(1+2*steps) {
 		t.Errorf("version %d, want %d (one claim and one commit per step)", got.Version, 1+2*steps)
 	}
 	run := d.counter.Snapshot()
 	writes := run["DynamoDB.UpdateItem"] + run["DynamoDB.PutItem"] + run["DynamoDB.TransactWriteItems"] + run["DynamoDB.BatchWriteItem"] + run["DynamoDB.DeleteItem"]
 	sends := run["SQS.SendMessage"] + run["SQS.SendMessageBatch"]
-	const commandWrites = 3 // capture-payment's effect record: PutItem, UpdateItem, UpdateItem
+	const commandWrites = 3 // the charge step's effect record: PutItem, UpdateItem, UpdateItem
 	if writes > 2*steps+commandWrites || sends > steps-1 || run["DynamoDB.Scan"] != 0 {
 		t.Errorf("%d steps cost %d DynamoDB writes and %d SQS sends (%v); budget %d writes, %d sends, no Scan",
 			steps, writes, sends, run, 2*steps+commandWrites, steps-1)
@@ -246,8 +275,8 @@ func TestDurableLeaseTakeover(t *testing.T) {
 // commit (the queue is purged); the sweeper alone completes the execution.
 func TestDurableSweeperRedispatchesLostWork(t *testing.T) {
 	t.Parallel()
-	d := openDurable(t, nil, checkout.Pipeline())
-	e := d.submit(checkout.ID, "order-1", order)
+	d := openDurable(t, nil, orderPipeline())
+	e := d.submit(orderID, "order-1", order)
 	purge(t, d)
 	d.start()
 	time.Sleep(1500 * time.Millisecond)
