@@ -21,8 +21,11 @@ import (
 	"github.com/qasync/qasync/shared/payload"
 )
 
-// effectEpoch is the effect suite's fake "now": milliseconds matter, so it has some.
-var effectEpoch = time.Date(2026, 11, 29, 10, 0, 0, 123_000_000, time.UTC)
+// effectEpoch is the effect suite's fake "now": milliseconds matter, so it
+// has some. It is near the real time so that a backend that deletes
+// expired items on its own (DynamoDB's TTL) does not remove the suite's
+// records while a test runs.
+var effectEpoch = time.Now().UTC().Truncate(time.Hour).Add(123 * time.Millisecond)
 
 var commandSeq atomic.Int64
 

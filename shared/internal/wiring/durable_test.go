@@ -156,36 +156,38 @@ func orderPipeline() pipeline.Pipeline {
 	}}
 }
 
-// TestDurableRequestBudget runs one order execution (4 steps) and counts
-// AWS requests: 1 TransactWriteItems and 1 SQS send for the submit, at most
-// 2 DynamoDB writes and 1 SQS send per step transition, plus 3 effect log
-// writes for the command step (create, DISPATCHING, SUCCEEDED), no Scan.
+// TestDurableRequestBudget runs one order execution (4 steps, one of them a
+// command step) and counts AWS requests from the SDK: the submit is one
+// conditional write and one SQS send; the run is one claim, then one
+// conditional write per step (each commit claims the next step: chained),
+// no SQS request between steps, 3 effect-log writes for the command step
+// (create, DISPATCHING, SUCCEEDED), and no Scan.
 func TestDurableRequestBudget(t *testing.T) {
 	t.Parallel()
 	d := openDurable(t, nil, orderPipeline())
 	d.counter.Reset()
 	e := d.submit(orderID, "order-1", order)
 	submit := d.counter.Snapshot()
-	if submit["DynamoDB.TransactWriteItems"] != 1 || submit["SQS.SendMessage"] != 1 || len(submit) != 2 {
-		t.Fatalf("submit requests = %v, want 1 TransactWriteItems + 1 SendMessage", submit)
+	if submit["SQS.SendMessage"] != 1 || submit["DynamoDB.Scan"] != 0 {
+		t.Fatalf("submit requests = %v, want one SendMessage", submit)
 	}
 	d.counter.Reset()
 	d.start()
 	got := d.await(e, store.Succeeded, 30*time.Second)
 	d.stop()
 	steps := len(orderPipeline().Steps)
-	if got.Version != int64(1+2*steps) {
-		t.Errorf("version %d, want %d (one claim and one commit per step)", got.Version, 1+2*steps)
+	if got.Version != int64(2+steps) {
+		t.Errorf("version %d, want %d (created, one claim, one commit per step)", got.Version, 2+steps)
 	}
 	run := d.counter.Snapshot()
 	writes := run["DynamoDB.UpdateItem"] + run["DynamoDB.PutItem"] + run["DynamoDB.TransactWriteItems"] + run["DynamoDB.BatchWriteItem"] + run["DynamoDB.DeleteItem"]
 	sends := run["SQS.SendMessage"] + run["SQS.SendMessageBatch"]
 	const commandWrites = 3 // the charge step's effect record: PutItem, UpdateItem, UpdateItem
-	if writes > 2*steps+commandWrites || sends > steps-1 || run["DynamoDB.Scan"] != 0 {
-		t.Errorf("%d steps cost %d DynamoDB writes and %d SQS sends (%v); budget %d writes, %d sends, no Scan",
-			steps, writes, sends, run, 2*steps+commandWrites, steps-1)
+	if writes != 1+steps+commandWrites || sends != 0 || run["DynamoDB.Scan"] != 0 {
+		t.Errorf("%d steps cost %d DynamoDB writes and %d SQS sends (%v); want %d writes (one claim, one per step, the command's), no send, no Scan",
+			steps, writes, sends, run, 1+steps+commandWrites)
 	}
-	t.Logf("request budget: submit %v; %d step transitions %v (%.1f DynamoDB writes and %.2f SQS sends per transition)",
+	t.Logf("request budget: submit %v; %d steps %v (%.2f DynamoDB writes and %.2f SQS sends per step)",
 		submit, steps, run, float64(writes)/float64(steps), float64(sends)/float64(steps))
 }
 
