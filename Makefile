@@ -22,6 +22,19 @@ STACK      := scripts/stack.sh
 LAMBDA_FNS := submit worker sweeper dlq
 DIST       := dist
 
+# lambda-bundles builds the Lambda functions <pkg>/<fn> of the Go module in
+# directory $(1) into $(1)/$(3)/<fn>/bootstrap and $(1)/$(3)/<fn>.zip
+# (linux/arm64, static, reproducible): $(call lambda-bundles,<module dir>,<pkg>,<dist>).
+define lambda-bundles
+go build -o $(BIN)/zipbootstrap ./scripts/zipbootstrap
+@for fn in $(LAMBDA_FNS); do \
+	mkdir -p $(1)/$(3)/$$fn; \
+	(cd $(1) && GOOS=linux GOARCH=arm64 CGO_ENABLED=0 go build -tags lambda.norpc -trimpath -ldflags='-s -w -buildid=' \
+		-o $(3)/$$fn/bootstrap ./$(2)/$$fn); \
+	$(BIN)/zipbootstrap $(1)/$(3)/$$fn/bootstrap $(1)/$(3)/$$fn.zip; \
+done
+endef
+
 # The AWS Lambda Runtime Interface Emulator runs the real function binaries
 # on this machine (make local-cloud, and the tests of shared/internal/localcloud).
 RIE_VERSION := v0.0.0-20261030222936-bef5c4ba774d
@@ -39,13 +52,7 @@ build-local: ## build the local binary into .cache/bin/qasync
 	go build -o $(BIN)/qasync ./cmd/qasync
 
 build-lambda: ## build each Lambda function into dist/<fn>/bootstrap and dist/<fn>.zip (linux/arm64) and print the sizes
-	go build -o $(BIN)/zipbootstrap ./scripts/zipbootstrap
-	@for fn in $(LAMBDA_FNS); do \
-		mkdir -p $(DIST)/$$fn; \
-		GOOS=linux GOARCH=arm64 CGO_ENABLED=0 go build -tags lambda.norpc -trimpath -ldflags='-s -w -buildid=' \
-			-o $(DIST)/$$fn/bootstrap ./functions/$$fn; \
-		$(BIN)/zipbootstrap $(DIST)/$$fn/bootstrap $(DIST)/$$fn.zip; \
-	done
+	$(call lambda-bundles,.,functions,$(DIST))
 
 # make run and make local-cloud serve the diag.drill fault drill
 # (diag.enabled), which deployments leave off.
@@ -54,7 +61,7 @@ run: build-local ## serve the API, workers and sweeper on $(ADDR) with in-memory
 	PIPELINE_ORCHESTRATOR_DIAG_ENABLED=$${PIPELINE_ORCHESTRATOR_DIAG_ENABLED:-true} \
 	exec $(BIN)/qasync serve --addr $(ADDR)
 
-test: build-lambda vet fmt-check stack-test test-unit fuzz cdk-test ## everything CI runs: vet, gofmt, the stack script's test, all tests with -race against the local AWS stack, a short fuzz
+test: build-lambda vet fmt-check stack-test test-unit fuzz cdk-test examples-test ## everything CI runs: vet, gofmt, the stack script's test, all tests with -race against the local AWS stack, a short fuzz, the CDK tests, the example service
 
 # The stack is started for the tests and stopped afterwards, also on failure.
 test-unit: build-local rie
@@ -145,7 +152,7 @@ fmt-check:
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 clean: ## remove build outputs and the tool cache
-	rm -rf $(CACHE) $(DIST)
+	rm -rf $(CACHE) $(DIST) $(EXAMPLE)/$(DIST)
 
 # --- AWS deployment: the CDK app in infra/cdk (its own Go module; see the
 # README's Deploy section). STAGE picks the stage settings (dev, prod, ...);
@@ -184,3 +191,21 @@ cdk-test: ## test the CDK app: vet, gofmt, template assertions and cdk-nag (plac
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	cd $(CDK_DIR) && go test -count=1 -timeout 10m -v ./... 2>&1 | \
 		grep -vE '^(!!|=== (RUN|PAUSE|CONT))' || exit 1
+
+# --- The example service (examples/: a module of its own, importing only
+# qasync's public packages; its CDK app is a module of its own too, in
+# examples/invoices/infra). Its bundles go to examples/invoices/dist.
+EXAMPLE     := examples/invoices
+EXAMPLE_CDK := $(EXAMPLE)/infra
+
+.PHONY: examples-bundles examples-test
+
+examples-bundles: ## build the example service's four Lambda functions into examples/invoices/dist (linux/arm64)
+	$(call lambda-bundles,$(EXAMPLE),functions,$(DIST))
+
+# The module downloads come from the same cache (GOMODCACHE above).
+examples-test: examples-bundles ## the example service: vet, gofmt, its pipeline end to end through its local main, its CDK app synthesized with assertions
+	cd examples && go vet ./... && out=$$(gofmt -l .) && \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	cd examples && go test -count=1 -timeout 5m ./...
+	cd $(EXAMPLE_CDK) && go vet ./... && QASYNC_REQUIRE_BUNDLES=1 go test -count=1 -timeout 5m ./...

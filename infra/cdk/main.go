@@ -1,7 +1,8 @@
 // Command cdk is the CDK app of qasync: it reads the stage settings from
 // CDK context (`-c stage=prod`, cdk.json, CDK_CONTEXT_JSON), builds the
-// stack (package stack), applies cdk-nag's AwsSolutions checks and
-// synthesizes into CDK_OUTDIR (cdk.out when run by the CDK CLI).
+// stack (package stack) on this repository's dist/, applies cdk-nag's
+// AwsSolutions checks and synthesizes into CDK_OUTDIR (cdk.out when run
+// by the CDK CLI).
 //
 //	CDK_OUTDIR=cdk.out go run .                                   # dev, no CLI, no AWS credentials
 //	CDK_OUTDIR=cdk.out CDK_CONTEXT_JSON='{"stage":"prod"}' go run .
@@ -9,7 +10,9 @@
 //
 // The stack is environment-agnostic unless CDK_DEFAULT_ACCOUNT and
 // CDK_DEFAULT_REGION are both set (the CLI sets them from credentials), so
-// synthesis needs no credentials.
+// synthesis needs no credentials. A service of its own has an app like
+// this one that points stack.Props.Bundles at its bundles (see
+// examples/invoices/infra).
 package main
 
 import (
@@ -17,7 +20,6 @@ import (
 	"os"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
-	"github.com/aws/aws-cdk-go/awscdk/v2/cxapi"
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/qasync/qasync/infra/cdk/stack"
@@ -43,29 +45,16 @@ func run() error {
 		return err
 	}
 	props := stack.Props{Settings: settings}
-	account, region := os.Getenv("CDK_DEFAULT_ACCOUNT"), os.Getenv("CDK_DEFAULT_REGION")
-	if account != "" && region != "" {
-		props.Env = &awscdk.Environment{Account: jsii.String(account), Region: jsii.String(region)}
-	}
+	props.Env = stack.EnvironmentFromCLI()
 	if _, err := stack.New(app, settings.StackName(), props); err != nil {
 		return err
 	}
-	stack.AddNagChecks(app, true)
-	assembly := app.Synth(nil)
-	// The CDK CLI refuses a stack with error annotations (cdk-nag's
-	// findings among them); `go run .` on its own must refuse it too.
-	errs := 0
-	for _, st := range *assembly.Stacks() {
-		for _, m := range *st.Messages() {
-			if m.Level == cxapi.SynthesisMessageLevel_ERROR {
-				errs++
-				fmt.Fprintf(os.Stderr, "error: %s: %v\n", *m.Id, m.Entry.Data)
-			}
-		}
-		fmt.Fprintf(os.Stderr, "synthesized %s into %s\n", *st.StackName(), *assembly.Directory())
+	assembly, err := stack.Synth(app)
+	if err != nil {
+		return err
 	}
-	if errs > 0 {
-		return fmt.Errorf("%d error annotation(s), cdk-nag findings included; see above", errs)
+	for _, st := range *assembly.Stacks() {
+		fmt.Fprintf(os.Stderr, "synthesized %s into %s\n", *st.StackName(), *assembly.Directory())
 	}
 	return nil
 }

@@ -102,7 +102,7 @@ func (b *builder) functions() error {
 			Runtime:               awslambda.Runtime_PROVIDED_AL2023(),
 			Architecture:          awslambda.Architecture_ARM_64(),
 			Handler:               jsii.String("bootstrap"),
-			Code:                  awslambda.Code_FromAsset(jsii.String(filepath.Join(b.s.DistDir, name+".zip")), nil),
+			Code:                  awslambda.Code_FromAsset(jsii.String(b.bundles[name].asset), nil),
 			Role:                  role,
 			Timeout:               seconds(timeouts[name]),
 			MemorySize:            jsii.Number(float64(b.s.MemoryMB)),
@@ -122,7 +122,7 @@ func (b *builder) functions() error {
 		f := &function{name: name, role: role, logs: logs}
 		f.fn = awslambda.NewFunction(b.stack, jsii.String(id), props)
 		setLogicalID(f.fn, id)
-		if err := b.samAssetMetadata(f.fn, name); err != nil {
+		if err := b.samAssetMetadata(f.fn, b.bundles[name].folder); err != nil {
 			return err
 		}
 		b.fn[name] = f
@@ -144,18 +144,15 @@ const (
 // samAssetMetadata makes fn runnable by `sam local invoke`: SAM CLI
 // replaces the property named by aws:asset:property (Code) with the
 // folder aws:asset:path names, relative to the template's directory (the
-// app's output directory), so it runs dist/<fn>/bootstrap instead of
-// refusing the S3 location of the deployed asset. The CDK adds this
+// app's output directory), so it runs the bundle's bootstrap
+// (dist/<fn>/bootstrap by default) instead of refusing the S3 location of
+// the deployed asset. The CDK adds this
 // metadata itself only under the aws:cdk:enable-asset-metadata context,
 // which the CDK CLI sets and `go run .` (make synth) does not, and it
 // would point at the staged zip; set here after the Function is built, it
 // wins either way. is-bundled tells `sam build` the folder is built.
-func (b *builder) samAssetMetadata(fn awslambda.Function, name string) error {
+func (b *builder) samAssetMetadata(fn awslambda.Function, dir string) error {
 	outdir, err := filepath.Abs(*awscdk.Stage_Of(b.stack).Outdir())
-	if err != nil {
-		return err
-	}
-	dir, err := filepath.Abs(filepath.Join(b.s.DistDir, name))
 	if err != nil {
 		return err
 	}

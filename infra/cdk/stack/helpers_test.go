@@ -17,37 +17,60 @@ import (
 )
 
 // distDir holds placeholder zips and bootstrap folders, laid out like
-// make build-lambda's dist/: the tests never need the real bundles.
+// make build-lambda's dist/: the tests never need the real bundles. It
+// stands for this repository's dist/ (Settings.DistDir).
 var distDir string
 
+// serviceDir holds the bundles of another service (variant "service"),
+// laid out like distDir but with other contents; serviceSweeper is that
+// service's sweeper bundle, a folder elsewhere without a zip.
+var serviceDir, serviceSweeper string
+
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "qasync-cdk-dist-")
+	root, err := os.MkdirTemp("", "qasync-cdk-dist-")
 	if err != nil {
 		panic(err)
 	}
+	distDir, serviceDir = filepath.Join(root, "dist"), filepath.Join(root, "service", "dist")
+	serviceSweeper = filepath.Join(root, "service", "build", "sweeper")
 	for _, fn := range FunctionNames {
-		if err := placeholderDist(dir, fn); err != nil {
+		if err := placeholderDist(distDir, fn); err != nil {
+			panic(err)
+		}
+		if err := placeholderBundle(filepath.Join(serviceDir, fn), true, serviceContent(fn)); err != nil {
 			panic(err)
 		}
 	}
-	distDir = dir
+	if err := placeholderBundle(serviceSweeper, false, serviceContent("sweeper (own folder)")); err != nil {
+		panic(err)
+	}
 	code := m.Run()
 	jsii.Close()
-	os.RemoveAll(dir)
+	os.RemoveAll(root)
 	os.Exit(code)
 }
 
 // placeholderDist writes dir/<fn>.zip and the executable
 // dir/<fn>/bootstrap, as make build-lambda does.
 func placeholderDist(dir, fn string) error {
-	content := "placeholder bootstrap of " + fn
-	if err := placeholderZip(filepath.Join(dir, fn+".zip"), content); err != nil {
+	return placeholderBundle(filepath.Join(dir, fn), true, "placeholder bootstrap of "+fn)
+}
+
+// serviceContent is what the bundles of the "service" variant hold.
+func serviceContent(fn string) string { return "invoices bundle of " + fn }
+
+// placeholderBundle writes the executable folder/bootstrap printing
+// content and, with zip, folder.zip holding content as bootstrap.
+func placeholderBundle(folder string, zip bool, content string) error {
+	if err := os.MkdirAll(folder, 0o755); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(filepath.Join(dir, fn), 0o755); err != nil {
-		return err
+	if zip {
+		if err := placeholderZip(folder+".zip", content); err != nil {
+			return err
+		}
 	}
-	return os.WriteFile(filepath.Join(dir, fn, "bootstrap"), []byte("#!/bin/sh\necho "+content+"\n"), 0o755)
+	return os.WriteFile(filepath.Join(folder, "bootstrap"), []byte("#!/bin/sh\necho "+content+"\n"), 0o755)
 }
 
 // placeholderZip writes a zip holding one file named bootstrap.
@@ -93,6 +116,10 @@ func settingsFor(variant string) Settings {
 		s := DefaultSettings("prod")
 		s.DistDir = distDir
 		return s
+	case "service": // another service's stack on its own bundles (bundlesFor)
+		s := DefaultServiceSettings("invoices", "dev")
+		s.DistDir = distDir // never used: Props.Bundles wins
+		return s
 	case "full": // every option on
 		s := DefaultSettings("staging")
 		s.DistDir = distDir
@@ -111,6 +138,16 @@ func settingsFor(variant string) Settings {
 	panic("unknown variant " + variant)
 }
 
+// bundlesFor returns Props.Bundles of a named test variant: none but for
+// "service", whose functions come from serviceDir and its sweeper from a
+// folder of its own.
+func bundlesFor(variant string) Bundles {
+	if variant == "service" {
+		return Bundles{Dir: serviceDir, Functions: map[string]string{Sweeper: serviceSweeper}}
+	}
+	return Bundles{}
+}
+
 // synth synthesizes a variant once (with cdk-nag applied) and caches it.
 func synth(t *testing.T, variant string) *synthesized {
 	t.Helper()
@@ -121,7 +158,7 @@ func synth(t *testing.T, variant string) *synthesized {
 	start := time.Now()
 	// Annotations_FromStack reads the assembly later: keep it for the run.
 	app := awscdk.NewApp(&awscdk.AppProps{Outdir: jsii.String(filepath.Join(distDir, "cdk.out-"+variant))})
-	st, err := New(app, s.StackName(), Props{Settings: s})
+	st, err := New(app, s.StackName(), Props{Settings: s, Bundles: bundlesFor(variant)})
 	if err != nil {
 		t.Fatalf("New(%s): %v", variant, err)
 	}

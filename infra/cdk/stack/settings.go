@@ -17,8 +17,8 @@ import (
 	"github.com/qasync/qasync/shared/config"
 )
 
-// Function names, as used in Settings.ReservedConcurrency, dist/<name>.zip
-// and the physical function names (<prefix>-<name>).
+// Function names, as used in Settings.ReservedConcurrency, Bundles
+// (dist/<name>.zip) and the physical function names (<prefix>-<name>).
 const (
 	Submit  = "submit"
 	Worker  = "worker"
@@ -33,14 +33,21 @@ var FunctionNames = []string{Submit, Worker, Sweeper, DLQ}
 // stage's defaults; SettingsFromContext reads them from CDK context
 // (cdk.json, `-c key=value`). Validate checks them; New calls it.
 type Settings struct {
+	// Service names the application the stack deploys (context "service",
+	// default "qasync"): lower-case letters, digits and '-'. The stack is
+	// "<service>-<stage>", tagged app=<service>, and the defaults of Prefix
+	// and MetricsNamespace follow it, so that two services share an
+	// account without sharing a table.
+	Service string
 	// Stage names the deployment (context "stage", default "dev"):
-	// lower-case letters, digits and '-'. The stack is "qasync-<stage>".
+	// lower-case letters, digits and '-'. The stack is "<service>-<stage>".
 	Stage string
 	// Prefix names every table, queue, function, bus and log group
-	// (context "prefix", default "qasync-<stage>"), via schema.Prefixed.
+	// (context "prefix", default "<service>-<stage>"), via schema.Prefixed.
 	Prefix string
-	// DistDir holds the Lambda zips <fn>.zip (context "distDir", default
-	// ../../dist relative to infra/cdk).
+	// DistDir holds the Lambda bundles <fn>/bootstrap and <fn>.zip when
+	// Props.Bundles names none (context "distDir", default ../../dist
+	// relative to infra/cdk: this repository's dist/).
 	DistDir string
 	// Retain keeps tables, queues and log groups when the stack or the
 	// resource is deleted (context "retain"; default true except in dev).
@@ -144,7 +151,7 @@ type Settings struct {
 	// and every other stage).
 	DiagEnabled bool
 	// MetricsNamespace is the EMF namespace, config key metrics.namespace
-	// (context "metricsNamespace", default qasync/<stage>).
+	// (context "metricsNamespace", default <service>/<stage>).
 	MetricsNamespace string
 	// LogLevel is the functions' log level (context "logLevel": debug,
 	// info, warn or error; default info). It sets both config key
@@ -166,6 +173,7 @@ type Settings struct {
 
 // Context keys read by SettingsFromContext.
 const (
+	CtxService               = "service"
 	CtxStage                 = "stage"
 	CtxPrefix                = "prefix"
 	CtxDistDir               = "distDir"
@@ -206,9 +214,12 @@ const (
 	defaultDistDirFromCDKDir = "../../dist"
 )
 
+// DefaultService is the service name of this repository's own stack.
+const DefaultService = "qasync"
+
 // ContextKeys lists every context key SettingsFromContext reads.
 var ContextKeys = []string{
-	CtxStage, CtxPrefix, CtxDistDir, CtxRetain, CtxDeletionProtection, CtxLogRetentionDays, CtxMemoryMB,
+	CtxService, CtxStage, CtxPrefix, CtxDistDir, CtxRetain, CtxDeletionProtection, CtxLogRetentionDays, CtxMemoryMB,
 	CtxSubmitTimeout, CtxWorkerTimeout, CtxLeaseMs, CtxSweeperTimeout, CtxDLQTimeout,
 	CtxWorkerBatchSize, CtxWorkerBatchingWindow, CtxWorkerMaxConcurrency, CtxDLQBatchSize, CtxDLQMaxConcurrency,
 	CtxReservedConcurrency, CtxTracing, CtxSweeperRateMinutes, CtxOldestMessageAlarm, CtxAlarmEmail,
@@ -217,15 +228,22 @@ var ContextKeys = []string{
 	CtxOutputBucket, CtxAwaitThrottleRate, CtxAwaitThrottleBurst, CtxTenantSource, CtxDiagEnabled,
 }
 
-// DefaultSettings returns the defaults of stage. Only "dev" lets CloudFormation
-// destroy data: every other stage (prod in particular) retains tables,
-// queues and log groups and turns on deletion protection. Only "dev"
-// serves the diag.drill fault drill (diag.enabled).
-func DefaultSettings(stage string) Settings {
+// DefaultSettings returns the defaults of stage for this repository's
+// service (DefaultServiceSettings of DefaultService).
+func DefaultSettings(stage string) Settings { return DefaultServiceSettings(DefaultService, stage) }
+
+// DefaultServiceSettings returns the defaults of stage for service: the
+// stack <service>-<stage>, resources prefixed <service>-<stage>, metrics
+// in namespace <service>/<stage>. Only "dev" lets CloudFormation destroy
+// data: every other stage (prod in particular) retains tables, queues and
+// log groups and turns on deletion protection. Only "dev" serves the
+// diag.drill fault drill (diag.enabled).
+func DefaultServiceSettings(service, stage string) Settings {
 	durable := stage != "dev"
 	return Settings{
+		Service:            service,
 		Stage:              stage,
-		Prefix:             "qasync-" + stage,
+		Prefix:             service + "-" + stage,
 		DistDir:            defaultDistDirFromCDKDir,
 		Retain:             durable,
 		DeletionProtection: durable,
@@ -244,7 +262,7 @@ func DefaultSettings(stage string) Settings {
 		JWTRedriveScope:    "qasync/redrive",
 		ThrottleRateLimit:  100,
 		ThrottleBurstLimit: 200,
-		MetricsNamespace:   "qasync/" + stage,
+		MetricsNamespace:   service + "/" + stage,
 		LogLevel:           "info",
 		DiagEnabled:        !durable,
 		// The await completion route is the one route without an API
@@ -254,8 +272,8 @@ func DefaultSettings(stage string) Settings {
 	}
 }
 
-// StackName is the CloudFormation stack name of s: qasync-<stage>.
-func (s Settings) StackName() string { return "qasync-" + s.Stage }
+// StackName is the CloudFormation stack name of s: <service>-<stage>.
+func (s Settings) StackName() string { return s.Service + "-" + s.Stage }
 
 // JWT reports whether a JWT authorizer is configured.
 func (s Settings) JWT() bool { return s.JWTIssuer != "" && len(s.JWTAudience) > 0 }
@@ -279,8 +297,12 @@ func (s Settings) EffectiveTenantSource() string {
 	return TenantIAM
 }
 
-// SettingsFromContext reads the settings from node's context: the stage's
-// defaults (DefaultSettings), overridden by each context key that is set.
+// SettingsFromContext reads the settings from node's context: the
+// defaults of the service and stage the context names
+// (DefaultServiceSettings; service qasync and stage dev when unset),
+// overridden by each context key that is set. An app of another service
+// gives its name as a context default (awscdk.AppProps.Context, which
+// -c service=... still overrides).
 // Values given with `-c key=value` arrive as strings, values from cdk.json
 // or CDK_CONTEXT_JSON as JSON; both are accepted. A relative distDir is
 // taken relative to baseDir. The result is validated.
@@ -300,11 +322,14 @@ func SettingsFromContext(node constructs.Node, baseDir string) (Settings, error)
 
 // settingsFrom builds settings from a context lookup.
 func settingsFrom(get func(string) (any, bool), baseDir string) (Settings, error) {
-	stage := defaultStage
+	service, stage := DefaultService, defaultStage
+	if v, ok := get(CtxService); ok {
+		service = strings.TrimSpace(fmt.Sprint(v))
+	}
 	if v, ok := get(CtxStage); ok {
 		stage = fmt.Sprint(v)
 	}
-	s := DefaultSettings(stage)
+	s := DefaultServiceSettings(service, stage)
 	var errs []error
 	try := func(key string, f func(v any) error) {
 		if v, ok := get(key); ok {
@@ -467,7 +492,8 @@ func toMap(v any) (map[string]any, error) {
 }
 
 var (
-	stageRE  = regexp.MustCompile(`^[a-z][a-z0-9-]{0,19}$`)
+	// nameRE is the form of a stage and a service name (CloudFormation stack names are <service>-<stage>).
+	nameRE   = regexp.MustCompile(`^[a-z][a-z0-9-]{0,19}$`)
 	prefixRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9-]{0,39}$`)
 )
 
@@ -480,7 +506,10 @@ func (s Settings) Validate() error {
 	bad := func(key, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("context %q: "+format, append([]any{key}, args...)...))
 	}
-	if !stageRE.MatchString(s.Stage) {
+	if !nameRE.MatchString(s.Service) {
+		bad(CtxService, "%q must be 1-20 lower-case letters, digits or '-', starting with a letter", s.Service)
+	}
+	if !nameRE.MatchString(s.Stage) {
 		bad(CtxStage, "%q must be 1-20 lower-case letters, digits or '-', starting with a letter", s.Stage)
 	}
 	if !prefixRE.MatchString(s.Prefix) {

@@ -198,12 +198,13 @@ func TestQueueVisibility(t *testing.T) {
 	}
 }
 
-func TestNewRefusesMissingZips(t *testing.T) {
+// New refuses an empty dist directory, saying how to build the bundles.
+func TestNewRefusesMissingBundles(t *testing.T) {
 	s := DefaultSettings("dev")
 	s.DistDir = t.TempDir()
 	_, err := New(awscdk.NewApp(nil), "missing", Props{Settings: s})
-	if err == nil || !strings.Contains(err.Error(), "build-lambda") {
-		t.Errorf("New without zips: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "build-lambda") || !strings.Contains(err.Error(), "Props.Bundles") {
+		t.Errorf("New without bundles: %v", err)
 	}
 }
 
@@ -282,8 +283,8 @@ func TestSamConfig(t *testing.T) {
 // metric (the dead-letter alarm).
 func TestSharedNames(t *testing.T) {
 	for file, want := range map[string][2]string{
-		"../../../shared/lifecycle/lifecycle.go": {"Source", lifecycleEventSrc},
-		"../../../shared/lambdafn/dlq.go":        {"MetricDeadLetterRecords", metricDeadLetterRecords},
+		"../../../shared/internal/lifecycle/lifecycle.go": {"Source", lifecycleEventSrc},
+		"../../../shared/internal/lambdahandlers/dlq.go":  {"MetricDeadLetterRecords", metricDeadLetterRecords},
 	} {
 		f, err := parser.ParseFile(token.NewFileSet(), file, nil, 0)
 		if err != nil {

@@ -1,19 +1,22 @@
 // Package stack is the qasync serverless application as one CDK stack:
 // the DynamoDB tables and SQS queues of shared/schema (the same
 // definitions `qasync provision` creates locally), the four Lambda
-// functions from dist/<fn>.zip with least-privilege roles, the HTTP API
-// with IAM authorization on every route but the await completion route
-// (authorized by its resume token), the sweeper's schedule, the
-// lifecycle event bus, alarms, and cdk-nag's AwsSolutions checks.
+// functions from their bundles (dist/<fn>.zip by default) with
+// least-privilege roles, the HTTP API with IAM authorization on every
+// route but the await completion route (authorized by its resume token),
+// the sweeper's schedule, the lifecycle event bus, alarms, and cdk-nag's
+// AwsSolutions checks.
 //
-// New builds the stack from Settings; main.go reads the settings from CDK
-// context (SettingsFromContext) and tests call New directly.
+// It is a construct for any service built on qasync: New builds the stack
+// from Settings (DefaultServiceSettings or SettingsFromContext, with the
+// service's name) and Props.Bundles (the service's own function bundles);
+// Synth checks and synthesizes the app. This repository's app (main.go)
+// and the service of examples/invoices are two such apps; tests call New
+// directly.
 package stack
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
@@ -74,37 +77,38 @@ type Props struct {
 	awscdk.StackProps
 	// Settings are the stage settings; New validates them.
 	Settings Settings
+	// Bundles locate the four functions' code: a service of its own points
+	// them at its bundles. The zero value takes them from Settings.DistDir.
+	Bundles Bundles
 }
 
-// New builds the qasync stack in scope. It fails when the settings are
-// invalid, a dist/<fn>.zip or dist/<fn>/bootstrap is missing, or the
-// functions' environment would not pass config.Load.
+// New builds the qasync stack in scope: the stack of a service whose
+// functions are the bundles props.Bundles names (by default this
+// repository's dist/). It fails when the settings are invalid, a
+// function's bundle is missing (its bootstrap is not an executable
+// file), or the functions' environment would not pass config.Load.
 func New(scope constructs.Construct, id string, props Props) (awscdk.Stack, error) {
 	s := props.Settings
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
-	for _, fn := range FunctionNames {
-		zip := filepath.Join(s.DistDir, fn+".zip")
-		if st, err := os.Stat(zip); err != nil || st.IsDir() {
-			return nil, fmt.Errorf("stack: %s is missing: build the Lambda zips first (make build-lambda), or point context %q at them", zip, CtxDistDir)
-		}
-		// The unzipped bootstrap is what `sam local invoke` runs (see
-		// samAssetMetadata); make build-lambda writes both.
-		boot := filepath.Join(s.DistDir, fn, "bootstrap")
-		if st, err := os.Stat(boot); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
-			return nil, fmt.Errorf("stack: %s is missing or not executable: build the Lambda functions first (make build-lambda), or point context %q at them", boot, CtxDistDir)
-		}
+	bundles, err := props.Bundles.resolve(s.DistDir)
+	if err != nil {
+		return nil, err
 	}
 	sp := props.StackProps
 	if sp.Description == nil {
-		sp.Description = jsii.String(fmt.Sprintf("qasync durable queue-async runtime, stage %s", s.Stage))
+		desc := "qasync durable queue-async runtime, stage " + s.Stage
+		if s.Service != DefaultService {
+			desc = s.Service + " on the " + desc
+		}
+		sp.Description = jsii.String(desc)
 	}
 	stack := awscdk.NewStack(scope, &id, &sp)
-	awscdk.Tags_Of(stack).Add(jsii.String("app"), jsii.String("qasync"), nil)
+	awscdk.Tags_Of(stack).Add(jsii.String("app"), jsii.String(s.Service), nil)
 	awscdk.Tags_Of(stack).Add(jsii.String("stage"), jsii.String(s.Stage), nil)
 
-	b := &builder{stack: stack, s: s, names: schema.Prefixed(s.Prefix)}
+	b := &builder{stack: stack, s: s, names: schema.Prefixed(s.Prefix), bundles: bundles}
 	b.tables()
 	b.queues()
 	b.bus = awsevents.NewEventBus(stack, jsii.String(EventBusID), &awsevents.EventBusProps{
@@ -130,18 +134,19 @@ func New(scope constructs.Construct, id string, props Props) (awscdk.Stack, erro
 
 // builder holds the stack's resources while New builds it.
 type builder struct {
-	stack  awscdk.Stack
-	s      Settings
-	names  schema.Names
-	tbl    map[string]awsdynamodb.Table // by logical id
-	queue  map[string]awssqs.Queue      // by logical id
-	bus    awsevents.EventBus
-	fn     map[string]*function // by function name
-	http   *httpAPI
-	alarm  *alarmSet
-	secret awssecretsmanager.Secret
-	output awss3.Bucket // nil unless Settings.OutputBucket
-	nagged []nagged
+	stack   awscdk.Stack
+	s       Settings
+	names   schema.Names
+	bundles map[string]bundle            // by function name
+	tbl     map[string]awsdynamodb.Table // by logical id
+	queue   map[string]awssqs.Queue      // by logical id
+	bus     awsevents.EventBus
+	fn      map[string]*function // by function name
+	http    *httpAPI
+	alarm   *alarmSet
+	secret  awssecretsmanager.Secret
+	output  awss3.Bucket // nil unless Settings.OutputBucket
+	nagged  []nagged
 }
 
 // removal is the removal policy of stateful resources.
