@@ -33,7 +33,7 @@ type stateEnv struct {
 	ctx    context.Context
 }
 
-var tenantSeq atomic.Int64
+var tenantSeq, tokenSeq atomic.Int64
 
 func setupState(t *testing.T, f func(*testing.T, clock.Clock) store.Store) *stateEnv {
 	t.Helper()
@@ -48,6 +48,7 @@ func (e *stateEnv) row(id string) store.Execution {
 	return store.Execution{
 		TenantID: e.tenant, ExecutionID: id, PipelineID: "p1", PipelineVersion: "v1-abc", Status: store.Queued, Version: 1,
 		StepName: "s0", Attempt: 1, NextDueAt: now, SweepAt: now.Add(time.Second), IdempotencyKey: "key-" + id,
+		Fingerprint: "fp-" + id, CreateToken: fmt.Sprintf("ct-%s-%d", id, tokenSeq.Add(1)),
 		Input:     payload.Ref{Encoding: payload.EncodingJSON, ContentType: payload.ContentTypeJSON, Length: 2, SHA256: payload.Digest([]byte("{}")), Inline: []byte("{}")},
 		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(24 * time.Hour),
 	}
@@ -56,7 +57,7 @@ func (e *stateEnv) row(id string) store.Execution {
 func (e *stateEnv) create(id string) store.Execution {
 	e.t.Helper()
 	r := e.row(id)
-	got, created, err := e.s.CreateOrGet(e.ctx, store.CreateRequest{Execution: r, IdempotencyKey: r.IdempotencyKey, Fingerprint: "fp-" + id})
+	got, created, err := e.s.CreateOrGet(e.ctx, store.CreateRequest{Execution: r})
 	if err != nil || !created {
 		e.t.Fatalf("CreateOrGet(%s) = created %v, err %v", id, created, err)
 	}
@@ -107,6 +108,7 @@ func runState(t *testing.T, f func(*testing.T, clock.Clock) store.Store) {
 		{"CreateRetriedAfterItLanded", testCreateRetried},
 		{"DueIndexSparseAndOrdered", testDue},
 		{"DuePagesEachRowOnce", testDueLimit},
+		{"DuePagesRowsWithEqualTimes", testDueTies},
 		{"ExpiredRowsAbsent", testExpired},
 		{"RoundTripAllFields", testRoundTrip},
 	}
@@ -129,46 +131,51 @@ func testCreateAndGet(e *stateEnv) {
 	}
 }
 
+// testDuplicateKey: a second create of the same execution (the same
+// idempotency key, hence the same id, and the same request) by another
+// submit call returns the first row, unchanged.
 func testDuplicateKey(e *stateEnv) {
 	first := e.create("a")
-	dup := e.row("b")
-	dup.IdempotencyKey = first.IdempotencyKey
-	got, created, err := e.s.CreateOrGet(e.ctx, store.CreateRequest{Execution: dup, IdempotencyKey: dup.IdempotencyKey, Fingerprint: "fp-a"})
-	if err != nil || created || got.ExecutionID != "a" {
-		e.t.Fatalf("duplicate CreateOrGet = %s created=%v err=%v, want existing a", got.ExecutionID, created, err)
+	dup := e.row("a")
+	dup.StepName = "written-by-the-duplicate"
+	got, created, err := e.s.CreateOrGet(e.ctx, store.CreateRequest{Execution: dup})
+	if err != nil || created || got.CreateToken != first.CreateToken || got.StepName != first.StepName {
+		e.t.Fatalf("duplicate CreateOrGet = %+v created=%v err=%v, want the first row", got, created, err)
 	}
-	if _, err := e.s.Get(e.ctx, dup.Key()); !errors.Is(err, store.ErrNotFound) {
-		e.t.Fatalf("duplicate wrote a second row: Get(b) err = %v", err)
+	if stored, err := e.s.Get(e.ctx, first.Key()); err != nil || stored.StepName != first.StepName {
+		e.t.Fatalf("the duplicate changed the row: %+v, %v", stored, err)
 	}
 }
 
+// testKeyMismatch: the same key (id) for another request is refused.
 func testKeyMismatch(e *stateEnv) {
 	first := e.create("a")
-	dup := e.row("b")
-	_, _, err := e.s.CreateOrGet(e.ctx, store.CreateRequest{Execution: dup, IdempotencyKey: first.IdempotencyKey, Fingerprint: "other"})
+	dup := e.row("a")
+	dup.Fingerprint = "other"
+	dup.StepName = "written-by-the-other-request"
+	_, _, err := e.s.CreateOrGet(e.ctx, store.CreateRequest{Execution: dup})
 	if !errors.Is(err, store.ErrKeyMismatch) {
 		e.t.Fatalf("CreateOrGet with other fingerprint err = %v, want ErrKeyMismatch", err)
 	}
-	if _, err := e.s.Get(e.ctx, dup.Key()); !errors.Is(err, store.ErrNotFound) {
-		e.t.Fatalf("refused request stored a row: %v", err)
+	if stored, err := e.s.Get(e.ctx, first.Key()); err != nil || stored.StepName != first.StepName || stored.Fingerprint != first.Fingerprint {
+		e.t.Fatalf("the refused request changed the row: %+v, %v", stored, err)
 	}
 }
 
 func testConcurrentDuplicates(e *stateEnv) {
 	const n = 12
-	ids := make([]string, n)
+	tokens := make([]string, n)
 	created := make([]bool, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			r := e.row(fmt.Sprintf("dup-%d", i))
-			r.IdempotencyKey = "same-key"
-			got, c, err := e.s.CreateOrGet(e.ctx, store.CreateRequest{Execution: r, IdempotencyKey: r.IdempotencyKey, Fingerprint: "fp"})
+			r := e.row("dup") // every call its own create token
+			got, c, err := e.s.CreateOrGet(e.ctx, store.CreateRequest{Execution: r})
 			if err != nil {
 				e.t.Errorf("CreateOrGet: %v", err)
 				return
 			}
-			ids[i], created[i] = got.ExecutionID, c
+			tokens[i], created[i] = got.CreateToken, c
 		})
 	}
 	wg.Wait()
@@ -177,8 +184,8 @@ func testConcurrentDuplicates(e *stateEnv) {
 		if created[i] {
 			winners++
 		}
-		if ids[i] != ids[0] {
-			e.t.Fatalf("concurrent duplicates resolved to %s and %s", ids[0], ids[i])
+		if tokens[i] != tokens[0] {
+			e.t.Fatalf("concurrent duplicates saw two rows: tokens %s and %s", tokens[0], tokens[i])
 		}
 	}
 	if winners != 1 {
@@ -187,10 +194,11 @@ func testConcurrentDuplicates(e *stateEnv) {
 }
 
 func testKeysScopedToTenant(e *stateEnv) {
-	a := e.create("a")
+	e.create("a")
 	other := e.row("a")
 	other.TenantID = e.tenant + "-other"
-	got, created, err := e.s.CreateOrGet(e.ctx, store.CreateRequest{Execution: other, IdempotencyKey: a.IdempotencyKey, Fingerprint: "different"})
+	other.Fingerprint = "different"
+	got, created, err := e.s.CreateOrGet(e.ctx, store.CreateRequest{Execution: other})
 	if err != nil || !created || got.TenantID != other.TenantID {
 		e.t.Fatalf("same key, other tenant: created=%v err=%v", created, err)
 	}
@@ -496,7 +504,7 @@ func testGetBatch(e *stateEnv) {
 // was unknown to the caller) reports created, so the caller dispatches.
 func testCreateRetried(e *stateEnv) {
 	r := e.row("a")
-	req := store.CreateRequest{Execution: r, IdempotencyKey: r.IdempotencyKey, Fingerprint: "fp"}
+	req := store.CreateRequest{Execution: r}
 	if _, created, err := e.s.CreateOrGet(e.ctx, req); err != nil || !created {
 		e.t.Fatalf("first create: %v %v", created, err)
 	}
@@ -504,10 +512,9 @@ func testCreateRetried(e *stateEnv) {
 	if err != nil || !created || got.ExecutionID != "a" {
 		e.t.Fatalf("repeated create = %v %v %v, want created", got.ExecutionID, created, err)
 	}
-	other := e.row("b")
-	other.IdempotencyKey = r.IdempotencyKey
-	if _, created, err := e.s.CreateOrGet(e.ctx, store.CreateRequest{Execution: other, IdempotencyKey: r.IdempotencyKey, Fingerprint: "fp"}); err != nil || created {
-		e.t.Fatalf("a duplicate submission (another execution id) = created %v, %v", created, err)
+	other := e.row("a") // the same request from another submit call
+	if _, created, err := e.s.CreateOrGet(e.ctx, store.CreateRequest{Execution: other}); err != nil || created {
+		e.t.Fatalf("a duplicate submission (another create token) = created %v, %v", created, err)
 	}
 }
 
@@ -604,6 +611,47 @@ func testDueLimit(e *stateEnv) {
 	}
 }
 
+// testDueTies: many rows due at the same instant (a burst submitted in
+// one millisecond), read a few per page: each is returned exactly once.
+func testDueTies(e *stateEnv) {
+	at := e.clock.Now().Add(-time.Minute)
+	const rows = 40
+	for i := range rows {
+		x := e.create(fmt.Sprintf("tie%02d", i))
+		if err := e.s.Reschedule(e.ctx, x.Key(), x.SweepAt, at, 0); err != nil {
+			e.t.Fatalf("Reschedule: %v", err)
+		}
+	}
+	seen := map[string]int{}
+	q := store.DueQuery{By: e.clock.Now(), Limit: 3}
+	for pages := 0; ; pages++ {
+		if pages > 4*rows {
+			e.t.Fatalf("paging did not end")
+		}
+		page, err := e.s.Due(e.ctx, q)
+		if err != nil {
+			e.t.Fatalf("Due: %v", err)
+		}
+		for _, r := range page.Refs {
+			if r.Key.TenantID == e.tenant {
+				seen[r.Key.ExecutionID]++
+			}
+		}
+		if page.Cursor == "" {
+			break
+		}
+		q.Cursor = page.Cursor
+	}
+	if len(seen) != rows {
+		e.t.Fatalf("paging saw %d of %d rows due at the same time", len(seen), rows)
+	}
+	for id, n := range seen {
+		if n != 1 {
+			e.t.Errorf("row %s returned %d times", id, n)
+		}
+	}
+}
+
 func testExpired(e *stateEnv) {
 	x := e.create("a")
 	e.clock.Advance(25 * time.Hour)
@@ -615,11 +663,11 @@ func testExpired(e *stateEnv) {
 		e.t.Fatalf("GetBatch of an expired row = %d rows, %v", len(rows), err)
 	}
 	// An expired key no longer binds: the same key creates a new execution.
-	y := e.row("b")
-	y.IdempotencyKey = x.IdempotencyKey
+	y := e.row("a")
+	y.Fingerprint = "new"
 	y.ExpiresAt = e.clock.Now().Add(time.Hour)
-	_, created, err := e.s.CreateOrGet(e.ctx, store.CreateRequest{Execution: y, IdempotencyKey: y.IdempotencyKey, Fingerprint: "new"})
-	if err != nil || !created {
+	got, created, err := e.s.CreateOrGet(e.ctx, store.CreateRequest{Execution: y})
+	if err != nil || !created || got.Fingerprint != "new" {
 		e.t.Fatalf("CreateOrGet after key expiry: created=%v err=%v", created, err)
 	}
 }

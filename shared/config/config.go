@@ -105,9 +105,11 @@ type Config struct {
 	// WorkerConcurrency is key "worker-concurrency", default 8, between 1
 	// and 1024: workers of the in-process event dispatcher.
 	WorkerConcurrency int
-	// InlineBudgetBytes is key "payload.inline-budget-bytes", default 65536,
+	// InlineBudgetBytes is key "payload.inline-budget-bytes", default 256,
 	// between 0 and 196608 (192 KiB, so two inline payloads fit a DynamoDB
-	// 400 KiB row).
+	// 400 KiB row). The default keeps a row with its input and its latest
+	// step output under 1 KB, so each step's write costs one write unit;
+	// larger payloads are written once to the payload table.
 	InlineBudgetBytes int
 	// AdminToken is key "admin.token", default empty, which disables the
 	// admin redrive route. It is never printed or marshaled.
@@ -169,16 +171,19 @@ type Config struct {
 	// ExecutionTable is key "dynamo.execution-table", default
 	// qasync-executions.
 	ExecutionTable string
-	// KeyTable is key "dynamo.key-table", default qasync-execution-keys.
-	KeyTable string
 	// PayloadTable is key "dynamo.execution-payload-table", default
 	// qasync-execution-payloads.
 	PayloadTable string
-	// DueShards is key "dynamo.due-shards", default 4, between 1 and 64:
-	// partitions of the due-work index; every process must agree.
-	DueShards int
-	// SQSWaitSeconds is key "sqs.wait-seconds", default 20, between 0 and
-	// 20: the work queue poller's long-poll wait.
+	// CapacityStepsPerSecond is key "dynamo.capacity-steps-per-second",
+	// default 1000, 1 to 1,000,000: the step rate the DynamoDB layout is
+	// sized for: the sweep and list indexes spread over
+	// schema.DueShardsFor of it partition key values. Raising it spreads
+	// new executions wider; lowering it is safe too (the table records the
+	// largest count rows were written with, and readers use that).
+	CapacityStepsPerSecond int
+	// SQSWaitSeconds is key "sqs.wait-seconds", default 20, between 1 and
+	// 20: the work queue poller's long-poll wait. Zero is refused: short
+	// polling an idle queue would send requests back to back.
 	SQSWaitSeconds int
 	// DeadLetterTable is key "dynamo.dead-letter-table", default
 	// qasync-dead-letters: the dead-letter consumer's records.
@@ -304,44 +309,47 @@ type Config struct {
 	ItemRejectPublishFailurePolicy string
 }
 
+// DueShards is the number of index shards the DynamoDB layout writes:
+// schema.DueShardsFor(CapacityStepsPerSecond).
+func (c Config) DueShards() int { return schema.DueShardsFor(c.CapacityStepsPerSecond) }
+
 // Default returns the built-in configuration.
 func Default() Config {
 	return Config{
-		Mode:                "QUEUE_ASYNC",
-		StateProvider:       "memory",
-		DispatcherProvider:  "event",
-		DLQProvider:         "log",
-		IdempotencyPolicy:   "OPTIONAL_CLIENT_KEY",
-		Lease:               30 * time.Second,
-		MaxRetries:          3,
-		RetryDelay:          time.Second,
-		RetryMultiplier:     2,
-		RetryMaxDelay:       5 * time.Minute,
-		SweepInterval:       time.Second,
-		SweepLimit:          100,
-		SweepGrace:          10 * time.Second,
-		ExecutionTTLDays:    30,
-		WorkerConcurrency:   8,
-		InlineBudgetBytes:   64 << 10,
-		HTTPAddr:            "127.0.0.1:8080",
-		MaxBodyBytes:        6 << 20,
-		TenantSource:        "header",
-		LogLevel:            "info",
-		ExecutionTable:      schema.DefaultNames.ExecutionTable,
-		KeyTable:            schema.DefaultNames.KeyTable,
-		PayloadTable:        schema.DefaultNames.PayloadTable,
-		DeadLetterTable:     schema.DefaultNames.DeadLetterTable,
-		EffectTable:         schema.DefaultNames.EffectTable,
-		TenantClaim:         "tenant_id",
-		DueShards:           schema.DefaultDueShards,
-		SQSWaitSeconds:      20,
-		SQSVisibility:       schema.WorkVisibility,
-		ClockSkewTolerance:  2 * time.Second,
-		PipelineVersionWait: time.Hour,
-		DispatchTimeout:     2 * time.Second,
-		ReleaseLimit:        10,
-		ChainMaxSteps:       16,
-		DiagDrillVersions:   "1",
+		Mode:                   "QUEUE_ASYNC",
+		StateProvider:          "memory",
+		DispatcherProvider:     "event",
+		DLQProvider:            "log",
+		IdempotencyPolicy:      "OPTIONAL_CLIENT_KEY",
+		Lease:                  30 * time.Second,
+		MaxRetries:             3,
+		RetryDelay:             time.Second,
+		RetryMultiplier:        2,
+		RetryMaxDelay:          5 * time.Minute,
+		SweepInterval:          time.Second,
+		SweepLimit:             100,
+		SweepGrace:             10 * time.Second,
+		ExecutionTTLDays:       30,
+		WorkerConcurrency:      8,
+		InlineBudgetBytes:      256, // payload.DefaultInlineBudget
+		HTTPAddr:               "127.0.0.1:8080",
+		MaxBodyBytes:           6 << 20,
+		TenantSource:           "header",
+		LogLevel:               "info",
+		ExecutionTable:         schema.DefaultNames.ExecutionTable,
+		PayloadTable:           schema.DefaultNames.PayloadTable,
+		DeadLetterTable:        schema.DefaultNames.DeadLetterTable,
+		EffectTable:            schema.DefaultNames.EffectTable,
+		TenantClaim:            "tenant_id",
+		CapacityStepsPerSecond: 1000,
+		SQSWaitSeconds:         20,
+		SQSVisibility:          schema.WorkVisibility,
+		ClockSkewTolerance:     2 * time.Second,
+		PipelineVersionWait:    time.Hour,
+		DispatchTimeout:        2 * time.Second,
+		ReleaseLimit:           10,
+		ChainMaxSteps:          16,
+		DiagDrillVersions:      "1",
 
 		HTTPReadHeaderTimeout: 10 * time.Second,
 		HTTPReadTimeout:       time.Minute,
@@ -461,7 +469,7 @@ var entries = []entry{
 		func(c *Config) *int { return &c.ChainMaxSteps }, parseInt[int], between(1, 1000)),
 	field("worker-concurrency", "Workers of the in-process event dispatcher; 1 to 1024.",
 		func(c *Config) *int { return &c.WorkerConcurrency }, parseInt[int], between(1, 1024)),
-	field("payload.inline-budget-bytes", "Largest payload stored inline in the execution row; 0 to 196608 (two must fit a 400 KiB DynamoDB row).",
+	field("payload.inline-budget-bytes", "Largest payload stored inline in the execution row; the default keeps a row with its input and latest step output under 1 KB (one write unit per step); larger payloads are written once to the payload table; 0 to 196608 (two must fit a 400 KiB DynamoDB row).",
 		func(c *Config) *int { return &c.InlineBudgetBytes }, parseInt[int], between(0, 192<<10)),
 	secret(field("admin.token", "Token for the admin redrive route; empty disables the route. Never printed.",
 		func(c *Config) *string { return &c.AdminToken }, verbatim, nil)),
@@ -514,12 +522,10 @@ var entries = []entry{
 		func(c *Config) *string { return &c.LogLevel }, lower, oneOf("debug", "info", "warn", "error")),
 	field("dynamo.execution-table", "DynamoDB execution table (state-provider dynamo).",
 		func(c *Config) *string { return &c.ExecutionTable }, verbatim, requiredWhen("state-provider", "dynamo", usesDynamo)),
-	field("dynamo.key-table", "DynamoDB idempotency key table (state-provider dynamo).",
-		func(c *Config) *string { return &c.KeyTable }, verbatim, requiredWhen("state-provider", "dynamo", usesDynamo)),
 	field("dynamo.execution-payload-table", "DynamoDB payload chunk table, PK payload_id, SK payload_part (state-provider dynamo).",
 		func(c *Config) *string { return &c.PayloadTable }, verbatim, requiredWhen("state-provider", "dynamo", usesDynamo)),
-	field("dynamo.due-shards", "Partitions of the sweep index; every process sharing the table must agree; 1 to 64.",
-		func(c *Config) *int { return &c.DueShards }, parseInt[int], between(1, 64)),
+	field("dynamo.capacity-steps-per-second", "Step rate the DynamoDB layout is sized for: the sweep and list indexes spread over max(4, ceil(2 x rate / 500)) partition key values (an execution writes the sweep index twice; a partition takes 1,000 units/s, used at most half); 1 to 1000000. Changing it is safe: the table remembers the largest count used.",
+		func(c *Config) *int { return &c.CapacityStepsPerSecond }, parseInt[int], between(1, 1_000_000)),
 	field("dynamo.dead-letter-table", "DynamoDB table of dead-letter records kept by the dlq consumer (state-provider dynamo).",
 		func(c *Config) *string { return &c.DeadLetterTable }, verbatim, requiredWhen("state-provider", "dynamo", usesDynamo)),
 	field("dynamo.effect-table", "DynamoDB effect log of command steps, PK command_id (state-provider dynamo).",
@@ -528,8 +534,8 @@ var entries = []entry{
 		func(c *Config) *string { return &c.EventsBusName }, verbatim, nil),
 	field("metrics.namespace", "CloudWatch namespace of metrics written to stdout in Embedded Metric Format; empty: off.",
 		func(c *Config) *string { return &c.MetricsNamespace }, verbatim, nil),
-	field("sqs.wait-seconds", "Long-poll wait of the work queue poller in seconds; 0 to 20.",
-		func(c *Config) *int { return &c.SQSWaitSeconds }, parseInt[int], between(0, 20)),
+	field("sqs.wait-seconds", "Long-poll wait of the work queue poller in seconds; 1 to 20 (0, short polling, would send requests back to back on an idle queue).",
+		func(c *Config) *int { return &c.SQSWaitSeconds }, parseInt[int], between(1, 20)),
 	field("sqs.visibility-timeout", "Visibility timeout of a received work item (duration); the poller extends it while a transition runs; 1s to 12h.",
 		func(c *Config) *time.Duration { return &c.SQSVisibility }, parseDuration, between(time.Second, 12*time.Hour)),
 	field("faults.dynamo-error-rate", "Test only (chaos): share of DynamoDB request attempts failed with an injected throttling or 500 error before they are sent; the SDK retries them like real ones; 0 (off) to 0.5.",

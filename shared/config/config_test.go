@@ -283,7 +283,7 @@ func TestAdminTokenRedacted(t *testing.T) {
 		}
 	}
 	if !strings.Contains(buf.String(), `"admin_token":"set"`) || !strings.Contains(buf.String(), `"lease_ms":30000`) ||
-		!strings.Contains(buf.String(), `"payload_inline_budget_bytes":65536`) {
+		!strings.Contains(buf.String(), `"payload_inline_budget_bytes":256`) {
 		t.Errorf("LogValue = %s", buf.String())
 	}
 	if !strings.Contains(Default().String(), "admin.token=unset") {

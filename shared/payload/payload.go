@@ -46,8 +46,14 @@ const ChunkSize = 256 * 1024
 // 400 KiB (409,600 byte) item limit.
 const MaxInlineBudget = 192 * 1024
 
-// DefaultInlineBudget is the default inline budget in bytes.
-const DefaultInlineBudget = 64 * 1024
+// DefaultInlineBudget is the default inline budget in bytes: small on
+// purpose. DynamoDB bills every conditional write of a row by the whole
+// item, one unit per started kilobyte, and a row's other attributes take
+// about 450 bytes, so with its input and its latest step output each at
+// most 256 bytes a row stays under 1 KB and every step costs one write
+// unit. A larger payload is written once to the payload table and the row
+// carries a reference of about 90 bytes.
+const DefaultInlineBudget = 256
 
 // Payload is a serialized value with its descriptor.
 type Payload struct {

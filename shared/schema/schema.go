@@ -54,47 +54,56 @@ type Queue struct {
 	MaxReceiveCount int
 }
 
-// Attribute names of the execution table.
+// Attribute names of the execution table. They are short on purpose:
+// DynamoDB counts every attribute name in an item's size, and every
+// conditional write of a row costs one write unit per started kilobyte
+// of the whole item, so a row kept under 1 KB costs one unit per step.
 const (
-	AttrTenantID          = "tenant_id"
-	AttrExecutionID       = "execution_id"
-	AttrPipelineID        = "pipeline_id"
-	AttrStatus            = "status"
-	AttrVersion           = "version"
-	AttrStepIndex         = "current_step_index"
-	AttrStepName          = "step_name"
-	AttrAttempt           = "attempt"
-	AttrMaxAttempt        = "max_attempt"
-	AttrLeaseOwner        = "lease_owner"
-	AttrLeaseExpires      = "lease_expires_epoch_ms"
-	AttrNextDue           = "next_due_epoch_ms"
-	AttrSweepAt           = "sweep_at_epoch_ms"
-	AttrSweeps            = "sweep_count"
-	AttrDueShard          = "due_shard"
-	AttrPipelineVersion   = "pipeline_version"
-	AttrReleases          = "release_count"
-	AttrVersionWaitSince  = "version_wait_since_epoch_ms"
-	AttrLastTransitionKey = "last_transition_key"
-	AttrIdempotencyKey    = "idempotency_key"
-	AttrInput             = "input"
-	AttrResult            = "result"
-	AttrErrorCode         = "error_code"
-	AttrErrorMessage      = "error_message"
-	AttrTerminalReason    = "terminal_reason"
-	AttrDLQPending        = "dlq_pending"
-	AttrNote              = "note"
-	AttrRedriveCount      = "redrive_count"
-	AttrCreated           = "created_epoch_ms"
-	AttrUpdated           = "updated_epoch_ms"
-	AttrTTL               = "ttl_epoch_s"
+	// AttrPK is the partition key: the tenant and the execution id,
+	// "<tenant>#<executionId>" (neither may contain '#'). One key per
+	// execution spreads a tenant's load over every partition; the tenant
+	// in the key keeps one tenant from reading another's rows.
+	AttrPK                = "pk"
+	AttrPipelineID        = "p"
+	AttrPipelineVersion   = "pv"
+	AttrStatus            = "s"
+	AttrVersion           = "v"
+	AttrStepIndex         = "si"
+	AttrStepName          = "sn"
+	AttrAttempt           = "at"
+	AttrMaxAttempt        = "ma"
+	AttrLeaseOwner        = "lo"
+	AttrLeaseExpires      = "le"
+	AttrNextDue           = "nd"
+	AttrSweepAt           = "sw"
+	AttrSweeps            = "sc"
+	AttrDueShard          = "ds"
+	AttrReleases          = "rl"
+	AttrVersionWaitSince  = "vw"
+	AttrLastTransitionKey = "lt"
+	AttrIdempotencyKey    = "ik"
+	AttrFingerprint       = "fp"
+	AttrCreateToken       = "ct"
+	AttrInput             = "in"
+	AttrResult            = "rs"
+	AttrErrorCode         = "ec"
+	AttrErrorMessage      = "em"
+	AttrTerminalReason    = "tr"
+	AttrDLQPending        = "dp"
+	AttrNote              = "no"
+	AttrRedriveCount      = "rc"
+	AttrCreated           = "c"
+	AttrUpdated           = "u"
+	// AttrTTL is the expiry (epoch seconds) of every table's items.
+	AttrTTL = "ttl"
 	// AttrAwait is the map attribute of the current external await.
-	AttrAwait = "await"
-)
-
-// Attribute names of the idempotency key table.
-const (
-	AttrKeyID       = "tenant_execution_key"
-	AttrFingerprint = "fingerprint"
+	AttrAwait = "aw"
+	// AttrListKey is the list index's partition key: the tenant and a
+	// bucket fixed at submit, "<tenant>#<bucket>".
+	AttrListKey = "lk"
+	// AttrShards is the meta item's record of the largest index shard
+	// count rows were written with.
+	AttrShards = "n"
 )
 
 // Attribute names of the payload table.
@@ -112,14 +121,39 @@ const (
 // the happy path never does (see execution.Execution.SweepAt).
 const DueIndexName = "sweep"
 
+// ListIndexName is the list GSI: PK list_key (the tenant and a bucket,
+// fixed at submit), SK created_at, on every row. It projects pipeline_id
+// besides the keys. All three are written once at submit, so the index
+// takes one write per execution and none per step; listing reads the
+// rows it finds for their status.
+const ListIndexName = "list"
+
 // DefaultDueShards spreads the sweep index over this many partition key
-// values so that no single index partition takes every write.
+// values so that no single index partition takes every write (see
+// DueShardsFor).
 const DefaultDueShards = 4
+
+// IndexWritesPerExecution is what one execution writes to the indexes on
+// its happy path: the submit puts it in the sweep index and the list
+// index, the terminal commit takes it out of the sweep index.
+const IndexWritesPerExecution = 3
+
+// DueShardsFor is the number of shards (partition key values) of the
+// sweep and the list index a deployment needs for a target of
+// stepsPerSecond: every step may be a whole execution (the worst case, a
+// one-step pipeline), each execution writes the sweep index twice (the
+// busier of the two), and one index partition takes 1,000 write units per
+// second, which the shards are sized to use at most half of. Never fewer
+// than DefaultDueShards.
+func DueShardsFor(stepsPerSecond int) int {
+	const perShard = 500 // write units per second, half a partition's 1,000
+	const sweepWrites = 2
+	return max(DefaultDueShards, (stepsPerSecond*sweepWrites+perShard-1)/perShard)
+}
 
 // Names are the physical names of the tables and queues.
 type Names struct {
 	ExecutionTable string
-	KeyTable       string
 	PayloadTable   string
 	// DeadLetterTable keeps the dead-letter consumer's records.
 	DeadLetterTable string
@@ -142,7 +176,6 @@ var DefaultNames = Prefixed("qasync")
 func Prefixed(prefix string) Names {
 	return Names{
 		ExecutionTable:  prefix + "-executions",
-		KeyTable:        prefix + "-execution-keys",
 		PayloadTable:    prefix + "-execution-payloads",
 		DeadLetterTable: prefix + "-dead-letters",
 		EffectTable:     prefix + "-effects",
@@ -153,26 +186,26 @@ func Prefixed(prefix string) Names {
 	}
 }
 
-// ExecutionTable is the execution table: PK tenant_id, SK execution_id,
-// the sweep index, TTL.
+// ExecutionTable is the execution table: PK pk (tenant and execution id;
+// the execution id derives from the idempotency key, so the row is its
+// own idempotency record), the sweep index, TTL.
 func ExecutionTable(name string) Table {
 	return Table{
 		Name:         name,
-		PartitionKey: Attr{AttrTenantID, String},
-		SortKey:      Attr{AttrExecutionID, String},
+		PartitionKey: Attr{AttrPK, String},
 		Indexes: []Index{{
 			Name:             DueIndexName,
 			PartitionKey:     Attr{AttrDueShard, Number},
 			SortKey:          Attr{AttrSweepAt, Number},
 			NonKeyAttributes: []string{AttrPipelineID},
+		}, {
+			Name:             ListIndexName,
+			PartitionKey:     Attr{AttrListKey, String},
+			SortKey:          Attr{AttrCreated, Number},
+			NonKeyAttributes: []string{AttrPipelineID},
 		}},
 		TTLAttribute: AttrTTL,
 	}
-}
-
-// KeyTable is the idempotency key table: PK tenant_execution_key, TTL.
-func KeyTable(name string) Table {
-	return Table{Name: name, PartitionKey: Attr{AttrKeyID, String}, TTLAttribute: AttrTTL}
 }
 
 // PayloadTable is the payload chunk table: PK payload_id, SK payload_part, TTL.
@@ -210,7 +243,7 @@ func EffectTable(name string) Table {
 
 // Tables lists every table.
 func Tables(n Names) []Table {
-	return []Table{ExecutionTable(n.ExecutionTable), KeyTable(n.KeyTable), PayloadTable(n.PayloadTable), DeadLetterTable(n.DeadLetterTable), EffectTable(n.EffectTable)}
+	return []Table{ExecutionTable(n.ExecutionTable), PayloadTable(n.PayloadTable), DeadLetterTable(n.DeadLetterTable), EffectTable(n.EffectTable)}
 }
 
 // Queue settings.

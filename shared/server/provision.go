@@ -30,7 +30,7 @@ func provisionCmd(args []string) int {
 		return 2
 	}
 	names := schema.DefaultNames
-	names.ExecutionTable, names.KeyTable, names.PayloadTable, names.DeadLetterTable = cfg.ExecutionTable, cfg.KeyTable, cfg.PayloadTable, cfg.DeadLetterTable
+	names.ExecutionTable, names.PayloadTable, names.DeadLetterTable = cfg.ExecutionTable, cfg.PayloadTable, cfg.DeadLetterTable
 	names.EffectTable = cfg.EffectTable
 	if len(rest) == 1 {
 		names = schema.Prefixed(rest[0])
@@ -59,7 +59,6 @@ func provisionCmd(args []string) int {
 	fmt.Printf("export %s=%s\n", config.EnvName(config.KeyPrefix+"queue-url"), urls[names.WorkQueue])
 	fmt.Printf("export %s=%s\n", config.EnvName(config.KeyPrefix+"dlq-url"), urls[names.DLQQueue])
 	fmt.Printf("export %s=%s\n", config.EnvName(config.KeyPrefix+"dynamo.execution-table"), names.ExecutionTable)
-	fmt.Printf("export %s=%s\n", config.EnvName(config.KeyPrefix+"dynamo.key-table"), names.KeyTable)
 	fmt.Printf("export %s=%s\n", config.EnvName(config.KeyPrefix+"dynamo.execution-payload-table"), names.PayloadTable)
 	fmt.Printf("export %s=%s\n", config.EnvName(config.KeyPrefix+"dynamo.dead-letter-table"), names.DeadLetterTable)
 	fmt.Printf("export %s=%s\n", config.EnvName(config.KeyPrefix+"dynamo.effect-table"), names.EffectTable)

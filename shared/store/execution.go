@@ -166,8 +166,16 @@ type Execution struct {
 	VersionWaitSince time.Time // version_wait_since_epoch_ms
 	// LastTransitionKey is the key of the last committed transition.
 	LastTransitionKey string // last_transition_key
-	// IdempotencyKey is the key the execution was created under.
+	// IdempotencyKey is the client's key the execution was created under
+	// ("" for a key the runtime derived from the request).
 	IdempotencyKey string // idempotency_key
+	// Fingerprint identifies the request the execution was created for
+	// (pipeline, payload descriptor and digest): a later submit with the
+	// same key and another fingerprint is refused (ErrKeyMismatch).
+	Fingerprint string // fingerprint
+	// CreateToken identifies the submit call that created the row (random):
+	// a create retried after it landed recognises its own row by it.
+	CreateToken string // create_token
 	// Input is the submitted payload.
 	Input payload.Ref // input
 	// Result is the output of the last completed step: the checkpoint the

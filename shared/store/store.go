@@ -43,12 +43,14 @@ var (
 // Renew never touch it and Update leaves it alone when the guard says
 // KeepSweep. Everything else about a row is a plain attribute.
 type Store interface {
-	// CreateOrGet atomically writes the new execution row and its
-	// idempotency key row, or, when the key already exists, returns the
-	// execution it maps to with created=false. A key whose stored
-	// fingerprint differs from req.Fingerprint returns ErrKeyMismatch. A
-	// write that is retried after it had in fact landed (an unknown
-	// outcome) still reports created=true.
+	// CreateOrGet writes the new execution row (one conditional write),
+	// or, when a live row with its key exists, returns that row with
+	// created=false: the runtime derives the execution id from the tenant
+	// and the idempotency key, so the row's key IS the idempotency key and
+	// no other record is needed. An existing row whose Fingerprint differs
+	// from the new one's returns ErrKeyMismatch; one with the same
+	// CreateToken is this very create, retried after it had in fact landed
+	// (an unknown outcome), and reports created=true.
 	CreateOrGet(ctx context.Context, req CreateRequest) (e Execution, created bool, err error)
 
 	// Get reads one execution. Missing or expired rows return ErrNotFound.
@@ -104,12 +106,9 @@ type Store interface {
 
 // CreateRequest is the input of CreateOrGet.
 type CreateRequest struct {
-	// Execution is the new row: version 1, status QUEUED, ids and input set.
+	// Execution is the new row: version 1, status QUEUED, ids, input,
+	// Fingerprint and CreateToken set.
 	Execution Execution
-	// IdempotencyKey is the tenant-scoped key (client-supplied or derived).
-	IdempotencyKey string
-	// Fingerprint identifies the request (pipeline + payload digest).
-	Fingerprint string
 }
 
 // ClaimRequest is the input of Claim.
@@ -188,9 +187,8 @@ func Claimable(row *Execution, dueBy, takeoverBy time.Time) bool {
 	return false
 }
 
-// KeyID is the idempotency key row's partition key: the tenant and the key,
-// each length-prefixed, so that no (tenant, key) pair can collide with
-// another however either is spelled.
+// KeyID joins a tenant and a key, each length-prefixed, so that no
+// (tenant, key) pair can collide with another however either is spelled.
 func KeyID(tenantID, key string) string {
 	return strconv.Itoa(len(tenantID)) + ":" + tenantID + ":" + strconv.Itoa(len(key)) + ":" + key
 }

@@ -97,7 +97,7 @@ func TestBundlesOfAnotherService(t *testing.T) {
 		t.Errorf("description %v", got)
 	}
 	n := schema.Prefixed("invoices-dev")
-	for id, name := range map[string]string{ExecutionTableID: n.ExecutionTable, KeyTableID: n.KeyTable, PayloadTableID: n.PayloadTable,
+	for id, name := range map[string]string{ExecutionTableID: n.ExecutionTable, PayloadTableID: n.PayloadTable,
 		DeadLetterTableID: n.DeadLetterTable, EffectTableID: n.EffectTable} {
 		if got := v.props(t, id)["TableName"]; got != name {
 			t.Errorf("%s: TableName %v, want %s", id, got, name)

@@ -21,7 +21,6 @@ const (
 	keyQueueURL           = "queue-url"
 	keyDLQURL             = "dlq-url"
 	keyExecutionTable     = "dynamo.execution-table"
-	keyKeyTable           = "dynamo.key-table"
 	keyPayloadTable       = "dynamo.execution-payload-table"
 	keyDeadLetterTable    = "dynamo.dead-letter-table"
 	keyEffectTable        = "dynamo.effect-table"
@@ -62,7 +61,7 @@ const (
 var derivedKeys = map[string]struct{}{
 	keyStateProvider: {}, keyDispatcherProvider: {}, keyDLQProvider: {}, keyIdempotencyPolicy: {},
 	keyStrictStartup: {}, keyLease: {}, keyQueueURL: {}, keyDLQURL: {}, keyExecutionTable: {},
-	keyKeyTable: {}, keyPayloadTable: {}, keyDeadLetterTable: {}, keyEffectTable: {}, keyEventsBus: {}, keyMetricsNamespace: {},
+	keyPayloadTable: {}, keyDeadLetterTable: {}, keyEffectTable: {}, keyEventsBus: {}, keyMetricsNamespace: {},
 	keyTenantSource: {}, keyTenantClaim: {}, keySQSVisibility: {}, keyLogLevel: {}, keySweepInterval: {},
 	keyAdminToken: {}, keyRejectProvider: {}, keyRejectQueueURL: {},
 	keyResumeTokenSecret: {}, keyResumeTokenSecretARN: {}, keyAllowHeaderTenant: {}, keyDiagEnabled: {},
@@ -86,8 +85,6 @@ var ExcludedEnv = []string{config.EnvName(config.FullKey(keyAdminToken)), config
 type Resources struct {
 	// ExecutionTable is the execution table's name.
 	ExecutionTable string
-	// KeyTable is the idempotency key table's name.
-	KeyTable string
 	// PayloadTable is the payload chunk table's name.
 	PayloadTable string
 	// DeadLetterTable is the dead-letter record table's name.
@@ -141,7 +138,6 @@ func Environment(s Settings, r Resources) (map[string]string, error) {
 		keyQueueURL:           r.QueueURL,
 		keyDLQURL:             r.DLQURL,
 		keyExecutionTable:     r.ExecutionTable,
-		keyKeyTable:           r.KeyTable,
 		keyPayloadTable:       r.PayloadTable,
 		keyDeadLetterTable:    r.DeadLetterTable,
 		keyEffectTable:        r.EffectTable,

@@ -60,7 +60,7 @@ func (b *builder) logGroup(id, name string) awslogs.LogGroup {
 func (b *builder) functions() error {
 	b.fn = map[string]*function{}
 	res := Resources{
-		ExecutionTable: *b.tbl[ExecutionTableID].TableName(), KeyTable: *b.tbl[KeyTableID].TableName(),
+		ExecutionTable: *b.tbl[ExecutionTableID].TableName(),
 		PayloadTable: *b.tbl[PayloadTableID].TableName(), DeadLetterTable: *b.tbl[DeadLetterTableID].TableName(),
 		EffectTable: *b.tbl[EffectTableID].TableName(),
 		QueueURL:    *b.queue[WorkQueueID].QueueUrl(), DLQURL: *b.queue[DLQQueueID].QueueUrl(),
@@ -212,11 +212,11 @@ func (f *function) allow(sid string, actions []string, resources ...*string) {
 // bucket the worker writes objects into it (s3:PutObject only: the S3
 // object store makes one PutObject per publish and never reads back).
 func (b *builder) grants(f *function) {
-	exec, keys, payloads, dead, effects := b.tbl[ExecutionTableID], b.tbl[KeyTableID], b.tbl[PayloadTableID], b.tbl[DeadLetterTableID], b.tbl[EffectTableID]
+	exec, payloads, dead, effects := b.tbl[ExecutionTableID], b.tbl[PayloadTableID], b.tbl[DeadLetterTableID], b.tbl[EffectTableID]
 	work, dlq, poison, rejects := b.queue[WorkQueueID], b.queue[DLQQueueID], b.queue[PoisonQueueID], b.queue[RejectQueueID]
 	f.allow("WriteOwnLogs", []string{"logs:CreateLogStream", "logs:PutLogEvents"}, f.logs.LogGroupArn())
 	f.allow("StrictStartupTables", []string{"dynamodb:DescribeTable"},
-		exec.TableArn(), keys.TableArn(), payloads.TableArn(), dead.TableArn(), effects.TableArn())
+		exec.TableArn(), payloads.TableArn(), dead.TableArn(), effects.TableArn())
 	f.allow("StrictStartupQueues", []string{"sqs:GetQueueAttributes"}, work.QueueArn(), dlq.QueueArn(), rejects.QueueArn())
 	consume := []string{"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"}
 	putEvents := func() {
@@ -236,7 +236,6 @@ func (b *builder) grants(f *function) {
 	switch f.name {
 	case Submit:
 		f.allow("ExecutionRows", []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, exec.TableArn())
-		f.allow("IdempotencyKeys", []string{"dynamodb:GetItem", "dynamodb:PutItem"}, keys.TableArn())
 		f.allow("Payloads", []string{"dynamodb:GetItem", "dynamodb:PutItem"}, payloads.TableArn())
 		f.allow("DispatchWork", []string{"sqs:SendMessage"}, work.QueueArn())
 		f.allow("PublishDeadLetters", []string{"sqs:SendMessage"}, dlq.QueueArn())

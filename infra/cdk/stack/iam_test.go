@@ -23,7 +23,7 @@ func grant(resources []string, actions ...string) []string {
 func TestLeastPrivilegePerFunction(t *testing.T) {
 	v := synth(t, "dev")
 	arn := func(id string) []string { return []string{"<" + id + ".Arn>"} }
-	tables := []string{"<ExecutionTable.Arn>", "<KeyTable.Arn>", "<PayloadTable.Arn>", "<DeadLetterTable.Arn>", "<EffectTable.Arn>"}
+	tables := []string{"<ExecutionTable.Arn>", "<PayloadTable.Arn>", "<DeadLetterTable.Arn>", "<EffectTable.Arn>"}
 	common := func(fnID string) []string {
 		out := grant(arn(fnID+"Logs"), "logs:CreateLogStream", "logs:PutLogEvents")
 		out = append(out, grant(tables, "dynamodb:DescribeTable")...)                                                                 // strict startup
@@ -36,7 +36,6 @@ func TestLeastPrivilegePerFunction(t *testing.T) {
 	want := map[string][]string{
 		SubmitFunctionID: concat(common(SubmitFunctionID),
 			grant(arn(ExecutionTableID), "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
-			grant(arn(KeyTableID), "dynamodb:GetItem", "dynamodb:PutItem"),
 			grant(arn(PayloadTableID), "dynamodb:GetItem", "dynamodb:PutItem"),
 			grant(arn(WorkQueueID), "sqs:SendMessage"),
 			grant(arn(DLQQueueID), "sqs:SendMessage"),

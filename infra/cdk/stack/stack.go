@@ -41,7 +41,6 @@ const (
 	SweeperFunctionID = "SweeperFunction"
 	DLQFunctionID     = "DlqFunction"
 	ExecutionTableID  = "ExecutionTable"
-	KeyTableID        = "KeyTable"
 	PayloadTableID    = "PayloadTable"
 	DeadLetterTableID = "DeadLetterTable"
 	EffectTableID     = "EffectTable"
@@ -160,7 +159,7 @@ func (b *builder) removal() awscdk.RemovalPolicy {
 // tableIDs maps schema table names to logical ids.
 func (b *builder) tableIDs() map[string]string {
 	return map[string]string{
-		b.names.ExecutionTable: ExecutionTableID, b.names.KeyTable: KeyTableID,
+		b.names.ExecutionTable: ExecutionTableID,
 		b.names.PayloadTable: PayloadTableID, b.names.DeadLetterTable: DeadLetterTableID,
 		b.names.EffectTable: EffectTableID,
 	}
@@ -328,7 +327,6 @@ func (b *builder) outputs() {
 	out("PoisonQueueUrl", "SQS poison queue (work items the work queue gave up on)", b.queue[PoisonQueueID].QueueUrl())
 	out("ItemRejectQueueUrl", "SQS queue of the Item Reject Sink (items and streams steps rejected)", b.queue[RejectQueueID].QueueUrl())
 	out("ExecutionTableName", "DynamoDB execution table", b.tbl[ExecutionTableID].TableName())
-	out("KeyTableName", "DynamoDB idempotency key table", b.tbl[KeyTableID].TableName())
 	out("PayloadTableName", "DynamoDB payload chunk table", b.tbl[PayloadTableID].TableName())
 	out("DeadLetterTableName", "DynamoDB dead-letter record table", b.tbl[DeadLetterTableID].TableName())
 	out("EffectTableName", "DynamoDB effect log of command steps", b.tbl[EffectTableID].TableName())

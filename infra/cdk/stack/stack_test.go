@@ -58,7 +58,7 @@ func TestTablesFollowSchema(t *testing.T) {
 	for _, variant := range []string{"dev", "prod"} {
 		v := synth(t, variant)
 		names := schema.Prefixed(v.settings.Prefix)
-		ids := map[string]string{names.ExecutionTable: ExecutionTableID, names.KeyTable: KeyTableID, names.PayloadTable: PayloadTableID, names.DeadLetterTable: DeadLetterTableID, names.EffectTable: EffectTableID}
+		ids := map[string]string{names.ExecutionTable: ExecutionTableID, names.PayloadTable: PayloadTableID, names.DeadLetterTable: DeadLetterTableID, names.EffectTable: EffectTableID}
 		for _, table := range schema.Tables(names) {
 			id := ids[table.Name]
 			p := v.props(t, id)
@@ -115,19 +115,28 @@ func TestTablesFollowSchema(t *testing.T) {
 			}
 		}
 	}
-	// The sweep index, spelled out once more: its keys and its one
+	// The two indexes, spelled out once more: their keys and their one
 	// projected attribute never change on the happy path, so no claim,
-	// renewal or hand-over writes it.
+	// renewal, chained commit or hand-over writes them.
 	synth(t, "dev").tpl.HasResourceProperties(jsii.String("AWS::DynamoDB::Table"), map[string]any{
 		"TableName": "qasync-dev-executions",
+		"KeySchema": []any{map[string]any{"AttributeName": "pk", "KeyType": "HASH"}},
 		"GlobalSecondaryIndexes": []any{map[string]any{
 			"IndexName": "sweep",
 			"KeySchema": []any{
-				map[string]any{"AttributeName": "due_shard", "KeyType": "HASH"},
-				map[string]any{"AttributeName": "sweep_at_epoch_ms", "KeyType": "RANGE"},
+				map[string]any{"AttributeName": "ds", "KeyType": "HASH"},
+				map[string]any{"AttributeName": "sw", "KeyType": "RANGE"},
 			},
 			"Projection": map[string]any{"ProjectionType": "INCLUDE",
-				"NonKeyAttributes": []any{"pipeline_id"}},
+				"NonKeyAttributes": []any{"p"}},
+		}, map[string]any{
+			"IndexName": "list",
+			"KeySchema": []any{
+				map[string]any{"AttributeName": "lk", "KeyType": "HASH"},
+				map[string]any{"AttributeName": "c", "KeyType": "RANGE"},
+			},
+			"Projection": map[string]any{"ProjectionType": "INCLUDE",
+				"NonKeyAttributes": []any{"p"}},
 		}},
 	})
 }
@@ -292,12 +301,12 @@ func TestFunctionEnvironment(t *testing.T) {
 			"state-provider": "dynamo", "dispatcher-provider": "sqs", "dlq-provider": "sqs",
 			"idempotency-policy": "CLIENT_KEY_REQUIRED", "strict-startup": "true", "lease-ms": "30000",
 			"queue-url": "<WorkQueue>", "dlq-url": "<DlqQueue>",
-			"dynamo.execution-table": "<ExecutionTable>", "dynamo.key-table": "<KeyTable>",
+			"dynamo.execution-table": "<ExecutionTable>",
 			"dynamo.execution-payload-table": "<PayloadTable>", "dynamo.dead-letter-table": "<DeadLetterTable>",
 			"dynamo.effect-table": "<EffectTable>",
 			"events.bus-name":     bus, "metrics.namespace": "qasync/dev", "http.tenant-source": "iam",
 			"http.tenant-claim": "tenant_id", "sqs.visibility-timeout": "6m0s", "log-level": "info",
-			"sweep-interval": "1m0s", "dynamo.due-shards": "4", "mode": "QUEUE_ASYNC",
+			"sweep-interval": "1m0s", "dynamo.capacity-steps-per-second": "1000", "mode": "QUEUE_ASYNC",
 			"item-reject.provider": "sqs", "item-reject.queue-url": "<ItemRejectQueue>",
 		} {
 			if got[env(key)] != want {
@@ -721,7 +730,7 @@ func TestOutputBucket(t *testing.T) {
 
 func TestOutputs(t *testing.T) {
 	v := synth(t, "dev")
-	for _, id := range []string{"ApiUrl", "WorkQueueUrl", "DlqQueueUrl", "PoisonQueueUrl", "ItemRejectQueueUrl", "ExecutionTableName", "KeyTableName",
+	for _, id := range []string{"ApiUrl", "WorkQueueUrl", "DlqQueueUrl", "PoisonQueueUrl", "ItemRejectQueueUrl", "ExecutionTableName",
 		"PayloadTableName", "DeadLetterTableName", "EffectTableName", "EventBusName", "ClientPolicyArn", "OperatorPolicyArn", "RedriveRouteArn",
 		"ResumeTokenSecretArn"} {
 		v.tpl.HasOutput(jsii.String(id), assertions.Match_AnyValue())

@@ -75,7 +75,7 @@ func Name(t testing.TB, prefix string) string {
 func Names(t testing.TB) schema.Names {
 	base := Name(t, "t")
 	return schema.Names{
-		ExecutionTable: base + "-exec", KeyTable: base + "-keys", PayloadTable: base + "-payload", DeadLetterTable: base + "-dl",
+		ExecutionTable: base + "-exec", PayloadTable: base + "-payload", DeadLetterTable: base + "-dl",
 		EffectTable: base + "-fx",
 		WorkQueue:   base + "-work", PoisonQueue: base + "-poison", DLQQueue: base + "-dlq",
 		RejectQueue: base + "-rej",

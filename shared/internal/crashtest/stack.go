@@ -68,7 +68,7 @@ func NewStack(t testing.TB, opts ...StackOption) *Stack {
 	n := awstest.Names(t)
 	awstest.Tables(t, clients, schema.Tables(n)...)
 	urls := awstest.Queues(t, clients, o.queues(n)...)
-	st, err := dynamo.NewStateStore(clients.DynamoDB, dynamo.Options{ExecutionTable: n.ExecutionTable, KeyTable: n.KeyTable})
+	st, err := dynamo.NewStateStore(clients.DynamoDB, dynamo.Options{ExecutionTable: n.ExecutionTable})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func (s *Stack) Env(settings ...Settings) []string {
 	set := Settings{
 		"state-provider": "dynamo", "dispatcher-provider": "sqs", "dlq-provider": "sqs",
 		"queue-url": s.WorkQueueURL(), "dlq-url": s.DLQURL(),
-		"dynamo.execution-table": s.Names.ExecutionTable, "dynamo.key-table": s.Names.KeyTable,
+		"dynamo.execution-table":         s.Names.ExecutionTable,
 		"dynamo.execution-payload-table": s.Names.PayloadTable, "dynamo.dead-letter-table": s.Names.DeadLetterTable,
 		"dynamo.effect-table":  s.Names.EffectTable,
 		"item-reject.provider": "sqs", "item-reject.queue-url": s.URLs[s.Names.RejectQueue],
@@ -180,11 +180,23 @@ func (s *Stack) AwaitRow(ctx context.Context, executionID string, within time.Du
 // CountItems counts a table's items with a consistent Scan (tests only:
 // the runtime never scans).
 func (s *Stack) CountItems(ctx context.Context, table string) (int, error) {
+	return s.count(ctx, &dynamodb.ScanInput{TableName: aws.String(table)})
+}
+
+// CountExecutions counts the execution rows of the execution table (the
+// table's meta item, which is no execution, left out) with a consistent
+// Scan (tests only).
+func (s *Stack) CountExecutions(ctx context.Context) (int, error) {
+	return s.count(ctx, &dynamodb.ScanInput{TableName: aws.String(s.Names.ExecutionTable),
+		FilterExpression: aws.String("attribute_exists(#p)"), ExpressionAttributeNames: map[string]string{"#p": schema.AttrPipelineID}})
+}
+
+func (s *Stack) count(ctx context.Context, in *dynamodb.ScanInput) (int, error) {
 	n := 0
 	var start map[string]dbtypes.AttributeValue
 	for {
-		out, err := s.Clients.DynamoDB.Scan(ctx, &dynamodb.ScanInput{TableName: aws.String(table),
-			Select: dbtypes.SelectCount, ConsistentRead: aws.Bool(true), ExclusiveStartKey: start})
+		in.Select, in.ConsistentRead, in.ExclusiveStartKey = dbtypes.SelectCount, aws.Bool(true), start
+		out, err := s.Clients.DynamoDB.Scan(ctx, in)
 		if err != nil {
 			return n, err
 		}

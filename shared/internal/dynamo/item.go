@@ -2,6 +2,8 @@ package dynamo
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"hash/fnv"
 	"strconv"
@@ -20,8 +22,13 @@ func str(v string) types.AttributeValue { return &types.AttributeValueMemberS{Va
 func num[T int | int64](v T) types.AttributeValue {
 	return &types.AttributeValueMemberN{Value: strconv.FormatInt(int64(v), 10)}
 }
-func boolean(v bool) types.AttributeValue      { return &types.AttributeValueMemberBOOL{Value: v} }
-func bin(v []byte) types.AttributeValue        { return &types.AttributeValueMemberB{Value: v} }
+func boolean(v bool) types.AttributeValue { return &types.AttributeValueMemberBOOL{Value: v} }
+func bin(v []byte) types.AttributeValue {
+	if v == nil {
+		v = []byte{} // the SDK leaves a nil value out, which DynamoDB refuses
+	}
+	return &types.AttributeValueMemberB{Value: v}
+}
 func millis(t time.Time) types.AttributeValue  { return num(t.UnixMilli()) }
 func seconds(t time.Time) types.AttributeValue { return num(t.Unix()) }
 
@@ -32,41 +39,101 @@ func dueShard(executionID string, shards int) int {
 	return int(h.Sum32() % uint32(shards))
 }
 
+// Keys of a payload reference's map attribute. They are one or two
+// letters for the reason the row's attribute names are (see package
+// schema): a reference rides in every write of the row.
+const (
+	refEncoding    = "e"
+	refContentType = "c"
+	refMessage     = "m"
+	refLength      = "l"
+	refSHA256      = "h"  // 32 bytes, binary
+	refSHA256Text  = "hs" // a digest that is not 64 hex digits, as written
+	refInline      = "d"
+	refManifest    = "id"
+	refWhole       = "w"
+)
+
 // ref encodes a payload reference as a map attribute.
 func ref(r payload.Ref) types.AttributeValue {
 	m := map[string]types.AttributeValue{
-		"encoding":     str(string(r.Encoding)),
-		"content_type": str(r.ContentType),
-		"length":       num(r.Length),
-		"sha256":       str(r.SHA256),
+		refEncoding: str(string(r.Encoding)),
+		refLength:   num(r.Length),
+	}
+	if r.ContentType != "" {
+		m[refContentType] = str(r.ContentType)
+	}
+	if sum, err := hex.DecodeString(r.SHA256); err == nil && len(sum) == sha256.Size && hex.EncodeToString(sum) == r.SHA256 {
+		m[refSHA256] = bin(sum)
+	} else {
+		m[refSHA256Text] = str(r.SHA256)
 	}
 	if r.Message != "" {
-		m["_tpf_message"] = str(r.Message)
+		m[refMessage] = str(r.Message)
 	}
 	if r.ManifestID != "" {
-		m["manifest_id"] = str(r.ManifestID)
+		m[refManifest] = str(r.ManifestID)
 		if r.Whole {
-			m["whole"] = boolean(true)
+			m[refWhole] = boolean(true)
 		}
 	} else {
-		m["inline"] = bin(r.Inline)
+		m[refInline] = bin(r.Inline)
 	}
 	return &types.AttributeValueMemberM{Value: m}
 }
 
-// encode is the full item of a new execution row.
+// pk is the execution row's partition key: the tenant, '#', the execution
+// id. An execution id never holds '#' (the runtime's are UUIDs; a lookup
+// of one that does finds nothing, see validKey), so the key splits at its
+// last '#' whatever the tenant is spelled with.
+func pk(k store.Key) string { return k.TenantID + "#" + k.ExecutionID }
+
+// validKey reports whether k can name a row: both parts present and no
+// '#' in the execution id.
+func validKey(k store.Key) bool {
+	return k.TenantID != "" && k.ExecutionID != "" && !strings.Contains(k.ExecutionID, "#")
+}
+
+// splitPK is pk's inverse.
+func splitPK(v string) (store.Key, bool) {
+	i := strings.LastIndexByte(v, '#')
+	if i <= 0 || i == len(v)-1 {
+		return store.Key{}, false
+	}
+	return store.Key{TenantID: v[:i], ExecutionID: v[i+1:]}, true
+}
+
+// listKey is the list index's partition key of a row: the tenant and one
+// of shards buckets (fixed at submit from the execution id).
+func listKey(k store.Key, shards int) string {
+	return k.TenantID + "#" + strconv.Itoa(dueShard(k.ExecutionID, shards))
+}
+
+// encode is the full item of a new execution row. Besides what mutable
+// writes, it holds what never changes: the key, the pipeline, the input,
+// the index keys fixed at submit and the create's identity.
 func encode(e *store.Execution, shards int) map[string]types.AttributeValue {
 	item := map[string]types.AttributeValue{
-		s.AttrTenantID:        str(e.TenantID),
-		s.AttrExecutionID:     str(e.ExecutionID),
+		s.AttrPK:              str(pk(e.Key())),
 		s.AttrPipelineID:      str(e.PipelineID),
-		s.AttrIdempotencyKey:  str(e.IdempotencyKey),
 		s.AttrPipelineVersion: str(e.PipelineVersion),
 		s.AttrDueShard:        num(dueShard(e.ExecutionID, shards)),
-		s.AttrInput:           ref(e.Input),
+		s.AttrListKey:         str(listKey(e.Key(), shards)),
 		s.AttrCreated:         millis(e.CreatedAt),
 		s.AttrTTL:             seconds(e.ExpiresAt),
 		s.AttrVersion:         num(e.Version),
+	}
+	if !e.Input.IsZero() {
+		item[s.AttrInput] = ref(e.Input)
+	}
+	if e.IdempotencyKey != "" {
+		item[s.AttrIdempotencyKey] = str(e.IdempotencyKey)
+	}
+	if e.Fingerprint != "" {
+		item[s.AttrFingerprint] = str(e.Fingerprint)
+	}
+	if e.CreateToken != "" {
+		item[s.AttrCreateToken] = str(e.CreateToken)
 	}
 	u := newUpdate()
 	mutable(u, e, false)
@@ -89,7 +156,7 @@ func mutable(u *update, e *store.Execution, keepSweep bool) {
 	u.set(s.AttrDLQPending, boolean(e.DLQPending))
 	u.set(s.AttrRedriveCount, num(e.RedriveCount))
 	u.set(s.AttrUpdated, millis(e.UpdatedAt))
-	u.setOrRemove(s.AttrLastTransitionKey, e.LastTransitionKey != "", str(e.LastTransitionKey))
+	u.setOrRemove(s.AttrLastTransitionKey, e.LastTransitionKey != "", str(shortTransitionKey(e)))
 	u.setOrRemove(s.AttrLeaseOwner, e.LeaseOwner != "", str(e.LeaseOwner))
 	u.setOrRemove(s.AttrLeaseExpires, !e.LeaseExpiresAt.IsZero(), millis(e.LeaseExpiresAt))
 	u.setOrRemove(s.AttrNextDue, !e.NextDueAt.IsZero(), millis(e.NextDueAt))
@@ -115,28 +182,59 @@ func mutable(u *update, e *store.Execution, keepSweep bool) {
 	u.setOrRemove(s.AttrAwait, e.Await != nil, awaitAttr(e.Await))
 }
 
+// Keys of the await map attribute.
+const (
+	awaitID        = "id"
+	awaitStatus    = "s"
+	awaitLate      = "lt"
+	awaitStep      = "si"
+	awaitTimeout   = "to"
+	awaitCompleted = "ca"
+	awaitDigest    = "h"
+	awaitPayload   = "lp"
+)
+
+// shortTransitionKey is the last transition key as stored: without the
+// execution id it starts with (store.TransitionKey), which the row's key
+// already holds; longTransitionKey puts it back.
+func shortTransitionKey(e *store.Execution) string {
+	if rest, ok := strings.CutPrefix(e.LastTransitionKey, e.ExecutionID+":"); ok {
+		return ":" + rest
+	}
+	return e.LastTransitionKey
+}
+
+func longTransitionKey(executionID, stored string) string {
+	if strings.HasPrefix(stored, ":") {
+		return executionID + stored
+	}
+	return stored
+}
+
 // awaitAttr encodes an external await as a map attribute.
 func awaitAttr(a *store.Await) types.AttributeValue {
 	if a == nil {
 		return nil
 	}
 	m := map[string]types.AttributeValue{
-		"id":         str(a.ID),
-		"status":     str(string(a.Status)),
-		"late":       boolean(a.Late),
-		"step_index": num(a.StepIndex),
+		awaitID:     str(a.ID),
+		awaitStatus: str(string(a.Status)),
+		awaitStep:   num(a.StepIndex),
+	}
+	if a.Late {
+		m[awaitLate] = boolean(true)
 	}
 	if !a.TimeoutAt.IsZero() {
-		m["timeout_epoch_ms"] = millis(a.TimeoutAt)
+		m[awaitTimeout] = millis(a.TimeoutAt)
 	}
 	if !a.CompletedAt.IsZero() {
-		m["completed_epoch_ms"] = millis(a.CompletedAt)
+		m[awaitCompleted] = millis(a.CompletedAt)
 	}
 	if a.Digest != "" {
-		m["sha256"] = str(a.Digest)
+		m[awaitDigest] = str(a.Digest)
 	}
 	if !a.LatePayload.IsZero() {
-		m["late_payload"] = ref(a.LatePayload)
+		m[awaitPayload] = ref(a.LatePayload)
 	}
 	return &types.AttributeValueMemberM{Value: m}
 }
@@ -152,11 +250,11 @@ func (r *reader) await(name string) *store.Await {
 	}
 	sub := &reader{item: m.Value}
 	a := &store.Await{
-		ID: sub.str("id"), Status: store.AwaitStatus(sub.str("status")), Late: sub.bool("late"), StepIndex: sub.int("step_index"),
-		TimeoutAt: sub.millis("timeout_epoch_ms"), CompletedAt: sub.millis("completed_epoch_ms"), Digest: sub.str("sha256"),
+		ID: sub.str(awaitID), Status: store.AwaitStatus(sub.str(awaitStatus)), Late: sub.bool(awaitLate), StepIndex: sub.int(awaitStep),
+		TimeoutAt: sub.millis(awaitTimeout), CompletedAt: sub.millis(awaitCompleted), Digest: sub.str(awaitDigest),
 	}
-	if _, ok := m.Value["late_payload"]; ok {
-		a.LatePayload = sub.ref("late_payload")
+	if _, ok := m.Value[awaitPayload]; ok {
+		a.LatePayload = sub.ref(awaitPayload)
 	}
 	if sub.err != nil && r.err == nil {
 		r.err = fmt.Errorf("%s: %w", name, sub.err)
@@ -247,9 +345,12 @@ func (r *reader) ref(name string) payload.Ref {
 	}
 	sub := &reader{item: m.Value}
 	out := payload.Ref{
-		Encoding: payload.Encoding(sub.str("encoding")), ContentType: sub.str("content_type"), Message: sub.str("_tpf_message"),
-		Length: sub.int64("length"), SHA256: sub.str("sha256"), ManifestID: sub.str("manifest_id"), Inline: sub.bytes("inline"),
-		Whole: sub.bool("whole"),
+		Encoding: payload.Encoding(sub.str(refEncoding)), ContentType: sub.str(refContentType), Message: sub.str(refMessage),
+		Length: sub.int64(refLength), SHA256: sub.str(refSHA256Text), ManifestID: sub.str(refManifest), Inline: sub.bytes(refInline),
+		Whole: sub.bool(refWhole),
+	}
+	if sum := sub.bytes(refSHA256); sum != nil {
+		out.SHA256 = hex.EncodeToString(sum)
 	}
 	if out.ManifestID == "" && out.Inline == nil {
 		out.Inline = []byte{} // an empty inline payload (DynamoDB returns empty binary as absent or empty)
@@ -263,14 +364,19 @@ func (r *reader) ref(name string) payload.Ref {
 // decode reads an execution item.
 func decode(item map[string]types.AttributeValue) (store.Execution, error) {
 	r := &reader{item: item}
+	key, ok := splitPK(r.str(s.AttrPK))
+	if !ok && r.err == nil {
+		r.err = fmt.Errorf("dynamostore: attribute %s is not <tenant>#<execution id>", s.AttrPK)
+	}
 	e := store.Execution{
-		TenantID: r.str(s.AttrTenantID), ExecutionID: r.str(s.AttrExecutionID), PipelineID: r.str(s.AttrPipelineID),
+		TenantID: key.TenantID, ExecutionID: key.ExecutionID, PipelineID: r.str(s.AttrPipelineID),
 		Status: store.Status(r.str(s.AttrStatus)), Version: r.int64(s.AttrVersion),
 		StepIndex: r.int(s.AttrStepIndex), StepName: r.str(s.AttrStepName), Attempt: r.int(s.AttrAttempt), MaxAttempt: r.int(s.AttrMaxAttempt),
 		LeaseOwner: r.str(s.AttrLeaseOwner), LeaseExpiresAt: r.millis(s.AttrLeaseExpires), NextDueAt: r.millis(s.AttrNextDue),
 		SweepAt: r.millis(s.AttrSweepAt), Sweeps: r.int(s.AttrSweeps), PipelineVersion: r.str(s.AttrPipelineVersion),
 		Releases: r.int(s.AttrReleases), VersionWaitSince: r.millis(s.AttrVersionWaitSince),
-		LastTransitionKey: r.str(s.AttrLastTransitionKey), IdempotencyKey: r.str(s.AttrIdempotencyKey),
+		LastTransitionKey: longTransitionKey(key.ExecutionID, r.str(s.AttrLastTransitionKey)), IdempotencyKey: r.str(s.AttrIdempotencyKey),
+		Fingerprint: r.str(s.AttrFingerprint), CreateToken: r.str(s.AttrCreateToken),
 		Input: r.ref(s.AttrInput), Result: r.ref(s.AttrResult),
 		DLQPending: r.bool(s.AttrDLQPending), Note: r.str(s.AttrNote), RedriveCount: r.int(s.AttrRedriveCount),
 		CreatedAt: r.millis(s.AttrCreated), UpdatedAt: r.millis(s.AttrUpdated), ExpiresAt: r.seconds(s.AttrTTL),

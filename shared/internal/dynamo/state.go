@@ -6,14 +6,11 @@ package dynamo
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -32,10 +29,11 @@ import (
 
 // Options configure a StateStore.
 type Options struct {
-	// ExecutionTable and KeyTable name the tables (required).
-	ExecutionTable, KeyTable string
-	// DueShards is the number of due-index partitions; every process
-	// sharing a table must use the same value. Default schema.DefaultDueShards.
+	// ExecutionTable names the table (required).
+	ExecutionTable string
+	// DueShards is the number of partition key values of the sweep and
+	// list indexes (schema.DueShardsFor); every process sharing a table
+	// must use the same value. Default schema.DefaultDueShards.
 	DueShards int
 	// Clock decides TTL expiry on reads. Default the system clock.
 	Clock clock.Clock
@@ -49,14 +47,21 @@ type StateStore struct {
 	opts Options
 	// dueItemsRead counts the index items the due query evaluated.
 	dueItemsRead atomic.Int64
+	// shardsRecorded is set once the meta item holds this process's shard
+	// count (recordShards).
+	shardsRecorded atomic.Bool
+	// shardsRead is the meta item's count as read at shardsAt (shards).
+	shardsMu   sync.Mutex
+	shardsRead int
+	shardsAt   time.Time
 }
 
 var _ store.Store = (*StateStore)(nil)
 
 // NewStateStore returns a store on the given tables.
 func NewStateStore(db *dynamodb.Client, opts Options) (*StateStore, error) {
-	if opts.ExecutionTable == "" || opts.KeyTable == "" {
-		return nil, errors.New("dynamostore: execution and key table names are required")
+	if opts.ExecutionTable == "" {
+		return nil, errors.New("dynamostore: the execution table name is required")
 	}
 	if opts.DueShards <= 0 {
 		opts.DueShards = s.DefaultDueShards
@@ -80,7 +85,75 @@ func (st *StateStore) deadline(ctx context.Context) (context.Context, context.Ca
 }
 
 func (st *StateStore) key(k store.Key) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{s.AttrTenantID: str(k.TenantID), s.AttrExecutionID: str(k.ExecutionID)}
+	return map[string]types.AttributeValue{s.AttrPK: str(pk(k))}
+}
+
+// metaKey is the key of the table's one meta item, which records the
+// largest shard count any process has written rows with. It is no
+// execution's key: a tenant is never empty.
+var metaKey = map[string]types.AttributeValue{s.AttrPK: str("#meta")}
+
+// recordShards makes sure the meta item's shard count is at least this
+// process's (once per process, before its first create): a deployment
+// that lowers dynamo.capacity-steps-per-second keeps sweeping and listing
+// the shards its older rows were written to. It reads first and writes
+// only when the record is lower, so that many processes starting at once
+// share one read-mostly item.
+func (st *StateStore) recordShards(ctx context.Context) error {
+	if st.shardsRecorded.Load() {
+		return nil
+	}
+	if n, err := st.recordedShards(ctx); err != nil {
+		return err
+	} else if n >= st.opts.DueShards {
+		st.shardsRecorded.Store(true)
+		return nil
+	}
+	_, err := st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: &st.opts.ExecutionTable, Key: metaKey,
+		UpdateExpression:          aws.String("SET #n = :n"),
+		ConditionExpression:       aws.String("attribute_not_exists(#n) OR #n < :n"),
+		ExpressionAttributeNames:  map[string]string{"#n": s.AttrShards},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":n": num(st.opts.DueShards)},
+	})
+	var ccf *types.ConditionalCheckFailedException
+	if err != nil && !errors.As(err, &ccf) {
+		return translate("record shard count", err)
+	}
+	st.shardsRecorded.Store(true)
+	return nil
+}
+
+// recordedShards reads the meta item's shard count (0 when absent).
+func (st *StateStore) recordedShards(ctx context.Context) (int, error) {
+	out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &st.opts.ExecutionTable, Key: metaKey,
+		ProjectionExpression: aws.String("#n"), ExpressionAttributeNames: map[string]string{"#n": s.AttrShards}})
+	if err != nil {
+		return 0, translate("read shard count", err)
+	}
+	r := &reader{item: out.Item}
+	return r.int(s.AttrShards), r.err
+}
+
+// shardsTTL is how long a read of the meta item's shard count is used.
+const shardsTTL = time.Minute
+
+// shards is the number of index shards to read: this process's, or more
+// when the meta item says rows were written with more. The count is read
+// at most once a shardsTTL; it only ever grows, and a grown count is
+// noticed within that time.
+func (st *StateStore) shards(ctx context.Context) (int, error) {
+	st.shardsMu.Lock()
+	defer st.shardsMu.Unlock()
+	now := st.opts.Clock.Now()
+	if st.shardsAt.IsZero() || now.Sub(st.shardsAt) >= shardsTTL {
+		n, err := st.recordedShards(ctx)
+		if err != nil {
+			return 0, err
+		}
+		st.shardsRead, st.shardsAt = n, now
+	}
+	return max(st.opts.DueShards, st.shardsRead), nil
 }
 
 // live reports whether an item's TTL has not passed.
@@ -88,110 +161,67 @@ func (st *StateStore) live(item map[string]types.AttributeValue) bool {
 	return alive(item, st.opts.Clock.Now())
 }
 
-// CreateOrGet implements store.Store with one TransactWriteItems: the
-// execution row and the key row, each conditional on not existing (or
-// having expired). When the key exists, it returns that execution, or
-// ErrKeyMismatch when the fingerprint differs.
+// CreateOrGet implements store.Store with one conditional PutItem of the
+// row: absent (or expired). The row is its own idempotency record (its key
+// derives from the idempotency key), so nothing else is written. When the
+// row exists, the old item DynamoDB returns with the refusal decides:
+// another fingerprint is ErrKeyMismatch, the same create token is this
+// very create landed earlier (created), anything else a duplicate.
 func (st *StateStore) CreateOrGet(ctx context.Context, req store.CreateRequest) (store.Execution, bool, error) {
 	ctx, cancel := st.deadline(ctx)
 	defer cancel()
 	e := req.Execution
-	nowS := seconds(st.opts.Clock.Now())
-	kid := store.KeyID(e.TenantID, req.IdempotencyKey)
-	keyItem := map[string]types.AttributeValue{
-		s.AttrKeyID: str(kid), s.AttrTenantID: str(e.TenantID), s.AttrExecutionID: str(e.ExecutionID),
-		s.AttrFingerprint: str(req.Fingerprint), s.AttrTTL: seconds(e.ExpiresAt),
+	if !validKey(e.Key()) {
+		return store.Execution{}, false, errors.New("dynamostore: create needs a tenant and an execution id without '#'")
 	}
-	absent := func(pk string) (*string, map[string]string, map[string]types.AttributeValue) {
-		return aws.String("attribute_not_exists(#pk) OR #ttl <= :now"),
-			map[string]string{"#pk": pk, "#ttl": s.AttrTTL}, map[string]types.AttributeValue{":now": nowS}
+	if err := st.recordShards(ctx); err != nil {
+		return store.Execution{}, false, err
 	}
-	ec, en, ev := absent(s.AttrTenantID)
-	kc, kn, kv := absent(s.AttrKeyID)
-	// The client token makes a retried transaction (the SDK's, after a
-	// timeout or a 5xx) that had in fact committed succeed again instead of
-	// failing on the key it wrote itself; DynamoDB keeps tokens 10 minutes.
-	// The token is derived from the table and the row's key (tokens are
-	// scoped to the account; at most 36 characters).
-	token := sha256.Sum256([]byte(store.KeyID(st.opts.ExecutionTable, store.KeyID(e.TenantID, e.ExecutionID))))
-	in := &dynamodb.TransactWriteItemsInput{ClientRequestToken: aws.String(hex.EncodeToString(token[:18])), TransactItems: []types.TransactWriteItem{
-		{Put: &types.Put{TableName: &st.opts.ExecutionTable, Item: encode(&e, st.opts.DueShards),
-			ConditionExpression: ec, ExpressionAttributeNames: en, ExpressionAttributeValues: ev}},
-		{Put: &types.Put{TableName: &st.opts.KeyTable, Item: keyItem,
-			ConditionExpression: kc, ExpressionAttributeNames: kn, ExpressionAttributeValues: kv,
-			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld}},
-	}}
 	for attempt := 0; ; attempt++ {
-		_, err := st.db.TransactWriteItems(ctx, in)
+		_, err := st.db.PutItem(ctx, &dynamodb.PutItemInput{
+			TableName: &st.opts.ExecutionTable, Item: encode(&e, st.opts.DueShards),
+			ConditionExpression:                 aws.String("attribute_not_exists(#pk) OR #ttl <= :now"),
+			ExpressionAttributeNames:            map[string]string{"#pk": s.AttrPK, "#ttl": s.AttrTTL},
+			ExpressionAttributeValues:           map[string]types.AttributeValue{":now": seconds(st.opts.Clock.Now())},
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		})
 		if err == nil {
 			return e, true, nil
 		}
-		var tc *types.TransactionCanceledException
-		if !errors.As(err, &tc) {
+		var ccf *types.ConditionalCheckFailedException
+		if !errors.As(err, &ccf) {
 			return store.Execution{}, false, translate("create", err)
 		}
-		reasons := tc.CancellationReasons
-		code := func(i int) string {
-			if i < len(reasons) {
-				return aws.ToString(reasons[i].Code)
+		old := ccf.Item
+		if old == nil { // the backend did not return the old item: read it
+			if got, gerr := st.Get(ctx, e.Key()); gerr == nil {
+				return existing(got, e)
+			} else if !errors.Is(gerr, store.ErrNotFound) || attempt >= 3 {
+				return store.Execution{}, false, gerr
 			}
-			return ""
+			continue // it expired between the two calls: create again
 		}
-		switch {
-		case code(1) == "ConditionalCheckFailed":
-			var old map[string]types.AttributeValue
-			if len(reasons) > 1 {
-				old = reasons[1].Item
-			}
-			got, err := st.existing(ctx, kid, old, req.Fingerprint)
-			if errors.Is(err, errRaced) && attempt < 8 {
-				continue // the key expired or its row vanished between the two reads
-			}
-			// The key names this very execution: an earlier try of this
-			// transaction landed (its outcome was unknown to the caller).
-			return got, err == nil && got.ExecutionID == e.ExecutionID, err
-		case code(0) == "ConditionalCheckFailed":
-			return store.Execution{}, false, fmt.Errorf("dynamostore: execution %s exists: %w", e.Key(), store.ErrConflict)
-		case (code(0) == "TransactionConflict" || code(1) == "TransactionConflict") && attempt < 8:
-			// A concurrent transaction on the same key (a duplicate submit in
-			// flight): back off and decide again.
-			if err := sleep(ctx, time.Duration(5<<attempt)*time.Millisecond); err != nil {
-				return store.Execution{}, false, err
-			}
-		default:
-			return store.Execution{}, false, translate("create", err)
+		got, err := decode(old)
+		if err != nil {
+			return store.Execution{}, false, err
 		}
+		return existing(got, e)
 	}
 }
 
-var errRaced = errors.New("dynamostore: key changed while being read")
-
-// existing resolves a taken idempotency key to its execution.
-func (st *StateStore) existing(ctx context.Context, kid string, keyItem map[string]types.AttributeValue, fingerprint string) (store.Execution, error) {
-	if keyItem == nil { // the backend did not return the old item: read it
-		out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &st.opts.KeyTable, ConsistentRead: aws.Bool(true),
-			Key: map[string]types.AttributeValue{s.AttrKeyID: str(kid)}})
-		if err != nil {
-			return store.Execution{}, translate("read key", err)
-		}
-		keyItem = out.Item
+// existing resolves a create that found a row with its key.
+func existing(got, want store.Execution) (store.Execution, bool, error) {
+	if got.Fingerprint != want.Fingerprint {
+		return store.Execution{}, false, store.ErrKeyMismatch
 	}
-	if keyItem == nil || !st.live(keyItem) {
-		return store.Execution{}, errRaced
-	}
-	r := &reader{item: keyItem}
-	if r.str(s.AttrFingerprint) != fingerprint {
-		return store.Execution{}, store.ErrKeyMismatch
-	}
-	e, err := st.Get(ctx, store.Key{TenantID: r.str(s.AttrTenantID), ExecutionID: r.str(s.AttrExecutionID)})
-	if errors.Is(err, store.ErrNotFound) {
-		return e, errRaced
-	}
-	return e, err
+	return got, got.CreateToken != "" && got.CreateToken == want.CreateToken, nil
 }
 
 // Get implements store.Store with a strongly consistent read.
 func (st *StateStore) Get(ctx context.Context, key store.Key) (store.Execution, error) {
+	if !validKey(key) {
+		return store.Execution{}, store.ErrNotFound
+	}
 	ctx, cancel := st.deadline(ctx)
 	defer cancel()
 	out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &st.opts.ExecutionTable, Key: st.key(key), ConsistentRead: aws.Bool(true)})
@@ -213,7 +243,9 @@ func (st *StateStore) GetBatch(ctx context.Context, keys []store.Key) ([]store.E
 	for start := 0; start < len(keys); start += 100 {
 		var req []map[string]types.AttributeValue
 		for _, k := range keys[start:min(start+100, len(keys))] {
-			req = append(req, st.key(k))
+			if validKey(k) {
+				req = append(req, st.key(k))
+			}
 		}
 		for try := 0; len(req) > 0; try++ {
 			res, err := st.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{
@@ -345,7 +377,7 @@ func (st *StateStore) Reschedule(ctx context.Context, key store.Key, from, to ti
 
 // liveCondition requires the row to exist and not to have expired.
 func (st *StateStore) liveCondition(u *update) string {
-	return fmt.Sprintf("attribute_exists(%s) AND %s > %s", u.name(s.AttrTenantID), u.name(s.AttrTTL), u.value(seconds(st.opts.Clock.Now())))
+	return fmt.Sprintf("attribute_exists(%s) AND %s > %s", u.name(s.AttrPK), u.name(s.AttrTTL), u.value(seconds(st.opts.Clock.Now())))
 }
 
 var errCondition = errors.New("dynamostore: condition failed")
@@ -353,6 +385,9 @@ var errCondition = errors.New("dynamostore: condition failed")
 // conditionalUpdate runs UpdateItem returning the new item, or errCondition
 // with the old item (nil when there was none).
 func (st *StateStore) conditionalUpdate(ctx context.Context, key store.Key, u *update, cond string) (map[string]types.AttributeValue, error) {
+	if !validKey(key) {
+		return nil, errCondition // no such row
+	}
 	out, err := st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: &st.opts.ExecutionTable, Key: st.key(key),
 		UpdateExpression: aws.String(u.expression()), ConditionExpression: aws.String(cond),
@@ -377,7 +412,11 @@ func (st *StateStore) conditionalUpdate(ctx context.Context, key store.Key, u *u
 func (st *StateStore) Due(ctx context.Context, q store.DueQuery) (store.DuePage, error) {
 	ctx, cancel := st.deadline(ctx)
 	defer cancel()
-	cur, err := decodeDueCursor(q.Cursor, st.opts.DueShards)
+	shards, err := st.shards(ctx)
+	if err != nil {
+		return store.DuePage{}, err
+	}
+	cur, err := decodeDueCursor(q.Cursor, shards)
 	if err != nil {
 		return store.DuePage{}, err
 	}
@@ -387,9 +426,9 @@ func (st *StateStore) Due(ctx context.Context, q store.DueQuery) (store.DuePage,
 		more bool
 		err  error
 	}
-	pages := make([]shardPage, st.opts.DueShards)
+	pages := make([]shardPage, shards)
 	var wg sync.WaitGroup
-	for shard := range st.opts.DueShards {
+	for shard := range shards {
 		if cur[shard].Done {
 			continue
 		}
@@ -399,24 +438,36 @@ func (st *StateStore) Due(ctx context.Context, q store.DueQuery) (store.DuePage,
 		})
 	}
 	wg.Wait()
-	var all []dueItem
 	var errs []error
 	for _, p := range pages {
 		if p.err != nil {
 			errs = append(errs, p.err)
 		}
-		all = append(all, p.refs...)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return store.DuePage{}, err
 	}
-	sort.Slice(all, func(i, j int) bool { return dueItemLess(all[i], all[j]) })
-	taken := all[:min(limit, len(all))]
-	takenPerShard := make([]int, st.opts.DueShards)
-	for _, it := range taken {
-		c := it
-		cur[it.shard].After = &c
-		takenPerShard[it.shard]++
+	// Merge the shards oldest first, taking from each shard a prefix of
+	// what it returned: rows with equal sweep times come in DynamoDB's own
+	// order, which the next page's ExclusiveStartKey continues, so taking
+	// a later row of a shard before an earlier one would skip the earlier.
+	var taken []dueItem
+	takenPerShard := make([]int, shards)
+	for len(taken) < limit {
+		best := -1
+		for shard, p := range pages {
+			if i := takenPerShard[shard]; i < len(p.refs) &&
+				(best < 0 || p.refs[i].ref.SweepAt.Before(pages[best].refs[takenPerShard[best]].ref.SweepAt)) {
+				best = shard
+			}
+		}
+		if best < 0 {
+			break
+		}
+		it := pages[best].refs[takenPerShard[best]]
+		taken = append(taken, it)
+		cur[best].After = &it
+		takenPerShard[best]++
 	}
 	for shard, p := range pages {
 		// A shard is done when it holds nothing after what was taken.
@@ -443,13 +494,6 @@ type dueItem struct {
 	shard int
 }
 
-func dueItemLess(a, b dueItem) bool {
-	if a.ref.SweepAt.UnixMilli() != b.ref.SweepAt.UnixMilli() {
-		return a.ref.SweepAt.UnixMilli() < b.ref.SweepAt.UnixMilli()
-	}
-	return a.ref.Key.String() < b.ref.Key.String()
-}
-
 // dueShard reads up to limit entries of one shard due by dueBy, after the
 // given entry; more reports that the shard holds more.
 func (st *StateStore) dueShard(ctx context.Context, shard int, dueBy time.Time, limit int, after *dueItem) ([]dueItem, bool, error) {
@@ -466,7 +510,7 @@ func (st *StateStore) dueShard(ctx context.Context, shard int, dueBy time.Time, 
 	if after != nil {
 		in.ExclusiveStartKey = map[string]types.AttributeValue{
 			s.AttrDueShard: num(shard), s.AttrSweepAt: millis(after.ref.SweepAt),
-			s.AttrTenantID: str(after.ref.Key.TenantID), s.AttrExecutionID: str(after.ref.Key.ExecutionID),
+			s.AttrPK: str(pk(after.ref.Key)),
 		}
 	}
 	for {
@@ -477,8 +521,12 @@ func (st *StateStore) dueShard(ctx context.Context, shard int, dueBy time.Time, 
 		st.dueItemsRead.Add(int64(out.ScannedCount))
 		for _, item := range out.Items {
 			r := &reader{item: item}
+			key, ok := splitPK(r.str(s.AttrPK))
+			if !ok {
+				return refs, false, fmt.Errorf("dynamostore: due index entry with a malformed %s", s.AttrPK)
+			}
 			refs = append(refs, dueItem{shard: shard, ref: store.DueRef{
-				Key:        store.Key{TenantID: r.str(s.AttrTenantID), ExecutionID: r.str(s.AttrExecutionID)},
+				Key:        key,
 				PipelineID: r.str(s.AttrPipelineID), SweepAt: r.millis(s.AttrSweepAt),
 			}})
 		}

@@ -20,13 +20,64 @@ func newStateStore(t *testing.T, c clock.Clock) (*dynamo.StateStore, *awsclient.
 	t.Helper()
 	clients, counter := awstest.Clients(t)
 	n := awstest.Names(t)
-	awstest.Tables(t, clients, schema.ExecutionTable(n.ExecutionTable), schema.KeyTable(n.KeyTable))
-	st, err := dynamo.NewStateStore(clients.DynamoDB, dynamo.Options{ExecutionTable: n.ExecutionTable, KeyTable: n.KeyTable, Clock: c})
+	awstest.Tables(t, clients, schema.ExecutionTable(n.ExecutionTable))
+	st, err := dynamo.NewStateStore(clients.DynamoDB, dynamo.Options{ExecutionTable: n.ExecutionTable, Clock: c})
 	if err != nil {
 		t.Fatal(err)
 	}
 	counter.Reset()
 	return st, counter
+}
+
+// dueRow is a QUEUED row due (and to be swept) at now.
+func dueRow(id string, now time.Time) store.Execution {
+	return store.Execution{TenantID: "t", ExecutionID: id, PipelineID: "p", Status: store.Queued, Version: 1,
+		StepName: "s", Attempt: 1, NextDueAt: now, SweepAt: now, IdempotencyKey: "k-" + id, CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(time.Hour),
+		Input: payload.Ref{Encoding: payload.EncodingJSON, ContentType: payload.ContentTypeJSON, SHA256: payload.Digest(nil), Inline: []byte{}}}
+}
+
+// TestLoweredShardCountStillSweepsEveryRow: rows written by processes
+// sized for a high step rate (many index shards) stay visible to the
+// sweep of a process configured with fewer: the table remembers the
+// largest shard count used.
+func TestLoweredShardCountStillSweepsEveryRow(t *testing.T) {
+	t.Parallel()
+	c := clock.NewFake(time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC))
+	clients, _ := awstest.Clients(t)
+	n := awstest.Names(t)
+	awstest.Tables(t, clients, schema.ExecutionTable(n.ExecutionTable))
+	wide, err := dynamo.NewStateStore(clients.DynamoDB, dynamo.Options{ExecutionTable: n.ExecutionTable, DueShards: 40, Clock: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	const rows = 60
+	for i := range rows {
+		if _, _, err := wide.CreateOrGet(ctx, store.CreateRequest{Execution: dueRow(fmt.Sprintf("e%02d", i), c.Now())}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	narrow, err := dynamo.NewStateStore(clients.DynamoDB, dynamo.Options{ExecutionTable: n.ExecutionTable, DueShards: 4, Clock: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	cursor := ""
+	for range rows {
+		page, err := narrow.Due(ctx, store.DueQuery{By: c.Now(), Limit: 25, Cursor: cursor})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range page.Refs {
+			seen[r.Key.ExecutionID] = true
+		}
+		if cursor = page.Cursor; cursor == "" {
+			break
+		}
+	}
+	if len(seen) != rows {
+		t.Fatalf("a 4-shard sweep found %d of %d rows written over 40 shards", len(seen), rows)
+	}
 }
 
 // TestDueReadsOnlyDueRows: a table holding many finished executions and a
@@ -39,10 +90,8 @@ func TestDueReadsOnlyDueRows(t *testing.T) {
 	now := c.Now()
 	const finished, due = 300, 7
 	for i := range finished + due {
-		e := store.Execution{TenantID: "t", ExecutionID: fmt.Sprintf("e%04d", i), PipelineID: "p", Status: store.Queued, Version: 1,
-			StepName: "s", Attempt: 1, NextDueAt: now, SweepAt: now, IdempotencyKey: fmt.Sprint("k", i), CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(time.Hour),
-			Input: payload.Ref{Encoding: payload.EncodingJSON, ContentType: payload.ContentTypeJSON, SHA256: payload.Digest(nil), Inline: []byte{}}}
-		if _, _, err := st.CreateOrGet(ctx, store.CreateRequest{Execution: e, IdempotencyKey: e.IdempotencyKey, Fingerprint: "f"}); err != nil {
+		e := dueRow(fmt.Sprintf("e%04d", i), now)
+		if _, _, err := st.CreateOrGet(ctx, store.CreateRequest{Execution: e}); err != nil {
 			t.Fatal(err)
 		}
 		if i < finished {
@@ -66,8 +115,8 @@ func TestDueReadsOnlyDueRows(t *testing.T) {
 		t.Fatalf("the due query read %d items for %d due rows among %d", read, due, finished+due)
 	}
 	counts := counter.Snapshot()
-	if counts["DynamoDB.Scan"] != 0 || counts["DynamoDB.Query"] != schema.DefaultDueShards {
-		t.Fatalf("requests = %v, want one Query per shard and no Scan", counts)
+	if counts["DynamoDB.Scan"] != 0 || counts["DynamoDB.Query"] != schema.DefaultDueShards || counts["DynamoDB.GetItem"] > 1 {
+		t.Fatalf("requests = %v, want one Query per shard, at most one read of the shard count, no Scan", counts)
 	}
 	t.Logf("due query over %d rows (%d due): %d items read, requests %v", finished+due, due, st.DueItemsRead()-before, counts)
 }

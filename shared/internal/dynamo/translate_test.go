@@ -49,7 +49,7 @@ func TestThrottlingAndServerErrorsAreRetriedThenUnavailable(t *testing.T) {
 				}),
 				DisableValidateResponseChecksum: true,
 			})
-			st, err := dynamo.NewStateStore(db, dynamo.Options{ExecutionTable: "e", KeyTable: "k"})
+			st, err := dynamo.NewStateStore(db, dynamo.Options{ExecutionTable: "e"})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -58,7 +58,7 @@ func unreachableDB(t *testing.T) *dynamodb.Client {
 func TestRefusedConnectionIsUnavailable(t *testing.T) {
 	t.Parallel()
 	db := unreachableDB(t)
-	st, err := dynamo.NewStateStore(db, dynamo.Options{ExecutionTable: "e", KeyTable: "k"})
+	st, err := dynamo.NewStateStore(db, dynamo.Options{ExecutionTable: "e"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func (nopDispatcher) Dispatch(context.Context, ...dispatch.Message) error { retu
 func TestSubmitToUnreachableDynamoIs503WithRetryAfter(t *testing.T) {
 	t.Parallel()
 	db := unreachableDB(t)
-	st, err := dynamo.NewStateStore(db, dynamo.Options{ExecutionTable: "e", KeyTable: "k"})
+	st, err := dynamo.NewStateStore(db, dynamo.Options{ExecutionTable: "e"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -162,3 +162,25 @@ func (g *gone) Update(ctx context.Context, gd store.Guard, next store.Execution)
 	}
 	return g.Store.Update(ctx, gd, next)
 }
+
+// TestDrainingWorkerDoesNotChain: a process shutting down (Drain) lets the
+// step it runs finish and commit, then hands the next step over to the
+// queue instead of running it (a graceful stop starts no new step).
+func TestDrainingWorkerDoesNotChain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		var rt *engine.Runtime
+		steps := fiveSteps().Steps
+		steps[1] = step("b", func(_ context.Context, _ pipeline.StepInfo, in map[string]any) (map[string]any, error) {
+			rt.Drain() // the shutdown begins while step b runs
+			return in, nil
+		})
+		rt = c.worker("w", engine.Config{Retry: fastRetry}, nil, pipeline.Pipeline{ID: "p.five", Steps: steps})
+		e := submitTo(t, rt, "p.five", "k1", map[string]any{})
+		deliver(rt, c.queue)
+		got := c.get(e.ExecutionID)
+		if got.StepIndex != 2 || got.Status != store.Queued || c.queue.count() != 2 {
+			t.Fatalf("after a drain during step b: step %d %s, %d items sent; want step c QUEUED and handed over", got.StepIndex, got.Status, c.queue.count())
+		}
+	})
+}

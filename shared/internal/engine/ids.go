@@ -2,17 +2,21 @@ package engine
 
 import (
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
-	"time"
+	"fmt"
 )
 
-// newExecutionID returns a UUIDv7: time-ordered, 74 random bits.
-func newExecutionID(now time.Time) string {
+// executionID derives an execution's id from its tenant and idempotency
+// key: a UUIDv8 (RFC 9562's custom version) made of a SHA-256 of both,
+// length-prefixed. The same key always names the same execution, so the
+// row's own key is the idempotency key: a submit is one conditional write
+// of one item, and a duplicate submit finds the execution it means.
+func executionID(tenantID, key string) string {
+	h := sha256.Sum256(fmt.Appendf(nil, "qasync-execution;%d:%s;%d:%s", len(tenantID), tenantID, len(key), key))
 	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never returns an error
-	ms := uint64(now.UnixMilli())
-	b[0], b[1], b[2], b[3], b[4], b[5] = byte(ms>>40), byte(ms>>32), byte(ms>>24), byte(ms>>16), byte(ms>>8), byte(ms)
-	b[6] = b[6]&0x0f | 0x70 // version 7
+	copy(b[:], h[:16])
+	b[6] = b[6]&0x0f | 0x80 // version 8
 	b[8] = b[8]&0x3f | 0x80 // RFC 9562 variant
 	var s [36]byte
 	hex.Encode(s[0:8], b[0:4])
@@ -33,4 +37,11 @@ func newWorkerID(prefix string) string {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	return prefix + "-" + hex.EncodeToString(b[:])
+}
+
+// newToken is a random 16-hex-digit token (a submit call's CreateToken).
+func newToken() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }

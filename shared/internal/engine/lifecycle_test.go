@@ -594,7 +594,7 @@ func TestUnreadableInputDeadLetters(t *testing.T) {
 		row := store.Execution{TenantID: "t1", ExecutionID: "e-lost", PipelineID: "p.three", Status: store.Queued, Version: 1,
 			StepName: "a", Attempt: 1, NextDueAt: now, IdempotencyKey: "k", CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(time.Hour),
 			Input: payload.Ref{Encoding: payload.EncodingJSON, ContentType: payload.ContentTypeJSON, Length: 1 << 20, SHA256: payload.Digest(nil), ManifestID: "gone"}}
-		if _, _, err := h.store.CreateOrGet(context.Background(), store.CreateRequest{Execution: row, IdempotencyKey: "k", Fingerprint: "f"}); err != nil {
+		if _, _, err := h.store.CreateOrGet(context.Background(), store.CreateRequest{Execution: row}); err != nil {
 			t.Fatal(err)
 		}
 		if err := h.rt.Process(context.Background(), workItem(row)); err != nil {

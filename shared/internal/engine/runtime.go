@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/qasync/qasync/shared/clock"
@@ -164,7 +165,7 @@ func (c *Config) defaults() error {
 	}
 	if c.WorkerID == "" {
 		host, _ := os.Hostname()
-		c.WorkerID = newWorkerID(host)
+		c.WorkerID = newWorkerID(store.Truncate(host, 20))
 	}
 	switch {
 	case c.Lease < 3*time.Millisecond:
@@ -213,7 +214,15 @@ type Deps struct {
 type Runtime struct {
 	cfg  Config
 	deps Deps
+	// draining is set by Drain: committed steps hand the next one over.
+	draining atomic.Bool
 }
+
+// Drain tells the runtime that its process is shutting down: the steps it
+// runs finish and commit as usual, but from now on a commit hands the next
+// step over to the work queue instead of running it here (no chaining),
+// so that a graceful stop ends in-flight work and starts none.
+func (r *Runtime) Drain() { r.draining.Store(true) }
 
 // New checks cfg and deps and returns a Runtime.
 func New(cfg Config, deps Deps) (*Runtime, error) {
@@ -297,16 +306,19 @@ func (r *Runtime) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, 
 	if err != nil {
 		return SubmitResult{}, fmt.Errorf("runtime: store input: %w", err)
 	}
-	row := store.Execution{
-		TenantID: req.TenantID, ExecutionID: newExecutionID(now), PipelineID: p.ID, PipelineVersion: p.VersionID(),
-		Status: store.Queued, Version: 1, StepName: p.Steps[0].Name, Attempt: 1,
-		NextDueAt: now, SweepAt: r.firstLook(now), IdempotencyKey: key, Input: in,
-		CreatedAt: now, UpdatedAt: now, ExpiresAt: expires,
+	clientKey := key
+	if key != req.IdempotencyKey {
+		clientKey = "" // derived: not stored
 	}
-	got, created, err := r.deps.Store.CreateOrGet(ctx, store.CreateRequest{
-		Execution: row, IdempotencyKey: key,
-		Fingerprint: hashParts(p.ID, string(req.Input.Encoding), req.Input.ContentType, req.Input.Message, digest),
-	})
+	row := store.Execution{
+		TenantID: req.TenantID, ExecutionID: executionID(req.TenantID, key), PipelineID: p.ID, PipelineVersion: p.VersionID(),
+		Status: store.Queued, Version: 1, StepName: p.Steps[0].Name, Attempt: 1,
+		NextDueAt: now, SweepAt: r.firstLook(now), IdempotencyKey: clientKey, Input: in,
+		Fingerprint: hashParts(p.ID, string(req.Input.Encoding), req.Input.ContentType, req.Input.Message, digest)[:32],
+		CreateToken: newToken(),
+		CreatedAt:   now, UpdatedAt: now, ExpiresAt: expires,
+	}
+	got, created, err := r.deps.Store.CreateOrGet(ctx, store.CreateRequest{Execution: row})
 	if err != nil {
 		return SubmitResult{}, err
 	}

@@ -405,7 +405,7 @@ func (t *transition) succeed(ctx context.Context, out payload.Payload, stored *p
 // time left for it: the rule a worker applies before every step).
 func (t *transition) mayChain(ctx context.Context) bool {
 	r := t.r
-	if t.chained+1 >= r.cfg.ChainMaxSteps || ctx.Err() != nil {
+	if t.chained+1 >= r.cfg.ChainMaxSteps || ctx.Err() != nil || r.draining.Load() {
 		return false
 	}
 	if d, ok := ctx.Deadline(); ok && time.Until(d) < r.cfg.Lease {

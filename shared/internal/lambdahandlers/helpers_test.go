@@ -187,7 +187,7 @@ func seed(t *testing.T, rt *engine.Runtime, id, pipelineID, input string, mutate
 	if mutate != nil {
 		mutate(&row)
 	}
-	got, created, err := rt.Store().CreateOrGet(ctx, store.CreateRequest{Execution: row, IdempotencyKey: row.IdempotencyKey, Fingerprint: "fixture"})
+	got, created, err := rt.Store().CreateOrGet(ctx, store.CreateRequest{Execution: row})
 	if err != nil || !created {
 		t.Fatalf("seed %s: created=%v err=%v", id, created, err)
 	}

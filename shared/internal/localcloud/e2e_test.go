@@ -54,7 +54,7 @@ func startApp(t *testing.T, cfg map[string]string, tweak func(*localcloud.Option
 	keys := map[string]string{
 		"state-provider": "dynamo", "dispatcher-provider": "sqs", "dlq-provider": "sqs",
 		"queue-url": urls[names.WorkQueue], "dlq-url": urls[names.DLQQueue],
-		"dynamo.execution-table": names.ExecutionTable, "dynamo.key-table": names.KeyTable,
+		"dynamo.execution-table":         names.ExecutionTable,
 		"dynamo.execution-payload-table": names.PayloadTable, "dynamo.dead-letter-table": names.DeadLetterTable,
 		"dynamo.effect-table": names.EffectTable,
 		"idempotency-policy":  "OPTIONAL_CLIENT_KEY", "retry-delay": "200ms",

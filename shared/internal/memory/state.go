@@ -21,14 +21,7 @@ type StateStore struct {
 
 	mu   sync.Mutex
 	rows map[store.Key]*store.Execution
-	keys map[string]keyRow
 	due  map[store.Key]struct{}
-}
-
-type keyRow struct {
-	key         store.Key
-	fingerprint string
-	expiresAt   time.Time
 }
 
 var _ store.Store = (*StateStore)(nil)
@@ -38,7 +31,6 @@ func NewStateStore(c clock.Clock) *StateStore {
 	return &StateStore{
 		clock: c,
 		rows:  map[store.Key]*store.Execution{},
-		keys:  map[string]keyRow{},
 		due:   map[store.Key]struct{}{},
 	}
 }
@@ -49,27 +41,19 @@ func (s *StateStore) CreateOrGet(ctx context.Context, req store.CreateRequest) (
 		return store.Execution{}, false, err
 	}
 	e := req.Execution
-	if e.TenantID == "" || e.ExecutionID == "" || req.IdempotencyKey == "" {
-		return store.Execution{}, false, fmt.Errorf("memstore: create needs tenant, execution id and idempotency key")
+	if e.TenantID == "" || e.ExecutionID == "" {
+		return store.Execution{}, false, fmt.Errorf("memstore: create needs tenant and execution id")
 	}
-	now := s.clock.Now()
-	kid := store.KeyID(e.TenantID, req.IdempotencyKey)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if k, ok := s.keys[kid]; ok && !expired(k.expiresAt, now) {
-		if k.fingerprint != req.Fingerprint {
+	if row := s.live(e.Key(), s.clock.Now()); row != nil {
+		if row.Fingerprint != e.Fingerprint {
 			return store.Execution{}, false, store.ErrKeyMismatch
 		}
-		if row := s.live(k.key, now); row != nil {
-			return clone(*row), k.key == e.Key(), nil
-		}
-	}
-	if row := s.live(e.Key(), now); row != nil {
-		return store.Execution{}, false, fmt.Errorf("memstore: execution %s exists: %w", e.Key(), store.ErrConflict)
+		return clone(*row), row.CreateToken != "" && row.CreateToken == e.CreateToken, nil
 	}
 	row := clone(e)
 	s.rows[e.Key()] = &row
-	s.keys[kid] = keyRow{key: e.Key(), fingerprint: req.Fingerprint, expiresAt: e.ExpiresAt}
 	s.index(&row)
 	return clone(row), true, nil
 }
@@ -164,6 +148,7 @@ func (s *StateStore) Update(ctx context.Context, g store.Guard, next store.Execu
 	updated := clone(next)
 	updated.TenantID, updated.ExecutionID, updated.PipelineID = row.TenantID, row.ExecutionID, row.PipelineID
 	updated.PipelineVersion, updated.IdempotencyKey, updated.Input = row.PipelineVersion, row.IdempotencyKey, row.Input
+	updated.Fingerprint, updated.CreateToken = row.Fingerprint, row.CreateToken
 	updated.CreatedAt = row.CreatedAt
 	if updated.ExpiresAt.IsZero() {
 		updated.ExpiresAt = row.ExpiresAt

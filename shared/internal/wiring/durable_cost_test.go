@@ -2,6 +2,7 @@ package wiring_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -13,28 +14,112 @@ import (
 	"github.com/qasync/qasync/shared/store"
 )
 
-func costPipeline(outBytes int) pipeline.Pipeline {
+// costPipeline has steps steps, each returning an output of about
+// outBytes bytes.
+func costPipeline(steps, outBytes int) pipeline.Pipeline {
 	out := strings.Repeat("o", outBytes)
-	step := func(name string) pipeline.Step {
-		return pipeline.NewStep(name, func(_ context.Context, _ pipeline.StepInfo, in map[string]any) (map[string]string, error) {
+	p := pipeline.Pipeline{ID: "p.cost"}
+	for i := range steps {
+		p.Steps = append(p.Steps, pipeline.NewStep(fmt.Sprintf("step-%d", i), func(_ context.Context, _ pipeline.StepInfo, _ map[string]any) (map[string]string, error) {
 			return map[string]string{"out": out}, nil
-		})
+		}))
 	}
-	return pipeline.Pipeline{ID: "p.cost", Steps: []pipeline.Step{step("a"), step("b"), step("c")}}
+	return p
 }
 
-func TestDurableWriteUnitsMeasured(t *testing.T) {
-	for _, in := range []int{100, 10 << 10} {
-		meter := awsclient.NewCapacityMeter()
-		d := openDurableWith(t, nil, []func(*middleware.Stack) error{meter.APIOption}, nil, costPipeline(100))
-		d.start()
-		e := d.submit("p.cost", "k1", map[string]any{"blob": strings.Repeat("i", in)})
-		sub := meter.Snapshot()
-		d.counter.Reset()
-		meter.Reset()
-		d.await(e, store.Succeeded, 30*time.Second)
-		time.Sleep(200 * time.Millisecond)
-		run := meter.Snapshot()
-		t.Logf("input %d B: submit %+v; run %+v; requests %v", in, sub, run, d.counter.Snapshot())
+// runCost is what one execution consumed, measured from DynamoDB's
+// ReturnConsumedCapacity answers (DynamoDB Local computes them from the
+// real item sizes).
+type runCost struct {
+	submitTable, submitIndex float64 // write units of the submit
+	runTable, runIndex       float64 // write units from the first claim to SUCCEEDED
+	runRequests              map[string]int
+}
+
+// measureRun submits one execution of p with an input of inBytes bytes to
+// a fresh deployment and measures its write units.
+func measureRun(t *testing.T, p pipeline.Pipeline, inBytes int) runCost {
+	t.Helper()
+	meter := awsclient.NewCapacityMeter()
+	d := openDurableWith(t, nil, []func(*middleware.Stack) error{meter.APIOption}, nil, p)
+	// The first create of a process also records the table's index shard
+	// count (once per process): make it with a row of its own, never
+	// dispatched, so that what is measured is what every later submit costs.
+	now := time.Now()
+	if _, _, err := d.set.Runtime.Store().CreateOrGet(context.Background(), store.CreateRequest{Execution: store.Execution{
+		TenantID: "t-warm-up", ExecutionID: "warm-up", PipelineID: p.ID, Status: store.Queued, Version: 1, Attempt: 1,
+		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(time.Hour),
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	meter.Reset()
+	e := d.submit(p.ID, "measured", map[string]any{"blob": strings.Repeat("i", inBytes)})
+	var c runCost
+	c.submitTable, c.submitIndex = meter.Snapshot().Writes()
+	meter.Reset()
+	d.counter.Reset()
+	d.start()
+	d.await(e, store.Succeeded, 30*time.Second)
+	d.stop()
+	c.runTable, c.runIndex = meter.Snapshot().Writes()
+	c.runRequests = d.counter.Snapshot()
+	return c
+}
+
+// TestDurableWriteUnitsPerStep is the cost budget in write units: a step
+// of the happy path costs one write unit of the execution row, whatever
+// the size of the input, because the input is written once (to the
+// payload table when it exceeds the inline budget) and later writes carry
+// only its reference; the indexes take nothing between the submit and
+// the terminal commit (which takes the row out of the sweep index).
+func TestDurableWriteUnitsPerStep(t *testing.T) {
+	t.Parallel()
+	const steps = 4
+	p := costPipeline(steps, 100)
+	small := measureRun(t, p, 100)
+	large := measureRun(t, p, 10<<10)
+	for name, c := range map[string]runCost{"100 B input": small, "10 KiB input": large} {
+		t.Logf("%s: submit %.0f table + %.0f index write units; run %.0f table + %.0f index write units for %d steps; requests %v",
+			name, c.submitTable, c.submitIndex, c.runTable, c.runIndex, steps, c.runRequests)
+		// One claim of the first step, then one commit per step (each but
+		// the last claiming the next step).
+		if c.runTable != 1+steps {
+			t.Errorf("%s: the run cost %.0f table write units, want %d (one per step and the first claim, each row write under 1 KB)", name, c.runTable, 1+steps)
+		}
+		if c.runIndex != 1 {
+			t.Errorf("%s: the run cost %.0f index write units, want 1 (the terminal commit leaves the sweep index)", name, c.runIndex)
+		}
+		if sends := c.runRequests["SQS.SendMessage"]; sends != 0 {
+			t.Errorf("%s: %d SQS sends between steps, want 0 (chained)", name, sends)
+		}
+	}
+	if small.runTable != large.runTable {
+		t.Errorf("write units of the run: %.0f with a 100 B input, %.0f with a 10 KiB input; want equal", small.runTable, large.runTable)
+	}
+	// The submit: the row and its two index entries; a large input adds
+	// its one write to the payload table (11 units for 10 KiB).
+	if small.submitTable != 1 || small.submitIndex != 2 {
+		t.Errorf("100 B submit: %.0f table + %.0f index write units, want 1 + 2", small.submitTable, small.submitIndex)
+	}
+	if large.submitTable > 1+11 || large.submitIndex != 2 {
+		t.Errorf("10 KiB submit: %.0f table + %.0f index write units, want at most 12 + 2", large.submitTable, large.submitIndex)
+	}
+}
+
+// TestDurableLargeStepOutputIsWrittenOnce: a step output above the inline
+// budget is written once beside the row (the payload table) and the row
+// keeps one write unit per step.
+func TestDurableLargeStepOutputIsWrittenOnce(t *testing.T) {
+	t.Parallel()
+	const steps = 3
+	c := measureRun(t, costPipeline(steps, 4<<10), 100)
+	t.Logf("4 KiB outputs: run %.0f table + %.0f index write units for %d steps; requests %v", c.runTable, c.runIndex, steps, c.runRequests)
+	// The row: one claim and one commit per step; beside it, each output
+	// once: 4 KiB plus the part's key is 5 units.
+	if want := float64(1 + steps + steps*5); c.runTable != want {
+		t.Errorf("run cost %.0f table write units, want %.0f (1 unit a row write, 5 a 4 KiB output, once each)", c.runTable, want)
+	}
+	if puts := c.runRequests["DynamoDB.PutItem"]; puts != steps {
+		t.Errorf("%d PutItem calls, want %d (each output once)", puts, steps)
 	}
 }

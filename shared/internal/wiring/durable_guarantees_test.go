@@ -119,14 +119,15 @@ func TestDurableLostCommitAnswersAreResolved(t *testing.T) {
 	}
 }
 
-// (11) A submit transaction that landed but whose answer was lost is
-// retried by the SDK with the same client request token: it reports a
-// new execution and dispatches it, not a duplicate with nothing sent.
+// (11) A submit write that landed but whose answer was lost is retried by
+// the SDK and refused (the row exists): the row's create token shows it is
+// this very create, so it reports a new execution and dispatches it, not
+// a duplicate with nothing sent.
 func TestDurableSubmitRetriedAfterItLanded(t *testing.T) {
 	t.Parallel()
 	lost := &lostAnswers{sdkRetries: true, match: func(in any) bool {
-		_, ok := in.(*dynamodb.TransactWriteItemsInput)
-		return ok
+		put, ok := in.(*dynamodb.PutItemInput)
+		return ok && strings.HasSuffix(*put.TableName, "-exec")
 	}}
 	lost.budget.Store(1)
 	d := openDurableWith(t, nil, []func(*middleware.Stack) error{lost.option}, nil, flaky(0, true))

@@ -44,7 +44,7 @@ func TestDynamoFaultsAreRetriedLikeRealErrors(t *testing.T) {
 		}),
 		APIOptions: []func(*middleware.Stack) error{wiring.DynamoFaults(1, log)},
 	})
-	st, err := dynamo.NewStateStore(db, dynamo.Options{ExecutionTable: "e", KeyTable: "k"})
+	st, err := dynamo.NewStateStore(db, dynamo.Options{ExecutionTable: "e"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -73,6 +73,8 @@ func (s *Set) Work(ctx context.Context) error {
 		<-ctx.Done()
 		return nil
 	}
+	stop := context.AfterFunc(ctx, s.Runtime.Drain) // in-flight steps finish, none chain
+	defer stop()
 	return s.Poller.Run(ctx)
 }
 
@@ -82,6 +84,7 @@ func (s *Set) Close(ctx context.Context) error {
 	if s.Local == nil {
 		return nil
 	}
+	s.Runtime.Drain()
 	return s.Local.Close(ctx)
 }
 
@@ -224,7 +227,7 @@ func Open(ctx context.Context, c config.Config, reg *pipeline.Registry, log *slo
 	switch c.StateProvider {
 	case "dynamo":
 		ds, err := dynamo.NewStateStore(set.Clients.DynamoDB, dynamo.Options{
-			ExecutionTable: c.ExecutionTable, KeyTable: c.KeyTable, DueShards: c.DueShards, Clock: clk})
+			ExecutionTable: c.ExecutionTable, DueShards: c.DueShards(), Clock: clk})
 		if err != nil {
 			return nil, err
 		}
@@ -370,7 +373,6 @@ func strict(ctx context.Context, c config.Config, clients awsclient.Clients) err
 	}
 	if c.StateProvider == "dynamo" {
 		key("dynamo.execution-table", provision.CheckTables(ctx, clients.DynamoDB, []schema.Table{schema.ExecutionTable(c.ExecutionTable)}))
-		key("dynamo.key-table", provision.CheckTables(ctx, clients.DynamoDB, []schema.Table{schema.KeyTable(c.KeyTable)}))
 		key("dynamo.execution-payload-table", provision.CheckTables(ctx, clients.DynamoDB, []schema.Table{schema.PayloadTable(c.PayloadTable)}))
 		key("dynamo.dead-letter-table", provision.CheckTables(ctx, clients.DynamoDB, []schema.Table{schema.DeadLetterTable(c.DeadLetterTable)}))
 		key("dynamo.effect-table", provision.CheckTables(ctx, clients.DynamoDB, []schema.Table{schema.EffectTable(c.EffectTable)}))
