@@ -61,7 +61,7 @@ func (b *builder) functions() error {
 	b.fn = map[string]*function{}
 	res := Resources{
 		ExecutionTable: *b.tbl[ExecutionTableID].TableName(),
-		PayloadTable: *b.tbl[PayloadTableID].TableName(), DeadLetterTable: *b.tbl[DeadLetterTableID].TableName(),
+		PayloadTable:   *b.tbl[PayloadTableID].TableName(), DeadLetterTable: *b.tbl[DeadLetterTableID].TableName(),
 		EffectTable: *b.tbl[EffectTableID].TableName(),
 		QueueURL:    *b.queue[WorkQueueID].QueueUrl(), DLQURL: *b.queue[DLQQueueID].QueueUrl(),
 		RejectQueueURL: *b.queue[RejectQueueID].QueueUrl(),

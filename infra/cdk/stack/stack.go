@@ -160,7 +160,7 @@ func (b *builder) removal() awscdk.RemovalPolicy {
 func (b *builder) tableIDs() map[string]string {
 	return map[string]string{
 		b.names.ExecutionTable: ExecutionTableID,
-		b.names.PayloadTable: PayloadTableID, b.names.DeadLetterTable: DeadLetterTableID,
+		b.names.PayloadTable:   PayloadTableID, b.names.DeadLetterTable: DeadLetterTableID,
 		b.names.EffectTable: EffectTableID,
 	}
 }

@@ -301,7 +301,7 @@ func TestFunctionEnvironment(t *testing.T) {
 			"state-provider": "dynamo", "dispatcher-provider": "sqs", "dlq-provider": "sqs",
 			"idempotency-policy": "CLIENT_KEY_REQUIRED", "strict-startup": "true", "lease-ms": "30000",
 			"queue-url": "<WorkQueue>", "dlq-url": "<DlqQueue>",
-			"dynamo.execution-table": "<ExecutionTable>",
+			"dynamo.execution-table":         "<ExecutionTable>",
 			"dynamo.execution-payload-table": "<PayloadTable>", "dynamo.dead-letter-table": "<DeadLetterTable>",
 			"dynamo.effect-table": "<EffectTable>",
 			"events.bus-name":     bus, "metrics.namespace": "qasync/dev", "http.tenant-source": "iam",
