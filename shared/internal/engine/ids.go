@@ -12,7 +12,12 @@ import (
 // length-prefixed. The same key always names the same execution, so the
 // row's own key is the idempotency key: a submit is one conditional write
 // of one item, and a duplicate submit finds the execution it means.
-func executionID(tenantID, key string) string {
+func executionID(tenantID, key string) string { return ExecutionID(tenantID, key) }
+
+// ExecutionID is the id the runtime gives the execution a tenant submits
+// under an idempotency key (see executionID). The DynamoDB layout's tests
+// use it to check how one tenant's executions spread over partitions.
+func ExecutionID(tenantID, key string) string {
 	h := sha256.Sum256(fmt.Appendf(nil, "qasync-execution;%d:%s;%d:%s", len(tenantID), tenantID, len(key), key))
 	var b [16]byte
 	copy(b[:], h[:16])
