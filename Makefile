@@ -44,7 +44,7 @@ LOCAL       := $(CACHE)/local
 .PHONY: help run build build-local build-lambda test test-unit fuzz bench vet fmt-check clean stack-up stack-down stack-test provision rie local-cloud
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
 
 build: build-local build-lambda ## build the local binary (.cache/bin/qasync) and the Lambda bundles (dist/<fn>.zip)
 
@@ -143,6 +143,24 @@ chaos: build-local ## chaos run: 1000 executions on 3 serve processes, SIGKILLs 
 	CHAOS_EXECUTIONS=$(CHAOS_EXECUTIONS) CHAOS_WORKERS=$(CHAOS_WORKERS) CHAOS_KILL_EVERY=$(CHAOS_KILL_EVERY) \
 	CHAOS_MIN_KILLS=$(CHAOS_MIN_KILLS) CHAOS_RATE=$(CHAOS_RATE) QASYNC_REQUIRE_STACK=1 QASYNC_BIN=$(BIN)/qasync \
 	$(STACK) run go test -count=1 -v -run '^TestChaos$$' -timeout 30m ./shared/internal/crashtest/
+
+# The durable benchmark (shared/internal/benchdurable): DynamoDB Local's
+# conditional-write ceiling, then a burst of BENCH_EXECUTIONS diag.drill
+# executions and a steady BENCH_RATE submits/s for BENCH_DURATION through
+# each count of `qasync serve` processes in BENCH_PROCESSES (1,2), every
+# request to the stack counted by proxies outside the processes. Prints one
+# table (BENCH_OUTPUT=json for JSON, BENCH_OUT=<file> to keep it); it never
+# fails on a figure. QASYNC_BIN measures another binary.
+BENCH_EXECUTIONS ?= 300
+BENCH_RATE       ?= 10
+BENCH_DURATION   ?= 30s
+BENCH_PROCESSES  ?= 1,2
+
+.PHONY: bench-durable
+bench-durable: build-local ## durable benchmark on the local stack: ceiling, burst and steady load through 1 and 2 serve processes, requests per step (BENCH_* knobs)
+	BENCH_DURABLE=1 BENCH_EXECUTIONS=$(BENCH_EXECUTIONS) BENCH_RATE=$(BENCH_RATE) BENCH_DURATION=$(BENCH_DURATION) \
+	BENCH_PROCESSES=$(BENCH_PROCESSES) QASYNC_REQUIRE_STACK=1 QASYNC_BIN=$${QASYNC_BIN:-$(BIN)/qasync} \
+	$(STACK) run go test -count=1 -v -run '^TestBenchDurable$$' -timeout 30m ./shared/internal/benchdurable/
 
 vet:
 	go vet ./...

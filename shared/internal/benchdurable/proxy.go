@@ -1,0 +1,258 @@
+package benchdurable
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+)
+
+// OpCount is what a Proxy saw of one operation.
+type OpCount struct {
+	// Requests is the number of requests (each SDK retry is one more).
+	Requests int `json:"requests"`
+	// Errors is how many of them got no 2xx answer (a failed conditional
+	// write is one) or no answer at all.
+	Errors int `json:"errors"`
+	// Units is the capacity units DynamoDB reported (ConsumedCapacity's
+	// CapacityUnits, table and indexes together), TableUnits and
+	// IndexUnits its split. Zero unless the proxy asks for them
+	// (Options.Capacity); failed requests report none.
+	Units      float64 `json:"units,omitempty"`
+	TableUnits float64 `json:"table_units,omitempty"`
+	IndexUnits float64 `json:"index_units,omitempty"`
+}
+
+// ProxyOptions adjust NewProxy.
+type ProxyOptions struct {
+	// Capacity adds "ReturnConsumedCapacity":"INDEXES" to the JSON body of
+	// every DynamoDB data-plane request that lacks the field
+	// (CapacityOps) and sums the ConsumedCapacity of the answers. The body
+	// no longer matches its SigV4 signature: only for a server that does
+	// not verify signatures (DynamoDB Local; see SignaturesUnverified).
+	Capacity bool
+}
+
+// CapacityOps are the DynamoDB operations that accept
+// ReturnConsumedCapacity.
+var CapacityOps = map[string]bool{
+	"PutItem": true, "UpdateItem": true, "DeleteItem": true, "BatchWriteItem": true, "TransactWriteItems": true,
+	"GetItem": true, "BatchGetItem": true, "TransactGetItems": true, "Query": true, "Scan": true,
+}
+
+// Proxy is a counting reverse proxy on loopback in front of one AWS-style
+// JSON endpoint (DynamoDB Local, the SQS server). It counts requests by
+// operation, named "<service>.<Operation>" from the X-Amz-Target header
+// ("DynamoDB.UpdateItem", "SQS.ReceiveMessage"; "HTTP.<METHOD>" for a
+// request without one, such as S3's), so the process under test is
+// measured from outside, whatever SDK middleware it runs.
+type Proxy struct {
+	// URL is the proxy's base URL (http://127.0.0.1:<port>).
+	URL string
+
+	opts ProxyOptions
+	srv  *http.Server
+	mu   sync.Mutex
+	ops  map[string]*OpCount
+}
+
+type opKey struct{}
+
+// NewProxy starts a proxy to target (a base URL) on a free loopback port.
+func NewProxy(target string, opts ProxyOptions) (*Proxy, error) {
+	u, err := url.Parse(target)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{URL: "http://" + ln.Addr().String(), opts: opts, ops: map[string]*OpCount{}}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(u)
+			op := Operation(pr.In)
+			pr.Out = pr.Out.WithContext(context.WithValue(pr.Out.Context(), opKey{}, op))
+			if p.opts.Capacity {
+				askCapacity(pr.Out, op)
+			}
+		},
+		// Many serve goroutines share the proxy: keep their connections.
+		Transport: &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, DisableCompression: true},
+		ModifyResponse: func(resp *http.Response) error {
+			op, _ := resp.Request.Context().Value(opKey{}).(string)
+			var units [3]float64
+			if p.opts.Capacity && resp.StatusCode/100 == 2 && strings.HasPrefix(op, "DynamoDB.") {
+				b, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil {
+					return err
+				}
+				resp.Body = io.NopCloser(bytes.NewReader(b))
+				units = consumed(b, resp.Header.Get("Content-Encoding"))
+			}
+			p.count(op, resp.StatusCode/100 != 2, units)
+			return nil
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			p.count(Operation(r), true, [3]float64{})
+			w.WriteHeader(http.StatusBadGateway)
+		},
+	}
+	p.srv = &http.Server{Handler: rp}
+	go func() { _ = p.srv.Serve(ln) }()
+	return p, nil
+}
+
+// Operation names a request "<service>.<Operation>" from its
+// X-Amz-Target header, the service's version suffix dropped
+// ("DynamoDB_20120810.GetItem" is "DynamoDB.GetItem", "AmazonSQS.SendMessage"
+// is "SQS.SendMessage"), or "HTTP.<METHOD>" without the header.
+func Operation(r *http.Request) string {
+	target := r.Header.Get("X-Amz-Target")
+	svc, op, ok := strings.Cut(target, ".")
+	if !ok {
+		return "HTTP." + r.Method
+	}
+	svc, _, _ = strings.Cut(svc, "_")
+	svc = strings.TrimPrefix(svc, "Amazon")
+	return svc + "." + op
+}
+
+// askCapacity adds ReturnConsumedCapacity INDEXES to a DynamoDB request
+// of CapacityOps whose plain JSON body lacks the field.
+func askCapacity(r *http.Request, op string) {
+	name, ok := strings.CutPrefix(op, "DynamoDB.")
+	if !ok || !CapacityOps[name] || r.Body == nil || r.Header.Get("Content-Encoding") != "" {
+		return
+	}
+	b, err := io.ReadAll(r.Body)
+	r.Body.Close()
+	body := b
+	var fields map[string]json.RawMessage
+	if err == nil && json.Unmarshal(b, &fields) == nil && fields != nil {
+		if _, set := fields["ReturnConsumedCapacity"]; !set {
+			fields["ReturnConsumedCapacity"] = json.RawMessage(`"INDEXES"`)
+			if nb, err := json.Marshal(fields); err == nil {
+				body = nb
+			}
+		}
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.ContentLength = int64(len(body))
+	r.Header.Del("Content-Length")
+}
+
+// consumedCapacity is one ConsumedCapacity of a DynamoDB answer.
+type consumedCapacity struct {
+	CapacityUnits float64
+	Table         *struct{ CapacityUnits float64 }
+	// Both kinds of index are counted as index units.
+	GlobalSecondaryIndexes map[string]struct{ CapacityUnits float64 }
+	LocalSecondaryIndexes  map[string]struct{ CapacityUnits float64 }
+}
+
+// consumed sums the ConsumedCapacity of a DynamoDB answer (an object, or
+// a list for batches and transactions): total, table and index units.
+func consumed(body []byte, encoding string) [3]float64 {
+	if encoding == "gzip" {
+		zr, err := gzip.NewReader(bytes.NewReader(body))
+		if err != nil {
+			return [3]float64{}
+		}
+		if body, err = io.ReadAll(zr); err != nil {
+			return [3]float64{}
+		}
+	}
+	var out struct{ ConsumedCapacity json.RawMessage }
+	if json.Unmarshal(body, &out) != nil || len(out.ConsumedCapacity) == 0 {
+		return [3]float64{}
+	}
+	var list []consumedCapacity
+	if out.ConsumedCapacity[0] == '{' {
+		var one consumedCapacity
+		if json.Unmarshal(out.ConsumedCapacity, &one) != nil {
+			return [3]float64{}
+		}
+		list = append(list, one)
+	} else if json.Unmarshal(out.ConsumedCapacity, &list) != nil {
+		return [3]float64{}
+	}
+	var u [3]float64
+	for _, c := range list {
+		u[0] += c.CapacityUnits
+		if c.Table != nil {
+			u[1] += c.Table.CapacityUnits
+		}
+		for _, ix := range c.GlobalSecondaryIndexes {
+			u[2] += ix.CapacityUnits
+		}
+		for _, ix := range c.LocalSecondaryIndexes {
+			u[2] += ix.CapacityUnits
+		}
+	}
+	return u
+}
+
+func (p *Proxy) count(op string, failed bool, units [3]float64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := p.ops[op]
+	if c == nil {
+		c = &OpCount{}
+		p.ops[op] = c
+	}
+	c.Requests++
+	if failed {
+		c.Errors++
+	}
+	c.Units += units[0]
+	c.TableUnits += units[1]
+	c.IndexUnits += units[2]
+}
+
+// Snapshot returns the counts since the start or the last Reset.
+func (p *Proxy) Snapshot() map[string]OpCount {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string]OpCount, len(p.ops))
+	for k, v := range p.ops {
+		out[k] = *v
+	}
+	return out
+}
+
+// Reset zeroes the counts.
+func (p *Proxy) Reset() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.ops = map[string]*OpCount{}
+}
+
+// Close stops the proxy.
+func (p *Proxy) Close() error { return p.srv.Close() }
+
+// mergeCounts adds up the counts of several proxies.
+func mergeCounts(ms ...map[string]OpCount) map[string]OpCount {
+	out := map[string]OpCount{}
+	for _, m := range ms {
+		for k, v := range m {
+			c := out[k]
+			c.Requests += v.Requests
+			c.Errors += v.Errors
+			c.Units += v.Units
+			c.TableUnits += v.TableUnits
+			c.IndexUnits += v.IndexUnits
+			out[k] = c
+		}
+	}
+	return out
+}

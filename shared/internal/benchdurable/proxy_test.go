@@ -1,0 +1,155 @@
+package benchdurable
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/qasync/qasync/shared/internal/awstest"
+	"github.com/qasync/qasync/shared/schema"
+)
+
+// fakeDynamo answers like DynamoDB Local: UpdateItem with a
+// ConsumedCapacity object when asked, TransactWriteItems with a list, a
+// ConditionExpression "fail" with ConditionalCheckFailedException; it
+// records the bodies it got.
+func fakeDynamo(t *testing.T) (*httptest.Server, func() []map[string]any) {
+	var mu sync.Mutex
+	var bodies []map[string]any
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if int64(len(b)) != r.ContentLength {
+			t.Errorf("body of %d bytes, Content-Length %d", len(b), r.ContentLength)
+		}
+		var body map[string]any
+		_ = json.Unmarshal(b, &body)
+		mu.Lock()
+		bodies = append(bodies, body)
+		mu.Unlock()
+		asked := body["ReturnConsumedCapacity"] == "INDEXES"
+		switch op := r.Header.Get("X-Amz-Target"); {
+		case body["ConditionExpression"] == "fail":
+			w.WriteHeader(http.StatusBadRequest)
+			io.WriteString(w, `{"__type":"com.amazonaws.dynamodb.v20120810#ConditionalCheckFailedException"}`)
+		case op == "DynamoDB_20120810.UpdateItem" && asked:
+			io.WriteString(w, `{"ConsumedCapacity":{"TableName":"t","CapacityUnits":2.0,"Table":{"CapacityUnits":1.0},"GlobalSecondaryIndexes":{"g":{"CapacityUnits":1.0}}}}`)
+		case op == "DynamoDB_20120810.TransactWriteItems" && asked:
+			io.WriteString(w, `{"ConsumedCapacity":[{"TableName":"t","CapacityUnits":6.0,"Table":{"CapacityUnits":4.0},"GlobalSecondaryIndexes":{"g":{"CapacityUnits":2.0}}},{"TableName":"k","CapacityUnits":2.0,"Table":{"CapacityUnits":2.0}}]}`)
+		default:
+			io.WriteString(w, `{}`)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv, func() []map[string]any { mu.Lock(); defer mu.Unlock(); return bodies }
+}
+
+func post(t *testing.T, url, target, body string) int {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if target != "" {
+		req.Header.Set("X-Amz-Target", target)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestProxyCountsByOperationAndSumsCapacity: requests are counted by
+// "<service>.<Operation>" from X-Amz-Target, failed ones as errors; with
+// Capacity the proxy asks for ReturnConsumedCapacity INDEXES where the
+// body lacks it (keeping a caller's own choice) and sums table and index
+// units from objects and lists.
+func TestProxyCountsByOperationAndSumsCapacity(t *testing.T) {
+	srv, bodies := fakeDynamo(t)
+	p, err := NewProxy(srv.URL, ProxyOptions{Capacity: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	post(t, p.URL, "DynamoDB_20120810.UpdateItem", `{"TableName":"t","Key":{"pk":{"S":"a"}}}`)
+	post(t, p.URL, "DynamoDB_20120810.UpdateItem", `{"TableName":"t","ReturnConsumedCapacity":"NONE"}`)
+	if code := post(t, p.URL, "DynamoDB_20120810.UpdateItem", `{"TableName":"t","ConditionExpression":"fail"}`); code != 400 {
+		t.Errorf("failed conditional write: HTTP %d through the proxy, want 400", code)
+	}
+	post(t, p.URL, "DynamoDB_20120810.TransactWriteItems", `{"TransactItems":[]}`)
+	post(t, p.URL, "DynamoDB_20120810.DescribeTable", `{"TableName":"t"}`)
+	post(t, p.URL, "AmazonSQS.ReceiveMessage", `{"QueueUrl":"q"}`)
+	post(t, p.URL, "", ``)
+
+	got := p.Snapshot()
+	want := map[string]OpCount{
+		"DynamoDB.UpdateItem":         {Requests: 3, Errors: 1, Units: 2, TableUnits: 1, IndexUnits: 1},
+		"DynamoDB.TransactWriteItems": {Requests: 1, Units: 8, TableUnits: 6, IndexUnits: 2},
+		"DynamoDB.DescribeTable":      {Requests: 1},
+		"SQS.ReceiveMessage":          {Requests: 1},
+		"HTTP.POST":                   {Requests: 1},
+	}
+	if len(got) != len(want) {
+		t.Errorf("operations %v, want %v", got, want)
+	}
+	for op, w := range want {
+		if got[op] != w {
+			t.Errorf("%s: %+v, want %+v", op, got[op], w)
+		}
+	}
+	bs := bodies()
+	if bs[0]["ReturnConsumedCapacity"] != "INDEXES" || bs[0]["TableName"] != "t" || bs[0]["Key"] == nil {
+		t.Errorf("first UpdateItem reached the server as %v: want the same fields and ReturnConsumedCapacity INDEXES", bs[0])
+	}
+	if bs[1]["ReturnConsumedCapacity"] != "NONE" {
+		t.Errorf("a caller's ReturnConsumedCapacity was replaced: %v", bs[1])
+	}
+	if _, set := bs[4]["ReturnConsumedCapacity"]; set {
+		t.Errorf("DescribeTable was given ReturnConsumedCapacity: %v", bs[4])
+	}
+	p.Reset()
+	if n := len(p.Snapshot()); n != 0 {
+		t.Errorf("after Reset: %d operations counted", n)
+	}
+}
+
+// TestProxyWithoutCapacityPassesBodiesUnchanged: without
+// ProxyOptions.Capacity the request bodies reach the server as sent.
+func TestProxyWithoutCapacityPassesBodiesUnchanged(t *testing.T) {
+	srv, bodies := fakeDynamo(t)
+	p, err := NewProxy(srv.URL, ProxyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	post(t, p.URL, "DynamoDB_20120810.UpdateItem", `{"TableName":"t"}`)
+	if b := bodies()[0]; len(b) != 1 {
+		t.Errorf("body reached the server as %v, want only TableName", b)
+	}
+	if c := p.Snapshot()["DynamoDB.UpdateItem"]; c.Requests != 1 || c.Units != 0 {
+		t.Errorf("count %+v, want one request without units", c)
+	}
+}
+
+// TestDynamoDBLocalIgnoresSignatures confirms on the local stack what
+// ProxyOptions.Capacity relies on: DynamoDB Local answers a request whose
+// SigV4 signature is wrong. It also runs the ceiling briefly.
+func TestDynamoDBLocalIgnoresSignatures(t *testing.T) {
+	clients, _ := awstest.Clients(t)
+	ok, err := SignaturesUnverified(context.Background(), os.Getenv("AWS_ENDPOINT_URL_DYNAMODB"))
+	if err != nil || !ok {
+		t.Fatalf("DynamoDB Local refused a wrongly signed request (%v): the bench must skip capacity units", err)
+	}
+	table := awstest.Name(t, "ceiling")
+	awstest.Tables(t, clients, schema.Table{Name: table, PartitionKey: schema.Attr{Name: "pk", Type: schema.String}})
+	rate, err := UpdateItemCeiling(context.Background(), clients.DynamoDB, table, 2, 100*time.Millisecond, 300*time.Millisecond)
+	if err != nil || rate <= 0 {
+		t.Fatalf("ceiling %.0f/s, %v: want conditional writes to succeed", rate, err)
+	}
+}
