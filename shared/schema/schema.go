@@ -225,7 +225,7 @@ func DeadLetterTable(name string) Table {
 	return Table{Name: name, PartitionKey: Attr{AttrRecordID, String}, TTLAttribute: AttrTTL}
 }
 
-// Attribute names of the effect table (besides ttl_epoch_s).
+// Attribute names of the effect table (besides ttl).
 const (
 	AttrCommandID     = "command_id"
 	AttrEffectState   = "state"

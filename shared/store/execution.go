@@ -113,10 +113,12 @@ type Key struct {
 func (k Key) String() string { return k.TenantID + "/" + k.ExecutionID }
 
 // Execution is the row a state store keeps for one submitted execution.
-// Field names map onto the DynamoDB attribute names in comments.
+// The comments name each field as the design's data model does; the
+// DynamoDB provider stores them under the short attribute names of package
+// schema (tenant and execution id together in the partition key).
 type Execution struct {
-	TenantID    string // tenant_id (partition key)
-	ExecutionID string // execution_id (sort key)
+	TenantID    string // tenant_id
+	ExecutionID string // execution_id
 	PipelineID  string // pipeline_id
 	Status      Status // status
 	// Version is the OCC version, incremented by every claim and commit.

@@ -74,35 +74,58 @@ func measureRun(t *testing.T, p pipeline.Pipeline, inBytes int) runCost {
 // the terminal commit (which takes the row out of the sweep index).
 func TestDurableWriteUnitsPerStep(t *testing.T) {
 	t.Parallel()
-	const steps = 4
-	p := costPipeline(steps, 100)
-	small := measureRun(t, p, 100)
-	large := measureRun(t, p, 10<<10)
-	for name, c := range map[string]runCost{"100 B input": small, "10 KiB input": large} {
-		t.Logf("%s: submit %.0f table + %.0f index write units; run %.0f table + %.0f index write units for %d steps; requests %v",
-			name, c.submitTable, c.submitIndex, c.runTable, c.runIndex, steps, c.runRequests)
-		// One claim of the first step, then one commit per step (each but
-		// the last claiming the next step).
-		if c.runTable != 1+steps {
-			t.Errorf("%s: the run cost %.0f table write units, want %d (one per step and the first claim, each row write under 1 KB)", name, c.runTable, 1+steps)
+	for _, steps := range []int{4, 10} {
+		p := costPipeline(steps, 100)
+		small := measureRun(t, p, 100)
+		large := measureRun(t, p, 10<<10)
+		for name, c := range map[string]runCost{"100 B input": small, "10 KiB input": large} {
+			t.Logf("%d steps, %s: submit %.0f table + %.0f index write units; run %.0f table + %.0f index write units; requests %v",
+				steps, name, c.submitTable, c.submitIndex, c.runTable, c.runIndex, c.runRequests)
+			// One claim of the first step, then one commit per step (each but
+			// the last claiming the next step).
+			if c.runTable != float64(1+steps) {
+				t.Errorf("%d steps, %s: the run cost %.0f table write units, want %d (one per step and the first claim, each row write under 1 KB)", steps, name, c.runTable, 1+steps)
+			}
+			if c.runIndex != 1 {
+				t.Errorf("%d steps, %s: the run cost %.0f index write units, want 1 (the terminal commit leaves the sweep index)", steps, name, c.runIndex)
+			}
+			if sends := c.runRequests["SQS.SendMessage"]; sends != 0 {
+				t.Errorf("%d steps, %s: %d SQS sends between steps, want 0 (chained)", steps, name, sends)
+			}
 		}
-		if c.runIndex != 1 {
-			t.Errorf("%s: the run cost %.0f index write units, want 1 (the terminal commit leaves the sweep index)", name, c.runIndex)
+		if small.runTable != large.runTable {
+			t.Errorf("%d steps: write units of the run: %.0f with a 100 B input, %.0f with a 10 KiB input; want equal", steps, small.runTable, large.runTable)
 		}
-		if sends := c.runRequests["SQS.SendMessage"]; sends != 0 {
-			t.Errorf("%s: %d SQS sends between steps, want 0 (chained)", name, sends)
+		// The submit: the row and its two index entries (sweep, list); a
+		// large input adds its one write to the payload table (11 units for
+		// 10 KiB and the part's key).
+		if small.submitTable != 1 || small.submitIndex != 2 {
+			t.Errorf("100 B submit: %.0f table + %.0f index write units, want 1 + 2", small.submitTable, small.submitIndex)
+		}
+		if large.submitTable != 1+11 || large.submitIndex != 2 {
+			t.Errorf("10 KiB submit: %.0f table + %.0f index write units, want 12 + 2", large.submitTable, large.submitIndex)
 		}
 	}
-	if small.runTable != large.runTable {
-		t.Errorf("write units of the run: %.0f with a 100 B input, %.0f with a 10 KiB input; want equal", small.runTable, large.runTable)
+}
+
+// TestDurableSweeperLookCost measures what the sweeper's look at a
+// healthy long-running row costs (docs/cost.md's formula): moving its
+// sweep time is one write unit of the row and two of the sweep index (the
+// index entry is deleted and put again under its new sort key).
+func TestDurableSweeperLookCost(t *testing.T) {
+	t.Parallel()
+	meter := awsclient.NewCapacityMeter()
+	p := costPipeline(1, 10)
+	d := openDurableWith(t, nil, []func(*middleware.Stack) error{meter.APIOption}, nil, p)
+	e := d.submit(p.ID, "looked-at", map[string]any{})
+	meter.Reset()
+	if err := d.set.Runtime.Store().Reschedule(context.Background(), e.Key(), e.SweepAt, e.SweepAt.Add(time.Minute), 1); err != nil {
+		t.Fatal(err)
 	}
-	// The submit: the row and its two index entries; a large input adds
-	// its one write to the payload table (11 units for 10 KiB).
-	if small.submitTable != 1 || small.submitIndex != 2 {
-		t.Errorf("100 B submit: %.0f table + %.0f index write units, want 1 + 2", small.submitTable, small.submitIndex)
-	}
-	if large.submitTable > 1+11 || large.submitIndex != 2 {
-		t.Errorf("10 KiB submit: %.0f table + %.0f index write units, want at most 12 + 2", large.submitTable, large.submitIndex)
+	table, index := meter.Snapshot().Writes()
+	t.Logf("one look that moves the sweep time: %.0f table + %.0f index write units", table, index)
+	if table != 1 || index != 2 {
+		t.Errorf("a look costs %.0f table + %.0f index write units, want 1 + 2", table, index)
 	}
 }
 
