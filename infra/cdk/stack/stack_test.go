@@ -18,7 +18,7 @@ import (
 func TestResourceCounts(t *testing.T) {
 	dev := synth(t, "dev")
 	want := map[string]int{
-		"AWS::DynamoDB::Table":            5,
+		"AWS::DynamoDB::Table":            4,
 		"AWS::SQS::Queue":                 4, // work, poison, DLQ, item rejects
 		"AWS::SQS::QueuePolicy":           4, // enforceSSL
 		"AWS::Lambda::Function":           4,
