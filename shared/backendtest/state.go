@@ -686,6 +686,7 @@ func testRoundTrip(e *stateEnv) {
 	next.Result = payload.Ref{Encoding: payload.EncodingProtobuf, ContentType: payload.ContentTypeProtobuf, Message: "pkg.Msg", Length: 1 << 20, SHA256: payload.Digest([]byte("x")), ManifestID: "m1"}
 	next.Error = &store.Failure{Code: "c", Message: "m", TerminalReason: store.ReasonRetryExhausted}
 	next.DLQPending, next.Note, next.RedriveCount = true, "audit", 2
+	next.CancelReason, next.CancelRequestedAt = "operator asked", e.clock.Now().Truncate(time.Millisecond)
 	next.UpdatedAt = e.clock.Now().Add(time.Second)
 	next.Await = &store.Await{ID: "aw-1", Status: store.AwaitTimedOut, StepIndex: 3,
 		TimeoutAt: e.clock.Now().Add(2 * time.Second), CompletedAt: e.clock.Now().Add(3 * time.Second),

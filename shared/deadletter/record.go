@@ -47,5 +47,32 @@ type Recorder interface {
 	Get(ctx context.Context, id string) (Record, error)
 }
 
+// ListQuery selects a page of one tenant's dead-letter records, newest
+// first.
+type ListQuery struct {
+	// TenantID is required.
+	TenantID string
+	// PipelineID keeps one pipeline's records ("" for all).
+	PipelineID string
+	// Limit is the page size, 1 to 500 (0: 50).
+	Limit int
+	// Cursor continues the query from a previous page ("" for the first).
+	Cursor string
+}
+
+// ListPage is one page of dead-letter records.
+type ListPage struct {
+	Records []Record
+	// Cursor continues the query ("" on the last page).
+	Cursor string
+}
+
+// Lister lists a tenant's dead-letter records (the operator plane's
+// GET /v1/dead-letters). Recorders implement it; poison records, which
+// carry no tenant, are not listed.
+type Lister interface {
+	List(ctx context.Context, q ListQuery) (ListPage, error)
+}
+
 // ErrNotFound reports a missing record.
 var ErrNotFound = errors.New("deadletter: record not found")

@@ -92,6 +92,8 @@ const (
 	AttrDLQPending        = "dp"
 	AttrNote              = "no"
 	AttrRedriveCount      = "rc"
+	AttrCancelReason      = "cx"
+	AttrCancelRequested   = "cq"
 	AttrCreated           = "c"
 	AttrUpdated           = "u"
 	// AttrTTL is the expiry (epoch seconds) of every table's items.

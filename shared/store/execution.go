@@ -34,13 +34,16 @@ const (
 	Failed Status = "FAILED"
 	// DLQ: terminal; the dead-letter envelope was published.
 	DLQ Status = "DLQ"
+	// Cancelled: terminal; an operator cancelled the execution (its reason
+	// is Execution.CancelReason). Nothing claims, sweeps or retries it.
+	Cancelled Status = "CANCELLED"
 )
 
 // Statuses lists every status.
-var Statuses = []Status{Queued, Running, WaitRetry, WaitingExternal, RemoteOutcomeUnknown, Succeeded, Failed, DLQ}
+var Statuses = []Status{Queued, Running, WaitRetry, WaitingExternal, RemoteOutcomeUnknown, Succeeded, Failed, DLQ, Cancelled}
 
 // Terminal reports whether s ends the execution.
-func (s Status) Terminal() bool { return s == Succeeded || s == Failed || s == DLQ }
+func (s Status) Terminal() bool { return s == Succeeded || s == Failed || s == DLQ || s == Cancelled }
 
 // Parked reports whether s is excluded from claim and sweep until an
 // operator or an external completion acts.
@@ -192,6 +195,12 @@ type Execution struct {
 	Note string // note
 	// RedriveCount counts operator re-drives.
 	RedriveCount int // redrive_count
+	// CancelReason is the operator's reason, set when a cancel was
+	// requested: the row is CANCELLED, or still RUNNING until its worker
+	// sees the request (at its next lease renewal at the latest).
+	CancelReason string // cancel_reason
+	// CancelRequestedAt is when the cancel was requested (zero: never).
+	CancelRequestedAt time.Time // cancel_requested_epoch_ms
 	// CreatedAt is when the execution was accepted.
 	CreatedAt time.Time // created_epoch_ms
 	// UpdatedAt is when the row last changed.

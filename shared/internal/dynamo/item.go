@@ -179,6 +179,8 @@ func mutable(u *update, e *store.Execution, keepSweep bool) {
 	u.setOrRemove(s.AttrErrorMessage, e.Error != nil, str(f.Message))
 	u.setOrRemove(s.AttrTerminalReason, f.TerminalReason != "", str(f.TerminalReason))
 	u.setOrRemove(s.AttrNote, e.Note != "", str(e.Note))
+	u.setOrRemove(s.AttrCancelReason, e.CancelReason != "", str(e.CancelReason))
+	u.setOrRemove(s.AttrCancelRequested, !e.CancelRequestedAt.IsZero(), millis(e.CancelRequestedAt))
 	u.setOrRemove(s.AttrAwait, e.Await != nil, awaitAttr(e.Await))
 }
 
@@ -379,6 +381,7 @@ func decode(item map[string]types.AttributeValue) (store.Execution, error) {
 		Fingerprint: r.str(s.AttrFingerprint), CreateToken: r.str(s.AttrCreateToken),
 		Input: r.ref(s.AttrInput), Result: r.ref(s.AttrResult),
 		DLQPending: r.bool(s.AttrDLQPending), Note: r.str(s.AttrNote), RedriveCount: r.int(s.AttrRedriveCount),
+		CancelReason: r.str(s.AttrCancelReason), CancelRequestedAt: r.millis(s.AttrCancelRequested),
 		CreatedAt: r.millis(s.AttrCreated), UpdatedAt: r.millis(s.AttrUpdated), ExpiresAt: r.seconds(s.AttrTTL),
 		Await: r.await(s.AttrAwait),
 	}

@@ -1,0 +1,70 @@
+// Package history defines an execution's history: the events of its
+// lifecycle in commit order (submitted, each step started and finished,
+// awaits, re-drives, cancels, the end), as the operator plane shows them.
+//
+// A history is derived, not written by the engine: Derive turns two
+// consecutive versions of an execution row into the events between them,
+// so a provider records history from the row writes it already makes (in
+// memory and in the embedded store in the same write; on DynamoDB from the
+// table's stream, which adds no request to a step's path).
+package history
+
+import (
+	"context"
+	"time"
+
+	"github.com/qasync/qasync/shared/store"
+)
+
+// Type is an event's kind.
+type Type string
+
+// Event types.
+const (
+	Submitted       Type = "SUBMITTED"
+	StepStarted     Type = "STEP_STARTED"
+	StepSucceeded   Type = "STEP_SUCCEEDED"
+	StepFailed      Type = "STEP_FAILED"
+	LeaseTakenOver  Type = "LEASE_TAKEN_OVER"
+	Awaiting        Type = "AWAITING"
+	AwaitCompleted  Type = "AWAIT_COMPLETED"
+	OutcomeUnknown  Type = "OUTCOME_UNKNOWN"
+	Redriven        Type = "REDRIVEN"
+	CancelRequested Type = "CANCEL_REQUESTED"
+	Cancelled       Type = "CANCELLED"
+	DeadLettered    Type = "DEAD_LETTERED"
+	Succeeded       Type = "SUCCEEDED"
+)
+
+// Event is one entry of a history.
+type Event struct {
+	// Seq numbers the events of one execution from 1, without gaps, in
+	// commit order (assigned when the history is read).
+	Seq  int
+	Type Type
+	// At is the commit time of the row version the event came from.
+	At        time.Time
+	StepIndex int
+	StepName  string
+	Attempt   int
+	// Status is the execution's status after the event.
+	Status store.Status
+	// Error is the step's failure (STEP_FAILED, DEAD_LETTERED).
+	Error *store.Failure
+	// RetryAt is when a failed step runs again (STEP_FAILED with a retry).
+	RetryAt time.Time
+	// Worker is the lease owner (STEP_STARTED, LEASE_TAKEN_OVER).
+	Worker string
+	// Reason is the operator's reason (REDRIVEN, CANCEL_REQUESTED,
+	// CANCELLED) or the reason of an outcome (OUTCOME_UNKNOWN).
+	Reason string
+	// Version is the row version the event came from; events of one
+	// version keep the order Derive gave them.
+	Version int64
+}
+
+// Reader reads an execution's history. Providers implement it; a key of
+// another tenant, or of no execution, returns store.ErrNotFound.
+type Reader interface {
+	History(ctx context.Context, key store.Key) ([]Event, error)
+}
