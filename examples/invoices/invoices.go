@@ -145,11 +145,7 @@ type Issuer interface {
 // invoices.issue pipeline on a LocalIssuer. The definition is fixed, so
 // building it cannot fail (a test checks it); it panics if it ever does.
 func Registry() *pipeline.Registry {
-	reg, err := pipeline.NewRegistry(New(NewLocalIssuer()))
-	if err != nil {
-		panic(fmt.Sprintf("invoices: %v", err))
-	}
-	return reg
+	return pipeline.MustRegistry(New(NewLocalIssuer()))
 }
 
 // New returns the invoices.issue pipeline issuing with issuer.

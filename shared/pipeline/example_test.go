@@ -57,3 +57,19 @@ func ExampleRegistry_Version() {
 	// Output:
 	// v2 3 true
 }
+
+// MustRegistry suits a main: an invalid pipeline (here, a duplicate step
+// name) stops the program before it serves anything.
+func ExampleMustRegistry() {
+	noop := pipeline.NewStep("noop", func(_ context.Context, _ pipeline.StepInfo, in map[string]any) (map[string]any, error) {
+		return in, nil
+	})
+	reg := pipeline.MustRegistry(pipeline.Pipeline{ID: "demo", Steps: []pipeline.Step{noop}})
+	fmt.Println(reg.IDs())
+
+	defer func() { fmt.Println("refused:", recover() != nil) }()
+	pipeline.MustRegistry(pipeline.Pipeline{ID: "demo", Steps: []pipeline.Step{noop, noop}})
+	// Output:
+	// [demo]
+	// refused: true
+}

@@ -337,6 +337,17 @@ type versions struct {
 	order   []string             // VersionIDs, as registered
 }
 
+// MustRegistry is NewRegistry for a main or a package variable: it panics
+// when a pipeline is invalid, which a test of the registry catches before
+// any deployment (a Lambda main has nowhere better to report it).
+func MustRegistry(ps ...Pipeline) *Registry {
+	r, err := NewRegistry(ps...)
+	if err != nil {
+		panic("pipeline: " + err.Error())
+	}
+	return r
+}
+
 // NewRegistry validates and registers pipelines. Several definitions of
 // one id may be registered (a migration): their VersionIDs must differ and
 // exactly one must not be Draining. The caller's pipelines are copied.
