@@ -2,7 +2,8 @@
 // functions of the serverless deployment:
 //
 //   - Submit: API Gateway HTTP API (payload 2.0) -> the HTTP API (submit,
-//     status, result, re-drive, await completion).
+//     status, result, re-drive, await completion) and the web console
+//     under /console.
 //   - Worker: the SQS work queue -> one transition per record, reporting
 //     partial batch failures.
 //   - Sweeper: an EventBridge schedule -> sweeps of the sweep index until
@@ -35,6 +36,7 @@ import (
 
 	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/internal/apigw"
+	"github.com/qasync/qasync/shared/internal/console"
 	"github.com/qasync/qasync/shared/internal/httpapi"
 	"github.com/qasync/qasync/shared/internal/lambdahandlers"
 	"github.com/qasync/qasync/shared/internal/sqsbackend"
@@ -99,14 +101,22 @@ func (e *Env) Handler(fn Function) (any, error) {
 	rt := e.set.Runtime
 	switch fn {
 	case Submit:
-		return lambdahandlers.Submit(httpapi.New(rt, httpapi.Options{
+		tenantFunc := apigw.TenantFunc(e.Config)
+		api := httpapi.New(rt, httpapi.Options{
 			MaxBodyBytes: e.Config.MaxBodyBytes,
 			AdminToken:   e.Config.AdminToken,
 			// Behind API Gateway the redrive route has its own permission.
 			RedriveAuthorizedUpstream: e.Config.RedriveAuthorizedUpstream,
-			TenantFunc:                apigw.TenantFunc(e.Config),
+			TenantFunc:                tenantFunc,
 			Logger:                    e.Logger,
-		})), nil
+		})
+		// The web console at /console (qasync local serves it through the
+		// submit function; its actions need admin.token).
+		con := console.New(console.Engine(rt), console.Options{
+			AdminToken: e.Config.AdminToken, TenantFunc: tenantFunc, TenantCookie: e.Config.TenantSource == "header",
+			Pipelines: rt.Registry().IDs(), Logger: e.Logger,
+		})
+		return lambdahandlers.Submit(console.Mount(api, con)), nil
 	case Worker:
 		var opts []lambdahandlers.WorkerOption
 		if e.set.Clients != nil && e.Config.DispatcherProvider == "sqs" {

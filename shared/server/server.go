@@ -24,6 +24,7 @@ import (
 
 	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/internal/apigw"
+	"github.com/qasync/qasync/shared/internal/console"
 	"github.com/qasync/qasync/shared/internal/httpapi"
 	"github.com/qasync/qasync/shared/internal/lambdahandlers"
 	"github.com/qasync/qasync/shared/internal/wiring"
@@ -157,10 +158,11 @@ func WithLogger(log *slog.Logger) Option { return func(o *options) { o.log = log
 // requests (useful with http.addr port 0).
 func OnStarted(f func(addr net.Addr)) Option { return func(o *options) { o.started = f } }
 
-// Serve runs the HTTP API, the workers and the sweeper of reg in this
-// process on the providers cfg names, until ctx ends; then it stops
-// accepting requests and work, lets in-flight steps finish (at most 20 s,
-// then their leases are handed back) and returns nil. With dlq-provider=sqs
+// Serve runs the HTTP API (with the web console under /console), the
+// workers and the sweeper of reg in this process on the providers cfg
+// names, until ctx ends; then it stops accepting requests and work, lets
+// in-flight steps finish (at most 20 s, then their leases are handed back)
+// and returns nil. With dlq-provider=sqs
 // it also consumes the DLQ and poison queues, so one process is the whole
 // topology. An error means it could not start (the configuration, a
 // provider) or the listener failed.
@@ -195,9 +197,13 @@ func Serve(ctx context.Context, cfg config.Config, reg *pipeline.Registry, opts 
 	// The tenant source the configuration names; iam and jwt need the API
 	// Gateway request context, so here they refuse every request (401)
 	// rather than fall back to a header.
-	handler := httpapi.New(set.Runtime, httpapi.Options{
-		MaxBodyBytes: cfg.MaxBodyBytes, AdminToken: cfg.AdminToken, TenantFunc: apigw.TenantFunc(cfg), Logger: log,
-	})
+	tenantFunc := apigw.TenantFunc(cfg)
+	handler := console.Mount(httpapi.New(set.Runtime, httpapi.Options{
+		MaxBodyBytes: cfg.MaxBodyBytes, AdminToken: cfg.AdminToken, TenantFunc: tenantFunc, Logger: log,
+	}), console.New(console.Engine(set.Runtime), console.Options{
+		AdminToken: cfg.AdminToken, TenantFunc: tenantFunc, TenantCookie: cfg.TenantSource == "header",
+		Pipelines: reg.IDs(), Logger: log,
+	}))
 	ln, err := net.Listen("tcp", cfg.HTTPAddr)
 	if err != nil {
 		_ = set.Close(context.Background())

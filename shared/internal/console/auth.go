@@ -1,0 +1,271 @@
+package console
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/qasync/qasync/shared/internal/httpapi"
+)
+
+// Cookie names. Every console cookie has Path=/console, HttpOnly and
+// SameSite=Strict (and Secure on HTTPS).
+const (
+	// SessionCookie holds an operator session: an expiry and its HMAC
+	// keyed by the admin token (never the token).
+	SessionCookie = "qasync_console_session"
+	// CSRFCookie holds the random value every form must send back.
+	CSRFCookie = "qasync_console_csrf"
+	// TenantCookieName holds the tenant chosen in the tenant field.
+	TenantCookieName = "qasync_console_tenant"
+)
+
+// SessionTTL is how long an operator sign-in lasts.
+const SessionTTL = 8 * time.Hour
+
+// csrfField is the form field carrying the CSRF token.
+const csrfField = "csrf"
+
+var defaultTenantFunc = httpapi.TenantFromHeader
+
+// sessionKey derives the HMAC key of session cookies from the token, so
+// that every process configured with the same token accepts the same
+// sessions (several workers, Lambda instances) and a new token ends them.
+func sessionKey(token string) []byte {
+	m := hmac.New(sha256.New, []byte(token))
+	m.Write([]byte("qasync console session key v1"))
+	return m.Sum(nil)
+}
+
+// sessionValue is the cookie value of a session that ends at exp.
+func (c *Console) sessionValue(exp time.Time) string {
+	e := strconv.FormatInt(exp.Unix(), 10)
+	m := hmac.New(sha256.New, c.sessionKey)
+	m.Write([]byte("operator\n" + e))
+	return "v1." + e + "." + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// operator reports whether r carries a valid, unexpired operator session.
+func (c *Console) operator(r *http.Request) bool {
+	if c.adminHash == nil {
+		return false
+	}
+	ck, err := r.Cookie(SessionCookie)
+	if err != nil {
+		return false
+	}
+	parts := strings.Split(ck.Value, ".")
+	if len(parts) != 3 || parts[0] != "v1" {
+		return false
+	}
+	sec, err := strconv.ParseInt(parts[1], 10, 64)
+	if err != nil {
+		return false
+	}
+	exp := time.Unix(sec, 0)
+	if !c.now().Before(exp) || exp.After(c.now().Add(SessionTTL+time.Minute)) {
+		return false
+	}
+	return hmac.Equal([]byte(ck.Value), []byte(c.sessionValue(exp)))
+}
+
+// tokenValid compares a submitted token with the admin token in constant
+// time.
+func (c *Console) tokenValid(token string) bool {
+	if c.adminHash == nil || token == "" {
+		return false
+	}
+	got := sha256.Sum256([]byte(token))
+	return subtle.ConstantTimeCompare(got[:], c.adminHash[:]) == 1
+}
+
+// cookie returns a console cookie (Max-Age 0 for a session cookie,
+// negative to delete).
+func cookie(r *http.Request, name, value string, maxAge int) *http.Cookie {
+	return &http.Cookie{
+		Name: name, Value: value, Path: Prefix, MaxAge: maxAge,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode,
+		Secure: r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https"),
+	}
+}
+
+// csrfToken returns the request's CSRF token, setting a new cookie when
+// it has none (pages call it before writing, so that their forms carry
+// the token the cookie holds).
+func (c *Console) csrfToken(w http.ResponseWriter, r *http.Request) string {
+	if ck, err := r.Cookie(CSRFCookie); err == nil && validCSRFValue(ck.Value) {
+		return ck.Value
+	}
+	b := make([]byte, 32)
+	_, _ = rand.Read(b) // crypto/rand never fails on supported platforms
+	v := base64.RawURLEncoding.EncodeToString(b)
+	http.SetCookie(w, cookie(r, CSRFCookie, v, 0))
+	return v
+}
+
+func validCSRFValue(v string) bool {
+	b, err := base64.RawURLEncoding.DecodeString(v)
+	return err == nil && len(b) == 32
+}
+
+// errCSRF is the refusal of a cross-site or tokenless form post.
+var errCSRF = errors.New("console: cross-site or stale form")
+
+// checkPost refuses a POST that comes from another site (Sec-Fetch-Site,
+// Origin) or whose CSRF field differs from the CSRF cookie, and parses
+// its form (at most 64 KiB).
+func (c *Console) checkPost(w http.ResponseWriter, r *http.Request) error {
+	if err := c.cop.Check(r); err != nil {
+		return errCSRF
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	if err := r.ParseForm(); err != nil {
+		return fmt.Errorf("console: form: %w", err)
+	}
+	ck, err := r.Cookie(CSRFCookie)
+	if err != nil || !validCSRFValue(ck.Value) {
+		return errCSRF
+	}
+	if subtle.ConstantTimeCompare([]byte(r.PostForm.Get(csrfField)), []byte(ck.Value)) != 1 {
+		return errCSRF
+	}
+	return nil
+}
+
+// refusePost answers a POST that checkPost refused.
+func (c *Console) refusePost(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, errCSRF) {
+		c.logAction(r, slog.LevelWarn, "console_csrf_refused", slog.String("route", r.Pattern))
+		c.errorPage(w, r, http.StatusForbidden, "Form refused",
+			"The form came from another site or is stale. Reload the page and try again.")
+		return
+	}
+	c.errorPage(w, r, http.StatusBadRequest, "Bad form", "The form could not be read.")
+}
+
+// tenantRequest returns r as the tenant function should see it: with the
+// tenant cookie as the X-Tenant-Id header when the tenant source is the
+// header and r carries none. editable says the tenant field applies.
+func (c *Console) tenantRequest(r *http.Request) (_ *http.Request, editable bool) {
+	if !c.tenantCk || len(r.Header.Values(httpapi.TenantHeader)) > 0 {
+		return r, false
+	}
+	ck, err := r.Cookie(TenantCookieName)
+	if err != nil || !httpapi.ValidTenantID(ck.Value) {
+		return r, true
+	}
+	r2 := r.Clone(r.Context())
+	r2.Header.Set(httpapi.TenantHeader, ck.Value)
+	return r2, true
+}
+
+// tenant resolves the request's tenant, or writes the error page and
+// returns false.
+func (c *Console) tenant(w http.ResponseWriter, r *http.Request) (string, bool) {
+	tr, _ := c.tenantRequest(r)
+	t, err := c.tenantFunc(tr)
+	if err == nil && !httpapi.ValidTenantID(t) {
+		err = errors.New("the tenant function returned an invalid tenant id")
+		c.logAction(r, slog.LevelError, "console_tenant_failed", slog.String("error", err.Error()))
+		c.errorPage(w, r, http.StatusInternalServerError, "Internal error", "The tenant of the request could not be determined.")
+		return "", false
+	}
+	switch {
+	case err == nil:
+	case errors.Is(err, httpapi.ErrUnauthenticated):
+		c.errorPage(w, r, http.StatusUnauthorized, "No caller identity",
+			"The request carries no caller identity, so the console cannot tell whose executions to show. "+
+				"With an IAM or JWT tenant source, open the console through a proxy that authenticates you.")
+		return "", false
+	case errors.Is(err, httpapi.ErrInvalidTenant):
+		c.errorPage(w, r, http.StatusBadRequest, "Invalid tenant", err.Error())
+		return "", false
+	default:
+		c.logAction(r, slog.LevelError, "console_tenant_failed", slog.String("error", err.Error()))
+		c.errorPage(w, r, http.StatusBadRequest, "Invalid tenant", "The tenant of the request could not be determined.")
+		return "", false
+	}
+	if st, ok := r.Context().Value(reqStateKey{}).(*reqState); ok {
+		st.tenant = t
+	}
+	return t, true
+}
+
+// login handles POST /console/login: a valid token sets the session
+// cookie and returns to the page the form was on.
+func (c *Console) login(w http.ResponseWriter, r *http.Request) {
+	if c.adminHash == nil {
+		c.errorPage(w, r, http.StatusNotFound, "Not found", "Operator actions are disabled: this server has no operator token (admin.token).")
+		return
+	}
+	if err := c.checkPost(w, r); err != nil {
+		c.refusePost(w, r, err)
+		return
+	}
+	if !c.tokenValid(r.PostForm.Get("token")) {
+		c.logAction(r, slog.LevelWarn, "console_login_failed")
+		c.errorPage(w, r, http.StatusUnauthorized, "Sign-in failed", "The operator token is not valid.")
+		return
+	}
+	exp := c.now().Add(SessionTTL)
+	http.SetCookie(w, cookie(r, SessionCookie, c.sessionValue(exp), int(SessionTTL/time.Second)))
+	c.logAction(r, slog.LevelInfo, "console_login")
+	http.Redirect(w, r, backTo(r.PostForm.Get("next")), http.StatusSeeOther)
+}
+
+// logout handles POST /console/logout.
+func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
+	if err := c.checkPost(w, r); err != nil {
+		c.refusePost(w, r, err)
+		return
+	}
+	http.SetCookie(w, cookie(r, SessionCookie, "", -1))
+	http.Redirect(w, r, backTo(r.PostForm.Get("next")), http.StatusSeeOther)
+}
+
+// setTenant handles POST /console/tenant (header tenant source only).
+func (c *Console) setTenant(w http.ResponseWriter, r *http.Request) {
+	if _, editable := c.tenantRequest(r); !editable {
+		c.errorPage(w, r, http.StatusNotFound, "Not found", "The tenant is not chosen in the console on this server.")
+		return
+	}
+	if err := c.checkPost(w, r); err != nil {
+		c.refusePost(w, r, err)
+		return
+	}
+	t := strings.TrimSpace(r.PostForm.Get("tenant"))
+	switch {
+	case t == "":
+		http.SetCookie(w, cookie(r, TenantCookieName, "", -1))
+	case !httpapi.ValidTenantID(t):
+		c.errorPage(w, r, http.StatusBadRequest, "Invalid tenant",
+			fmt.Sprintf("A tenant id is 1-%d characters of A-Z, a-z, 0-9, '.', '_' and '-'.", httpapi.MaxTenantLen))
+		return
+	default:
+		http.SetCookie(w, cookie(r, TenantCookieName, t, 0))
+	}
+	// Another tenant's pages (and cursors) do not apply: start at the list.
+	http.Redirect(w, r, Prefix, http.StatusSeeOther)
+}
+
+// backTo returns next when it is a console path (with its query), else
+// the console's first page: never another site (no open redirect).
+func backTo(next string) string {
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || strings.ContainsAny(next, "\\\r\n") ||
+		(u.Path != Prefix && !strings.HasPrefix(u.Path, Prefix+"/")) || path.Clean(u.Path) != strings.TrimSuffix(u.Path, "/") {
+		return Prefix
+	}
+	return u.RequestURI()
+}

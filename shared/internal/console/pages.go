@@ -1,0 +1,469 @@
+package console
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/qasync/qasync/shared/deadletter"
+	"github.com/qasync/qasync/shared/internal/engine"
+	"github.com/qasync/qasync/shared/internal/httpapi"
+	"github.com/qasync/qasync/shared/payload"
+	"github.com/qasync/qasync/shared/store"
+)
+
+// maxReasonLen is the longest cancel or re-drive reason, in bytes (the
+// HTTP API's limit).
+const maxReasonLen = httpapi.MaxRedriveReasonLen
+
+// pageLimits are the page sizes the list pages offer.
+var pageLimits = []int{20, 50, 100, 200}
+
+// base is what every page's layout shows.
+type base struct {
+	Title          string
+	Nav            string // "executions" or "dead-letters"
+	Tenant         string
+	TenantEditable bool
+	CSRF           string
+	ActionsEnabled bool // an operator token is configured
+	Operator       bool // the request carries an operator session
+	Here           string
+	Flash          string
+	Status         int
+}
+
+// base builds the layout data of a page (and sets the CSRF cookie when
+// the browser has none).
+func (c *Console) base(w http.ResponseWriter, r *http.Request, title, nav, tenant string) base {
+	_, editable := c.tenantRequest(r)
+	return base{
+		Title: title, Nav: nav, Tenant: tenant, TenantEditable: editable,
+		CSRF: c.csrfToken(w, r), ActionsEnabled: c.adminHash != nil, Operator: c.operator(r),
+		Here: r.URL.RequestURI(),
+	}
+}
+
+// render writes a page with status code.
+func (c *Console) render(w http.ResponseWriter, r *http.Request, name string, status int, data any) {
+	var buf bytes.Buffer
+	if err := pages[name].ExecuteTemplate(&buf, "layout", data); err != nil {
+		c.logAction(r, slog.LevelError, "console_render_failed", slog.String("page", name), slog.String("error", err.Error()))
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(http.StatusInternalServerError)
+		_, _ = w.Write([]byte("The page could not be shown.\n"))
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// errorData is the error page.
+type errorData struct {
+	base
+	Message string
+	Back    string
+}
+
+// errorPage writes an error page: title and message are shown as text.
+func (c *Console) errorPage(w http.ResponseWriter, r *http.Request, status int, title, message string) {
+	tenant := ""
+	if st, ok := r.Context().Value(reqStateKey{}).(*reqState); ok {
+		tenant = st.tenant
+	}
+	b := c.base(w, r, title, "", tenant)
+	b.Status = status
+	back := Prefix
+	if id := r.PathValue("id"); id != "" && status != http.StatusNotFound && validID(id) {
+		back = executionURL(id)
+	}
+	b.Here = back // a sign-in from this page returns to the page it came from
+	c.render(w, r, "error", status, errorData{base: b, Message: message, Back: back})
+}
+
+// backendError answers an error of the backend.
+func (c *Console) backendError(w http.ResponseWriter, r *http.Request, what string, err error) {
+	switch {
+	case errors.Is(err, ErrNotSupported):
+		c.errorPage(w, r, http.StatusNotImplemented, "Not available", what+" is not available on this deployment.")
+	case errors.Is(err, store.ErrNotFound):
+		c.errorPage(w, r, http.StatusNotFound, "Execution not found", "No execution with this id exists for this tenant.")
+	case errors.Is(err, store.ErrInvalidCursor):
+		c.errorPage(w, r, http.StatusBadRequest, "Page link expired", "This page link does not belong to this list. Start again from the first page.")
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled), errors.Is(err, store.ErrUnavailable):
+		c.logAction(r, slog.LevelError, "console_backend_unavailable", slog.String("route", r.Pattern), slog.String("error", err.Error()))
+		c.errorPage(w, r, http.StatusServiceUnavailable, "Unavailable", "The state store did not answer in time. Reload the page.")
+	default:
+		c.logAction(r, slog.LevelError, "console_internal_error", slog.String("route", r.Pattern), slog.String("error", err.Error()))
+		c.errorPage(w, r, http.StatusInternalServerError, "Internal error", "The page could not be shown.")
+	}
+}
+
+// validID accepts the execution ids the HTTP API accepts.
+func validID(id string) bool { return len(id) <= 128 && httpapi.ValidTenantID(id) }
+
+func executionURL(id string) string { return Prefix + "/executions/" + url.PathEscape(id) }
+
+// executionKey returns the key of the page's execution, or writes the 404.
+func (c *Console) executionKey(w http.ResponseWriter, r *http.Request) (store.Key, bool) {
+	tenant, ok := c.tenant(w, r)
+	if !ok {
+		return store.Key{}, false
+	}
+	id := r.PathValue("id")
+	if !validID(id) {
+		c.errorPage(w, r, http.StatusNotFound, "Execution not found", "No execution with this id exists for this tenant.")
+		return store.Key{}, false
+	}
+	return store.Key{TenantID: tenant, ExecutionID: id}, true
+}
+
+// statusOption is one checkbox of the status filter.
+type statusOption struct {
+	Name    store.Status
+	Checked bool
+}
+
+// execRow is one row of the executions list.
+type execRow struct {
+	ID, URL, Pipeline string
+	Status            store.Status
+	StepIndex         int
+	StepName          string
+	Attempt           int
+	Created, Updated  time.Time
+	// Age is how long it ran (terminal) or has existed so far.
+	Age       time.Duration
+	Terminal  bool
+	ErrorCode string
+}
+
+// listData is the executions page.
+type listData struct {
+	base
+	Pipelines []string
+	Pipeline  string
+	Statuses  []statusOption
+	Limit     int
+	Limits    []int
+	Rows      []execRow
+	Page      int
+	NextURL   string
+	FirstURL  string
+	Filtered  bool
+}
+
+// parseLimit reads the limit parameter (default store.DefaultListLimit).
+func parseLimit(s string) (int, bool) {
+	if s == "" {
+		return store.DefaultListLimit, true
+	}
+	n, err := strconv.Atoi(s)
+	return n, err == nil && n >= 1 && n <= store.MaxListLimit
+}
+
+// parsePage reads the page number shown beside the paging links.
+func parsePage(s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 || n > 1_000_000 {
+		return 1
+	}
+	return n
+}
+
+// listPage handles GET /console.
+func (c *Console) listPage(w http.ResponseWriter, r *http.Request) {
+	tenant, ok := c.tenant(w, r)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	pipelineID := strings.TrimSpace(q.Get("pipeline"))
+	var statuses []store.Status
+	for _, v := range q["status"] {
+		for s := range strings.SplitSeq(v, ",") {
+			st := store.Status(strings.ToUpper(strings.TrimSpace(s)))
+			if st == "" {
+				continue
+			}
+			if !st.Valid() {
+				c.errorPage(w, r, http.StatusBadRequest, "Unknown status", fmt.Sprintf("%q is not a status; the statuses are %s.", s, statusList()))
+				return
+			}
+			if !slices.Contains(statuses, st) {
+				statuses = append(statuses, st)
+			}
+		}
+	}
+	limit, ok := parseLimit(q.Get("limit"))
+	if !ok {
+		c.errorPage(w, r, http.StatusBadRequest, "Bad page size", fmt.Sprintf("The page size must be a number from 1 to %d.", store.MaxListLimit))
+		return
+	}
+	cursor := q.Get("cursor")
+	page, err := c.b.List(r.Context(), store.ListQuery{TenantID: tenant, PipelineID: pipelineID, Statuses: statuses, Limit: limit, Cursor: cursor})
+	if err != nil {
+		c.backendError(w, r, "Listing executions", err)
+		return
+	}
+	now := c.now()
+	d := listData{
+		base: c.base(w, r, "Executions", "executions", tenant), Pipelines: c.pipelines, Pipeline: pipelineID,
+		Limit: limit, Limits: pageLimits, Page: 1, Filtered: pipelineID != "" || len(statuses) > 0,
+	}
+	d.Flash = flashMessage(q.Get("done"))
+	for _, s := range store.Statuses {
+		d.Statuses = append(d.Statuses, statusOption{Name: s, Checked: slices.Contains(statuses, s)})
+	}
+	for _, e := range page.Executions {
+		row := execRow{
+			ID: e.ExecutionID, URL: executionURL(e.ExecutionID), Pipeline: e.PipelineID, Status: e.Status,
+			StepIndex: e.StepIndex, StepName: e.StepName, Attempt: e.Attempt, Created: e.CreatedAt, Updated: e.UpdatedAt,
+			Terminal: e.Status.Terminal(),
+		}
+		if row.Terminal {
+			row.Age = e.UpdatedAt.Sub(e.CreatedAt)
+		} else {
+			row.Age = now.Sub(e.CreatedAt)
+		}
+		if e.Error != nil {
+			row.ErrorCode = e.Error.Code
+		}
+		d.Rows = append(d.Rows, row)
+	}
+	filters := url.Values{}
+	if pipelineID != "" {
+		filters.Set("pipeline", pipelineID)
+	}
+	for _, s := range statuses {
+		filters.Add("status", string(s))
+	}
+	if limit != store.DefaultListLimit {
+		filters.Set("limit", strconv.Itoa(limit))
+	}
+	link := func(cur string, n int) string { return pageLink(Prefix, filters, cur, n) }
+	if cursor != "" {
+		d.Page = parsePage(q.Get("page"))
+		d.FirstURL = link("", 1)
+	}
+	if page.Cursor != "" {
+		d.NextURL = link(page.Cursor, d.Page+1)
+	}
+	c.render(w, r, "list", http.StatusOK, d)
+}
+
+// pageLink is the address of page n (at cursor cur; "" for the first)
+// of a list at path with filters.
+func pageLink(path string, filters url.Values, cur string, n int) string {
+	v := url.Values{}
+	for k, vs := range filters {
+		v[k] = vs
+	}
+	if cur != "" {
+		v.Set("cursor", cur)
+		v.Set("page", strconv.Itoa(n))
+	}
+	if len(v) == 0 {
+		return path
+	}
+	return path + "?" + v.Encode()
+}
+
+// statusList names every status, for error messages.
+func statusList() string {
+	names := make([]string, len(store.Statuses))
+	for i, s := range store.Statuses {
+		names[i] = string(s)
+	}
+	return strings.Join(names, ", ")
+}
+
+// flashMessage is the note a page shows after an action redirected to
+// it (a fixed text per outcome code: nothing from the URL is echoed).
+func flashMessage(code string) string {
+	switch code {
+	case "cancelled":
+		return "The execution is cancelled."
+	case "cancel-requested":
+		return "Cancel requested: the running step is stopped at its next lease renewal, then the execution ends CANCELLED."
+	case "already-cancelled":
+		return "The execution was already cancelled."
+	case "redriven":
+		return "The execution was re-driven: it is queued for one more attempt of its failed step."
+	case "signed-in":
+		return "Signed in as operator."
+	}
+	return ""
+}
+
+// execData is one execution's page.
+type execData struct {
+	base
+	E             store.Execution
+	Terminal      bool
+	Duration      time.Duration
+	Timeline      timeline
+	HistoryNotice string
+	CanCancel     bool
+	CanRedrive    bool
+	NeedsConfirm  bool
+	HasResult     bool
+	ResultURL     string
+	ActionURL     string
+	ReasonMax     int
+}
+
+// executionPage handles GET /console/executions/{id}.
+func (c *Console) executionPage(w http.ResponseWriter, r *http.Request) {
+	key, ok := c.executionKey(w, r)
+	if !ok {
+		return
+	}
+	e, err := c.b.Status(r.Context(), key)
+	if err != nil {
+		c.backendError(w, r, "Reading an execution", err)
+		return
+	}
+	now := c.now()
+	d := execData{
+		base: c.base(w, r, "Execution "+e.ExecutionID, "executions", key.TenantID), E: e, Terminal: e.Status.Terminal(),
+		CanCancel:  !e.Status.Terminal(),
+		CanRedrive: e.Status == store.DLQ || e.Status == store.Failed || e.Status == store.RemoteOutcomeUnknown,
+		HasResult:  e.Status == store.Succeeded, ResultURL: executionURL(e.ExecutionID) + "/result",
+		ActionURL: executionURL(e.ExecutionID), ReasonMax: maxReasonLen,
+	}
+	d.NeedsConfirm = e.Status == store.RemoteOutcomeUnknown
+	d.Flash = flashMessage(r.URL.Query().Get("done"))
+	if d.Terminal {
+		d.Duration = e.UpdatedAt.Sub(e.CreatedAt)
+	} else {
+		d.Duration = now.Sub(e.CreatedAt)
+	}
+	events, err := c.b.History(r.Context(), key)
+	switch {
+	case err == nil:
+		d.Timeline = buildTimeline(events, &e, now)
+	case errors.Is(err, ErrNotSupported):
+		d.HistoryNotice = "This deployment does not record execution histories; the summary above is the execution's current state."
+	case errors.Is(err, store.ErrNotFound):
+		d.HistoryNotice = "No history is recorded for this execution."
+	default:
+		c.backendError(w, r, "Reading the history", err)
+		return
+	}
+	c.render(w, r, "execution", http.StatusOK, d)
+}
+
+// resultBytes handles GET /console/executions/{id}/result: the result
+// of a SUCCEEDED execution, served like the HTTP API's result route (its
+// own content type, never run by the browser).
+func (c *Console) resultBytes(w http.ResponseWriter, r *http.Request) {
+	key, ok := c.executionKey(w, r)
+	if !ok {
+		return
+	}
+	e, p, err := c.b.Result(r.Context(), key)
+	if errors.Is(err, engine.ErrNotSucceeded) {
+		c.errorPage(w, r, http.StatusConflict, "No result yet",
+			fmt.Sprintf("The execution is %s; its result is available once it is %s.", e.Status, store.Succeeded))
+		return
+	}
+	if err != nil {
+		c.backendError(w, r, "Reading a result", err)
+		return
+	}
+	ct := p.ContentType
+	if ct == "" {
+		ct = payload.ContentTypeOctet
+	}
+	h := w.Header()
+	h.Set("Content-Type", ct)
+	h.Set("Content-Length", strconv.Itoa(len(p.Data)))
+	h.Set("Cache-Control", "no-store")
+	// The bytes are whatever a step produced: never let a browser run them.
+	h.Set("Content-Security-Policy", "default-src 'none'; sandbox")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(p.Data)
+}
+
+// dlRow is one row of the dead-letters page.
+type dlRow struct {
+	ID, ExecutionID, URL, Pipeline, StepName, Reason, ErrorCode, ErrorMessage, Kind string
+	StepIndex, Attempt                                                              int
+	FailedAt, RecordedAt                                                            time.Time
+}
+
+// dlData is the dead-letters page.
+type dlData struct {
+	base
+	Pipelines []string
+	Pipeline  string
+	Limit     int
+	Limits    []int
+	Rows      []dlRow
+	Page      int
+	NextURL   string
+	FirstURL  string
+}
+
+// deadLettersPage handles GET /console/dead-letters.
+func (c *Console) deadLettersPage(w http.ResponseWriter, r *http.Request) {
+	tenant, ok := c.tenant(w, r)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	pipelineID := strings.TrimSpace(q.Get("pipeline"))
+	limit, ok := parseLimit(q.Get("limit"))
+	if !ok {
+		c.errorPage(w, r, http.StatusBadRequest, "Bad page size", fmt.Sprintf("The page size must be a number from 1 to %d.", store.MaxListLimit))
+		return
+	}
+	cursor := q.Get("cursor")
+	page, err := c.b.DeadLetters(r.Context(), deadletter.ListQuery{TenantID: tenant, PipelineID: pipelineID, Limit: limit, Cursor: cursor})
+	if err != nil {
+		c.backendError(w, r, "Listing dead letters", err)
+		return
+	}
+	d := dlData{base: c.base(w, r, "Dead letters", "dead-letters", tenant), Pipelines: c.pipelines, Pipeline: pipelineID,
+		Limit: limit, Limits: pageLimits, Page: 1}
+	for _, rec := range page.Records {
+		row := dlRow{ID: rec.ID, ExecutionID: rec.ExecutionID, Kind: rec.Kind, RecordedAt: rec.RecordedAt}
+		if rec.ExecutionID != "" && validID(rec.ExecutionID) {
+			row.URL = executionURL(rec.ExecutionID)
+		}
+		if env := rec.Envelope; env != nil {
+			row.Pipeline, row.StepIndex, row.StepName = env.PipelineID, env.StepIndex, env.StepName
+			row.Reason, row.ErrorCode, row.ErrorMessage = env.TerminalReason, env.ErrorCode, env.ErrorMessage
+			row.Attempt, row.FailedAt = env.RetriesObserved+1, env.FailedAt
+		}
+		d.Rows = append(d.Rows, row)
+	}
+	filters := url.Values{}
+	if pipelineID != "" {
+		filters.Set("pipeline", pipelineID)
+	}
+	if limit != store.DefaultListLimit {
+		filters.Set("limit", strconv.Itoa(limit))
+	}
+	link := func(cur string, n int) string { return pageLink(Prefix+"/dead-letters", filters, cur, n) }
+	if cursor != "" {
+		d.Page = parsePage(q.Get("page"))
+		d.FirstURL = link("", 1)
+	}
+	if page.Cursor != "" {
+		d.NextURL = link(page.Cursor, d.Page+1)
+	}
+	c.render(w, r, "deadletters", http.StatusOK, d)
+}

@@ -1,0 +1,73 @@
+package console
+
+import (
+	"testing"
+	"time"
+
+	"github.com/qasync/qasync/shared/history"
+	"github.com/qasync/qasync/shared/store"
+)
+
+// TestTimelineSpansOfATakeoverAndAnOpenRun: a takeover ends one run and
+// starts the next (a STEP_STARTED of the same attempt at the same commit
+// is that run, not a third), and a run still going ends at now.
+func TestTimelineSpansOfATakeoverAndAnOpenRun(t *testing.T) {
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	ev := []history.Event{
+		{Type: history.Submitted, At: at(0)},
+		{Type: history.StepStarted, At: at(1), StepName: "a", Attempt: 1, Worker: "w1"},
+		{Type: history.LeaseTakenOver, At: at(31), StepName: "a", Attempt: 1, Worker: "w2"},
+		{Type: history.StepStarted, At: at(31), StepName: "a", Attempt: 1, Worker: "w2"},
+		{Type: history.StepFailed, At: at(33), StepName: "a", Attempt: 1, RetryAt: at(43)},
+		{Type: history.StepStarted, At: at(43), StepName: "a", Attempt: 2, Worker: "w1"},
+	}
+	e := &store.Execution{Status: store.Running, CreatedAt: at(0)}
+	tl := buildTimeline(ev, e, at(100))
+	type got struct {
+		kind, outcome, worker string
+		took                  time.Duration
+	}
+	want := []got{
+		{spanRun, "taken-over", "w1", 30 * time.Second},
+		{spanRun, "failed", "w2", 2 * time.Second},
+		{spanBackoff, "backoff", "", 10 * time.Second},
+		{spanRun, "running", "w1", 57 * time.Second},
+	}
+	if len(tl.Spans) != len(want) {
+		t.Fatalf("%d spans %+v, want %d", len(tl.Spans), tl.Spans, len(want))
+	}
+	for i, w := range want {
+		s := tl.Spans[i]
+		if g := (got{s.Kind, s.Outcome, s.Worker, s.Duration()}); g != w {
+			t.Errorf("span %d: %+v, want %+v", i, g, w)
+		}
+		if s.X < 0 || s.W < 2 || s.X+s.W > 1000 {
+			t.Errorf("span %d placed at x=%d w=%d", i, s.X, s.W)
+		}
+	}
+	if tl.Events[2].Took != 30*time.Second || tl.Events[4].Took != 2*time.Second || tl.Events[4].RetryIn != 10*time.Second {
+		t.Errorf("event durations: takeover %v, failure %v, retry in %v", tl.Events[2].Took, tl.Events[4].Took, tl.Events[4].RetryIn)
+	}
+	if len(tl.Steps) != 1 || tl.Steps[0].Attempts != 2 || tl.Steps[0].Running != 89*time.Second || tl.Steps[0].Errors != 1 {
+		t.Errorf("steps %+v", tl.Steps)
+	}
+	if !tl.End.Equal(at(100)) {
+		t.Errorf("end %v, want now", tl.End)
+	}
+	if empty := buildTimeline(nil, e, at(100)); len(empty.Events)+len(empty.Spans) != 0 {
+		t.Errorf("empty history: %+v", empty)
+	}
+}
+
+func TestDurationsForPeople(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		0: "0 ms", 500 * time.Microsecond: "<1 ms", 850 * time.Millisecond: "850 ms", 4250 * time.Millisecond: "4.25 s",
+		12300 * time.Millisecond: "12.3 s", 187 * time.Second: "3m 07s", 125 * time.Minute: "2h 05m", 76 * time.Hour: "3d 04h",
+		-2 * time.Second: "-2.00 s",
+	} {
+		if got := fmtDuration(d); got != want {
+			t.Errorf("fmtDuration(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
