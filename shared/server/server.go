@@ -24,6 +24,7 @@ import (
 
 	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/internal/apigw"
+	"github.com/qasync/qasync/shared/internal/cli"
 	"github.com/qasync/qasync/shared/internal/console"
 	"github.com/qasync/qasync/shared/internal/httpapi"
 	"github.com/qasync/qasync/shared/internal/lambdahandlers"
@@ -48,16 +49,23 @@ const drainTimeout = 20 * time.Second
 
 // Main runs the qasync command line with args (os.Args[1:]) for the
 // pipelines p builds, and returns the process exit code: 0 on success, 1
-// on a runtime failure, 2 on a usage or configuration error.
+// on a runtime failure, 2 on a usage or configuration error (the client
+// commands add 3 not found, 4 conflict, 5 watch: not succeeded).
 //
 //	serve [flags]   the HTTP API, workers and sweeper in one process
 //	provision       create the DynamoDB tables and SQS queues and print their settings
 //	local [flags]   the four Lambda functions under the emulator (make local-cloud)
 //	keys            the configuration keys as a Markdown table
+//	submit, status, result, watch, list, history, cancel, redrive, dead-letters
+//	                client commands against any deployment's API (--url)
+//	--version       the binary's version
 func Main(args []string, p Pipelines) int {
 	if len(args) < 1 {
 		usage(os.Stderr)
 		return 2
+	}
+	if cli.Handles(args[0]) {
+		return clientCmd(args)
 	}
 	switch args[0] {
 	case "serve":
@@ -69,7 +77,13 @@ func Main(args []string, p Pipelines) int {
 	case "keys":
 		fmt.Print(config.MarkdownTable())
 		return 0
+	case "version":
+		fmt.Println(cli.Version())
+		return 0
 	case "help", "-h", "--help":
+		if len(args) > 1 && cli.Handles(args[1]) {
+			return clientCmd([]string{args[1], "--help"})
+		}
 		usage(os.Stdout)
 		return 0
 	}
@@ -78,17 +92,28 @@ func Main(args []string, p Pipelines) int {
 	return 2
 }
 
+// clientCmd runs a client command (package cli) until it ends or the
+// process is interrupted.
+func clientCmd(args []string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return cli.Main(ctx, args, cli.OSEnv())
+}
+
 func usage(w io.Writer) {
 	fmt.Fprint(w, `usage:
   qasync serve [flags]   serve the HTTP API, workers and sweeper in one process
   qasync provision       create the DynamoDB tables and SQS queues (idempotent) and print their settings
   qasync local [flags]   run the four Lambda functions under RIE with API Gateway, SQS and schedule glue (make local-cloud)
   qasync keys            list the configuration keys, their environment variables and defaults
+  qasync --version       print the version
 
 Every key pipeline.orchestrator.K is read from the environment variable
 PIPELINE_ORCHESTRATOR_K (upper-case, non-alphanumerics as _) and from the
 flag --K, which wins. See 'qasync keys'.
+
 `)
+	cli.Usage(w)
 }
 
 // newServer is the HTTP server of qasync serve: handler behind the

@@ -1,0 +1,515 @@
+package client_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/qasync/qasync/shared/client"
+	"github.com/qasync/qasync/shared/history"
+	"github.com/qasync/qasync/shared/internal/clitest"
+	"github.com/qasync/qasync/shared/internal/httpapi"
+	"github.com/qasync/qasync/shared/store"
+)
+
+// tenantOf is a tenant id of its own for each test, so that lists and
+// counts see only the test's executions.
+func tenantOf(t *testing.T) string {
+	return regexp.MustCompile(`[^A-Za-z0-9._-]`).ReplaceAllString(t.Name(), "-")
+}
+
+func newClient(t *testing.T, tg *clitest.Target, opts ...client.Option) *client.Client {
+	t.Helper()
+	c, err := client.New(tg.URL, append([]client.Option{client.WithTenant(tenantOf(t))}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func ctxOf(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// inputs numbers settle's inputs.
+var inputs atomic.Int64
+
+// settle submits to pipeline and waits until the execution rests in want.
+func settle(t *testing.T, c *client.Client, pipelineID string, want store.Status) client.Execution {
+	t.Helper()
+	ctx := ctxOf(t)
+	body := fmt.Sprintf(`{"n":%d}`, inputs.Add(1)) // never a duplicate
+	sub, err := c.Submit(ctx, client.SubmitRequest{PipelineID: pipelineID, Body: []byte(body)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		e, err := c.Status(ctx, sub.ExecutionID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Status == want {
+			return e
+		}
+		if e.Status.Terminal() {
+			t.Fatalf("execution %s ended %s, want %s", e.ExecutionID, e.Status, want)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("execution %s still %s, want %s", e.ExecutionID, e.Status, want)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// problemOf returns err's *client.Error, failing the test when it is not one.
+func problemOf(t *testing.T, err error) *client.Error {
+	t.Helper()
+	var e *client.Error
+	if !errors.As(err, &e) {
+		t.Fatalf("error %v (%T) is not a *client.Error", err, err)
+	}
+	if !strings.HasPrefix(e.Problem.Type, client.ProblemTypePrefix) || e.Problem.Title == "" || e.Problem.Status != e.StatusCode {
+		t.Fatalf("problem document %+v is incomplete", e.Problem)
+	}
+	return e
+}
+
+// TestContractConstantsMatchTheServer: the client's header names and
+// problem type prefix are the server's.
+func TestContractConstantsMatchTheServer(t *testing.T) {
+	for _, c := range [][2]string{
+		{client.ProblemTypePrefix, httpapi.ProblemTypePrefix}, {client.TenantHeader, httpapi.TenantHeader},
+		{client.IdempotencyKeyHeader, httpapi.IdempotencyKeyHeader}, {client.MessageTypeHeader, httpapi.MessageTypeHeader},
+		{client.ResumeTokenHeader, httpapi.ResumeTokenHeader},
+	} {
+		if c[0] != c[1] {
+			t.Errorf("client has %q, the server %q", c[0], c[1])
+		}
+	}
+}
+
+// TestSubmitStatusResultAgainstTheServer: a submission is 202 new and
+// 200 duplicate, Wait follows it to SUCCEEDED, the result carries the last
+// step's bytes and content type, and an unknown id is IsNotFound with the
+// problem document.
+func TestSubmitStatusResultAgainstTheServer(t *testing.T) {
+	t.Parallel()
+	c := newClient(t, clitest.Real(t))
+	ctx := ctxOf(t)
+	req := client.SubmitRequest{PipelineID: clitest.PipelineOK, IdempotencyKey: "order-1", Body: []byte(`{"order":1}`)}
+	sub, err := c.Submit(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sub.Duplicate || sub.ExecutionID == "" || sub.PipelineID != clitest.PipelineOK || sub.SubmittedAt.IsZero() ||
+		sub.StatusURL != "/v1/executions/"+sub.ExecutionID || sub.ResultURL != sub.StatusURL+"/result" {
+		t.Fatalf("submission %+v", sub)
+	}
+	dup, err := c.Submit(ctx, req)
+	if err != nil || !dup.Duplicate || dup.ExecutionID != sub.ExecutionID {
+		t.Fatalf("duplicate submission %+v, %v", dup, err)
+	}
+	var seen []store.Status
+	e, err := c.Wait(ctx, sub.ExecutionID, client.WaitOptions{MinInterval: 5 * time.Millisecond,
+		OnChange: func(e client.Execution) error { seen = append(seen, e.Status); return nil }})
+	if err != nil || e.Status != store.Succeeded || e.StepName != "finish" || e.StepIndex != 1 || e.Version < 2 || e.CreatedAt.IsZero() {
+		t.Fatalf("wait: %+v, %v", e, err)
+	}
+	if len(seen) == 0 || seen[len(seen)-1] != store.Succeeded {
+		t.Fatalf("OnChange saw %v", seen)
+	}
+	res, err := c.Result(ctx, sub.ExecutionID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out map[string]any
+	if err := json.Unmarshal(res.Data, &out); err != nil || out["order"] != 1.0 || out["prepared"] != true || out["finished"] != true ||
+		!strings.HasPrefix(res.ContentType, "application/json") {
+		t.Fatalf("result %s (%s): %v", res.Data, res.ContentType, err)
+	}
+	_, err = c.Status(ctx, "no-such-execution")
+	if !client.IsNotFound(err) || client.IsConflict(err) || problemOf(t, err).Problem.Kind() != "execution-not-found" {
+		t.Fatalf("status of an unknown id: %v", err)
+	}
+	// Another tenant's execution is unknown.
+	other, _ := client.New(c.BaseURL(), client.WithTenant("someone-else"))
+	if _, err := other.Status(ctx, sub.ExecutionID); !client.IsNotFound(err) {
+		t.Fatalf("status from another tenant: %v", err)
+	}
+}
+
+// TestBadRequestsAreTypedProblems: an unknown pipeline is 404, a body
+// that is not JSON 400 (IsBadRequest) with the problem's type, title,
+// status and detail, and a missing id fails before any request.
+func TestBadRequestsAreTypedProblems(t *testing.T) {
+	t.Parallel()
+	c := newClient(t, clitest.Real(t))
+	ctx := ctxOf(t)
+	_, err := c.Submit(ctx, client.SubmitRequest{PipelineID: "no.such.pipeline", Body: []byte(`{}`)})
+	if !client.IsNotFound(err) || problemOf(t, err).Problem.Kind() != "pipeline-not-found" {
+		t.Fatalf("unknown pipeline: %v", err)
+	}
+	_, err = c.Submit(ctx, client.SubmitRequest{PipelineID: clitest.PipelineOK, Body: []byte(`{not json`)})
+	p := problemOf(t, err)
+	if !client.IsBadRequest(err) || p.Problem.Kind() != "invalid-json" || p.Problem.Detail == "" || p.Method != http.MethodPost ||
+		!strings.Contains(err.Error(), "400 invalid-json") {
+		t.Fatalf("bad JSON: %v (%+v)", err, p)
+	}
+	if _, err := c.Status(ctx, ""); !errors.Is(err, client.ErrMissingArgument) {
+		t.Fatalf("empty id: %v", err)
+	}
+}
+
+// TestResultBeforeSuccessIsConflict: the result of a parked execution is
+// a 409 whose problem names the execution's status.
+func TestResultBeforeSuccessIsConflict(t *testing.T) {
+	t.Parallel()
+	c := newClient(t, clitest.Real(t))
+	e := settle(t, c, clitest.PipelineWait, store.WaitingExternal)
+	_, err := c.Result(ctxOf(t), e.ExecutionID)
+	p := problemOf(t, err)
+	if !client.IsConflict(err) || p.Problem.ExecutionStatus != store.WaitingExternal || p.Problem.ExecutionID != e.ExecutionID {
+		t.Fatalf("result of a parked execution: %v (%+v)", err, p.Problem)
+	}
+}
+
+// TestRedriveAgainstTheServer: re-drive needs the admin token (401
+// without it), sends a DLQ execution back to its step (202 with the
+// status), and is a 409 for a SUCCEEDED one.
+func TestRedriveAgainstTheServer(t *testing.T) {
+	t.Parallel()
+	tg := clitest.Real(t)
+	anon, c := newClient(t, tg), newClient(t, tg, client.WithAdminToken(tg.AdminToken))
+	ctx := ctxOf(t)
+	dlq := settle(t, c, clitest.PipelineFail, store.DLQ)
+	if dlq.Error == nil || dlq.Error.Code != clitest.ErrorCodeFail || dlq.Error.TerminalReason != "non_retryable" {
+		t.Fatalf("dead-lettered execution %+v", dlq)
+	}
+	_, err := anon.Redrive(ctx, dlq.ExecutionID, client.RedriveRequest{Reason: "fixed"})
+	if !client.IsUnauthorized(err) {
+		t.Fatalf("re-drive without the token: %v", err)
+	}
+	v := dlq.Version
+	e, err := c.Redrive(ctx, dlq.ExecutionID, client.RedriveRequest{Reason: "dependency fixed, OPS-42", ExpectedVersion: &v})
+	if err != nil || e.ExecutionID != dlq.ExecutionID || e.Version <= dlq.Version {
+		t.Fatalf("re-drive: %+v, %v", e, err)
+	}
+	ok := settle(t, c, clitest.PipelineOK, store.Succeeded)
+	_, err = c.Redrive(ctx, ok.ExecutionID, client.RedriveRequest{Reason: "again"})
+	if !client.IsConflict(err) || problemOf(t, err).Problem.ExecutionStatus != store.Succeeded {
+		t.Fatalf("re-drive of a succeeded execution: %v", err)
+	}
+	if _, err := c.Redrive(ctx, ok.ExecutionID, client.RedriveRequest{}); !errors.Is(err, client.ErrMissingArgument) {
+		t.Fatalf("re-drive without a reason: %v", err)
+	}
+}
+
+// TestCompleteAwaitAgainstTheServer: an await completion with the resume
+// token resumes the execution (a wrong token is 403), and is sent without
+// the admin token.
+func TestCompleteAwaitAgainstTheServer(t *testing.T) {
+	t.Parallel()
+	tg := clitest.Real(t)
+	c := newClient(t, tg, client.WithAdminToken(tg.AdminToken))
+	ctx := ctxOf(t)
+	e := settle(t, c, clitest.PipelineWait, store.WaitingExternal)
+	awaitID, token, err := tg.ResumeToken(e.ExecutionID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Await == nil || e.Await.AwaitID != awaitID || e.Await.Status != store.AwaitWaiting {
+		t.Fatalf("parked execution's await %+v, want %s", e.Await, awaitID)
+	}
+	_, err = c.CompleteAwait(ctx, e.ExecutionID, awaitID, token+"x", []byte(`{"approved":true}`), "")
+	if statusOf(err) != http.StatusForbidden {
+		t.Fatalf("completion with a wrong token: %v", err)
+	}
+	got, err := c.CompleteAwait(ctx, e.ExecutionID, awaitID, token, []byte(`{"approved":true}`), "")
+	if err != nil || got.ExecutionID != e.ExecutionID {
+		t.Fatalf("completion: %+v, %v", got, err)
+	}
+	done, err := c.Wait(ctx, e.ExecutionID, client.WaitOptions{MinInterval: 5 * time.Millisecond})
+	if err != nil || done.Status != store.Succeeded || done.Await == nil || done.Await.Status != store.AwaitCompleted {
+		t.Fatalf("after the completion: %+v, %v", done, err)
+	}
+}
+
+func statusOf(err error) int {
+	var e *client.Error
+	if errors.As(err, &e) {
+		return e.StatusCode
+	}
+	return 0
+}
+
+// TestListFiltersAndFollowsCursors: list returns the tenant's executions
+// newest first, filters by pipeline and status, pages with cursors that
+// ListAll follows, and refuses a bad status, limit or cursor with 400.
+func TestListFiltersAndFollowsCursors(t *testing.T) {
+	t.Parallel()
+	c := newClient(t, clitest.Operator(t))
+	ctx := ctxOf(t)
+	var oks []string
+	for range 5 {
+		oks = append(oks, settle(t, c, clitest.PipelineOK, store.Succeeded).ExecutionID)
+	}
+	dlq := settle(t, c, clitest.PipelineFail, store.DLQ)
+
+	var all []client.Execution
+	requests := 0
+	for e, err := range c.ListAll(ctx, client.ListQuery{Limit: 2}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		requests++
+		all = append(all, e)
+	}
+	if len(all) != 6 || all[0].ExecutionID != dlq.ExecutionID {
+		t.Fatalf("listed %d executions, first %+v", len(all), all[0])
+	}
+	for i := 1; i < len(all); i++ {
+		if all[i].CreatedAt.After(all[i-1].CreatedAt) {
+			t.Fatalf("not newest first: %v after %v", all[i].CreatedAt, all[i-1].CreatedAt)
+		}
+	}
+	first, err := c.List(ctx, client.ListQuery{Limit: 2})
+	if err != nil || len(first.Executions) > 2 || first.NextCursor == "" {
+		t.Fatalf("first page %+v, %v", first, err)
+	}
+	page, err := c.List(ctx, client.ListQuery{PipelineID: clitest.PipelineOK, Statuses: []store.Status{store.Succeeded}})
+	var ids []string
+	for _, e := range page.Executions {
+		ids = append(ids, e.ExecutionID)
+	}
+	slices.Reverse(ids)
+	if err != nil || !slices.Equal(ids, oks) || page.NextCursor != "" {
+		t.Fatalf("filtered page %v (cursor %q), want %v: %v", ids, page.NextCursor, oks, err)
+	}
+	if p, err := c.List(ctx, client.ListQuery{Statuses: []store.Status{store.DLQ, store.Cancelled}}); err != nil || len(p.Executions) != 1 {
+		t.Fatalf("DLQ page %+v, %v", p, err)
+	}
+	for name, q := range map[string]client.ListQuery{
+		"status": {Statuses: []store.Status{"SLEEPING"}}, "limit": {Limit: 501}, "cursor": {Cursor: "bm90LWEtY3Vyc29y"},
+	} {
+		if _, err := c.List(ctx, q); !client.IsBadRequest(err) {
+			t.Errorf("a bad %s: %v, want 400", name, err)
+		} else {
+			problemOf(t, err)
+		}
+	}
+}
+
+// TestHistoryInCommitOrder: an execution's history numbers its events
+// from 1 without gaps, from SUBMITTED to SUCCEEDED with each step's start
+// and success; an unknown id is IsNotFound.
+func TestHistoryInCommitOrder(t *testing.T) {
+	t.Parallel()
+	c := newClient(t, clitest.Operator(t))
+	ctx := ctxOf(t)
+	e := settle(t, c, clitest.PipelineOK, store.Succeeded)
+	h, err := c.History(ctx, e.ExecutionID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.ExecutionID != e.ExecutionID || len(h.Events) == 0 {
+		t.Fatalf("history %+v", h)
+	}
+	var types []history.Type
+	for i, ev := range h.Events {
+		if ev.Seq != i+1 || ev.At.IsZero() {
+			t.Fatalf("event %d: %+v", i, ev)
+		}
+		types = append(types, ev.Type)
+	}
+	if types[0] != history.Submitted || types[len(types)-1] != history.Succeeded ||
+		!slices.Contains(types, history.StepStarted) || !slices.Contains(types, history.StepSucceeded) {
+		t.Fatalf("event types %v", types)
+	}
+	if _, err := c.History(ctx, "no-such-execution"); !client.IsNotFound(err) {
+		t.Fatalf("history of an unknown id: %v", err)
+	}
+}
+
+// TestCancel: a parked execution is CANCELLED at once (202), a second
+// cancel changes nothing (200), a SUCCEEDED one is IsConflict, and the
+// route needs the admin token.
+func TestCancel(t *testing.T) {
+	t.Parallel()
+	tg := clitest.Operator(t)
+	anon, c := newClient(t, tg), newClient(t, tg, client.WithAdminToken(tg.AdminToken))
+	ctx := ctxOf(t)
+	parked := settle(t, c, clitest.PipelineWait, store.WaitingExternal)
+	if _, err := anon.Cancel(ctx, parked.ExecutionID, client.CancelRequest{Reason: "no"}); !client.IsUnauthorized(err) {
+		t.Fatalf("cancel without the token: %v", err)
+	}
+	e, err := c.Cancel(ctx, parked.ExecutionID, client.CancelRequest{Reason: "customer withdrew"})
+	if err != nil || e.Status != store.Cancelled {
+		t.Fatalf("cancel: %+v, %v", e, err)
+	}
+	again, err := c.Cancel(ctx, parked.ExecutionID, client.CancelRequest{Reason: "again"})
+	if err != nil || again.Status != store.Cancelled {
+		t.Fatalf("second cancel: %+v, %v", again, err)
+	}
+	ok := settle(t, c, clitest.PipelineOK, store.Succeeded)
+	if _, err := c.Cancel(ctx, ok.ExecutionID, client.CancelRequest{Reason: "late"}); !client.IsConflict(err) {
+		t.Fatalf("cancel of a succeeded execution: %v", err)
+	}
+	if _, err := c.Cancel(ctx, "no-such-execution", client.CancelRequest{Reason: "x"}); !client.IsNotFound(err) {
+		t.Fatalf("cancel of an unknown id: %v", err)
+	}
+	h, err := c.History(ctx, parked.ExecutionID)
+	if err != nil || !slices.ContainsFunc(h.Events, func(ev client.Event) bool {
+		return ev.Type == history.Cancelled && ev.Reason == "customer withdrew"
+	}) {
+		t.Fatalf("history after the cancel: %+v, %v", h.Events, err)
+	}
+}
+
+// TestBulkRedrive: a dry run counts the matching DLQ executions and
+// re-drives none; a real run re-drives each (each gets a REDRIVEN event
+// with the reason) and its progress reaches done; an unknown re-drive id
+// is IsNotFound.
+func TestBulkRedrive(t *testing.T) {
+	t.Parallel()
+	tg := clitest.Operator(t)
+	c := newClient(t, tg, client.WithAdminToken(tg.AdminToken))
+	ctx := ctxOf(t)
+	a := settle(t, c, clitest.PipelineFail, store.DLQ)
+	b := settle(t, c, clitest.PipelineFail, store.DLQ)
+	settle(t, c, clitest.PipelineOK, store.Succeeded)
+	filter := client.RedriveFilter{PipelineID: clitest.PipelineFail, Statuses: []store.Status{store.DLQ}, ErrorCode: clitest.ErrorCodeFail,
+		CreatedAfter: a.CreatedAt.Add(-time.Minute), CreatedBefore: time.Now().Add(time.Minute)}
+	dry, err := c.StartRedrives(ctx, client.BulkRedriveRequest{Filter: filter, Reason: "count", DryRun: true})
+	if err != nil || dry.Matched != 2 || dry.RedriveID == "" {
+		t.Fatalf("dry run: %+v, %v", dry, err)
+	}
+	for _, x := range []client.Execution{a, b} {
+		if e, err := c.Status(ctx, x.ExecutionID); err != nil || e.Version != x.Version {
+			t.Fatalf("a dry run changed %s: %+v, %v", x.ExecutionID, e, err)
+		}
+	}
+	run, err := c.StartRedrives(ctx, client.BulkRedriveRequest{Filter: filter, Reason: "fixed upstream, OPS-7", RatePerSecond: 50})
+	if err != nil || run.Matched != 2 {
+		t.Fatalf("bulk re-drive: %+v, %v", run, err)
+	}
+	var p client.RedriveProgress
+	for !p.Done {
+		if p, err = c.RedriveProgress(ctx, run.RedriveID); err != nil {
+			t.Fatal(err)
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("bulk re-drive never done: %+v", p)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if p.Matched != 2 || p.Redriven != 2 || p.Failed != 0 {
+		t.Fatalf("progress %+v", p)
+	}
+	for _, x := range []client.Execution{a, b} {
+		h, err := c.History(ctx, x.ExecutionID)
+		if err != nil || !slices.ContainsFunc(h.Events, func(ev client.Event) bool {
+			return ev.Type == history.Redriven && ev.Reason == "fixed upstream, OPS-7"
+		}) {
+			t.Fatalf("history of %s: %+v, %v", x.ExecutionID, h.Events, err)
+		}
+	}
+	if _, err := c.RedriveProgress(ctx, "no-such-redrive"); !client.IsNotFound(err) {
+		t.Fatalf("progress of an unknown re-drive: %v", err)
+	}
+	if _, err := c.StartRedrives(ctx, client.BulkRedriveRequest{Filter: filter}); !errors.Is(err, client.ErrMissingArgument) {
+		t.Fatalf("bulk re-drive without a reason: %v", err)
+	}
+}
+
+// TestDeadLetters: the tenant's dead-letter records, newest first, with
+// the envelope of each failure, filtered by pipeline and paged.
+func TestDeadLetters(t *testing.T) {
+	t.Parallel()
+	c := newClient(t, clitest.Operator(t))
+	ctx := ctxOf(t)
+	a := settle(t, c, clitest.PipelineFail, store.DLQ)
+	b := settle(t, c, clitest.PipelineFail, store.DLQ)
+	var got []string
+	for r, err := range c.DeadLettersAll(ctx, client.DeadLetterQuery{PipelineID: clitest.PipelineFail, Limit: 1}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Envelope == nil || r.Envelope.ErrorCode != clitest.ErrorCodeFail || r.Envelope.PipelineID != clitest.PipelineFail || r.RecordedAt.IsZero() {
+			t.Fatalf("record %+v", r)
+		}
+		got = append(got, r.ExecutionID)
+	}
+	if !slices.Equal(got, []string{b.ExecutionID, a.ExecutionID}) {
+		t.Fatalf("dead letters %v, want %v", got, []string{b.ExecutionID, a.ExecutionID})
+	}
+	if p, err := c.DeadLetters(ctx, client.DeadLetterQuery{PipelineID: clitest.PipelineOK}); err != nil || len(p.DeadLetters) != 0 {
+		t.Fatalf("dead letters of a pipeline without any: %+v, %v", p, err)
+	}
+}
+
+// TestOpenAPI: the API serves an OpenAPI 3.1 document.
+func TestOpenAPI(t *testing.T) {
+	t.Parallel()
+	c := newClient(t, clitest.Operator(t))
+	doc, err := c.OpenAPI(ctxOf(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		OpenAPI string         `json:"openapi"`
+		Paths   map[string]any `json:"paths"`
+	}
+	if err := json.Unmarshal(doc, &d); err != nil || !strings.HasPrefix(d.OpenAPI, "3.1") || d.Paths["/v1/executions"] == nil {
+		t.Fatalf("document %.200s: %v", doc, err)
+	}
+}
+
+// TestNonProblemAnswerBecomesAProblem: an error answer that is not a
+// problem document (API Gateway's {"message":"Forbidden"}) is an *Error
+// with the status, its text as title and the message as detail.
+func TestNonProblemAnswerBecomesAProblem(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusForbidden)
+		_, _ = w.Write([]byte(`{"message":"Forbidden"}`))
+	}))
+	defer srv.Close()
+	c, err := client.New(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Status(ctxOf(t), "x")
+	var e *client.Error
+	if !errors.As(err, &e) || e.StatusCode != 403 || e.Problem.Status != 403 || e.Problem.Title != "Forbidden" ||
+		e.Problem.Detail != "Forbidden" || !client.IsUnauthorized(err) || client.IsNotFound(err) {
+		t.Fatalf("error %v (%+v)", err, e)
+	}
+}
+
+// TestNewRefusesBadURLs: a URL without an http(s) scheme or host, or with
+// a query, is refused, and the base path of a stage is kept.
+func TestNewRefusesBadURLs(t *testing.T) {
+	t.Parallel()
+	for _, u := range []string{"127.0.0.1:8080", "ftp://x", "http://", "http://x/?a=b", "http://x/#f"} {
+		if _, err := client.New(u); err == nil {
+			t.Errorf("New(%q) succeeded", u)
+		}
+	}
+	c, err := client.New("https://example.com/prod/")
+	if err != nil || c.BaseURL() != "https://example.com/prod" {
+		t.Fatalf("base URL %v, %v", c, err)
+	}
+}

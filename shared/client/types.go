@@ -1,0 +1,270 @@
+package client
+
+import (
+	"time"
+
+	"github.com/qasync/qasync/shared/deadletter"
+	"github.com/qasync/qasync/shared/history"
+	"github.com/qasync/qasync/shared/store"
+)
+
+// The request and response documents of the API. Their JSON forms are the
+// API's (encoding one of them gives the document the server sends); times
+// are RFC 3339, and an optional time is left out when zero.
+
+// SubmitRequest is a submission: POST /v1/pipelines/{pipelineId}/executions.
+type SubmitRequest struct {
+	// PipelineID names the pipeline to run.
+	PipelineID string
+	// IdempotencyKey, when set, makes the submission idempotent within the
+	// tenant: the same key and body return the same execution (200).
+	IdempotencyKey string
+	// Body is the pipeline's input.
+	Body []byte
+	// ContentType is Body's media type (default application/json).
+	ContentType string
+	// MessageType names the protobuf message of an
+	// application/x-protobuf body.
+	MessageType string
+}
+
+// Submission is the answer to a submission.
+type Submission struct {
+	// ExecutionID identifies the execution within its tenant.
+	ExecutionID string `json:"executionId"`
+	// PipelineID is the pipeline the execution runs.
+	PipelineID string `json:"pipelineId"`
+	// Status is the execution's status when the answer was made.
+	Status store.Status `json:"status"`
+	// Duplicate is true when the idempotency key already named this
+	// execution (HTTP 200): nothing new was stored or started.
+	Duplicate bool `json:"duplicate"`
+	// StatusURL is the path of the execution's status document.
+	StatusURL string `json:"statusUrl"`
+	// ResultURL is the path of its result.
+	ResultURL string `json:"resultUrl"`
+	// SubmittedAt is when the execution was created.
+	SubmittedAt time.Time `json:"submittedAt"`
+}
+
+// Execution is an execution's status document (GET /v1/executions/{id},
+// and the answer of a re-drive, a cancel and an await completion).
+type Execution struct {
+	// ExecutionID identifies the execution within its tenant.
+	ExecutionID string `json:"executionId"`
+	// PipelineID is the pipeline the execution runs.
+	PipelineID string `json:"pipelineId"`
+	// PipelineVersion is the pipeline definition it is bound to.
+	PipelineVersion string `json:"pipelineVersion,omitempty"`
+	// Status is the lifecycle status; Status.Terminal() says whether it
+	// can still change by itself.
+	Status store.Status `json:"status"`
+	// StepIndex is the 0-based index of the current step.
+	StepIndex int `json:"stepIndex"`
+	// StepName is the current step's name.
+	StepName string `json:"stepName"`
+	// Attempt is the current step's attempt, from 1.
+	Attempt int `json:"attempt"`
+	// Version is the row version (a re-drive's ExpectedVersion).
+	Version int64 `json:"version"`
+	// CreatedAt is when the execution was submitted.
+	CreatedAt time.Time `json:"createdAt"`
+	// UpdatedAt is when it last changed.
+	UpdatedAt time.Time `json:"updatedAt"`
+	// NextDueAt is when a QUEUED or WAIT_RETRY execution may run next.
+	NextDueAt time.Time `json:"nextDueAt,omitzero"`
+	// VersionWaitSince is set while it waits for a worker serving its
+	// pipeline version.
+	VersionWaitSince time.Time `json:"versionWaitSince,omitzero"`
+	// Error is the last failure, nil when there is none.
+	Error *ExecutionError `json:"error,omitempty"`
+	// Await is the current (or last) external await, nil when none.
+	Await *Await `json:"await,omitempty"`
+}
+
+// ExecutionError is the failure of a status document.
+type ExecutionError struct {
+	// Code is the machine-readable error code.
+	Code string `json:"code"`
+	// Message is the human-readable message.
+	Message string `json:"message"`
+	// TerminalReason is "retry_exhausted" or "non_retryable" when the
+	// failure ended the execution, "" while a retry is pending.
+	TerminalReason string `json:"terminalReason"`
+}
+
+// Await is the external await of a status document.
+type Await struct {
+	// AwaitID identifies the await (CompleteAwait's awaitID).
+	AwaitID string `json:"awaitId"`
+	// Status is WAITING, COMPLETED or TIMED_OUT.
+	Status store.AwaitStatus `json:"status"`
+	// TimeoutAt is zero when the await has no timeout.
+	TimeoutAt time.Time `json:"timeoutAt,omitzero"`
+	// CompletedAt is when a completion was accepted.
+	CompletedAt time.Time `json:"completedAt,omitzero"`
+	// Late is true when a completion arrived after the timeout.
+	Late bool `json:"late"`
+}
+
+// Result is a succeeded execution's result: the bytes of its last step.
+type Result struct {
+	// ContentType is the bytes' media type.
+	ContentType string
+	// MessageType names the protobuf message of a protobuf result.
+	MessageType string
+	// Data is the result.
+	Data []byte
+}
+
+// RedriveRequest is the body of a re-drive of one execution.
+type RedriveRequest struct {
+	// Reason is the audit note: required.
+	Reason string `json:"reason"`
+	// ExpectedVersion, when set, must equal the execution's version.
+	ExpectedVersion *int64 `json:"expectedVersion,omitempty"`
+	// ConfirmedNoRemoteEffect states that the remote invocation of a
+	// REMOTE_OUTCOME_UNKNOWN execution can make no more effects; required
+	// to re-drive that status.
+	ConfirmedNoRemoteEffect bool `json:"confirmedNoRemoteEffect,omitempty"`
+}
+
+// CancelRequest is the body of a cancel.
+type CancelRequest struct {
+	// Reason is the audit note: required.
+	Reason string `json:"reason"`
+}
+
+// ListQuery selects executions of the caller's tenant, newest first:
+// GET /v1/executions.
+type ListQuery struct {
+	// PipelineID keeps one pipeline's executions ("" for all).
+	PipelineID string
+	// Statuses keeps executions in one of these statuses (none for all).
+	Statuses []store.Status
+	// Limit is the page size, 1 to 500 (0: the server's default, 50).
+	Limit int
+	// Cursor continues from a previous page's NextCursor.
+	Cursor string
+}
+
+// ExecutionPage is one page of a list.
+type ExecutionPage struct {
+	// Executions are newest first.
+	Executions []Execution `json:"executions"`
+	// NextCursor continues the list; "" on the last page.
+	NextCursor string `json:"nextCursor,omitempty"`
+}
+
+// History is an execution's history: GET /v1/executions/{id}/history.
+type History struct {
+	// ExecutionID is the execution's id.
+	ExecutionID string `json:"executionId"`
+	// Events are in commit order, Seq from 1 without gaps.
+	Events []Event `json:"events"`
+}
+
+// Event is one entry of a history.
+type Event struct {
+	// Seq numbers the events from 1.
+	Seq int `json:"seq"`
+	// Type is the event's kind (history.StepStarted, ...).
+	Type history.Type `json:"type"`
+	// At is when the change was committed.
+	At time.Time `json:"at"`
+	// StepIndex is the 0-based index of the step the event is about.
+	StepIndex int `json:"stepIndex"`
+	// StepName is that step's name.
+	StepName string `json:"stepName,omitempty"`
+	// Attempt is the step's attempt.
+	Attempt int `json:"attempt,omitempty"`
+	// Status is the execution's status after the event.
+	Status store.Status `json:"status,omitempty"`
+	// Error is the step's failure (STEP_FAILED, DEAD_LETTERED).
+	Error *EventError `json:"error,omitempty"`
+	// RetryAt is when a failed step runs again (STEP_FAILED).
+	RetryAt time.Time `json:"retryAt,omitzero"`
+	// Worker is the lease owner (STEP_STARTED, LEASE_TAKEN_OVER).
+	Worker string `json:"worker,omitempty"`
+	// Reason is an operator's reason (REDRIVEN, CANCEL_REQUESTED,
+	// CANCELLED) or an outcome's.
+	Reason string `json:"reason,omitempty"`
+}
+
+// EventError is the failure of an event.
+type EventError struct {
+	// Code is the machine-readable error code.
+	Code string `json:"code"`
+	// Message is the human-readable message.
+	Message string `json:"message"`
+}
+
+// RedriveFilter selects the executions of a bulk re-drive.
+type RedriveFilter struct {
+	// PipelineID keeps one pipeline's executions ("" for all).
+	PipelineID string `json:"pipelineId,omitempty"`
+	// Statuses keeps these statuses (none: the server's default, DLQ).
+	Statuses []store.Status `json:"status,omitempty"`
+	// ErrorCode keeps executions whose last error has this code.
+	ErrorCode string `json:"errorCode,omitempty"`
+	// CreatedAfter keeps executions created after it (zero: no bound).
+	CreatedAfter time.Time `json:"createdAfter,omitzero"`
+	// CreatedBefore keeps executions created before it (zero: no bound).
+	CreatedBefore time.Time `json:"createdBefore,omitzero"`
+}
+
+// BulkRedriveRequest starts a bulk re-drive: POST /v1/redrives.
+type BulkRedriveRequest struct {
+	// Filter selects the executions.
+	Filter RedriveFilter `json:"filter"`
+	// Reason is every re-drive's audit note: required.
+	Reason string `json:"reason"`
+	// RatePerSecond bounds the re-drives per second (0: the server's
+	// default).
+	RatePerSecond int `json:"ratePerSecond,omitempty"`
+	// DryRun counts the matching executions and re-drives none.
+	DryRun bool `json:"dryRun"`
+}
+
+// BulkRedrive is the answer to a started bulk re-drive.
+type BulkRedrive struct {
+	// RedriveID names the job (RedriveProgress's argument).
+	RedriveID string `json:"redriveId"`
+	// Matched is how many executions the filter selected.
+	Matched int `json:"matched"`
+}
+
+// RedriveProgress is a bulk re-drive's progress: GET /v1/redrives/{id}.
+type RedriveProgress struct {
+	// RedriveID names the job, when the server repeats it.
+	RedriveID string `json:"redriveId,omitempty"`
+	// Matched is how many executions the filter selected.
+	Matched int `json:"matched"`
+	// Redriven counts the executions re-driven so far.
+	Redriven int `json:"redriven"`
+	// Skipped counts those left alone (no longer re-drivable).
+	Skipped int `json:"skipped"`
+	// Failed counts those whose re-drive failed.
+	Failed int `json:"failed"`
+	// Done is true once every matched execution was handled.
+	Done bool `json:"done"`
+}
+
+// DeadLetterQuery selects dead-letter records of the caller's tenant,
+// newest first: GET /v1/dead-letters.
+type DeadLetterQuery struct {
+	// PipelineID keeps one pipeline's records ("" for all).
+	PipelineID string
+	// Limit is the page size (0: the server's default).
+	Limit int
+	// Cursor continues from a previous page's NextCursor.
+	Cursor string
+}
+
+// DeadLetterPage is one page of dead-letter records.
+type DeadLetterPage struct {
+	// DeadLetters are newest first.
+	DeadLetters []deadletter.Record `json:"deadLetters"`
+	// NextCursor continues the list; "" on the last page.
+	NextCursor string `json:"nextCursor,omitempty"`
+}

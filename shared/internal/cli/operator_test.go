@@ -1,0 +1,188 @@
+package cli_test
+
+import (
+	"context"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/qasync/qasync/shared/client"
+	"github.com/qasync/qasync/shared/history"
+	"github.com/qasync/qasync/shared/internal/cli"
+	"github.com/qasync/qasync/shared/internal/clitest"
+	"github.com/qasync/qasync/shared/store"
+)
+
+// The commands of the operator routes (list, history, cancel, bulk
+// re-drives, dead letters) run against clitest.Operator: the real server
+// once it serves them, the contract fake until then.
+
+// TestListCommand: list follows the cursors (page by page), filters by
+// pipeline and status, stops at --limit with the cursor that continues,
+// and prints a table or the JSON page.
+func TestListCommand(t *testing.T) {
+	t.Parallel()
+	r := newRunner(t, clitest.Operator(t))
+	var oks []string
+	for range 5 {
+		oks = append(oks, r.settle(clitest.PipelineOK, store.Succeeded).ExecutionID)
+	}
+	slices.Reverse(oks) // newest first
+	dlq := r.settle(clitest.PipelineFail, store.DLQ)
+
+	before := r.requests.Load()
+	all := decode[client.ExecutionPage](t, r.ok("list", "--limit", "0", "--page-size", "2", "-o", "json"))
+	if n := r.requests.Load() - before; n != 3 {
+		t.Fatalf("6 executions in pages of 2 took %d requests", n)
+	}
+	if len(all.Executions) != 6 || all.Executions[0].ExecutionID != dlq.ExecutionID || all.NextCursor != "" {
+		t.Fatalf("list: %d executions, first %s, cursor %q", len(all.Executions), all.Executions[0].ExecutionID, all.NextCursor)
+	}
+	first := decode[client.ExecutionPage](t, r.ok("list", "--limit", "4", "--page-size", "3", "-o", "json"))
+	if len(first.Executions) != 4 || first.NextCursor == "" {
+		t.Fatalf("list --limit 4: %d executions, cursor %q", len(first.Executions), first.NextCursor)
+	}
+	rest := decode[client.ExecutionPage](t, r.ok("list", "--limit", "0", "--cursor", first.NextCursor, "-o", "json"))
+	var ids []string
+	for _, e := range append(first.Executions, rest.Executions...) {
+		ids = append(ids, e.ExecutionID)
+	}
+	if want := append([]string{dlq.ExecutionID}, oks...); !slices.Equal(ids, want) {
+		t.Fatalf("list in two parts %v, want %v", ids, want)
+	}
+	ok := decode[client.ExecutionPage](t, r.ok("list", "--pipeline", clitest.PipelineOK, "--status", "succeeded,RUNNING", "-o", "json"))
+	if len(ok.Executions) != 5 {
+		t.Fatalf("list --pipeline --status: %d executions", len(ok.Executions))
+	}
+	res := r.want(0, "list", "--status", "DLQ", "--limit", "1")
+	lines := strings.Split(strings.TrimSpace(res.stdout), "\n")
+	if len(lines) != 2 || !regexp.MustCompile(`^EXECUTION\s+PIPELINE\s+STATUS\s+STEP\s+ATTEMPT\s+CREATED\s+UPDATED\s+ERROR$`).MatchString(lines[0]) ||
+		!regexp.MustCompile(`^`+dlq.ExecutionID+`\s+t\.fail\s+DLQ\s+0 work\s+1\s+20\S+\s+20\S+\s+`+clitest.ErrorCodeFail+`$`).MatchString(lines[1]) {
+		t.Fatalf("list table:\n%s", res.stdout)
+	}
+}
+
+// TestHistoryCommand: history prints the events in commit order as a
+// table and as the JSON document; an unknown id exits 3.
+func TestHistoryCommand(t *testing.T) {
+	t.Parallel()
+	r := newRunner(t, clitest.Operator(t))
+	e := r.settle(clitest.PipelineFail, store.DLQ)
+	h := decode[client.History](t, r.ok("history", e.ExecutionID, "-o", "json"))
+	if h.ExecutionID != e.ExecutionID || len(h.Events) < 3 || h.Events[0].Type != history.Submitted || h.Events[0].Seq != 1 {
+		t.Fatalf("history %+v", h)
+	}
+	if !slices.ContainsFunc(h.Events, func(ev client.Event) bool { return ev.Type == history.DeadLettered }) {
+		t.Fatalf("no DEAD_LETTERED event: %+v", h.Events)
+	}
+	out := r.ok("history", e.ExecutionID)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != len(h.Events)+1 || !regexp.MustCompile(`^SEQ\s+AT\s+TYPE\s+STEP\s+ATTEMPT\s+STATUS\s+DETAIL$`).MatchString(lines[0]) ||
+		!regexp.MustCompile(`^1\s+20\S+\s+SUBMITTED\s`).MatchString(lines[1]) || !strings.Contains(out, clitest.ErrorCodeFail+": ") {
+		t.Fatalf("history table:\n%s", out)
+	}
+	r.want(cli.ExitNotFound, "history", "no-such-execution")
+}
+
+// TestCancelCommand: cancel of a parked execution prints it CANCELLED,
+// a second cancel exits 0, a finished one exits 4, an unknown one 3, and
+// without the operator token 1.
+func TestCancelCommand(t *testing.T) {
+	t.Parallel()
+	tg := clitest.Operator(t)
+	anon, r := newRunner(t, tg), newRunner(t, tg).admin()
+	parked := r.settle(clitest.PipelineWait, store.WaitingExternal)
+	if res := anon.want(cli.ExitFailure, "cancel", parked.ExecutionID, "--reason", "no"); !strings.Contains(res.stderr, "401") {
+		t.Fatalf("cancel without a token: %s", res.stderr)
+	}
+	hasField(t, r.ok("cancel", parked.ExecutionID, "--reason", "customer withdrew"), "status", "CANCELLED")
+	if e := decode[client.Execution](t, r.ok("cancel", parked.ExecutionID, "--reason", "again", "-o", "json")); e.Status != store.Cancelled {
+		t.Fatalf("second cancel %+v", e)
+	}
+	done := r.settle(clitest.PipelineOK, store.Succeeded)
+	r.want(cli.ExitConflict, "cancel", done.ExecutionID, "--reason", "late")
+	r.want(cli.ExitNotFound, "cancel", "no-such-execution", "--reason", "x")
+	// watch of a cancelled execution ends at once, not succeeded.
+	if res := r.want(cli.ExitNotSucceeded, "watch", parked.ExecutionID); !strings.Contains(res.stdout, "CANCELLED after") {
+		t.Fatalf("watch of a cancelled execution:\n%s", res.stdout)
+	}
+}
+
+// TestRedriveCommands: redrive ID re-drives one DLQ execution; redrive
+// --filter --dry-run counts, --filter --wait re-drives and follows the
+// progress until done, and redrive --status prints a job's progress; an
+// unknown job exits 3.
+func TestRedriveCommands(t *testing.T) {
+	t.Parallel()
+	r := newRunner(t, clitest.Operator(t)).admin()
+	one := r.settle(clitest.PipelineFail, store.DLQ)
+	again := decode[client.Execution](t, r.ok("redrive", one.ExecutionID, "--reason", "one more try", "--expected-version",
+		strconv.FormatInt(one.Version, 10), "-o", "json"))
+	if again.ExecutionID != one.ExecutionID || again.Version <= one.Version {
+		t.Fatalf("redrive %+v", again)
+	}
+	r.settle(clitest.PipelineFail, store.DLQ)
+	r.settle(clitest.PipelineOK, store.Succeeded)
+	// The re-driven one dead-letters again; wait for it.
+	waitFor(t, r, one.ExecutionID, store.DLQ)
+
+	filter := "pipelineId=" + clitest.PipelineFail + ",status=DLQ,errorCode=" + clitest.ErrorCodeFail +
+		",createdAfter=" + one.CreatedAt.Add(-time.Minute).Format(time.RFC3339) + ",createdBefore=" + time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	dry := decode[client.BulkRedrive](t, r.ok("redrive", "--filter", filter, "--reason", "count", "--dry-run", "-o", "json"))
+	if dry.Matched != 2 || dry.RedriveID == "" {
+		t.Fatalf("dry run %+v", dry)
+	}
+	res := r.want(0, "redrive", "--filter", filter, "--reason", "fixed, OPS-9", "--rate", "20", "--wait")
+	hasField(t, res.stdout, "matched", "2")
+	hasField(t, res.stdout, "redriven", "2")
+	hasField(t, res.stdout, "done", "true")
+	id := regexp.MustCompile(`(?m)^redrive\s+(\S+)`).FindStringSubmatch(res.stdout)[1]
+	p := decode[client.RedriveProgress](t, r.ok("redrive", "--status", id, "-o", "json"))
+	if !p.Done || p.Matched != 2 || p.Redriven != 2 {
+		t.Fatalf("redrive --status %+v", p)
+	}
+	started := r.ok("redrive", "--filter", "status=FAILED", "--reason", "none")
+	hasField(t, started, "matched", "0")
+	r.want(cli.ExitNotFound, "redrive", "--status", "no-such-redrive")
+	r.want(cli.ExitUsage, "redrive", "--status", id, "--reason", "x")
+}
+
+// waitFor polls status until the execution is in want.
+func waitFor(t *testing.T, r *runner, id string, want store.Status) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	for ctx.Err() == nil {
+		if e := decode[client.Execution](t, r.ok("status", id, "-o", "json")); e.Status == want {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("execution %s never %s", id, want)
+}
+
+// TestDeadLettersCommand: dead-letters lists the tenant's records newest
+// first with the step, reason and error, filters by pipeline, and follows
+// cursors.
+func TestDeadLettersCommand(t *testing.T) {
+	t.Parallel()
+	r := newRunner(t, clitest.Operator(t))
+	a := r.settle(clitest.PipelineFail, store.DLQ)
+	b := r.settle(clitest.PipelineFail, store.DLQ)
+	page := decode[client.DeadLetterPage](t, r.ok("dead-letters", "--pipeline", clitest.PipelineFail, "--page-size", "1", "-o", "json"))
+	if len(page.DeadLetters) != 2 || page.DeadLetters[0].ExecutionID != b.ExecutionID || page.DeadLetters[1].ExecutionID != a.ExecutionID {
+		t.Fatalf("dead letters %+v", page)
+	}
+	out := r.ok("dead-letters")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 || !regexp.MustCompile(`^RECORDED\s+EXECUTION\s+PIPELINE\s+STEP\s+REASON\s+ERROR$`).MatchString(lines[0]) ||
+		!regexp.MustCompile(`^20\S+\s+`+b.ExecutionID+`\s+t\.fail\s+0 work\s+non_retryable\s+`+clitest.ErrorCodeFail+`: `).MatchString(lines[1]) {
+		t.Fatalf("dead-letters table:\n%s", out)
+	}
+	if p := decode[client.DeadLetterPage](t, r.ok("dead-letters", "--pipeline", clitest.PipelineOK, "-o", "json")); len(p.DeadLetters) != 0 {
+		t.Fatalf("dead letters of t.ok %+v", p)
+	}
+}

@@ -1,0 +1,304 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/qasync/qasync/shared/client"
+	"github.com/qasync/qasync/shared/history"
+	"github.com/qasync/qasync/shared/store"
+)
+
+func watchCmd(fs *flag.FlagSet) runFunc {
+	display := fs.String("display", "auto", "auto (live on a terminal, plain when piped), live or plain")
+	return func(ctx context.Context, s *session, args []string) error {
+		if err := wantArgs(args, "ID"); err != nil {
+			return err
+		}
+		var live bool
+		switch *display {
+		case "auto":
+			live = s.env.Terminal != nil && s.env.Terminal()
+		case "live":
+			live = true
+		case "plain":
+		default:
+			return usagef("--display %q: want auto, live or plain", *display)
+		}
+		c, err := s.client()
+		if err != nil {
+			return err
+		}
+		return s.watch(ctx, c, args[0], live)
+	}
+}
+
+// stepView is what watch knows of one step.
+type stepView struct {
+	index          int
+	name           string
+	status         string
+	attempt        int
+	started, ended time.Time
+	note           string
+	// failure: note is the step's last failure, which a new run or a
+	// success makes stale.
+	failure bool
+}
+
+// watcher turns status documents (and history events, where the server
+// has them) into step progress, and draws it.
+type watcher struct {
+	w     io.Writer
+	live  bool
+	steps map[int]*stepView
+	// lastSeq is the last history event printed (plain mode).
+	lastSeq int
+	// lastLine is the last plain status line printed (without history).
+	lastLine string
+	// drawn is how many lines the live display has on screen.
+	drawn int
+	now   func() time.Time
+}
+
+func (s *session) watch(ctx context.Context, c *client.Client, id string, live bool) error {
+	wt := &watcher{w: s.env.Stdout, live: live, steps: map[int]*stepView{}, now: time.Now}
+	useHistory := true
+	final, err := c.Wait(ctx, id, client.WaitOptions{MinInterval: s.pollMin(), MaxInterval: s.pollMax(),
+		OnChange: func(e client.Execution) error {
+			if s.json() {
+				writeJSONLine(s.env.Stdout, e)
+				return nil
+			}
+			var events []client.Event
+			if useHistory {
+				h, err := c.History(ctx, id)
+				switch {
+				case err == nil:
+					events = h.Events
+				case historyMissing(err):
+					useHistory = false // a server without the history route
+				default:
+					return err
+				}
+			}
+			wt.update(e, events, useHistory)
+			return nil
+		}})
+	if err != nil {
+		return err
+	}
+	if !s.json() {
+		wt.finish(final)
+	}
+	if final.Status != store.Succeeded {
+		return errNotSucceeded
+	}
+	return nil
+}
+
+// historyMissing reports whether err says the server has no history
+// route (as opposed to no such execution).
+func historyMissing(err error) bool {
+	var e *client.Error
+	if !errors.As(err, &e) {
+		return false
+	}
+	return (e.StatusCode == http.StatusNotFound && e.Problem.Kind() != "execution-not-found") ||
+		e.StatusCode == http.StatusMethodNotAllowed || e.StatusCode == http.StatusNotImplemented
+}
+
+func (wt *watcher) step(index int, name string) *stepView {
+	st := wt.steps[index]
+	if st == nil {
+		st = &stepView{index: index, name: name}
+		wt.steps[index] = st
+	}
+	if name != "" {
+		st.name = name
+	}
+	return st
+}
+
+// apply folds one history event into the steps.
+func (wt *watcher) apply(ev client.Event) {
+	st := wt.step(ev.StepIndex, ev.StepName)
+	if ev.Attempt > 0 {
+		st.attempt = ev.Attempt
+	}
+	errText := func() string {
+		if ev.Error == nil {
+			return ""
+		}
+		return ev.Error.Code + ": " + ev.Error.Message
+	}
+	switch ev.Type {
+	case history.StepStarted:
+		st.status = string(store.Running)
+		if st.started.IsZero() {
+			st.started = ev.At
+		}
+		st.ended = time.Time{}
+		if st.failure {
+			st.note, st.failure = "", false
+		}
+	case history.StepSucceeded, history.AwaitCompleted:
+		st.status, st.ended, st.note, st.failure = string(store.Succeeded), ev.At, "", false
+	case history.StepFailed:
+		st.status, st.note, st.failure = string(ev.Status), errText(), true
+		if !ev.RetryAt.IsZero() {
+			st.note += ", retry at " + ts(ev.RetryAt)
+		}
+		if ev.Status.Terminal() {
+			st.ended = ev.At
+		}
+	case history.LeaseTakenOver:
+		st.note = "lease taken over by " + ev.Worker
+	case history.Awaiting:
+		st.status = string(store.WaitingExternal)
+	case history.OutcomeUnknown:
+		st.status, st.note = string(store.RemoteOutcomeUnknown), ev.Reason
+	case history.Redriven:
+		st.status, st.note, st.ended = string(store.Queued), "re-driven: "+ev.Reason, time.Time{}
+	case history.CancelRequested:
+		st.note = "cancel requested: " + ev.Reason
+	case history.Cancelled, history.DeadLettered:
+		st.status, st.ended = string(ev.Status), ev.At
+		if t := errText(); t != "" {
+			st.note = t
+		}
+	}
+}
+
+// update takes a new status document and, with history, its events.
+func (wt *watcher) update(e client.Execution, events []client.Event, withHistory bool) {
+	for _, ev := range events {
+		wt.apply(ev)
+	}
+	// The status document is the newest word on the current step (a
+	// stream-fed history may lag behind it).
+	cur := wt.step(e.StepIndex, e.StepName)
+	for i, st := range wt.steps {
+		if i < e.StepIndex && st.status != string(store.Succeeded) {
+			st.status = string(store.Succeeded)
+			if st.ended.IsZero() {
+				st.ended = e.UpdatedAt
+			}
+		}
+		if i < e.StepIndex && st.failure {
+			st.note, st.failure = "", false
+		}
+	}
+	if cur.started.IsZero() {
+		cur.started = e.UpdatedAt
+	}
+	cur.status, cur.attempt = string(e.Status), e.Attempt
+	if e.Status.Terminal() && cur.ended.IsZero() {
+		cur.ended = e.UpdatedAt
+	}
+	switch {
+	case cur.failure && (e.Status == store.Running || e.Status == store.Queued || e.Status == store.Succeeded):
+		cur.note, cur.failure = "", false
+	case e.Error != nil && e.Error.Code != "" && (e.Status == store.WaitRetry || e.Status.Terminal()) && e.Status != store.Succeeded:
+		cur.note, cur.failure = e.Error.Code+": "+e.Error.Message, true
+		if e.Status == store.WaitRetry && !e.NextDueAt.IsZero() {
+			cur.note += ", retry at " + ts(e.NextDueAt)
+		}
+	}
+	if wt.live {
+		wt.draw(e)
+		return
+	}
+	if withHistory {
+		for _, ev := range events {
+			if ev.Seq > wt.lastSeq {
+				wt.lastSeq = ev.Seq
+				line := fmt.Sprintf("%s  %-16s  step %s  attempt %d", ts(ev.At), ev.Type, step(ev.StepIndex, ev.StepName), ev.Attempt)
+				if d := eventDetail(ev); d != "" {
+					line += "  " + d
+				}
+				fmt.Fprintln(wt.w, line)
+			}
+		}
+		return
+	}
+	line := fmt.Sprintf("%s  %-16s  step %s  attempt %d", ts(e.UpdatedAt), e.Status, step(e.StepIndex, e.StepName), e.Attempt)
+	if cur.note != "" {
+		line += "  " + cur.note
+	}
+	if line != wt.lastLine {
+		wt.lastLine = line
+		fmt.Fprintln(wt.w, line)
+	}
+}
+
+// lines renders the live display: a header and one line per step.
+func (wt *watcher) lines(e client.Execution) []string {
+	idx := make([]int, 0, len(wt.steps))
+	for i := range wt.steps {
+		idx = append(idx, i)
+	}
+	sort.Ints(idx)
+	out := []string{fmt.Sprintf("execution %s  pipeline %s  %s", e.ExecutionID, e.PipelineID, e.Status)}
+	width := 0
+	for _, i := range idx {
+		width = max(width, len(step(i, wt.steps[i].name)))
+	}
+	for _, i := range idx {
+		st := wt.steps[i]
+		mark := "  "
+		switch st.status {
+		case string(store.Succeeded):
+			mark = "ok"
+		case string(store.Running), string(store.Queued):
+			mark = ".."
+		case string(store.WaitRetry), string(store.WaitingExternal), string(store.RemoteOutcomeUnknown):
+			mark = "~~"
+		case string(store.DLQ), string(store.Failed), string(store.Cancelled):
+			mark = "!!"
+		}
+		line := fmt.Sprintf("  %s %-*s  %-22s  attempt %d", mark, width, step(i, st.name), st.status, st.attempt)
+		switch {
+		case !st.started.IsZero() && !st.ended.IsZero():
+			line += "  " + dur(st.ended.Sub(st.started))
+		case !st.started.IsZero() && st.status == string(store.Running):
+			line += "  " + dur(wt.now().Sub(st.started))
+		}
+		if st.note != "" {
+			line += "  " + st.note
+		}
+		out = append(out, line)
+	}
+	return out
+}
+
+// draw rewrites the live display in place: up to its first line, then
+// each line cleared and written again.
+func (wt *watcher) draw(e client.Execution) {
+	var b strings.Builder
+	if wt.drawn > 0 {
+		fmt.Fprintf(&b, "\x1b[%dA", wt.drawn)
+	}
+	ls := wt.lines(e)
+	for _, l := range ls {
+		b.WriteString("\r\x1b[2K" + l + "\n")
+	}
+	wt.drawn = len(ls)
+	_, _ = io.WriteString(wt.w, b.String())
+}
+
+// finish prints the outcome line.
+func (wt *watcher) finish(e client.Execution) {
+	line := fmt.Sprintf("%s after %s", e.Status, dur(e.UpdatedAt.Sub(e.CreatedAt)))
+	if e.Status != store.Succeeded && e.Error != nil {
+		line += ": " + errorText(e.Error)
+	}
+	fmt.Fprintln(wt.w, line)
+}
