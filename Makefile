@@ -19,7 +19,7 @@ STACK      := scripts/stack.sh
 
 # The Lambda functions (functions/<fn>), built for the provided.al2023
 # runtime on arm64 into dist/<fn>/bootstrap and dist/<fn>.zip.
-LAMBDA_FNS := submit worker sweeper dlq
+LAMBDA_FNS := submit worker sweeper dlq history
 DIST       := dist
 
 # lambda-bundles builds the Lambda functions <pkg>/<fn> of the Go module in

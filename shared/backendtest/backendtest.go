@@ -3,7 +3,9 @@
 // effect log (effect.Log), the work dispatcher (dispatch.Dispatcher), the
 // dead-letter publisher and recorder (deadletter.Publisher,
 // deadletter.Recorder), the item reject publisher (reject.Publisher) and
-// the object store (ObjectStore). The suites check, through the seam
+// the object store (ObjectStore) and the history reader (history.Reader,
+// through lifecycles the real engine runs on the provider's state store).
+// The suites check, through the seam
 // interfaces only, what the runtime relies on: a backend that passes the
 // suites of the seams it implements can be wired in.
 //
@@ -42,6 +44,7 @@ import (
 	"github.com/qasync/qasync/shared/deadletter"
 	"github.com/qasync/qasync/shared/dispatch"
 	"github.com/qasync/qasync/shared/effect"
+	"github.com/qasync/qasync/shared/history"
 	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/reject"
 	"github.com/qasync/qasync/shared/store"
@@ -116,6 +119,20 @@ type Provider struct {
 	// writes; ObjectStore says what it must do to pass. Each call needs
 	// its own base.
 	Objects func(t *testing.T) (ObjectStore, string)
+	// History returns a state store whose TTL expiry follows c, a fake
+	// clock near the real time that the case advances, and the history
+	// reader of the executions that store keeps (running, until the case
+	// ends, whatever feeds it: stop it in t.Cleanup). To pass: lifecycles
+	// run by the real engine on the store (chained steps; a retry, a dead
+	// letter and a re-drive; a lease renewed, a reschedule and a takeover;
+	// an await and its completion; an unknown outcome re-driven) read back
+	// as exactly their events in commit order, numbered from 1, with
+	// workers, errors and retry times; renewals and reschedules add
+	// nothing; another tenant's key and an unknown execution are
+	// store.ErrNotFound. The history may lag the writes (a reader fed from
+	// a change stream): the suite waits up to HistoryWait for it. Each case
+	// uses its own tenant, so the stores may share one backend.
+	History func(t *testing.T, c clock.Clock) (store.Store, history.Reader)
 }
 
 // ReadBack returns every envelope published so far, in any order. It may
@@ -141,6 +158,7 @@ func Exercise(t *testing.T, p Provider) {
 		{"Recorder", p.Recorder != nil, func(t *testing.T) { runRecorder(t, p.Recorder) }},
 		{"Rejects", p.Rejects != nil, func(t *testing.T) { runRejects(t, p.Rejects) }},
 		{"Objects", p.Objects != nil, func(t *testing.T) { runObjects(t, p.Objects) }},
+		{"History", p.History != nil, func(t *testing.T) { runHistory(t, p.History) }},
 	}
 	listed := 0
 	for _, s := range seams {

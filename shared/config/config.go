@@ -191,6 +191,19 @@ type Config struct {
 	// EffectTable is key "dynamo.effect-table", default qasync-effects:
 	// the effect log of command steps.
 	EffectTable string
+	// HistoryTable is key "dynamo.history-table", default
+	// qasync-execution-history: executions' histories, fed from the
+	// execution table's stream.
+	HistoryTable string
+	// HistoryStreamPoller is key "history.stream-poller", default true:
+	// qasync serve with state-provider dynamo reads the execution table's
+	// stream into the history table itself. Turn it off where another
+	// consumer (the history Lambda function) does.
+	HistoryStreamPoller bool
+	// HistoryPollInterval is key "history.poll-interval", default 1s,
+	// 100ms to 1m: how long the stream poller waits before reading a
+	// shard again that had no new records.
+	HistoryPollInterval time.Duration
 	// EventsBusName is key "events.bus-name", default empty (off): the
 	// EventBridge bus that receives terminal lifecycle events.
 	EventsBusName string
@@ -340,6 +353,9 @@ func Default() Config {
 		PayloadTable:           schema.DefaultNames.PayloadTable,
 		DeadLetterTable:        schema.DefaultNames.DeadLetterTable,
 		EffectTable:            schema.DefaultNames.EffectTable,
+		HistoryTable:           schema.DefaultNames.HistoryTable,
+		HistoryStreamPoller:    true,
+		HistoryPollInterval:    time.Second,
 		TenantClaim:            "tenant_id",
 		CapacityStepsPerSecond: 1000,
 		SQSWaitSeconds:         20,
@@ -530,6 +546,12 @@ var entries = []entry{
 		func(c *Config) *string { return &c.DeadLetterTable }, verbatim, requiredWhen("state-provider", "dynamo", usesDynamo)),
 	field("dynamo.effect-table", "DynamoDB effect log of command steps, PK command_id (state-provider dynamo).",
 		func(c *Config) *string { return &c.EffectTable }, verbatim, requiredWhen("state-provider", "dynamo", usesDynamo)),
+	field("dynamo.history-table", "DynamoDB table of executions' histories, PK pk, SK pg, fed from the execution table's stream (state-provider dynamo).",
+		func(c *Config) *string { return &c.HistoryTable }, verbatim, requiredWhen("state-provider", "dynamo", usesDynamo)),
+	field("history.stream-poller", "qasync serve with state-provider dynamo reads the execution table's stream into the history table; turn it off where another consumer (the history Lambda function) does.",
+		func(c *Config) *bool { return &c.HistoryStreamPoller }, parseBool, nil),
+	field("history.poll-interval", "How long the history stream poller waits before reading again a shard that had no new records (duration); 100ms to 1m.",
+		func(c *Config) *time.Duration { return &c.HistoryPollInterval }, parseDuration, between(100*time.Millisecond, time.Minute)),
 	field("events.bus-name", "EventBridge bus for terminal lifecycle events (succeeded, dead-lettered, outcome unknown); empty: off.",
 		func(c *Config) *string { return &c.EventsBusName }, verbatim, nil),
 	field("metrics.namespace", "CloudWatch namespace of metrics written to stdout in Embedded Metric Format; empty: off.",

@@ -53,14 +53,25 @@ type Event struct {
 	Error *store.Failure
 	// RetryAt is when a failed step runs again (STEP_FAILED with a retry).
 	RetryAt time.Time
-	// Worker is the lease owner (STEP_STARTED, LEASE_TAKEN_OVER).
+	// Worker is the lease owner: the worker that started the attempt
+	// (STEP_STARTED, LEASE_TAKEN_OVER) or ran it (STEP_SUCCEEDED,
+	// STEP_FAILED, AWAITING, OUTCOME_UNKNOWN; empty when the attempt ended
+	// unleased, as an await's timeout does).
 	Worker string
 	// Reason is the operator's reason (REDRIVEN, CANCEL_REQUESTED,
-	// CANCELLED) or the reason of an outcome (OUTCOME_UNKNOWN).
+	// CANCELLED), the reason of an outcome (OUTCOME_UNKNOWN: the error
+	// message), or a note on the event in plain words (LEASE_TAKEN_OVER:
+	// whose lease lapsed; AWAITING and AWAIT_COMPLETED: the await, its
+	// timeout, a late completion).
 	Reason string
 	// Version is the row version the event came from; events of one
 	// version keep the order Derive gave them.
 	Version int64
+	// Index is the event's position among the events Derive gave for its
+	// version (from 0): (Version, Index) identifies an event of one
+	// execution, so that a consumer that sees a row version twice (a
+	// stream record delivered again) can drop the repeat (Number).
+	Index int
 }
 
 // Reader reads an execution's history. Providers implement it; a key of

@@ -1,4 +1,4 @@
-// Package lambdafn runs a registry of pipelines as the four AWS Lambda
+// Package lambdafn runs a registry of pipelines as the five AWS Lambda
 // functions of the serverless deployment:
 //
 //   - Submit: API Gateway HTTP API (payload 2.0) -> the HTTP API (submit,
@@ -10,6 +10,8 @@
 //     drained or out of time.
 //   - DLQ: the dead-letter queue and the work queue's poison queue ->
 //     durable dead-letter records, alerts and metrics.
+//   - History: the execution table's DynamoDB stream -> the executions'
+//     history (pages of events in the history table).
 //
 // A function's main is one line:
 //
@@ -44,15 +46,16 @@ import (
 	"github.com/qasync/qasync/shared/pipeline"
 )
 
-// Function names one of the four Lambda functions.
+// Function names one of the five Lambda functions.
 type Function string
 
-// The four functions (the CDK construct deploys one of each).
+// The five functions (the CDK construct deploys one of each).
 const (
 	Submit  Function = "submit"
 	Worker  Function = "worker"
 	Sweeper Function = "sweeper"
 	DLQ     Function = "dlq"
+	History Function = "history"
 )
 
 // Main boots fn for reg (Boot, with RequireRecorder for DLQ) and starts
@@ -94,6 +97,8 @@ type Env struct {
 //     keeps a record that is not due yet in the queue until it is
 //   - Sweeper: func(ctx, events.EventBridgeEvent) (SweepReport, error)
 //   - DLQ: func(ctx, events.SQSEvent) (events.SQSEventResponse, error)
+//   - History: func(ctx, events.DynamoDBEvent) (events.DynamoDBEventResponse, error);
+//     it needs state-provider dynamo (ErrNoHistory otherwise)
 func (e *Env) Handler(fn Function) (any, error) {
 	if e == nil || e.set == nil {
 		return nil, errors.New("lambdafn: Handler of an Env that did not boot")
@@ -133,8 +138,13 @@ func (e *Env) Handler(fn Function) (any, error) {
 			return nil, ErrNoRecorder
 		}
 		return lambdahandlers.DLQ(rt, e.set.Recorder, e.set.Metrics, e.Logger), nil
+	case History:
+		if e.set.History == nil {
+			return nil, ErrNoHistory
+		}
+		return lambdahandlers.History(e.set.History, e.Logger), nil
 	}
-	return nil, fmt.Errorf("lambdafn: unknown function %q (want submit, worker, sweeper or dlq)", fn)
+	return nil, fmt.Errorf("lambdafn: unknown function %q (want submit, worker, sweeper, dlq or history)", fn)
 }
 
 // SweepReport is what one sweeper invocation did (the Sweeper handler's
@@ -187,6 +197,10 @@ func WithLookupEnv(lookup func(string) (string, bool)) BootOption {
 func WithSecretsManager(sm wiring.SecretGetter) BootOption {
 	return func(o *bootOptions) { o.secrets = sm }
 }
+
+// ErrNoHistory is returned by Handler(History) when the configuration
+// keeps no history table (state-provider is not dynamo).
+var ErrNoHistory = fmt.Errorf("lambdafn: the history function needs %sstate-provider=dynamo and %sdynamo.history-table", config.KeyPrefix, config.KeyPrefix)
 
 // ErrNoRecorder is returned by Boot with RequireRecorder when the
 // configuration provides no dead-letter Recorder.

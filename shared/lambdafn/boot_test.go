@@ -122,7 +122,8 @@ func TestBootDLQFunctionRecords(t *testing.T) {
 }
 
 // TestHandlerOfAnEnvThatDidNotBoot: Handler refuses an Env without a
-// runtime and a function it does not know, naming the four it does.
+// runtime and a function it does not know, naming the five it does; on
+// the memory providers there is no history function (no stream).
 func TestHandlerOfAnEnvThatDidNotBoot(t *testing.T) {
 	var zero *lambdafn.Env
 	if _, err := zero.Handler(lambdafn.Submit); err == nil {
@@ -136,8 +137,11 @@ func TestHandlerOfAnEnvThatDidNotBoot(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer env.Close(context.Background())
-	if _, err := env.Handler("scheduler"); err == nil || !strings.Contains(err.Error(), "submit, worker, sweeper or dlq") {
+	if _, err := env.Handler("scheduler"); err == nil || !strings.Contains(err.Error(), "submit, worker, sweeper, dlq or history") {
 		t.Errorf("unknown function: %v", err)
+	}
+	if _, err := env.Handler(lambdafn.History); !errors.Is(err, lambdafn.ErrNoHistory) {
+		t.Errorf("history function on the memory providers: err = %v, want ErrNoHistory", err)
 	}
 }
 

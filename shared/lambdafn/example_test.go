@@ -5,9 +5,10 @@ import (
 	"github.com/qasync/qasync/shared/pipeline"
 )
 
-// The worker function of a service: its whole main. The other three are
-// the same with lambdafn.Submit, lambdafn.Sweeper and lambdafn.DLQ; the
-// CDK construct deploys the four bundles and sets their configuration.
+// The worker function of a service: its whole main. The other four are
+// the same with lambdafn.Submit, lambdafn.Sweeper, lambdafn.DLQ and
+// lambdafn.History; the CDK construct deploys the five bundles and sets
+// their configuration.
 func ExampleMain() {
 	reg, err := pipeline.NewRegistry( /* the service's pipelines */ )
 	if err != nil {

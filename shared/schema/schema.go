@@ -41,7 +41,18 @@ type Table struct {
 	Indexes []Index
 	// TTLAttribute names the epoch-seconds expiry attribute.
 	TTLAttribute string
+	// Stream is the view type of the table's change stream ("" for none):
+	// StreamNewAndOldImages on the execution table, whose stream feeds the
+	// history table.
+	Stream StreamView
 }
+
+// StreamView is a DynamoDB stream view type.
+type StreamView string
+
+// StreamNewAndOldImages: every stream record carries the item before and
+// after the change, from which history.Derive tells what the write did.
+const StreamNewAndOldImages StreamView = "NEW_AND_OLD_IMAGES"
 
 // Queue is an SQS standard queue.
 type Queue struct {
@@ -108,6 +119,28 @@ const (
 	AttrShards = "n"
 )
 
+// Attribute names of the history table (besides pk and ttl).
+const (
+	// AttrPage is the history table's sort key: a page of one
+	// execution's events, "<created ms>#<first version>" (both zero
+	// padded), so that an execution's pages sort in commit order and the
+	// pages of an earlier execution under the same key (an id reused
+	// after its row expired) have a prefix of their own.
+	AttrPage = "pg"
+	// AttrEvents holds a page's events: binary, compressed JSON (package
+	// dynamo's encoding).
+	AttrEvents = "ev"
+	// AttrLastVersion is the version of a page's last event: a page
+	// written again (a stream batch delivered again) is replaced only by
+	// one reaching further.
+	AttrLastVersion = "lv"
+	// AttrSequence is a stream poller's checkpoint: the sequence number of
+	// the last stream record of a shard whose events are stored.
+	AttrSequence = "sq"
+	// AttrShardDone marks a shard the poller read to its end.
+	AttrShardDone = "dn"
+)
+
 // Attribute names of the payload table.
 const (
 	AttrPayloadID   = "payload_id"
@@ -161,7 +194,10 @@ type Names struct {
 	DeadLetterTable string
 	// EffectTable is the command steps' effect log.
 	EffectTable string
-	WorkQueue   string
+	// HistoryTable keeps executions' histories, fed from the execution
+	// table's stream.
+	HistoryTable string
+	WorkQueue    string
 	// PoisonQueue receives work items the work queue gave up on.
 	PoisonQueue string
 	// DLQQueue receives execution dead-letter envelopes.
@@ -181,6 +217,7 @@ func Prefixed(prefix string) Names {
 		PayloadTable:    prefix + "-execution-payloads",
 		DeadLetterTable: prefix + "-dead-letters",
 		EffectTable:     prefix + "-effects",
+		HistoryTable:    prefix + "-execution-history",
 		WorkQueue:       prefix + "-work",
 		PoisonQueue:     prefix + "-work-poison",
 		DLQQueue:        prefix + "-dlq",
@@ -190,7 +227,9 @@ func Prefixed(prefix string) Names {
 
 // ExecutionTable is the execution table: PK pk (tenant and execution id;
 // the execution id derives from the idempotency key, so the row is its
-// own idempotency record), the sweep index, TTL.
+// own idempotency record), the sweep index, TTL, and a stream of new and
+// old images, which feeds the history table (no request on the write
+// path: DynamoDB writes the stream itself).
 func ExecutionTable(name string) Table {
 	return Table{
 		Name:         name,
@@ -207,7 +246,15 @@ func ExecutionTable(name string) Table {
 			NonKeyAttributes: []string{AttrPipelineID},
 		}},
 		TTLAttribute: AttrTTL,
+		Stream:       StreamNewAndOldImages,
 	}
+}
+
+// HistoryTable keeps executions' histories: PK pk (the execution's own
+// key), SK pg (a page: the events one stream batch carried for one
+// execution, see AttrPage), TTL.
+func HistoryTable(name string) Table {
+	return Table{Name: name, PartitionKey: Attr{AttrPK, String}, SortKey: Attr{AttrPage, String}, TTLAttribute: AttrTTL}
 }
 
 // PayloadTable is the payload chunk table: PK payload_id, SK payload_part, TTL.
@@ -245,7 +292,8 @@ func EffectTable(name string) Table {
 
 // Tables lists every table.
 func Tables(n Names) []Table {
-	return []Table{ExecutionTable(n.ExecutionTable), PayloadTable(n.PayloadTable), DeadLetterTable(n.DeadLetterTable), EffectTable(n.EffectTable)}
+	return []Table{ExecutionTable(n.ExecutionTable), PayloadTable(n.PayloadTable), DeadLetterTable(n.DeadLetterTable), EffectTable(n.EffectTable),
+		HistoryTable(n.HistoryTable)}
 }
 
 // Queue settings.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/internal/awsclient"
+	"github.com/qasync/qasync/shared/internal/dynamo"
 	"github.com/qasync/qasync/shared/internal/localcloud"
 	"github.com/qasync/qasync/shared/internal/sqsbackend"
 )
@@ -112,13 +113,22 @@ func localCmd(args []string) int {
 		fmt.Fprintf(os.Stderr, "qasync local: %v\n", err)
 		return 1
 	}
+	// The execution table's stream feeds the history table: in AWS the
+	// history function's event source does it; here the same feed that
+	// qasync serve runs, in this process.
+	feedDone, err := runHistoryFeed(ctx, cfg, clients, log)
+	if err != nil {
+		_ = c.Close()
+		fmt.Fprintf(os.Stderr, "qasync local: %v\n", err)
+		return 1
+	}
 	logs := "stderr"
 	if opts.LogDir != "" {
 		logs = filepath.Join(opts.LogDir, "<function>.log")
 	}
 	fmt.Fprintf(os.Stderr, `qasync local: the Lambda topology on %s
   functions under RIE: submit, worker (x%d, timeout %v), sweeper (every %v), dlq; their output: %s
-  queues: work -> worker, dlq + poison -> dlq
+  queues: work -> worker, dlq + poison -> dlq; the execution table's stream -> history (in this process)
 `, c.URL(), lo.workerConcurrency, lo.workerTimeout, lo.sweepEvery, logs)
 	if cfg.DiagEnabled {
 		fmt.Fprintf(os.Stderr, `try:
@@ -129,11 +139,34 @@ func localCmd(args []string) int {
 
 	<-ctx.Done()
 	stop()
+	<-feedDone
 	fmt.Fprintln(os.Stderr, "qasync local: stopping")
 	if err := c.Close(); err != nil {
 		log.Warn("shutdown_failed", slog.String("event", "shutdown_failed"), slog.String("error", err.Error()))
 	}
 	return 0
+}
+
+// runHistoryFeed reads the execution table's stream into the history
+// table until ctx ends (the returned channel closes then).
+func runHistoryFeed(ctx context.Context, cfg config.Config, clients awsclient.Clients, log *slog.Logger) (<-chan struct{}, error) {
+	state, err := dynamo.NewStateStore(clients.DynamoDB, dynamo.Options{ExecutionTable: cfg.ExecutionTable})
+	if err != nil {
+		return nil, err
+	}
+	h, err := dynamo.NewHistory(clients.DynamoDB, state, dynamo.HistoryOptions{Table: cfg.HistoryTable, Logger: log,
+		Retention: time.Duration(cfg.ExecutionTTLDays) * 24 * time.Hour})
+	if err != nil {
+		return nil, err
+	}
+	feed, err := dynamo.NewStreamFeed(clients.DynamoDBStreams, clients.DynamoDB, h,
+		dynamo.StreamOptions{ExecutionTable: cfg.ExecutionTable, Interval: cfg.HistoryPollInterval, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); _ = feed.Run(ctx) }()
+	return done, nil
 }
 
 const localUsage = `usage: qasync local [config flags] [--local-* flags]

@@ -31,7 +31,7 @@ func provisionCmd(args []string) int {
 	}
 	names := schema.DefaultNames
 	names.ExecutionTable, names.PayloadTable, names.DeadLetterTable = cfg.ExecutionTable, cfg.PayloadTable, cfg.DeadLetterTable
-	names.EffectTable = cfg.EffectTable
+	names.EffectTable, names.HistoryTable = cfg.EffectTable, cfg.HistoryTable
 	if len(rest) == 1 {
 		names = schema.Prefixed(rest[0])
 	}
@@ -62,6 +62,7 @@ func provisionCmd(args []string) int {
 	fmt.Printf("export %s=%s\n", config.EnvName(config.KeyPrefix+"dynamo.execution-payload-table"), names.PayloadTable)
 	fmt.Printf("export %s=%s\n", config.EnvName(config.KeyPrefix+"dynamo.dead-letter-table"), names.DeadLetterTable)
 	fmt.Printf("export %s=%s\n", config.EnvName(config.KeyPrefix+"dynamo.effect-table"), names.EffectTable)
+	fmt.Printf("export %s=%s\n", config.EnvName(config.KeyPrefix+"dynamo.history-table"), names.HistoryTable)
 	fmt.Printf("export %s=sqs\n", config.EnvName(config.FullKey("item-reject.provider")))
 	fmt.Printf("export %s=%s\n", config.EnvName(config.FullKey("item-reject.queue-url")), urls[names.RejectQueue])
 	return 0

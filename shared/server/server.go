@@ -187,9 +187,10 @@ func OnStarted(f func(addr net.Addr)) Option { return func(o *options) { o.start
 // workers and the sweeper of reg in this process on the providers cfg
 // names, until ctx ends; then it stops accepting requests and work, lets
 // in-flight steps finish (at most 20 s, then their leases are handed back)
-// and returns nil. With dlq-provider=sqs
-// it also consumes the DLQ and poison queues, so one process is the whole
-// topology. An error means it could not start (the configuration, a
+// and returns nil. With dlq-provider=sqs it also consumes the DLQ and
+// poison queues, and with state-provider dynamo it reads the execution
+// table's stream into the history table (history.stream-poller), so one
+// process is the whole topology. An error means it could not start (the configuration, a
 // provider) or the listener failed.
 func Serve(ctx context.Context, cfg config.Config, reg *pipeline.Registry, opts ...Option) error {
 	var o options
@@ -219,6 +220,14 @@ func Serve(ctx context.Context, cfg config.Config, reg *pipeline.Registry, opts 
 		_ = set.Close(context.Background())
 		return &configError{err}
 	}
+	// With state-provider dynamo this process also reads the execution
+	// table's stream into the history table (the history Lambda's job),
+	// unless history.stream-poller is off.
+	feed, err := set.HistoryFeed(cfg, log)
+	if err != nil {
+		_ = set.Close(context.Background())
+		return &configError{err}
+	}
 	// The tenant source the configuration names; iam and jwt need the API
 	// Gateway request context, so here they refuse every request (401)
 	// rather than fall back to a header.
@@ -243,6 +252,9 @@ func Serve(ctx context.Context, cfg config.Config, reg *pipeline.Registry, opts 
 	var consumed sync.WaitGroup
 	for _, c := range consumers {
 		consumed.Go(func() { _ = c.Run(bg) })
+	}
+	if feed != nil {
+		consumed.Go(func() { _ = feed.Run(bg) })
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()

@@ -1,6 +1,8 @@
 package stack
 
 import (
+	"time"
+
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatchactions"
@@ -19,6 +21,8 @@ const (
 	WorkerErrorsAlarmID      = "WorkerErrorsAlarm"
 	WorkerThrottlesAlarmID   = "WorkerThrottlesAlarm"
 	DeadLetterRecordsAlarmID = "DeadLetterRecordsAlarm"
+	HistoryFailuresAlarmID   = "HistoryFailuresAlarm"
+	HistoryBehindAlarmID     = "HistoryIteratorAgeAlarm"
 	AlarmTopicID             = "AlarmTopic"
 )
 
@@ -44,6 +48,10 @@ type alarmSet struct {
 //   - Dead-letter records > 0 (the dlq function's DeadLetterRecords EMF
 //     metric, both kinds): an execution was dead-lettered or a work item
 //     was poisoned.
+//   - History failure queue: messages visible > 0 (a stream batch the
+//     history function gave up on: its executions' histories miss those
+//     writes until it is replayed); the history function's iterator age
+//     above 5 minutes (histories fall behind the executions).
 func (b *builder) alarms() {
 	b.alarm = &alarmSet{}
 	var action awscloudwatch.IAlarmAction
@@ -105,6 +113,10 @@ func (b *builder) alarms() {
 		b.fn[Worker].fn.MetricErrors(sumOver(five)), 0)
 	add(WorkerThrottlesAlarmID, "Worker invocations were throttled (reserved or account concurrency).",
 		b.fn[Worker].fn.MetricThrottles(sumOver(five)), 0)
+	add(HistoryFailuresAlarmID, "A stream batch of the execution table failed in the history function after every retry: the histories of its executions miss its writes (its shard and sequence numbers are in the message).",
+		b.historyFailures.MetricApproximateNumberOfMessagesVisible(maxOver(minute)), 0)
+	add(HistoryBehindAlarmID, "The history function is more than 5 minutes behind the execution table's stream: histories lag their executions.",
+		b.fn[History].fn.Metric(jsii.String("IteratorAge"), maxOver(five)), (5*time.Minute).Seconds()*1000)
 	kind := func(k string) awscloudwatch.IMetric {
 		return awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
 			Namespace: jsii.String(b.s.MetricsNamespace), MetricName: jsii.String(metricDeadLetterRecords),

@@ -60,7 +60,7 @@ func TestBundlesOfAnotherService(t *testing.T) {
 	v := synth(t, "service")
 	outdir := *awscdk.Stage_Of(v.stack).Outdir()
 	want := map[string]string{Submit: filepath.Join(serviceDir, Submit), Worker: filepath.Join(serviceDir, Worker),
-		Sweeper: serviceSweeper, DLQ: filepath.Join(serviceDir, DLQ)}
+		Sweeper: serviceSweeper, DLQ: filepath.Join(serviceDir, DLQ), History: filepath.Join(serviceDir, History)}
 	for _, name := range FunctionNames {
 		id := FunctionIDs[name]
 		p := v.props(t, id)

@@ -24,10 +24,18 @@ const (
 	keyPayloadTable       = "dynamo.execution-payload-table"
 	keyDeadLetterTable    = "dynamo.dead-letter-table"
 	keyEffectTable        = "dynamo.effect-table"
-	keyEventsBus          = "events.bus-name"
-	keyMetricsNamespace   = "metrics.namespace"
-	keyTenantSource       = "http.tenant-source"
-	keyTenantClaim        = "http.tenant-claim"
+	keyHistoryTable       = "dynamo.history-table"
+	// keyHistoryPoller and keyHistoryPollInterval configure qasync
+	// serve's own stream poller, which no function runs (in AWS the
+	// history function's event source mapping reads the stream): no
+	// function gets them (ExcludedEnv), which also keeps the functions'
+	// environment within Lambda's 4 KB.
+	keyHistoryPoller       = "history.stream-poller"
+	keyHistoryPollInterval = "history.poll-interval"
+	keyEventsBus           = "events.bus-name"
+	keyMetricsNamespace    = "metrics.namespace"
+	keyTenantSource        = "http.tenant-source"
+	keyTenantClaim         = "http.tenant-claim"
 	// keyAllowHeaderTenant stays false: no stage takes the tenant from
 	// the X-Tenant-Id header (Settings.Validate refuses tenant-source
 	// header), so runtimeConfig may not turn it on either.
@@ -61,7 +69,7 @@ const (
 var derivedKeys = map[string]struct{}{
 	keyStateProvider: {}, keyDispatcherProvider: {}, keyDLQProvider: {}, keyIdempotencyPolicy: {},
 	keyStrictStartup: {}, keyLease: {}, keyQueueURL: {}, keyDLQURL: {}, keyExecutionTable: {},
-	keyPayloadTable: {}, keyDeadLetterTable: {}, keyEffectTable: {}, keyEventsBus: {}, keyMetricsNamespace: {},
+	keyPayloadTable: {}, keyDeadLetterTable: {}, keyEffectTable: {}, keyHistoryTable: {}, keyHistoryPoller: {}, keyHistoryPollInterval: {}, keyEventsBus: {}, keyMetricsNamespace: {},
 	keyTenantSource: {}, keyTenantClaim: {}, keySQSVisibility: {}, keyLogLevel: {}, keySweepInterval: {},
 	keyAdminToken: {}, keyRejectProvider: {}, keyRejectQueueURL: {},
 	keyResumeTokenSecret: {}, keyResumeTokenSecretARN: {}, keyAllowHeaderTenant: {}, keyDiagEnabled: {},
@@ -77,8 +85,10 @@ var derivedFromContext = map[string]string{
 
 // ExcludedEnv lists the environment variables of configuration keys that
 // no function gets: the secrets, the admin token (see the README's IAM
-// section) and the await resume-token secret's value (its ARN is passed).
-var ExcludedEnv = []string{config.EnvName(config.FullKey(keyAdminToken)), config.EnvName(config.FullKey(keyResumeTokenSecret))}
+// section) and the await resume-token secret's value (its ARN is passed),
+// and the settings of qasync serve's history stream poller.
+var ExcludedEnv = []string{config.EnvName(config.FullKey(keyAdminToken)), config.EnvName(config.FullKey(keyResumeTokenSecret)),
+	config.EnvName(config.FullKey(keyHistoryPoller)), config.EnvName(config.FullKey(keyHistoryPollInterval))}
 
 // Resources are the deployed names and URLs a function's environment is
 // built from (CloudFormation tokens at synthesis).
@@ -91,6 +101,8 @@ type Resources struct {
 	DeadLetterTable string
 	// EffectTable is the command steps' effect log table's name.
 	EffectTable string
+	// HistoryTable is the execution history table's name.
+	HistoryTable string
 	// QueueURL is the work queue's URL.
 	QueueURL string
 	// DLQURL is the DLQ queue's URL.
@@ -141,6 +153,7 @@ func Environment(s Settings, r Resources) (map[string]string, error) {
 		keyPayloadTable:       r.PayloadTable,
 		keyDeadLetterTable:    r.DeadLetterTable,
 		keyEffectTable:        r.EffectTable,
+		keyHistoryTable:       r.HistoryTable,
 		keyEventsBus:          r.EventBus,
 		keyMetricsNamespace:   s.MetricsNamespace,
 		keyTenantSource:       tenantSource,

@@ -10,11 +10,12 @@ const EventsDir = "../../events"
 // events/ is listed with a function of the template and the right event
 // shape, and that every function has at least one event.
 var EventTargets = map[string]string{
-	"submit-post.json":      SubmitFunctionID,
-	"status-get.json":       SubmitFunctionID,
-	"result-get.json":       SubmitFunctionID,
-	"worker-sqs-batch.json": WorkerFunctionID,
-	"sweeper-schedule.json": SweeperFunctionID,
-	"dlq-envelope.json":     DLQFunctionID,
-	"dlq-poison-item.json":  DLQFunctionID,
+	"submit-post.json":          SubmitFunctionID,
+	"status-get.json":           SubmitFunctionID,
+	"result-get.json":           SubmitFunctionID,
+	"worker-sqs-batch.json":     WorkerFunctionID,
+	"sweeper-schedule.json":     SweeperFunctionID,
+	"dlq-envelope.json":         DLQFunctionID,
+	"dlq-poison-item.json":      DLQFunctionID,
+	"history-stream-batch.json": HistoryFunctionID,
 }

@@ -65,6 +65,10 @@ func TestEventTargets(t *testing.T) {
 			if len(ev.Records) == 0 || ev.Records[0].EventSource != "aws:sqs" {
 				t.Errorf("events/%s: not an SQS batch", name)
 			}
+		case HistoryFunctionID: // the execution table's DynamoDB stream
+			if len(ev.Records) == 0 || ev.Records[0].EventSource != "aws:dynamodb" {
+				t.Errorf("events/%s: not a DynamoDB stream batch", name)
+			}
 		case SweeperFunctionID: // EventBridge schedule
 			if ev.Source != "aws.events" || ev.DetailType != "Scheduled Event" {
 				t.Errorf("events/%s: not a scheduled event (source %q, detail-type %q)", name, ev.Source, ev.DetailType)

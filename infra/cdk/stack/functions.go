@@ -55,27 +55,29 @@ func (b *builder) logGroup(id, name string) awslogs.LogGroup {
 	return lg
 }
 
-// functions creates the four functions, each with its own role holding
+// functions creates the five functions, each with its own role holding
 // only the statements that function needs.
 func (b *builder) functions() error {
 	b.fn = map[string]*function{}
 	res := Resources{
 		ExecutionTable: *b.tbl[ExecutionTableID].TableName(),
 		PayloadTable:   *b.tbl[PayloadTableID].TableName(), DeadLetterTable: *b.tbl[DeadLetterTableID].TableName(),
-		EffectTable: *b.tbl[EffectTableID].TableName(),
-		QueueURL:    *b.queue[WorkQueueID].QueueUrl(), DLQURL: *b.queue[DLQQueueID].QueueUrl(),
+		EffectTable: *b.tbl[EffectTableID].TableName(), HistoryTable: *b.tbl[HistoryTableID].TableName(),
+		QueueURL: *b.queue[WorkQueueID].QueueUrl(), DLQURL: *b.queue[DLQQueueID].QueueUrl(),
 		RejectQueueURL: *b.queue[RejectQueueID].QueueUrl(),
 	}
-	timeouts := map[string]time.Duration{Submit: b.s.SubmitTimeout, Worker: b.s.WorkerTimeout, Sweeper: b.s.SweeperTimeout, DLQ: b.s.DLQTimeout}
+	timeouts := map[string]time.Duration{Submit: b.s.SubmitTimeout, Worker: b.s.WorkerTimeout, Sweeper: b.s.SweeperTimeout, DLQ: b.s.DLQTimeout,
+		History: b.s.HistoryTimeout}
 	descriptions := map[string]string{
 		Submit:  "qasync submit: HTTP API -> submit, status, result, redrive, await completion",
 		Worker:  "qasync worker: work queue -> one transition per record",
 		Sweeper: "qasync sweeper: schedule -> sweep index sweeps",
 		DLQ:     "qasync dlq: DLQ and poison queue -> dead-letter records",
+		History: "qasync history: execution table stream -> execution history pages",
 	}
 	for _, name := range FunctionNames {
 		r := res
-		if name != Submit { // submit publishes no lifecycle events
+		if name != Submit && name != History { // neither publishes lifecycle events
 			r.EventBus = *b.bus.EventBusName()
 		}
 		if usesResumeSecret(name) {
@@ -206,6 +208,14 @@ func (f *function) allow(sid string, actions []string, resources ...*string) {
 //     put.
 //   - dlq: DLQ and poison queues consumed; dead-letter records written
 //     and read; rows read and marked DLQ; lifecycle events put.
+//   - history: the execution table's stream read (its event source
+//     mapping polls with the function's role: the stream's four read
+//     actions, ListStreams on the table's streams); history pages written
+//     (PutItem); the failure records of batches it gives up on sent to the
+//     history failure queue (the mapping's on-failure destination).
+//
+// Submit also reads the history table (Query): the history route reads
+// an execution's pages.
 //
 // Submit and worker read the await resume-token secret at boot
 // (secretsmanager:GetSecretValue on that secret only); with an output
@@ -213,10 +223,11 @@ func (f *function) allow(sid string, actions []string, resources ...*string) {
 // object store makes one PutObject per publish and never reads back).
 func (b *builder) grants(f *function) {
 	exec, payloads, dead, effects := b.tbl[ExecutionTableID], b.tbl[PayloadTableID], b.tbl[DeadLetterTableID], b.tbl[EffectTableID]
+	hist := b.tbl[HistoryTableID]
 	work, dlq, poison, rejects := b.queue[WorkQueueID], b.queue[DLQQueueID], b.queue[PoisonQueueID], b.queue[RejectQueueID]
 	f.allow("WriteOwnLogs", []string{"logs:CreateLogStream", "logs:PutLogEvents"}, f.logs.LogGroupArn())
 	f.allow("StrictStartupTables", []string{"dynamodb:DescribeTable"},
-		exec.TableArn(), payloads.TableArn(), dead.TableArn(), effects.TableArn())
+		exec.TableArn(), payloads.TableArn(), dead.TableArn(), effects.TableArn(), hist.TableArn())
 	f.allow("StrictStartupQueues", []string{"sqs:GetQueueAttributes"}, work.QueueArn(), dlq.QueueArn(), rejects.QueueArn())
 	consume := []string{"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"}
 	putEvents := func() {
@@ -239,6 +250,7 @@ func (b *builder) grants(f *function) {
 		f.allow("Payloads", []string{"dynamodb:GetItem", "dynamodb:PutItem"}, payloads.TableArn())
 		f.allow("DispatchWork", []string{"sqs:SendMessage"}, work.QueueArn())
 		f.allow("PublishDeadLetters", []string{"sqs:SendMessage"}, dlq.QueueArn())
+		f.allow("ReadHistory", []string{"dynamodb:Query"}, hist.TableArn())
 	case Worker:
 		f.allow("ExecutionRows", []string{"dynamodb:GetItem", "dynamodb:UpdateItem"}, exec.TableArn())
 		f.allow("Payloads", []string{"dynamodb:GetItem", "dynamodb:PutItem"}, payloads.TableArn())
@@ -260,6 +272,11 @@ func (b *builder) grants(f *function) {
 		f.allow("ExecutionRows", []string{"dynamodb:GetItem", "dynamodb:UpdateItem"}, exec.TableArn())
 		f.allow("ConsumeDeadLetters", consume, dlq.QueueArn(), poison.QueueArn())
 		putEvents()
+	case History:
+		f.allow("ReadExecutionStream", []string{"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator"}, exec.TableStreamArn())
+		f.allow("ListExecutionStreams", []string{"dynamodb:ListStreams"}, jsii.String(*exec.TableArn()+"/stream/*"))
+		f.allow("WriteHistory", []string{"dynamodb:PutItem"}, hist.TableArn())
+		f.allow("ReportHistoryFailures", []string{"sqs:SendMessage"}, b.historyFailures.QueueArn())
 	}
 }
 
@@ -289,6 +306,48 @@ func (b *builder) eventSources() {
 	add(b.fn[Worker], "WorkerWorkQueueSource", b.queue[WorkQueueID], b.s.WorkerBatchSize, b.s.WorkerBatchingWindow, b.s.WorkerMaxConcurrency)
 	add(b.fn[DLQ], "DlqDlqQueueSource", b.queue[DLQQueueID], b.s.DLQBatchSize, 0, b.s.DLQMaxConcurrency)
 	add(b.fn[DLQ], "DlqPoisonQueueSource", b.queue[PoisonQueueID], b.s.DLQBatchSize, 0, b.s.DLQMaxConcurrency)
+	b.historySource()
+}
+
+// HistorySourceID is the logical id of the history function's event
+// source mapping on the execution table's stream.
+const HistorySourceID = "HistoryExecutionStreamSource"
+
+// historyRetries is how often the history event source retries a failed
+// batch (halving it each time) before it sends the batch's failure
+// record to the history failure queue.
+const historyRetries = 10
+
+// historySource connects the execution table's stream to the history
+// function: from the oldest record (nothing written before the function
+// was deployed is missed), batches of up to Settings.HistoryBatchSize
+// gathered for Settings.HistoryBatchingWindow, the function reporting the
+// first record to retry from (ReportBatchItemFailures); a batch that
+// errs is split in halves (BisectBatchOnFunctionError) and retried up to
+// historyRetries times, then its failure record goes to the history
+// failure queue. One batch per shard at a time keeps each execution's
+// records in order. Like the queue mappings it is created without CDK's
+// grants (the role holds the stream's read actions and the failure
+// queue's SendMessage) and depends on the role.
+func (b *builder) historySource() {
+	f := b.fn[History]
+	opts := &awslambda.EventSourceMappingOptions{
+		EventSourceArn:          b.tbl[ExecutionTableID].TableStreamArn(),
+		StartingPosition:        awslambda.StartingPosition_TRIM_HORIZON,
+		BatchSize:               jsii.Number(float64(b.s.HistoryBatchSize)),
+		BisectBatchOnError:      jsii.Bool(true),
+		RetryAttempts:           jsii.Number(historyRetries),
+		ReportBatchItemFailures: jsii.Bool(true),
+		ParallelizationFactor:   jsii.Number(1),
+	}
+	if b.s.HistoryBatchingWindow > 0 {
+		opts.MaxBatchingWindow = seconds(b.s.HistoryBatchingWindow)
+	}
+	esm := f.fn.AddEventSourceMapping(jsii.String(HistorySourceID), opts)
+	esm.Node().AddDependency(f.role)
+	cfn := esm.Node().DefaultChild().(awscdk.CfnResource)
+	cfn.OverrideLogicalId(jsii.String(HistorySourceID))
+	cfn.AddPropertyOverride(jsii.String("DestinationConfig.OnFailure.Destination"), b.historyFailures.QueueArn())
 }
 
 // lambdaTarget is the sweeper's schedule target: a delivery older than one

@@ -23,7 +23,7 @@ func grant(resources []string, actions ...string) []string {
 func TestLeastPrivilegePerFunction(t *testing.T) {
 	v := synth(t, "dev")
 	arn := func(id string) []string { return []string{"<" + id + ".Arn>"} }
-	tables := []string{"<ExecutionTable.Arn>", "<PayloadTable.Arn>", "<DeadLetterTable.Arn>", "<EffectTable.Arn>"}
+	tables := []string{"<ExecutionTable.Arn>", "<PayloadTable.Arn>", "<DeadLetterTable.Arn>", "<EffectTable.Arn>", "<HistoryTable.Arn>"}
 	common := func(fnID string) []string {
 		out := grant(arn(fnID+"Logs"), "logs:CreateLogStream", "logs:PutLogEvents")
 		out = append(out, grant(tables, "dynamodb:DescribeTable")...)                                                                 // strict startup
@@ -39,6 +39,7 @@ func TestLeastPrivilegePerFunction(t *testing.T) {
 			grant(arn(PayloadTableID), "dynamodb:GetItem", "dynamodb:PutItem"),
 			grant(arn(WorkQueueID), "sqs:SendMessage"),
 			grant(arn(DLQQueueID), "sqs:SendMessage"),
+			grant(arn(HistoryTableID), "dynamodb:Query"), // the history route
 			secret),
 		WorkerFunctionID: concat(common(WorkerFunctionID), secret,
 			grant(arn(ExecutionTableID), "dynamodb:GetItem", "dynamodb:UpdateItem"),
@@ -60,6 +61,15 @@ func TestLeastPrivilegePerFunction(t *testing.T) {
 			grant(arn(ExecutionTableID), "dynamodb:GetItem", "dynamodb:UpdateItem"),
 			grant([]string{"<DlqQueue.Arn>", "<PoisonQueue.Arn>"}, consume...),
 			[]string{events}),
+		// The history function: its event source mapping reads the
+		// execution table's stream with this role and sends the failure
+		// records of batches it gives up on to the failure queue; the
+		// function writes pages. No lifecycle events, no secret, no row.
+		HistoryFunctionID: concat(common(HistoryFunctionID),
+			grant([]string{"<ExecutionTable.StreamArn>"}, "dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator"),
+			grant([]string{"<ExecutionTable.Arn>/stream/*"}, "dynamodb:ListStreams"),
+			grant(arn(HistoryTableID), "dynamodb:PutItem"),
+			grant(arn(HistoryFailureQueueID), "sqs:SendMessage")),
 	}
 	for fnID, w := range want {
 		sort.Strings(w)

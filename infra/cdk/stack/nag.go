@@ -41,6 +41,11 @@ func (b *builder) suppressions() {
 		"The DLQ queue is itself the dead-letter destination of execution envelopes (published by the runtime, not moved by an SQS redrive policy). An envelope the dlq function cannot record stays on it, is retried and raises the DlqQueueMessagesVisibleAlarm; redriving it elsewhere would hide it.")
 	b.suppress(b.queue[RejectQueueID], "AwsSolutions-SQS3",
 		"The item reject queue is itself a dead-letter destination: the Item Reject Sink publishes rejected items there for an operator or a consumer of their own to read, and nothing in the stack consumes it, so there is no receive count that a redrive policy could act on.")
+	b.suppress(b.historyFailures, "AwsSolutions-SQS3",
+		"The history failure queue is itself a dead-letter destination: the history function's stream event source sends it the failure record of a batch it gave up on, for an operator to read and replay, and nothing consumes it, so there is no receive count a redrive policy could act on; a visible message raises the HistoryFailuresAlarm.")
+	b.suppress(b.fn[History].role.Node().FindChild(jsii.String("DefaultPolicy")), "AwsSolutions-IAM5",
+		"dynamodb:ListStreams is granted on the execution table's streams (<table>/stream/*, as DynamoDB documents for a function on a table's stream): a table's stream ARN carries its creation time, which a stream enabled again changes. The statement holds that one action; the stream's reads are granted on the current stream's ARN.",
+		"Resource::<"+ExecutionTableID+".Arn>/stream/*")
 	for _, client := range []bool{true, false} {
 		policy, findings := b.http.operatorPolicy, []string(nil)
 		if client {

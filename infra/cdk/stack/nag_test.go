@@ -56,8 +56,10 @@ func suppressionsOf(v *synthesized) []suppression {
 // Every suppression is expected, scoped, and gives a real reason.
 func TestNagSuppressionsHaveReasons(t *testing.T) {
 	for variant, want := range map[string][]string{
-		"dev": {"AwaitCompleteRoute AwsSolutions-APIG4", "AwaitResumeTokenSecret AwsSolutions-SMG4", "ClientInvokePolicy AwsSolutions-IAM5", "DlqQueue AwsSolutions-SQS3", "ItemRejectQueue AwsSolutions-SQS3", "OperatorRedrivePolicy AwsSolutions-IAM5"},
-		"full": {"AwaitCompleteRoute AwsSolutions-APIG4", "AwaitResumeTokenSecret AwsSolutions-SMG4", "ClientInvokePolicy AwsSolutions-IAM5", "DlqFunctionPolicy AwsSolutions-IAM5", "DlqQueue AwsSolutions-SQS3", "ItemRejectQueue AwsSolutions-SQS3",
+		"dev": {"AwaitCompleteRoute AwsSolutions-APIG4", "AwaitResumeTokenSecret AwsSolutions-SMG4", "ClientInvokePolicy AwsSolutions-IAM5", "DlqQueue AwsSolutions-SQS3",
+			"HistoryFailureQueue AwsSolutions-SQS3", "HistoryFunctionPolicy AwsSolutions-IAM5", "ItemRejectQueue AwsSolutions-SQS3", "OperatorRedrivePolicy AwsSolutions-IAM5"},
+		"full": {"AwaitCompleteRoute AwsSolutions-APIG4", "AwaitResumeTokenSecret AwsSolutions-SMG4", "ClientInvokePolicy AwsSolutions-IAM5", "DlqFunctionPolicy AwsSolutions-IAM5", "DlqQueue AwsSolutions-SQS3",
+			"HistoryFailureQueue AwsSolutions-SQS3", "HistoryFunctionPolicy AwsSolutions-IAM5", "HistoryFunctionPolicy AwsSolutions-IAM5", "ItemRejectQueue AwsSolutions-SQS3",
 			"OperatorRedrivePolicy AwsSolutions-IAM5", "OutputBucket AwsSolutions-S1", "SubmitFunctionPolicy AwsSolutions-IAM5",
 			"SweeperFunctionPolicy AwsSolutions-IAM5", "WorkerFunctionPolicy AwsSolutions-IAM5", "WorkerFunctionPolicy AwsSolutions-IAM5"},
 	} {

@@ -24,10 +24,11 @@ const (
 	Worker  = "worker"
 	Sweeper = "sweeper"
 	DLQ     = "dlq"
+	History = "history"
 )
 
-// FunctionNames lists the four functions in deployment order.
-var FunctionNames = []string{Submit, Worker, Sweeper, DLQ}
+// FunctionNames lists the five functions in deployment order.
+var FunctionNames = []string{Submit, Worker, Sweeper, DLQ, History}
 
 // Settings are a deployment's stage settings. DefaultSettings gives a
 // stage's defaults; SettingsFromContext reads them from CDK context
@@ -92,6 +93,18 @@ type Settings struct {
 	// DLQMaxConcurrency caps each of the dlq function's event sources
 	// (context "dlqMaxConcurrency", 2 to 1000; default 0: no cap).
 	DLQMaxConcurrency int
+	// HistoryTimeout is the history function's timeout (context
+	// "historyTimeoutSeconds", default 60 s).
+	HistoryTimeout time.Duration
+	// HistoryBatchSize is the most stream records one history invocation
+	// gets (context "historyBatchSize", default 1000, 1 to 10000).
+	HistoryBatchSize int
+	// HistoryBatchingWindow is how long the stream event source gathers
+	// records before it invokes the history function (context
+	// "historyBatchingWindowSeconds", default 2, 0 to 300): an
+	// execution's writes within one window become one history page, so a
+	// wider window writes fewer pages and shows the history later.
+	HistoryBatchingWindow time.Duration
 	// ReservedConcurrency reserves concurrency per function name (context
 	// "reservedConcurrency", an object such as {"worker": 50}; default
 	// none).
@@ -191,6 +204,9 @@ const (
 	CtxWorkerMaxConcurrency  = "workerMaxConcurrency"
 	CtxDLQBatchSize          = "dlqBatchSize"
 	CtxDLQMaxConcurrency     = "dlqMaxConcurrency"
+	CtxHistoryTimeout        = "historyTimeoutSeconds"
+	CtxHistoryBatchSize      = "historyBatchSize"
+	CtxHistoryBatchingWindow = "historyBatchingWindowSeconds"
 	CtxReservedConcurrency   = "reservedConcurrency"
 	CtxTracing               = "tracing"
 	CtxSweeperRateMinutes    = "sweeperRateMinutes"
@@ -226,6 +242,7 @@ var ContextKeys = []string{
 	CtxJWTIssuer, CtxJWTAudience, CtxJWTTenantClaim, CtxJWTRedriveScope,
 	CtxThrottleRateLimit, CtxThrottleBurstLimit, CtxMetricsNamespace, CtxLogLevel, CtxRuntimeConfig,
 	CtxOutputBucket, CtxAwaitThrottleRate, CtxAwaitThrottleBurst, CtxTenantSource, CtxDiagEnabled,
+	CtxHistoryTimeout, CtxHistoryBatchSize, CtxHistoryBatchingWindow,
 }
 
 // DefaultSettings returns the defaults of stage for this repository's
@@ -256,15 +273,19 @@ func DefaultServiceSettings(service, stage string) Settings {
 		DLQTimeout:         30 * time.Second,
 		WorkerBatchSize:    10,
 		DLQBatchSize:       10,
-		SweeperRate:        time.Minute,
-		OldestMessageAlarm: 5 * time.Minute,
-		JWTTenantClaim:     "tenant_id",
-		JWTRedriveScope:    "qasync/redrive",
-		ThrottleRateLimit:  100,
-		ThrottleBurstLimit: 200,
-		MetricsNamespace:   service + "/" + stage,
-		LogLevel:           "info",
-		DiagEnabled:        !durable,
+		HistoryTimeout:     60 * time.Second,
+		HistoryBatchSize:   1000,
+		// An execution's steps within the window share one page.
+		HistoryBatchingWindow: 2 * time.Second,
+		SweeperRate:           time.Minute,
+		OldestMessageAlarm:    5 * time.Minute,
+		JWTTenantClaim:        "tenant_id",
+		JWTRedriveScope:       "qasync/redrive",
+		ThrottleRateLimit:     100,
+		ThrottleBurstLimit:    200,
+		MetricsNamespace:      service + "/" + stage,
+		LogLevel:              "info",
+		DiagEnabled:           !durable,
 		// The await completion route is the one route without an API
 		// Gateway authorizer: a tenth of the stage's rate.
 		AwaitThrottleRateLimit:  10,
@@ -366,6 +387,9 @@ func settingsFrom(get func(string) (any, bool), baseDir string) (Settings, error
 	try(CtxWorkerMaxConcurrency, integer(&s.WorkerMaxConcurrency))
 	try(CtxDLQBatchSize, integer(&s.DLQBatchSize))
 	try(CtxDLQMaxConcurrency, integer(&s.DLQMaxConcurrency))
+	try(CtxHistoryTimeout, seconds(&s.HistoryTimeout, time.Second))
+	try(CtxHistoryBatchSize, integer(&s.HistoryBatchSize))
+	try(CtxHistoryBatchingWindow, seconds(&s.HistoryBatchingWindow, time.Second))
 	try(CtxReservedConcurrency, func(v any) error {
 		m, err := toMap(v)
 		if err != nil {
@@ -524,7 +548,8 @@ func (s Settings) Validate() error {
 	if s.MemoryMB < 128 || s.MemoryMB > 10240 {
 		bad(CtxMemoryMB, "%d must be between 128 and 10240", s.MemoryMB)
 	}
-	for key, d := range map[string]time.Duration{CtxSubmitTimeout: s.SubmitTimeout, CtxSweeperTimeout: s.SweeperTimeout, CtxDLQTimeout: s.DLQTimeout, CtxWorkerTimeout: s.WorkerTimeout} {
+	for key, d := range map[string]time.Duration{CtxSubmitTimeout: s.SubmitTimeout, CtxSweeperTimeout: s.SweeperTimeout, CtxDLQTimeout: s.DLQTimeout,
+		CtxWorkerTimeout: s.WorkerTimeout, CtxHistoryTimeout: s.HistoryTimeout} {
 		if d < time.Second || d > 15*time.Minute {
 			bad(key, "%v must be between 1s and 15m", d)
 		}
@@ -545,6 +570,12 @@ func (s Settings) Validate() error {
 	}
 	if s.WorkerBatchingWindow < 0 || s.WorkerBatchingWindow > 5*time.Minute {
 		bad(CtxWorkerBatchingWindow, "%v must be between 0 and 300 seconds", s.WorkerBatchingWindow)
+	}
+	if s.HistoryBatchSize < 1 || s.HistoryBatchSize > 10000 {
+		bad(CtxHistoryBatchSize, "%d must be between 1 and 10000", s.HistoryBatchSize)
+	}
+	if s.HistoryBatchingWindow < 0 || s.HistoryBatchingWindow > 5*time.Minute {
+		bad(CtxHistoryBatchingWindow, "%v must be between 0 and 300 seconds", s.HistoryBatchingWindow)
 	}
 	for key, n := range map[string]int{CtxWorkerMaxConcurrency: s.WorkerMaxConcurrency, CtxDLQMaxConcurrency: s.DLQMaxConcurrency} {
 		if n != 0 && (n < 2 || n > 1000) {

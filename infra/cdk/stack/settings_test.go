@@ -127,7 +127,7 @@ func TestSettingsValidation(t *testing.T) {
 // diagEnabled option says otherwise; http.tenant-source is iam unless
 // tenantSource opts into iam-account.
 func TestStageEnvironmentOptions(t *testing.T) {
-	r := Resources{ExecutionTable: "e", PayloadTable: "p", DeadLetterTable: "d", EffectTable: "x", QueueURL: "q", DLQURL: "l", RejectQueueURL: "r"}
+	r := Resources{ExecutionTable: "e", PayloadTable: "p", DeadLetterTable: "d", EffectTable: "x", HistoryTable: "h", QueueURL: "q", DLQURL: "l", RejectQueueURL: "r"}
 	diag := config.EnvName(config.FullKey("diag.enabled"))
 	tenant := config.EnvName(config.FullKey("http.tenant-source"))
 	for name, tc := range map[string]struct {
@@ -169,7 +169,7 @@ func TestStageEnvironmentOptions(t *testing.T) {
 
 func TestEnvironmentRefusesBadConfig(t *testing.T) {
 	s := DefaultSettings("dev")
-	r := Resources{ExecutionTable: "e", PayloadTable: "p", DeadLetterTable: "d", EffectTable: "x", QueueURL: "q", DLQURL: "l", RejectQueueURL: "r"}
+	r := Resources{ExecutionTable: "e", PayloadTable: "p", DeadLetterTable: "d", EffectTable: "x", HistoryTable: "h", QueueURL: "q", DLQURL: "l", RejectQueueURL: "r"}
 	if _, err := Environment(s, r); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}

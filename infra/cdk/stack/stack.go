@@ -1,6 +1,7 @@
 // Package stack is the qasync serverless application as one CDK stack:
 // the DynamoDB tables and SQS queues of shared/schema (the same
-// definitions `qasync provision` creates locally), the four Lambda
+// definitions `qasync provision` creates locally, the execution table's
+// stream included), the five Lambda
 // functions from their bundles (dist/<fn>.zip by default) with
 // least-privilege roles, the HTTP API with IAM authorization on every
 // route but the await completion route (authorized by its resume token),
@@ -40,22 +41,28 @@ const (
 	WorkerFunctionID  = "WorkerFunction"
 	SweeperFunctionID = "SweeperFunction"
 	DLQFunctionID     = "DlqFunction"
+	HistoryFunctionID = "HistoryFunction"
 	ExecutionTableID  = "ExecutionTable"
 	PayloadTableID    = "PayloadTable"
 	DeadLetterTableID = "DeadLetterTable"
 	EffectTableID     = "EffectTable"
-	WorkQueueID       = "WorkQueue"
-	PoisonQueueID     = "PoisonQueue"
-	DLQQueueID        = "DlqQueue"
-	RejectQueueID     = "ItemRejectQueue"
-	EventBusID        = "LifecycleEventBus"
-	SweeperScheduleID = "SweeperSchedule"
-	HTTPAPIID         = "HttpApi"
-	SubmitRouteID     = "SubmitRoute"
-	StatusRouteID     = "StatusRoute"
-	ResultRouteID     = "ResultRoute"
-	RedriveRouteID    = "RedriveRoute"
-	HealthRouteID     = "HealthRoute"
+	HistoryTableID    = "HistoryTable"
+	// HistoryFailureQueueID receives the failure records of stream
+	// batches the history function gave up on (the event source
+	// mapping's on-failure destination).
+	HistoryFailureQueueID = "HistoryFailureQueue"
+	WorkQueueID           = "WorkQueue"
+	PoisonQueueID         = "PoisonQueue"
+	DLQQueueID            = "DlqQueue"
+	RejectQueueID         = "ItemRejectQueue"
+	EventBusID            = "LifecycleEventBus"
+	SweeperScheduleID     = "SweeperSchedule"
+	HTTPAPIID             = "HttpApi"
+	SubmitRouteID         = "SubmitRoute"
+	StatusRouteID         = "StatusRoute"
+	ResultRouteID         = "ResultRoute"
+	RedriveRouteID        = "RedriveRoute"
+	HealthRouteID         = "HealthRoute"
 	// AwaitCompleteRouteID is the await completion route, authorized by
 	// its resume token instead of IAM (see Routes).
 	AwaitCompleteRouteID = "AwaitCompleteRoute"
@@ -69,6 +76,7 @@ const (
 // FunctionIDs maps each function name to its logical id.
 var FunctionIDs = map[string]string{
 	Submit: SubmitFunctionID, Worker: WorkerFunctionID, Sweeper: SweeperFunctionID, DLQ: DLQFunctionID,
+	History: HistoryFunctionID,
 }
 
 // Props configure New.
@@ -76,7 +84,7 @@ type Props struct {
 	awscdk.StackProps
 	// Settings are the stage settings; New validates them.
 	Settings Settings
-	// Bundles locate the four functions' code: a service of its own points
+	// Bundles locate the five functions' code: a service of its own points
 	// them at its bundles. The zero value takes them from Settings.DistDir.
 	Bundles Bundles
 }
@@ -110,6 +118,7 @@ func New(scope constructs.Construct, id string, props Props) (awscdk.Stack, erro
 	b := &builder{stack: stack, s: s, names: schema.Prefixed(s.Prefix), bundles: bundles}
 	b.tables()
 	b.queues()
+	b.historyFailureQueue()
 	b.bus = awsevents.NewEventBus(stack, jsii.String(EventBusID), &awsevents.EventBusProps{
 		EventBusName: jsii.String(s.Prefix + "-lifecycle"),
 		Description:  jsii.String("qasync terminal lifecycle events (source " + lifecycleEventSrc + ")"),
@@ -145,7 +154,9 @@ type builder struct {
 	alarm   *alarmSet
 	secret  awssecretsmanager.Secret
 	output  awss3.Bucket // nil unless Settings.OutputBucket
-	nagged  []nagged
+	// historyFailures is the history event source's on-failure destination.
+	historyFailures awssqs.Queue
+	nagged          []nagged
 }
 
 // removal is the removal policy of stateful resources.
@@ -161,12 +172,13 @@ func (b *builder) tableIDs() map[string]string {
 	return map[string]string{
 		b.names.ExecutionTable: ExecutionTableID,
 		b.names.PayloadTable:   PayloadTableID, b.names.DeadLetterTable: DeadLetterTableID,
-		b.names.EffectTable: EffectTableID,
+		b.names.EffectTable: EffectTableID, b.names.HistoryTable: HistoryTableID,
 	}
 }
 
 // tables creates every table of schema.Tables: on demand, point-in-time
-// recovery, AWS managed KMS encryption, TTL, the schema's indexes.
+// recovery, AWS managed KMS encryption, TTL, the schema's indexes and
+// stream.
 func (b *builder) tables() {
 	b.tbl = map[string]awsdynamodb.Table{}
 	ids := b.tableIDs()
@@ -193,6 +205,12 @@ func (b *builder) tables() {
 		if t.SortKey.Name != "" {
 			props.SortKey = attr(t.SortKey)
 		}
+		if t.Stream != "" {
+			props.Stream = streamViews[t.Stream]
+			if props.Stream == "" {
+				panic(fmt.Sprintf("stack: table %s has unknown stream view %q", t.Name, t.Stream))
+			}
+		}
 		table := awsdynamodb.NewTable(b.stack, jsii.String(id), props)
 		for _, ix := range t.Indexes {
 			table.AddGlobalSecondaryIndex(&awsdynamodb.GlobalSecondaryIndexProps{
@@ -206,6 +224,11 @@ func (b *builder) tables() {
 		setLogicalID(table, id)
 		b.tbl[id] = table
 	}
+}
+
+// streamViews converts schema stream views.
+var streamViews = map[schema.StreamView]awsdynamodb.StreamViewType{
+	schema.StreamNewAndOldImages: awsdynamodb.StreamViewType_NEW_AND_OLD_IMAGES,
 }
 
 // attr converts a schema key attribute.
@@ -266,6 +289,24 @@ func (b *builder) queues() {
 		byName[q.Name] = queue
 		b.queue[id] = queue
 	}
+}
+
+// historyFailureQueue creates the on-failure destination of the history
+// function's stream event source: a batch that still fails after the
+// mapping's retries (split in halves on each error) leaves a record there
+// naming its shard and sequence numbers, for an operator to replay, and
+// raises the HistoryFailuresAlarm. Encrypted and TLS-only like the
+// schema's queues; not in package schema because it exists only in AWS
+// (qasync serve's stream poller retries instead).
+func (b *builder) historyFailureQueue() {
+	b.historyFailures = awssqs.NewQueue(b.stack, jsii.String(HistoryFailureQueueID), &awssqs.QueueProps{
+		QueueName:       jsii.String(b.s.Prefix + "-history-failures"),
+		RetentionPeriod: seconds(schema.Retention),
+		Encryption:      awssqs.QueueEncryption_SQS_MANAGED,
+		EnforceSSL:      jsii.Bool(true),
+		RemovalPolicy:   b.removal(),
+	})
+	setLogicalID(b.historyFailures, HistoryFailureQueueID)
 }
 
 // resumeSecret creates the HMAC key of await steps' resume tokens: a
@@ -330,6 +371,8 @@ func (b *builder) outputs() {
 	out("PayloadTableName", "DynamoDB payload chunk table", b.tbl[PayloadTableID].TableName())
 	out("DeadLetterTableName", "DynamoDB dead-letter record table", b.tbl[DeadLetterTableID].TableName())
 	out("EffectTableName", "DynamoDB effect log of command steps", b.tbl[EffectTableID].TableName())
+	out("HistoryTableName", "DynamoDB execution history, fed from the execution table's stream by the history function", b.tbl[HistoryTableID].TableName())
+	out("HistoryFailureQueueUrl", "SQS queue of the stream batches the history function gave up on", b.historyFailures.QueueUrl())
 	out("EventBusName", "EventBridge bus of terminal lifecycle events", b.bus.EventBusName())
 	out("ClientPolicyArn", "managed policy: invoke submit, status and result", b.http.clientPolicy.ManagedPolicyArn())
 	out("OperatorPolicyArn", "managed policy: invoke the redrive route", b.http.operatorPolicy.ManagedPolicyArn())

@@ -18,15 +18,15 @@ import (
 func TestResourceCounts(t *testing.T) {
 	dev := synth(t, "dev")
 	want := map[string]int{
-		"AWS::DynamoDB::Table":            4,
-		"AWS::SQS::Queue":                 4, // work, poison, DLQ, item rejects
-		"AWS::SQS::QueuePolicy":           4, // enforceSSL
-		"AWS::Lambda::Function":           4,
-		"AWS::IAM::Role":                  4,
-		"AWS::IAM::Policy":                4,
+		"AWS::DynamoDB::Table":            5, // the schema's four, the history
+		"AWS::SQS::Queue":                 5, // work, poison, DLQ, item rejects, history failures
+		"AWS::SQS::QueuePolicy":           5, // enforceSSL
+		"AWS::Lambda::Function":           5,
+		"AWS::IAM::Role":                  5,
+		"AWS::IAM::Policy":                5,
 		"AWS::IAM::ManagedPolicy":         2,
-		"AWS::Logs::LogGroup":             5, // one per function, the API's access logs
-		"AWS::Lambda::EventSourceMapping": 3,
+		"AWS::Logs::LogGroup":             6, // one per function, the API's access logs
+		"AWS::Lambda::EventSourceMapping": 4, // three queues, the execution table's stream
 		"AWS::ApiGatewayV2::Api":          1,
 		"AWS::ApiGatewayV2::Stage":        1,
 		"AWS::ApiGatewayV2::Integration":  1,
@@ -35,7 +35,7 @@ func TestResourceCounts(t *testing.T) {
 		"AWS::Lambda::Permission":         7, // six routes, the schedule
 		"AWS::Events::EventBus":           1,
 		"AWS::Events::Rule":               1,
-		"AWS::CloudWatch::Alarm":          6,
+		"AWS::CloudWatch::Alarm":          8,
 		"AWS::SNS::Topic":                 0,
 		"AWS::KMS::Key":                   0,
 		"AWS::SecretsManager::Secret":     1, // the await resume-token secret
@@ -58,7 +58,8 @@ func TestTablesFollowSchema(t *testing.T) {
 	for _, variant := range []string{"dev", "prod"} {
 		v := synth(t, variant)
 		names := schema.Prefixed(v.settings.Prefix)
-		ids := map[string]string{names.ExecutionTable: ExecutionTableID, names.PayloadTable: PayloadTableID, names.DeadLetterTable: DeadLetterTableID, names.EffectTable: EffectTableID}
+		ids := map[string]string{names.ExecutionTable: ExecutionTableID, names.PayloadTable: PayloadTableID, names.DeadLetterTable: DeadLetterTableID, names.EffectTable: EffectTableID,
+			names.HistoryTable: HistoryTableID}
 		for _, table := range schema.Tables(names) {
 			id := ids[table.Name]
 			p := v.props(t, id)
@@ -108,6 +109,12 @@ func TestTablesFollowSchema(t *testing.T) {
 				"PointInTimeRecoverySpecification": map[string]any{"PointInTimeRecoveryEnabled": true},
 				"DeletionProtectionEnabled":        variant == "prod",
 			}
+			// The stream feeds the history: the schema's view, or none.
+			var stream any
+			if table.Stream != "" {
+				stream = map[string]any{"StreamViewType": string(table.Stream)}
+			}
+			checks["StreamSpecification"] = stream
 			for k, want := range checks {
 				if !reflect.DeepEqual(p[k], want) {
 					t.Errorf("%s %s: %s = %v, want %v", variant, id, k, p[k], want)
@@ -294,7 +301,7 @@ func TestFunctionEnvironment(t *testing.T) {
 			t.Errorf("%s: %d variables, want %d (no strays)", id, len(got), len(config.Keys())-len(ExcludedEnv))
 		}
 		bus := "<" + EventBusID + ">"
-		if name == Submit {
+		if name == Submit || name == History {
 			bus = ""
 		}
 		for key, want := range map[string]string{
@@ -303,8 +310,8 @@ func TestFunctionEnvironment(t *testing.T) {
 			"queue-url": "<WorkQueue>", "dlq-url": "<DlqQueue>",
 			"dynamo.execution-table":         "<ExecutionTable>",
 			"dynamo.execution-payload-table": "<PayloadTable>", "dynamo.dead-letter-table": "<DeadLetterTable>",
-			"dynamo.effect-table": "<EffectTable>",
-			"events.bus-name":     bus, "metrics.namespace": "qasync/dev", "http.tenant-source": "iam",
+			"dynamo.effect-table": "<EffectTable>", "dynamo.history-table": "<HistoryTable>",
+			"events.bus-name": bus, "metrics.namespace": "qasync/dev", "http.tenant-source": "iam",
 			"http.tenant-claim": "tenant_id", "sqs.visibility-timeout": "6m0s", "log-level": "info",
 			"sweep-interval": "1m0s", "dynamo.capacity-steps-per-second": "1000", "mode": "QUEUE_ASYNC",
 			"item-reject.provider": "sqs", "item-reject.queue-url": "<ItemRejectQueue>",
@@ -405,8 +412,8 @@ func TestEventSources(t *testing.T) {
 		"DlqDlqQueueSource":     {DLQFunctionID, DLQQueueID},
 		"DlqPoisonQueueSource":  {DLQFunctionID, PoisonQueueID},
 	}
-	if got := v.ofType("AWS::Lambda::EventSourceMapping"); len(got) != len(want) {
-		t.Fatalf("event source mappings %v", got)
+	if got := v.ofType("AWS::Lambda::EventSourceMapping"); len(got) != len(want)+1 {
+		t.Fatalf("event source mappings %v, want the three queues' and the history's", got)
 	}
 	for id, fq := range want {
 		p := v.props(t, id)
@@ -442,6 +449,57 @@ func TestEventSources(t *testing.T) {
 		"FunctionName":  map[string]any{"Ref": DLQFunctionID},
 		"ScalingConfig": map[string]any{"MaximumConcurrency": 2},
 	}, jsii.Number(2))
+}
+
+// The history function reads the execution table's stream from its oldest
+// record, in batches gathered for the batching window, reporting the
+// record to retry from; a failing batch is halved and retried, then its
+// failure record goes to the history failure queue.
+func TestHistoryEventSource(t *testing.T) {
+	v := synth(t, "dev")
+	p := v.props(t, HistorySourceID)
+	for k, want := range map[string]any{
+		"FunctionName":                   map[string]any{"Ref": HistoryFunctionID},
+		"EventSourceArn":                 map[string]any{"Fn::GetAtt": []any{ExecutionTableID, "StreamArn"}},
+		"StartingPosition":               "TRIM_HORIZON",
+		"BatchSize":                      float64(1000),
+		"MaximumBatchingWindowInSeconds": float64(2),
+		"BisectBatchOnFunctionError":     true,
+		"MaximumRetryAttempts":           float64(historyRetries),
+		"ParallelizationFactor":          float64(1),
+		"FunctionResponseTypes":          []any{"ReportBatchItemFailures"},
+		"DestinationConfig":              map[string]any{"OnFailure": map[string]any{"Destination": map[string]any{"Fn::GetAtt": []any{HistoryFailureQueueID, "Arn"}}}},
+	} {
+		if !reflect.DeepEqual(p[k], want) {
+			t.Errorf("%s: %s = %v, want %v", HistorySourceID, k, p[k], want)
+		}
+	}
+	has := false
+	for _, d := range list(v.res[HistorySourceID]["DependsOn"]) {
+		has = has || d == HistoryFunctionID+"Policy"
+	}
+	if !has {
+		t.Errorf("%s: DependsOn %v lacks %sPolicy", HistorySourceID, v.res[HistorySourceID]["DependsOn"], HistoryFunctionID)
+	}
+	if q := v.props(t, HistoryFailureQueueID); q["QueueName"] != "qasync-dev-history-failures" || q["SqsManagedSseEnabled"] != true {
+		t.Errorf("%s: %v", HistoryFailureQueueID, q)
+	}
+	if got := num(t, v.props(t, HistoryFunctionID)["Timeout"]); got != 60 {
+		t.Errorf("history timeout %v, want 60", got)
+	}
+	// Context settings reach the mapping.
+	s, err := settingsFrom(lookup(map[string]any{"historyBatchSize": 50, "historyBatchingWindowSeconds": "0", "historyTimeoutSeconds": 30}), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.HistoryBatchSize != 50 || s.HistoryBatchingWindow != 0 || s.HistoryTimeout != 30*time.Second {
+		t.Errorf("settings from context: %+v", s)
+	}
+	for ctx, bad := range map[string]any{"historyBatchSize": 0, "historyBatchingWindowSeconds": 301, "historyTimeoutSeconds": 0} {
+		if _, err := settingsFrom(lookup(map[string]any{ctx: bad}), ""); err == nil || !strings.Contains(err.Error(), ctx) {
+			t.Errorf("context %s=%v: err = %v, want one naming it", ctx, bad, err)
+		}
+	}
 }
 
 // Every route of the template but the await completion route requires
@@ -651,6 +709,8 @@ func TestAlarms(t *testing.T) {
 		OldestWorkAlarmID:      {"ApproximateAgeOfOldestMessage", "AWS/SQS", "Maximum", `[{"Name":"QueueName","Value":{"Fn::GetAtt":["WorkQueue","QueueName"]}}]`, 300},
 		WorkerErrorsAlarmID:    {"Errors", "AWS/Lambda", "Sum", `[{"Name":"FunctionName","Value":{"Ref":"WorkerFunction"}}]`, 0},
 		WorkerThrottlesAlarmID: {"Throttles", "AWS/Lambda", "Sum", `[{"Name":"FunctionName","Value":{"Ref":"WorkerFunction"}}]`, 0},
+		HistoryFailuresAlarmID: {"ApproximateNumberOfMessagesVisible", "AWS/SQS", "Maximum", `[{"Name":"QueueName","Value":{"Fn::GetAtt":["HistoryFailureQueue","QueueName"]}}]`, 0},
+		HistoryBehindAlarmID:   {"IteratorAge", "AWS/Lambda", "Maximum", `[{"Name":"FunctionName","Value":{"Ref":"HistoryFunction"}}]`, 300000},
 	} {
 		p := v.props(t, id)
 		if p["MetricName"] != w.metric || p["Namespace"] != w.namespace || p["Statistic"] != w.stat ||
@@ -731,7 +791,7 @@ func TestOutputBucket(t *testing.T) {
 func TestOutputs(t *testing.T) {
 	v := synth(t, "dev")
 	for _, id := range []string{"ApiUrl", "WorkQueueUrl", "DlqQueueUrl", "PoisonQueueUrl", "ItemRejectQueueUrl", "ExecutionTableName",
-		"PayloadTableName", "DeadLetterTableName", "EffectTableName", "EventBusName", "ClientPolicyArn", "OperatorPolicyArn", "RedriveRouteArn",
+		"PayloadTableName", "DeadLetterTableName", "EffectTableName", "HistoryTableName", "HistoryFailureQueueUrl", "EventBusName", "ClientPolicyArn", "OperatorPolicyArn", "RedriveRouteArn",
 		"ResumeTokenSecretArn"} {
 		v.tpl.HasOutput(jsii.String(id), assertions.Match_AnyValue())
 	}

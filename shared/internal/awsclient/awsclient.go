@@ -1,7 +1,8 @@
 // Package awsclient builds the AWS SDK clients the durable providers use.
 // Endpoints come from the SDK's standard variables (AWS_ENDPOINT_URL_DYNAMODB,
 // AWS_ENDPOINT_URL_SQS, AWS_ENDPOINT_URL_SECRETS_MANAGER), so one binary talks to AWS or to the local stack;
-// for a loopback endpoint the client is adjusted to DynamoDB Local's quirks.
+// for a loopback endpoint the client is adjusted to DynamoDB Local's quirks
+// (which serves DynamoDB Streams on its DynamoDB endpoint).
 package awsclient
 
 import (
@@ -17,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
@@ -26,10 +28,14 @@ import (
 
 // Clients are the SDK clients of one process.
 type Clients struct {
-	Config      aws.Config
-	DynamoDB    *dynamodb.Client
-	SQS         *sqs.Client
-	EventBridge *eventbridge.Client
+	Config   aws.Config
+	DynamoDB *dynamodb.Client
+	// DynamoDBStreams reads the execution table's stream (the history
+	// feed of qasync serve). Its endpoint is AWS_ENDPOINT_URL_DYNAMODB_STREAMS,
+	// else a loopback AWS_ENDPOINT_URL_DYNAMODB (DynamoDB Local serves both).
+	DynamoDBStreams *dynamodbstreams.Client
+	SQS             *sqs.Client
+	EventBridge     *eventbridge.Client
 	// S3 uses path-style addressing when its endpoint is on this machine
 	// (the local stack serves S3 at AWS_ENDPOINT_URL_S3).
 	S3 *s3.Client
@@ -69,6 +75,12 @@ func FromConfig(cfg aws.Config) Clients {
 			// skip the check where the endpoint is on this machine.
 			if IsLoopback(os.Getenv("AWS_ENDPOINT_URL_DYNAMODB")) || (o.BaseEndpoint != nil && IsLoopback(*o.BaseEndpoint)) {
 				o.DisableValidateResponseChecksum = true
+			}
+		}),
+		DynamoDBStreams: dynamodbstreams.NewFromConfig(cfg, func(o *dynamodbstreams.Options) {
+			ddb := os.Getenv("AWS_ENDPOINT_URL_DYNAMODB")
+			if o.BaseEndpoint == nil && os.Getenv("AWS_ENDPOINT_URL_DYNAMODB_STREAMS") == "" && IsLoopback(ddb) {
+				o.BaseEndpoint = aws.String(ddb)
 			}
 		}),
 		SQS:         sqs.NewFromConfig(cfg),

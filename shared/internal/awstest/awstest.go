@@ -76,8 +76,8 @@ func Names(t testing.TB) schema.Names {
 	base := Name(t, "t")
 	return schema.Names{
 		ExecutionTable: base + "-exec", PayloadTable: base + "-payload", DeadLetterTable: base + "-dl",
-		EffectTable: base + "-fx",
-		WorkQueue:   base + "-work", PoisonQueue: base + "-poison", DLQQueue: base + "-dlq",
+		EffectTable: base + "-fx", HistoryTable: base + "-hist",
+		WorkQueue: base + "-work", PoisonQueue: base + "-poison", DLQQueue: base + "-dlq",
 		RejectQueue: base + "-rej",
 	}
 }

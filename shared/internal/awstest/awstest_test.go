@@ -2,6 +2,7 @@ package awstest_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/qasync/qasync/shared/internal/awstest"
@@ -32,5 +33,26 @@ func TestProvisionFromSchema(t *testing.T) {
 	}
 	if counter.Snapshot()["DynamoDB.CreateTable"] != len(schema.Tables(n)) {
 		t.Fatalf("counted %v", counter.Snapshot())
+	}
+}
+
+// TestProvisionAddsTheStreamToAnOlderTable: an execution table provisioned
+// before the history (no stream) fails strict startup's check, naming the
+// stream, until provisioning again turns the stream on.
+func TestProvisionAddsTheStreamToAnOlderTable(t *testing.T) {
+	c, _ := awstest.Clients(t)
+	want := schema.ExecutionTable(awstest.Name(t, "exec"))
+	older := want
+	older.Stream = ""
+	awstest.Tables(t, c, older)
+	ctx := context.Background()
+	if err := provision.CheckTables(ctx, c.DynamoDB, []schema.Table{want}); err == nil || !strings.Contains(err.Error(), "NEW_AND_OLD_IMAGES stream") {
+		t.Fatalf("CheckTables of a table without its stream: err = %v, want one naming the stream", err)
+	}
+	if _, err := provision.CreateTables(ctx, c.DynamoDB, []schema.Table{want}); err != nil {
+		t.Fatalf("CreateTables over the older table: %v", err)
+	}
+	if err := provision.CheckTables(ctx, c.DynamoDB, []schema.Table{want}); err != nil {
+		t.Fatalf("CheckTables after provisioning again: %v", err)
 	}
 }

@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"errors"
 
 	"github.com/qasync/qasync/shared/deadletter"
 	"github.com/qasync/qasync/shared/history"
@@ -52,7 +53,11 @@ func (b engineBackend) List(ctx context.Context, q store.ListQuery) (store.ListP
 // History implements Backend.
 func (b engineBackend) History(ctx context.Context, key store.Key) ([]history.Event, error) {
 	if h, ok := any(b.Runtime).(historian); ok {
-		return h.History(ctx, key)
+		events, err := h.History(ctx, key)
+		if errors.Is(err, engine.ErrHistoryUnavailable) {
+			return nil, ErrNotSupported // no history reader on this deployment
+		}
+		return events, err
 	}
 	return nil, ErrNotSupported
 }

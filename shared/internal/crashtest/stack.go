@@ -113,7 +113,7 @@ func (s *Stack) Env(settings ...Settings) []string {
 		"queue-url": s.WorkQueueURL(), "dlq-url": s.DLQURL(),
 		"dynamo.execution-table":         s.Names.ExecutionTable,
 		"dynamo.execution-payload-table": s.Names.PayloadTable, "dynamo.dead-letter-table": s.Names.DeadLetterTable,
-		"dynamo.effect-table":  s.Names.EffectTable,
+		"dynamo.effect-table": s.Names.EffectTable, "dynamo.history-table": s.Names.HistoryTable,
 		"item-reject.provider": "sqs", "item-reject.queue-url": s.URLs[s.Names.RejectQueue],
 		"idempotency-policy": "CLIENT_KEY_REQUIRED", "strict-startup": "true",
 		// Strict startup refuses the X-Tenant-Id header; every request is

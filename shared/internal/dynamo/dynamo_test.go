@@ -1,12 +1,16 @@
 package dynamo_test
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/qasync/qasync/shared/backendtest"
 	"github.com/qasync/qasync/shared/clock"
 	"github.com/qasync/qasync/shared/deadletter"
 	"github.com/qasync/qasync/shared/effect"
+	"github.com/qasync/qasync/shared/history"
+	"github.com/qasync/qasync/shared/internal/awsclient"
 	"github.com/qasync/qasync/shared/internal/awstest"
 	"github.com/qasync/qasync/shared/internal/dynamo"
 	"github.com/qasync/qasync/shared/payload"
@@ -23,6 +27,11 @@ func TestConformance(t *testing.T) {
 	fx, dl := awstest.Name(t, "fx"), awstest.Name(t, "dl")
 	awstest.Tables(t, clients, schema.EffectTable(fx), schema.DeadLetterTable(dl))
 	records := dynamo.NewDeadLetters(clients.DynamoDB, dl, clock.System{})
+	// The history cases share one execution table, its history table and
+	// one stream feed running until they all end.
+	hx, hh := awstest.Name(t, "hx"), awstest.Name(t, "hh")
+	awstest.Tables(t, clients, schema.ExecutionTable(hx), schema.HistoryTable(hh))
+	runFeed(t, clients, hx, hh)
 	backendtest.Exercise(t, backendtest.Provider{
 		State: func(t *testing.T, c clock.Clock) store.Store {
 			st, _ := newStateStore(t, c)
@@ -35,5 +44,38 @@ func TestConformance(t *testing.T) {
 		},
 		Effects:  func(t *testing.T, c clock.Clock) effect.Log { return dynamo.NewEffects(clients.DynamoDB, fx, c) },
 		Recorder: func(*testing.T) deadletter.Recorder { return records },
+		History: func(t *testing.T, c clock.Clock) (store.Store, history.Reader) {
+			st, err := dynamo.NewStateStore(clients.DynamoDB, dynamo.Options{ExecutionTable: hx, Clock: c})
+			if err != nil {
+				t.Fatal(err)
+			}
+			h, err := dynamo.NewHistory(clients.DynamoDB, st, dynamo.HistoryOptions{Table: hh})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return st, h
+		},
 	})
+}
+
+// runFeed runs a stream feed of the execution table exec into the history
+// table hist until the test ends.
+func runFeed(t *testing.T, clients awsclient.Clients, exec, hist string) {
+	t.Helper()
+	st, err := dynamo.NewStateStore(clients.DynamoDB, dynamo.Options{ExecutionTable: exec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := dynamo.NewHistory(clients.DynamoDB, st, dynamo.HistoryOptions{Table: hist})
+	if err != nil {
+		t.Fatal(err)
+	}
+	feed, err := dynamo.NewStreamFeed(clients.DynamoDBStreams, clients.DynamoDB, h, dynamo.StreamOptions{ExecutionTable: exec, Interval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = feed.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/qasync/qasync/shared/deadletter"
 	"github.com/qasync/qasync/shared/dispatch"
 	"github.com/qasync/qasync/shared/effect"
+	"github.com/qasync/qasync/shared/history"
 	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/pipeline"
 	"github.com/qasync/qasync/shared/store"
@@ -62,6 +63,8 @@ var (
 	ErrVersionMismatch = errors.New("runtime: version mismatch")
 	// ErrLeaseLost is the cancellation cause of a step whose lease was lost.
 	ErrLeaseLost = store.ErrLeaseLost
+	// ErrHistoryUnavailable: the runtime has no history reader (Deps.History).
+	ErrHistoryUnavailable = errors.New("runtime: execution history is not available with these providers")
 )
 
 // Config is the runtime's policy. Fields whose zero value is not a
@@ -208,6 +211,9 @@ type Deps struct {
 	Logger *slog.Logger
 	// Observers hear what the runtime does (metrics, lifecycle events).
 	Observers []Observer
+	// History reads executions' histories (Runtime.History). Optional:
+	// without it, History returns ErrHistoryUnavailable.
+	History history.Reader
 }
 
 // Runtime is the execution engine. It is safe for concurrent use.
@@ -351,6 +357,17 @@ func (r *Runtime) Result(ctx context.Context, key store.Key) (store.Execution, p
 	}
 	p, err := payload.Read(ctx, r.deps.Payloads, e.Result)
 	return e, p, err
+}
+
+// History returns the execution's history, its events in commit order
+// numbered from 1 (Deps.History). An unknown execution, or another
+// tenant's, returns store.ErrNotFound; without a history reader it returns
+// ErrHistoryUnavailable.
+func (r *Runtime) History(ctx context.Context, key store.Key) ([]history.Event, error) {
+	if r.deps.History == nil {
+		return nil, ErrHistoryUnavailable
+	}
+	return r.deps.History.History(ctx, key)
 }
 
 // RedriveOptions are the operator's inputs to a re-drive.

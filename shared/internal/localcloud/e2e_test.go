@@ -56,8 +56,8 @@ func startApp(t *testing.T, cfg map[string]string, tweak func(*localcloud.Option
 		"queue-url": urls[names.WorkQueue], "dlq-url": urls[names.DLQQueue],
 		"dynamo.execution-table":         names.ExecutionTable,
 		"dynamo.execution-payload-table": names.PayloadTable, "dynamo.dead-letter-table": names.DeadLetterTable,
-		"dynamo.effect-table": names.EffectTable,
-		"idempotency-policy":  "OPTIONAL_CLIENT_KEY", "retry-delay": "200ms",
+		"dynamo.effect-table": names.EffectTable, "dynamo.history-table": names.HistoryTable,
+		"idempotency-policy": "OPTIONAL_CLIENT_KEY", "retry-delay": "200ms",
 		"diag.enabled": "true", // the tests submit diag.drill
 	}
 	for k, v := range cfg {

@@ -11,6 +11,7 @@ import (
 	"github.com/qasync/qasync/shared/deadletter"
 	"github.com/qasync/qasync/shared/dispatch"
 	"github.com/qasync/qasync/shared/effect"
+	"github.com/qasync/qasync/shared/history"
 	"github.com/qasync/qasync/shared/internal/logtest"
 	"github.com/qasync/qasync/shared/internal/memory"
 	"github.com/qasync/qasync/shared/payload"
@@ -33,6 +34,10 @@ func TestConformance(t *testing.T) {
 			return d
 		},
 		DeadLetters: newLogDLQ,
+		History: func(t *testing.T, c clock.Clock) (store.Store, history.Reader) {
+			s := memory.NewStateStore(c)
+			return s, s
+		},
 	})
 }
 

@@ -10,21 +10,29 @@ import (
 	"time"
 
 	"github.com/qasync/qasync/shared/clock"
+	"github.com/qasync/qasync/shared/history"
 	"github.com/qasync/qasync/shared/store"
 )
 
 // StateStore is the in-memory execution state store. It is safe for
 // concurrent use and mirrors the DynamoDB layout: an execution map, a key
-// map, and a sparse sweep set holding only rows with SweepAt set.
+// map, and a sparse sweep set holding only rows with SweepAt set. It is
+// also the history reader of its executions: every write that commits a
+// new row version records the events history.Derive gives for it, under
+// the same lock, so a history is never behind its row.
 type StateStore struct {
 	clock clock.Clock
 
 	mu   sync.Mutex
 	rows map[store.Key]*store.Execution
 	due  map[store.Key]struct{}
+	hist map[store.Key][]history.Event
 }
 
-var _ store.Store = (*StateStore)(nil)
+var (
+	_ store.Store    = (*StateStore)(nil)
+	_ history.Reader = (*StateStore)(nil)
+)
 
 // NewStateStore returns an empty store that reads TTL expiry from c.
 func NewStateStore(c clock.Clock) *StateStore {
@@ -32,6 +40,7 @@ func NewStateStore(c clock.Clock) *StateStore {
 		clock: c,
 		rows:  map[store.Key]*store.Execution{},
 		due:   map[store.Key]struct{}{},
+		hist:  map[store.Key][]history.Event{},
 	}
 }
 
@@ -55,6 +64,7 @@ func (s *StateStore) CreateOrGet(ctx context.Context, req store.CreateRequest) (
 	row := clone(e)
 	s.rows[e.Key()] = &row
 	s.index(&row)
+	s.hist[e.Key()] = history.Derive(nil, &row)
 	return clone(row), true, nil
 }
 
@@ -103,6 +113,7 @@ func (s *StateStore) Claim(ctx context.Context, req store.ClaimRequest) (store.E
 	if row.Version != req.ExpectVersion || !store.Claimable(row, req.DueBy, req.TakeoverBy) {
 		return store.Execution{}, store.ErrConflict
 	}
+	old := *row
 	row.Status = store.Running
 	row.LeaseOwner = req.Owner
 	row.LeaseExpiresAt = req.LeaseUntil
@@ -110,6 +121,7 @@ func (s *StateStore) Claim(ctx context.Context, req store.ClaimRequest) (store.E
 	row.Releases = req.Releases
 	row.Version++
 	row.UpdatedAt = req.Now
+	s.record(&old, row)
 	return clone(*row), nil
 }
 
@@ -157,8 +169,10 @@ func (s *StateStore) Update(ctx context.Context, g store.Guard, next store.Execu
 		updated.SweepAt, updated.Sweeps = row.SweepAt, row.Sweeps
 	}
 	updated.Version = g.Version + 1
+	old := *row
 	*row = updated
 	s.index(row)
+	s.record(&old, row)
 	return clone(*row), nil
 }
 
@@ -248,6 +262,30 @@ func decodeCursor(s string) (*store.DueRef, error) {
 	return &store.DueRef{Key: c.Key, SweepAt: time.UnixMilli(c.At)}, nil
 }
 
+// History implements history.Reader: the events recorded for the
+// execution's writes, numbered. An unknown or expired execution (or
+// another tenant's key) is store.ErrNotFound.
+func (s *StateStore) History(ctx context.Context, key store.Key) ([]history.Event, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.live(key, s.clock.Now()) == nil {
+		return nil, store.ErrNotFound
+	}
+	return history.Number(s.hist[key]), nil
+}
+
+// record appends the events of the write that turned old into row.
+// Callers hold s.mu. (Renew and Reschedule leave the version alone, so
+// they yield no event and do not call it.)
+func (s *StateStore) record(old, row *store.Execution) {
+	if evs := history.Derive(old, row); len(evs) > 0 {
+		s.hist[row.Key()] = append(s.hist[row.Key()], evs...)
+	}
+}
+
 // live returns the unexpired row for key, dropping an expired one as
 // DynamoDB's TTL sweeper eventually would. Callers hold s.mu.
 func (s *StateStore) live(key store.Key, now time.Time) *store.Execution {
@@ -258,6 +296,7 @@ func (s *StateStore) live(key store.Key, now time.Time) *store.Execution {
 	if row.Expired(now) {
 		delete(s.rows, key)
 		delete(s.due, key)
+		delete(s.hist, key)
 		return nil
 	}
 	return row

@@ -20,14 +20,18 @@ import (
 )
 
 // CreateTables creates every table that does not exist yet (on-demand
-// billing, GSIs, TTL), waits until each is active, and reports which it
-// created.
+// billing, GSIs, TTL, stream), waits until each is active, and reports
+// which it created. An existing table whose schema has a stream it lacks
+// (one provisioned before the history table) gets it.
 func CreateTables(ctx context.Context, c *dynamodb.Client, tables []schema.Table) (created []string, err error) {
 	for _, t := range tables {
 		_, err := c.CreateTable(ctx, createTableInput(t))
 		var inUse *ddbtypes.ResourceInUseException
 		switch {
 		case errors.As(err, &inUse):
+			if err := enableStream(ctx, c, t); err != nil {
+				return created, err
+			}
 			continue
 		case err != nil:
 			return created, fmt.Errorf("provision: create table %s: %w", t.Name, err)
@@ -70,14 +74,52 @@ func createTableInput(t schema.Table) *dynamodb.CreateTableInput {
 			},
 		})
 	}
+	if t.Stream != "" {
+		in.StreamSpecification = streamSpec(t)
+	}
 	for name, typ := range attrs {
 		in.AttributeDefinitions = append(in.AttributeDefinitions, ddbtypes.AttributeDefinition{AttributeName: aws.String(name), AttributeType: typ})
 	}
 	return in
 }
 
+func streamSpec(t schema.Table) *ddbtypes.StreamSpecification {
+	return &ddbtypes.StreamSpecification{StreamEnabled: aws.Bool(true), StreamViewType: ddbtypes.StreamViewType(t.Stream)}
+}
+
+// hasStream reports whether a described table has the schema's stream.
+func hasStream(d *ddbtypes.TableDescription, t schema.Table) bool {
+	s := d.StreamSpecification
+	return s != nil && aws.ToBool(s.StreamEnabled) && string(s.StreamViewType) == string(t.Stream)
+}
+
+// enableStream turns on the schema's stream of an existing table that has
+// none, and waits until the table is active again.
+func enableStream(ctx context.Context, c *dynamodb.Client, t schema.Table) error {
+	if t.Stream == "" {
+		return nil
+	}
+	out, err := c.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(t.Name)})
+	if err != nil {
+		return fmt.Errorf("provision: describe table %s: %w", t.Name, err)
+	}
+	if hasStream(out.Table, t) {
+		return nil
+	}
+	if s := out.Table.StreamSpecification; s != nil && aws.ToBool(s.StreamEnabled) {
+		return fmt.Errorf("provision: table %s has a %s stream; qasync needs %s (disable the stream, then provision again)", t.Name, s.StreamViewType, t.Stream)
+	}
+	if _, err := c.UpdateTable(ctx, &dynamodb.UpdateTableInput{TableName: aws.String(t.Name), StreamSpecification: streamSpec(t)}); err != nil {
+		return fmt.Errorf("provision: enable the stream of table %s: %w", t.Name, err)
+	}
+	if err := dynamodb.NewTableExistsWaiter(c).Wait(ctx, &dynamodb.DescribeTableInput{TableName: &t.Name}, 2*time.Minute); err != nil {
+		return fmt.Errorf("provision: wait for table %s: %w", t.Name, err)
+	}
+	return nil
+}
+
 // CheckTables verifies that every table exists, is active, and has the
-// key schema and indexes the schema defines. Errors name the table.
+// key schema, indexes and stream the schema defines. Errors name the table.
 func CheckTables(ctx context.Context, c *dynamodb.Client, tables []schema.Table) error {
 	var errs []error
 	for _, t := range tables {
@@ -93,6 +135,9 @@ func CheckTables(ctx context.Context, c *dynamodb.Client, tables []schema.Table)
 		want := createTableInput(t)
 		if !sameKeys(d.KeySchema, want.KeySchema) {
 			errs = append(errs, fmt.Errorf("table %s: key schema differs from the one qasync needs", t.Name))
+		}
+		if t.Stream != "" && !hasStream(d, t) {
+			errs = append(errs, fmt.Errorf("table %s: no %s stream (it feeds the execution history; qasync provision adds it)", t.Name, t.Stream))
 		}
 		for _, ix := range want.GlobalSecondaryIndexes {
 			found := false

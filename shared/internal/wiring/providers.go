@@ -22,6 +22,7 @@ import (
 	"github.com/qasync/qasync/shared/deadletter"
 	"github.com/qasync/qasync/shared/dispatch"
 	"github.com/qasync/qasync/shared/effect"
+	"github.com/qasync/qasync/shared/history"
 	"github.com/qasync/qasync/shared/internal/awsclient"
 	"github.com/qasync/qasync/shared/internal/dynamo"
 	"github.com/qasync/qasync/shared/internal/engine"
@@ -52,6 +53,11 @@ type Set struct {
 	// Recorder keeps the dead-letter consumer's records (DynamoDB with
 	// state-provider dynamo, memory otherwise).
 	Recorder deadletter.Recorder
+	// History is the DynamoDB history of the executions (state-provider
+	// dynamo; nil otherwise): the history Lambda function applies the
+	// execution table's stream batches to it, and qasync serve's stream
+	// poller (HistoryFeed) does the same locally.
+	History *dynamo.History
 	// Metrics writes EMF metrics when metrics.namespace is set; nil (a
 	// no-op) otherwise.
 	Metrics *metrics.EMF
@@ -223,6 +229,9 @@ func Open(ctx context.Context, c config.Config, reg *pipeline.Registry, log *slo
 		dlq deadletter.Publisher
 		d   dispatch.Dispatcher
 		fx  effect.Log
+		// hist reads executions' histories: the memory store records them
+		// itself; DynamoDB's are fed from the execution table's stream.
+		hist history.Reader
 	)
 	switch c.StateProvider {
 	case "dynamo":
@@ -231,11 +240,18 @@ func Open(ctx context.Context, c config.Config, reg *pipeline.Registry, log *slo
 		if err != nil {
 			return nil, err
 		}
+		dh, err := dynamo.NewHistory(set.Clients.DynamoDB, ds, dynamo.HistoryOptions{
+			Table: c.HistoryTable, Retention: time.Duration(c.ExecutionTTLDays) * 24 * time.Hour, Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		set.History, hist = dh, dh
 		st, ps = ds, dynamo.NewPayloadStore(set.Clients.DynamoDB, c.PayloadTable, clk)
 		set.Recorder = dynamo.NewDeadLetters(set.Clients.DynamoDB, c.DeadLetterTable, clk)
 		fx = dynamo.NewEffects(set.Clients.DynamoDB, c.EffectTable, clk)
 	default:
-		st, ps = memory.NewStateStore(clk), memory.NewPayloadStore(clk)
+		mem := memory.NewStateStore(clk)
+		st, ps, hist = mem, memory.NewPayloadStore(clk), mem
 		set.Recorder = memory.NewDeadLetters(clk)
 		fx = memory.NewEffects(clk)
 	}
@@ -291,6 +307,7 @@ func Open(ctx context.Context, c config.Config, reg *pipeline.Registry, log *slo
 	rt, err := engine.New(RuntimeConfig(c), engine.Deps{
 		Registry: reg, Store: st, Payloads: ps, Dispatcher: d, DeadLetter: dlq, Effects: fx, Clock: clk, Logger: log,
 		Observers: append(observers, o.observers...), Rejects: set.Rejects, Objects: objectsOr(o.objects, set.Objects),
+		History: hist,
 	})
 	if err != nil {
 		_ = set.Close(context.Background())
@@ -376,6 +393,7 @@ func strict(ctx context.Context, c config.Config, clients awsclient.Clients) err
 		key("dynamo.execution-payload-table", provision.CheckTables(ctx, clients.DynamoDB, []schema.Table{schema.PayloadTable(c.PayloadTable)}))
 		key("dynamo.dead-letter-table", provision.CheckTables(ctx, clients.DynamoDB, []schema.Table{schema.DeadLetterTable(c.DeadLetterTable)}))
 		key("dynamo.effect-table", provision.CheckTables(ctx, clients.DynamoDB, []schema.Table{schema.EffectTable(c.EffectTable)}))
+		key("dynamo.history-table", provision.CheckTables(ctx, clients.DynamoDB, []schema.Table{schema.HistoryTable(c.HistoryTable)}))
 	}
 	if c.DispatcherProvider == "sqs" {
 		key("queue-url", provision.CheckQueue(ctx, clients.SQS, c.QueueURL))

@@ -81,7 +81,7 @@ func TestStrictStartupNamesEveryMissingResource(t *testing.T) {
 	if err == nil {
 		t.Fatal("strict startup accepted missing tables and queues")
 	}
-	for _, key := range []string{"dynamo.execution-table", "dynamo.execution-payload-table", "dynamo.dead-letter-table", "dynamo.effect-table", "queue-url", "dlq-url", "item-reject.queue-url"} {
+	for _, key := range []string{"dynamo.execution-table", "dynamo.execution-payload-table", "dynamo.dead-letter-table", "dynamo.effect-table", "dynamo.history-table", "queue-url", "dlq-url", "item-reject.queue-url"} {
 		if !strings.Contains(err.Error(), config.FullKey(key)+":") {
 			t.Errorf("error does not name %s: %v", key, err)
 		}
@@ -111,7 +111,7 @@ func durableConfig(n schema.Names, queueURL, dlqURL, rejectURL string) config.Co
 	c := config.Default()
 	c.StateProvider, c.DispatcherProvider, c.DLQProvider = "dynamo", "sqs", "sqs"
 	c.ExecutionTable, c.PayloadTable, c.DeadLetterTable = n.ExecutionTable, n.PayloadTable, n.DeadLetterTable
-	c.EffectTable = n.EffectTable
+	c.EffectTable, c.HistoryTable = n.EffectTable, n.HistoryTable
 	c.QueueURL, c.DLQURL = queueURL, dlqURL
 	c.ItemRejectProvider, c.ItemRejectQueueURL = "sqs", rejectURL
 	c.IdempotencyPolicy = "CLIENT_KEY_REQUIRED"

@@ -1,0 +1,98 @@
+package lambdahandlers
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/qasync/qasync/shared/internal/dynamo"
+)
+
+// History is the history function's handler for batches of the execution
+// table's stream (NEW_AND_OLD_IMAGES): the batch's records, in stream
+// order, become history pages (dynamo.History.Apply: one item per
+// execution per batch, idempotent under redelivery).
+//
+// When some pages cannot be written, it reports the earliest record of an
+// execution whose page failed as the batch's one item failure
+// (ReportBatchItemFailures): Lambda keeps the records before it and
+// retries from it; the records after it that were stored are stored again
+// without doubling an event. The event is logged as history_batch_failed;
+// the handler's error is always nil.
+func History(h *dynamo.History, log *slog.Logger) func(context.Context, events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+	if h == nil {
+		panic("lambdafn: History: nil dynamo.History")
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+		changes := make([]dynamo.Change, len(ev.Records))
+		for i, r := range ev.Records {
+			changes[i] = dynamo.Change{Sequence: r.Change.SequenceNumber, Old: FromLambdaImage(r.Change.OldImage), New: FromLambdaImage(r.Change.NewImage)}
+		}
+		err := h.Apply(ctx, changes)
+		var ae *dynamo.ApplyError
+		switch {
+		case err == nil:
+			log.LogAttrs(ctx, slog.LevelDebug, "history_batch_applied", slog.String("event", "history_batch_applied"), slog.Int("records", len(changes)))
+			return events.DynamoDBEventResponse{}, nil
+		case errors.As(err, &ae) && ae.First >= 0 && ae.First < len(changes):
+			log.LogAttrs(ctx, slog.LevelWarn, "history_batch_failed", slog.String("event", "history_batch_failed"),
+				slog.Int("records", len(changes)), slog.String("retry_from", changes[ae.First].Sequence), slog.String("error", err.Error()))
+			return events.DynamoDBEventResponse{BatchItemFailures: []events.DynamoDBBatchItemFailure{{ItemIdentifier: changes[ae.First].Sequence}}}, nil
+		}
+		// Nothing says which record: retry the whole batch.
+		log.LogAttrs(ctx, slog.LevelWarn, "history_batch_failed", slog.String("event", "history_batch_failed"),
+			slog.Int("records", len(changes)), slog.String("error", err.Error()))
+		var out events.DynamoDBEventResponse
+		if len(changes) > 0 {
+			out.BatchItemFailures = []events.DynamoDBBatchItemFailure{{ItemIdentifier: changes[0].Sequence}}
+		}
+		return out, nil
+	}
+}
+
+// FromLambdaImage converts a stream image of a Lambda DynamoDB event to
+// DynamoDB attribute values.
+func FromLambdaImage(img map[string]events.DynamoDBAttributeValue) map[string]types.AttributeValue {
+	if img == nil {
+		return nil
+	}
+	out := make(map[string]types.AttributeValue, len(img))
+	for k, v := range img {
+		out[k] = fromLambda(v)
+	}
+	return out
+}
+
+func fromLambda(v events.DynamoDBAttributeValue) types.AttributeValue {
+	switch v.DataType() {
+	case events.DataTypeString:
+		return &types.AttributeValueMemberS{Value: v.String()}
+	case events.DataTypeNumber:
+		return &types.AttributeValueMemberN{Value: v.Number()}
+	case events.DataTypeBinary:
+		return &types.AttributeValueMemberB{Value: v.Binary()}
+	case events.DataTypeBoolean:
+		return &types.AttributeValueMemberBOOL{Value: v.Boolean()}
+	case events.DataTypeStringSet:
+		return &types.AttributeValueMemberSS{Value: v.StringSet()}
+	case events.DataTypeNumberSet:
+		return &types.AttributeValueMemberNS{Value: v.NumberSet()}
+	case events.DataTypeBinarySet:
+		return &types.AttributeValueMemberBS{Value: v.BinarySet()}
+	case events.DataTypeMap:
+		return &types.AttributeValueMemberM{Value: FromLambdaImage(v.Map())}
+	case events.DataTypeList:
+		l := make([]types.AttributeValue, len(v.List()))
+		for i, e := range v.List() {
+			l[i] = fromLambda(e)
+		}
+		return &types.AttributeValueMemberL{Value: l}
+	}
+	return &types.AttributeValueMemberNULL{Value: true}
+}
