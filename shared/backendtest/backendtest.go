@@ -66,8 +66,14 @@ type Provider struct {
 	// and version (ErrLeaseLost); Update keeps the immutable fields; Due
 	// pages the sweep index oldest first; rows and keys past ExpiresAt
 	// read as absent; every field round trips (milliseconds; seconds for
-	// ExpiresAt) and reads are copies. Each case uses its own tenant, so
-	// the stores may share one backend (one table).
+	// ExpiresAt) and reads are copies; List pages a tenant's rows newest
+	// first, each matching row exactly once (rows created in the same
+	// millisecond too), filters by pipeline, status and creation time,
+	// bounds its limit and refuses another query's cursor. A store that
+	// also keeps jobs (store.JobStore) has them checked too: created once,
+	// updated under their version, the active ones listed, pages of ids
+	// round tripping. Each case uses its own tenant, so the stores may
+	// share one backend (one table).
 	State func(t *testing.T, c clock.Clock) store.Store
 	// Payloads returns an empty chunk store whose clock reads wall time
 	// (expiry is tested with wall-clock instants). To pass: PutPart writes
@@ -105,8 +111,12 @@ type Provider struct {
 	// concurrent Puts, keeping the first record; a missing ID is
 	// ErrNotFound; an expired record reads as ErrNotFound and can be
 	// stored again; an empty ID and a cancelled context are refused;
-	// records round trip (times to the millisecond). Record IDs are unique
-	// to each case and run, so the recorders may share one backend.
+	// records round trip (times to the millisecond). A recorder that also
+	// lists (deadletter.Lister) has listing checked too: a tenant's
+	// execution records newest first, each once across pages, by
+	// pipeline, without poison or expired records, the limit bounded and
+	// another query's cursor refused. Record IDs and tenants are unique to
+	// each case and run, so the recorders may share one backend.
 	Recorder func(t *testing.T) deadletter.Recorder
 	// Rejects returns an item reject publisher and a function reading
 	// back what it published. To pass: every published envelope (item and

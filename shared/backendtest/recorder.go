@@ -1,7 +1,8 @@
 package backendtest
 
 // The dead-letter recorder suite (Provider.Recorder): records stored once
-// by ID, concurrent puts creating exactly one, expiry by ExpiresAt.
+// by ID, concurrent puts creating exactly one, expiry by ExpiresAt, and
+// listing (deadletter.Lister) when the recorder lists.
 
 import (
 	"context"
@@ -241,6 +242,174 @@ func runRecorder(t *testing.T, newRecorder func(t *testing.T) deadletter.Recorde
 		cancel()
 		if created, err := rec.Put(ctx, executionRecord(recordID(t, "exec-"))); err == nil || created {
 			t.Fatalf("Put with a cancelled context: created = %v, error = %v, want an error", created, err)
+		}
+	})
+	runRecorderList(t, newRecorder)
+}
+
+// The list cases (deadletter.Lister), run when the recorder lists: a
+// tenant's execution records newest first, each exactly once across the
+// pages of a query (records stored in the same millisecond too), the
+// pipeline filter, no poison, expired or other tenant's record, the
+// limit's bounds, and another query's cursor refused.
+
+// listTenant returns a tenant unique to this call (the recorders may
+// share one table).
+func listTenant() string { return fmt.Sprintf("dl-tenant-%x-%d", recorderRun, recorderSeq.Add(1)) }
+
+// tenantRecord is a KindExecution record of tenant in pipeline, recorded
+// at at.
+func tenantRecord(t *testing.T, tenant, pipeline string, at time.Time) deadletter.Record {
+	id := recordID(t, "exec-")
+	env := deadLetter(3)
+	env.TenantID, env.PipelineID, env.TransitionKey = tenant, pipeline, id
+	r := deadletter.ExecutionRecord(env, at)
+	r.ExpiresAt = time.Now().Add(time.Hour)
+	return r
+}
+
+// listRecords pages through q to the end, failing on an error, an
+// oversized page or paging that does not end within maxPages.
+func listRecords(t *testing.T, l deadletter.Lister, q deadletter.ListQuery, maxPages int) []deadletter.Record {
+	t.Helper()
+	var out []deadletter.Record
+	for pages := 0; ; pages++ {
+		if pages >= maxPages {
+			t.Fatalf("paging %+v did not end within %d pages", q, maxPages)
+		}
+		page, err := l.List(context.Background(), q)
+		if err != nil {
+			t.Fatalf("List(%+v): %v", q, err)
+		}
+		if len(page.Records) > q.PageSize() {
+			t.Fatalf("List returned %d records, over the limit %d", len(page.Records), q.PageSize())
+		}
+		out = append(out, page.Records...)
+		if page.Cursor == "" {
+			return out
+		}
+		q.Cursor = page.Cursor
+	}
+}
+
+// checkRecords fails unless got holds each record of want exactly once,
+// intact, and nothing else, newest first.
+func checkRecords(t *testing.T, got []deadletter.Record, want map[string]deadletter.Record) {
+	t.Helper()
+	seen := map[string]int{}
+	for i, r := range got {
+		seen[r.ID]++
+		w, ok := want[r.ID]
+		if !ok {
+			t.Errorf("listed record %s (kind %s, tenant %s), which does not match", r.ID, r.Kind, r.TenantID)
+			continue
+		}
+		sameRecord(t, r, w)
+		if i > 0 && r.RecordedAt.After(got[i-1].RecordedAt) {
+			t.Errorf("record %d (%s) recorded after record %d: not newest first", i, r.ID, i-1)
+		}
+	}
+	for id := range want {
+		if seen[id] != 1 {
+			t.Errorf("record %s listed %d times, want once", id, seen[id])
+		}
+	}
+}
+
+func runRecorderList(t *testing.T, newRecorder func(t *testing.T) deadletter.Recorder) {
+	lister := func(t *testing.T) (deadletter.Recorder, deadletter.Lister) {
+		rec := newRecorder(t)
+		l, ok := rec.(deadletter.Lister)
+		if !ok {
+			t.Skip("the recorder does not list (deadletter.Lister)")
+		}
+		return rec, l
+	}
+	t.Run("ListNewestFirstEachOnce", func(t *testing.T) {
+		t.Parallel()
+		rec, l := lister(t)
+		tenant := listTenant()
+		same := recorderBase.Add(time.Minute)
+		want := map[string]deadletter.Record{}
+		for i := range 24 {
+			at := same
+			if i%3 == 0 {
+				at = same.Add(time.Duration(i) * time.Second)
+			}
+			r := tenantRecord(t, tenant, "p.one", at)
+			putRecord(t, rec, r, true)
+			want[r.ID] = r
+		}
+		poison := poisonRecord(recordID(t, "poison:msg-"))
+		poison.TenantID, poison.ExecutionID = tenant, "exec-poisoned" // a poison record may name its execution
+		putRecord(t, rec, poison, true)
+		putRecord(t, rec, tenantRecord(t, listTenant(), "p.one", same), true) // another tenant's
+		checkRecords(t, listRecords(t, l, deadletter.ListQuery{TenantID: tenant, Limit: 5}, 50), want)
+		checkRecords(t, listRecords(t, l, deadletter.ListQuery{TenantID: tenant, Limit: deadletter.MaxListLimit}, 2), want)
+	})
+	t.Run("ListPipelineFilter", func(t *testing.T) {
+		t.Parallel()
+		rec, l := lister(t)
+		tenant := listTenant()
+		want := map[string]deadletter.Record{}
+		for i := range 16 {
+			pipeline := "p.two"
+			if i%4 == 1 {
+				pipeline = "p.one"
+			}
+			r := tenantRecord(t, tenant, pipeline, recorderBase.Add(time.Duration(i)*time.Millisecond))
+			putRecord(t, rec, r, true)
+			if pipeline == "p.one" {
+				want[r.ID] = r
+			}
+		}
+		for _, limit := range []int{1, 2} {
+			checkRecords(t, listRecords(t, l, deadletter.ListQuery{TenantID: tenant, PipelineID: "p.one", Limit: limit}, 40), want)
+		}
+		checkRecords(t, listRecords(t, l, deadletter.ListQuery{TenantID: tenant, PipelineID: "p.none"}, 10), nil)
+	})
+	t.Run("ListLeavesExpiredOut", func(t *testing.T) {
+		t.Parallel()
+		rec, l := lister(t)
+		tenant := listTenant()
+		live := tenantRecord(t, tenant, "p.one", recorderBase)
+		old := tenantRecord(t, tenant, "p.one", recorderBase.Add(time.Second))
+		old.ExpiresAt = time.Now().Add(-time.Hour)
+		putRecord(t, rec, live, true)
+		putRecord(t, rec, old, true)
+		checkRecords(t, listRecords(t, l, deadletter.ListQuery{TenantID: tenant}, 5), map[string]deadletter.Record{live.ID: live})
+	})
+	t.Run("ListLimitAndCursor", func(t *testing.T) {
+		t.Parallel()
+		rec, l := lister(t)
+		tenant := listTenant()
+		for i := range deadletter.DefaultListLimit + 2 {
+			putRecord(t, rec, tenantRecord(t, tenant, "p.one", recorderBase.Add(time.Duration(i)*time.Millisecond)), true)
+		}
+		ctx := context.Background()
+		page, err := l.List(ctx, deadletter.ListQuery{TenantID: tenant})
+		if err != nil || len(page.Records) != deadletter.DefaultListLimit || page.Cursor == "" {
+			t.Fatalf("limit 0: %d records, cursor %q, %v; want the default %d and a cursor", len(page.Records), page.Cursor, err, deadletter.DefaultListLimit)
+		}
+		for _, q := range []deadletter.ListQuery{
+			{TenantID: tenant, Limit: deadletter.MaxListLimit + 1}, {TenantID: tenant, Limit: -1}, {Limit: 5},
+		} {
+			if _, err := l.List(ctx, q); !errors.Is(err, deadletter.ErrInvalidListQuery) {
+				t.Errorf("List(%+v): err = %v, want ErrInvalidListQuery", q, err)
+			}
+		}
+		for name, q := range map[string]deadletter.ListQuery{
+			"another tenant":   {TenantID: listTenant(), Cursor: page.Cursor},
+			"another pipeline": {TenantID: tenant, PipelineID: "p.one", Cursor: page.Cursor},
+			"garbage":          {TenantID: tenant, Cursor: "not-a-cursor"},
+		} {
+			if _, err := l.List(ctx, q); !errors.Is(err, deadletter.ErrInvalidCursor) {
+				t.Errorf("the cursor with %s: err = %v, want ErrInvalidCursor", name, err)
+			}
+		}
+		rest, err := l.List(ctx, deadletter.ListQuery{TenantID: tenant, Limit: 10, Cursor: page.Cursor})
+		if err != nil || len(rest.Records) != 2 {
+			t.Fatalf("the cursor with another limit: %d records, %v; want the 2 others", len(rest.Records), err)
 		}
 	})
 }

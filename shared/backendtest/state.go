@@ -112,10 +112,22 @@ func runState(t *testing.T, f func(*testing.T, clock.Clock) store.Store) {
 		{"ExpiredRowsAbsent", testExpired},
 		{"RoundTripAllFields", testRoundTrip},
 	}
+	tests = append(tests, listCases...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			tc.fn(setupState(t, f))
+		})
+	}
+	for _, tc := range jobCases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := setupState(t, f)
+			js, ok := e.s.(store.JobStore)
+			if !ok {
+				t.Skip("the state store keeps no jobs (store.JobStore)")
+			}
+			tc.fn(e, js)
 		})
 	}
 }

@@ -112,7 +112,8 @@ type Config struct {
 	// larger payloads are written once to the payload table.
 	InlineBudgetBytes int
 	// AdminToken is key "admin.token", default empty, which disables the
-	// admin redrive route. It is never printed or marshaled.
+	// operator routes (re-drive, cancel, bulk re-drive). It is never
+	// printed or marshaled.
 	AdminToken string `json:"-"`
 	// AwaitResumeTokenSecret is key "await.resume-token-secret", default
 	// empty, which disables await steps (they fail with
@@ -130,8 +131,9 @@ type Config struct {
 	OutputBucket string
 	// RedriveAuthorizedUpstream is key "admin.redrive-authorized-upstream",
 	// default false: the submit function behind API Gateway serves the
-	// redrive route without admin.token, because the gateway authorizes
-	// that route on its own (IAM or a JWT scope). `qasync serve` refuses it.
+	// operator routes (re-drive, cancel, bulk re-drive) without
+	// admin.token, because the gateway authorizes each on its own (IAM or a
+	// JWT scope). `qasync serve` refuses it.
 	RedriveAuthorizedUpstream bool
 	// HTTPAddr is key "http.addr" (flag alias --addr), default
 	// 127.0.0.1:8080.
@@ -487,7 +489,7 @@ var entries = []entry{
 		func(c *Config) *int { return &c.WorkerConcurrency }, parseInt[int], between(1, 1024)),
 	field("payload.inline-budget-bytes", "Largest payload stored inline in the execution row; the default keeps a row with its input and latest step output under 1 KB (one write unit per step); larger payloads are written once to the payload table; 0 to 196608 (two must fit a 400 KiB DynamoDB row).",
 		func(c *Config) *int { return &c.InlineBudgetBytes }, parseInt[int], between(0, 192<<10)),
-	secret(field("admin.token", "Token for the admin redrive route; empty disables the route. Never printed.",
+	secret(field("admin.token", "Token of the operator routes (re-drive, cancel, bulk re-drive); empty disables them. Never printed.",
 		func(c *Config) *string { return &c.AdminToken }, verbatim, nil)),
 	secret(field("await.resume-token-secret", "HMAC key of await steps' resume tokens; empty disables await steps. Never printed.",
 		func(c *Config) *string { return &c.AwaitResumeTokenSecret }, verbatim, nil)),
@@ -495,7 +497,7 @@ var entries = []entry{
 		func(c *Config) *string { return &c.AwaitResumeTokenSecretARN }, verbatim, nil),
 	field("output.bucket", "S3 bucket of pipelines' terminal output: the value of the {outputBucket} placeholder of Output.To; a pipeline using it refuses to start while this is empty.",
 		func(c *Config) *string { return &c.OutputBucket }, verbatim, nil),
-	field("admin.redrive-authorized-upstream", "The redrive route is authorized by API Gateway (its own IAM permission or JWT scope), so the submit function serves it without admin.token; qasync serve refuses it.",
+	field("admin.redrive-authorized-upstream", "The operator routes (re-drive, cancel, bulk re-drive) are authorized by API Gateway (each its own IAM permission, or the JWT scope), so the submit function serves them without admin.token; qasync serve refuses it.",
 		func(c *Config) *bool { return &c.RedriveAuthorizedUpstream }, parseBool, nil),
 	field("http.addr", "HTTP listen address, host:port (flag alias --addr).",
 		func(c *Config) *string { return &c.HTTPAddr }, verbatim,

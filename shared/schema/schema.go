@@ -141,6 +141,23 @@ const (
 	AttrShardDone = "dn"
 )
 
+// Attribute names of operator job items (bulk re-drives). They live in
+// the execution table beside the rows, under keys no execution can have
+// ("#job#<tenant>#<id>", its pages "#job#<tenant>#<id>#<n>", and the one
+// "#jobs" item listing the active ones), and outside both indexes: a job
+// costs nothing on a step's path.
+const (
+	// AttrJobActive marks a job a driver still advances.
+	AttrJobActive = "ja"
+	// AttrJobState is the job's own document.
+	AttrJobState = "js"
+	// AttrJobIDs holds a job page's ids, one per line.
+	AttrJobIDs = "ji"
+	// AttrActiveJobs is the "#jobs" item's string set of active jobs,
+	// "<tenant>#<id>".
+	AttrActiveJobs = "aj"
+)
+
 // Attribute names of the payload table.
 const (
 	AttrPayloadID   = "payload_id"
@@ -266,12 +283,35 @@ func PayloadTable(name string) Table {
 const (
 	AttrRecordID = "record_id"
 	AttrRecord   = "record"
+	// AttrRecordTenant is an execution record's tenant, the partition key
+	// of the tenant index (absent on poison records, which it does not
+	// list).
+	AttrRecordTenant = "tenant"
+	// AttrRecordedAt is when the record was stored (epoch milliseconds),
+	// the tenant index's sort key.
+	AttrRecordedAt = "recorded_ms"
+	// AttrRecordPipeline is an execution record's pipeline id, projected
+	// into the tenant index for its pipeline filter.
+	AttrRecordPipeline = "pipeline_id"
 )
 
+// DeadLetterTenantIndexName is the dead-letter table's GSI listing one
+// tenant's execution records newest first: PK tenant, SK recorded_ms,
+// projecting the record itself (and pipeline and TTL), so that a list
+// reads the index alone. Dead letters are rare, so one partition key
+// value per tenant is far from a partition's write limit, and the index
+// write is off every step's path.
+const DeadLetterTenantIndexName = "tenant"
+
 // DeadLetterTable keeps dead-letter records: PK record_id, the record as
-// JSON in record, TTL.
+// JSON in record, TTL, and the tenant index.
 func DeadLetterTable(name string) Table {
-	return Table{Name: name, PartitionKey: Attr{AttrRecordID, String}, TTLAttribute: AttrTTL}
+	return Table{Name: name, PartitionKey: Attr{AttrRecordID, String}, TTLAttribute: AttrTTL, Indexes: []Index{{
+		Name:             DeadLetterTenantIndexName,
+		PartitionKey:     Attr{AttrRecordTenant, String},
+		SortKey:          Attr{AttrRecordedAt, Number},
+		NonKeyAttributes: []string{AttrRecord, AttrRecordPipeline, AttrTTL},
+	}}}
 }
 
 // Attribute names of the effect table (besides ttl).

@@ -184,13 +184,13 @@ func WithLogger(log *slog.Logger) Option { return func(o *options) { o.log = log
 func OnStarted(f func(addr net.Addr)) Option { return func(o *options) { o.started = f } }
 
 // Serve runs the HTTP API (with the web console under /console), the
-// workers and the sweeper of reg in this process on the providers cfg
-// names, until ctx ends; then it stops accepting requests and work, lets
-// in-flight steps finish (at most 20 s, then their leases are handed back)
-// and returns nil. With dlq-provider=sqs it also consumes the DLQ and
-// poison queues, and with state-provider dynamo it reads the execution
-// table's stream into the history table (history.stream-poller), so one
-// process is the whole topology. An error means it could not start (the configuration, a
+// workers and the sweeper (with the bulk re-drive jobs' driver) of reg in
+// this process on the providers cfg names, until ctx ends; then it stops
+// accepting requests and work, lets in-flight steps finish (at most 20 s,
+// then their leases are handed back) and returns nil. With dlq-provider=sqs
+// it also consumes the DLQ and poison queues, and with state-provider
+// dynamo it reads the execution table's stream into the history table
+// (history.stream-poller), so one process is the whole topology. An error means it could not start (the configuration, a
 // provider) or the listener failed.
 func Serve(ctx context.Context, cfg config.Config, reg *pipeline.Registry, opts ...Option) error {
 	var o options
@@ -246,8 +246,10 @@ func Serve(ctx context.Context, cfg config.Config, reg *pipeline.Registry, opts 
 	srv := newServer(cfg, handler)
 
 	bg, stopBackground := context.WithCancel(context.Background())
-	swept, worked := make(chan struct{}), make(chan struct{})
+	swept, worked, redriven := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go func() { defer close(swept); set.Runtime.RunSweeper(bg, cfg.SweepInterval) }()
+	// The bulk re-drive jobs' driver, beside the sweeper (see engine.Runtime.StartRedrives).
+	go func() { defer close(redriven); set.Runtime.RunRedrives(bg, cfg.SweepInterval) }()
 	go func() { defer close(worked); _ = set.Work(bg) }()
 	var consumed sync.WaitGroup
 	for _, c := range consumers {
@@ -279,6 +281,7 @@ func Serve(ctx context.Context, cfg config.Config, reg *pipeline.Registry, opts 
 	_ = srv.Shutdown(drain) // stop accepting; finish in-flight requests
 	stopBackground()        // stop sweeping and receiving; the poller drains its in-flight work
 	<-swept
+	<-redriven
 	<-worked
 	consumed.Wait()
 	if err := set.Close(drain); err != nil {

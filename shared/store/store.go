@@ -42,7 +42,12 @@ var (
 // transition may move, and the happy path does not move it: Claim and
 // Renew never touch it and Update leaves it alone when the guard says
 // KeepSweep. Everything else about a row is a plain attribute.
+//
+// Every state store lists (Lister): the operator plane's list of a
+// tenant's executions reads it, and listing writes nothing.
 type Store interface {
+	Lister
+
 	// CreateOrGet writes the new execution row (one conditional write),
 	// or, when a live row with its key exists, returns that row with
 	// created=false: the runtime derives the execution id from the tenant

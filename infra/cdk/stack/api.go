@@ -21,6 +21,14 @@ const (
 	redrivePath = "/v1/executions/{executionId}/redrive"
 	healthPath  = "/healthz"
 	awaitPath   = "/v1/executions/{executionId}/awaits/{awaitId}/complete"
+	// The operator plane.
+	listPath        = "/v1/executions"
+	historyPath     = "/v1/executions/{executionId}/history"
+	cancelPath      = "/v1/executions/{executionId}/cancel"
+	bulkRedrivePath = "/v1/redrives"
+	redriveJobPath  = "/v1/redrives/{redriveId}"
+	deadLettersPath = "/v1/dead-letters"
+	openAPIPath     = "/openapi.json"
 )
 
 // Route is one route of the HTTP API.
@@ -31,8 +39,9 @@ type Route struct {
 	Method string
 	// Path is the route's path; the route key is "Method Path".
 	Path string
-	// Client routes are the ones ClientInvokePolicy allows; the redrive
-	// route is the operators' (OperatorRedrivePolicy).
+	// Client routes are the ones ClientInvokePolicy allows; the operator
+	// routes (re-drive, cancel, bulk re-drive and its progress) are the
+	// operators' (OperatorRedrivePolicy), each its own route.
 	Client bool
 	// ResumeToken routes have no API Gateway authorizer: the request's
 	// X-Resume-Token, verified by the submit function, is the
@@ -45,9 +54,10 @@ type Route struct {
 // authorization (SigV4), /healthz included: an unauthenticated health
 // route would let anyone on the internet invoke (and bill) the submit
 // function, and cdk-nag's APIG4 refuses it; a health probe signs its
-// request like any other client. The redrive route is its own route so
-// that its execute-api:Invoke permission is separate: callers allowed to
-// submit cannot re-drive.
+// request like any other client. The operator routes (re-drive, cancel,
+// bulk re-drive and its progress) are routes of their own so that their
+// execute-api:Invoke permission is separate: callers allowed to submit,
+// list and read cannot re-drive or cancel.
 //
 // The await completion route is called by the external party an await
 // step waits for (a webhook, a person), which has no AWS identity. Its
@@ -63,7 +73,18 @@ var Routes = []Route{
 	{RedriveRouteID, "POST", redrivePath, false, false},
 	{HealthRouteID, "GET", healthPath, true, false},
 	{AwaitCompleteRouteID, "POST", awaitPath, false, true},
+	{ListRouteID, "GET", listPath, true, false},
+	{HistoryRouteID, "GET", historyPath, true, false},
+	{DeadLettersRouteID, "GET", deadLettersPath, true, false},
+	{OpenAPIRouteID, "GET", openAPIPath, true, false},
+	{CancelRouteID, "POST", cancelPath, false, false},
+	{BulkRedriveRouteID, "POST", bulkRedrivePath, false, false},
+	{RedriveJobRouteID, "GET", redriveJobPath, false, false},
 }
+
+// Operator reports whether r is an operator route (OperatorRedrivePolicy;
+// under JWT its scope).
+func (r Route) Operator() bool { return !r.Client && !r.ResumeToken }
 
 // Key is the route key, "METHOD /path".
 func (r Route) Key() string { return r.Method + " " + r.Path }
@@ -184,10 +205,10 @@ func (b *builder) httpAPI() {
 			opts.Authorizer = noAuth
 		} else if jwtAuth != nil && r.ID != HealthRouteID {
 			// The tenant comes from a JWT claim, so every tenant-scoped
-			// route (redrive included) must carry the JWT; the redrive
-			// route also requires the operators' scope.
+			// route (the operator routes included) must carry the JWT; the
+			// operator routes also require the operators' scope.
 			opts.Authorizer = jwtAuth
-			if r.ID == RedriveRouteID {
+			if r.Operator() {
 				opts.AuthorizationScopes = jsii.Strings(s.JWTRedriveScope)
 			}
 		}
@@ -221,12 +242,12 @@ func (b *builder) httpAPI() {
 		})
 	}
 	b.http.clientPolicy = awsiam.NewManagedPolicy(b.stack, jsii.String(ClientPolicyID), &awsiam.ManagedPolicyProps{
-		Description: jsii.String("qasync " + s.Stage + ": submit executions, read their status and result, health check (not redrive)"),
+		Description: jsii.String("qasync " + s.Stage + ": submit executions, read and list them, their results, histories and dead letters, health check (not the operator routes)"),
 		Statements:  &[]awsiam.PolicyStatement{statement(true)},
 	})
 	setLogicalID(b.http.clientPolicy, ClientPolicyID)
 	b.http.operatorPolicy = awsiam.NewManagedPolicy(b.stack, jsii.String(OperatorPolicyID), &awsiam.ManagedPolicyProps{
-		Description: jsii.String("qasync " + s.Stage + ": re-drive failed or dead-lettered executions"),
+		Description: jsii.String("qasync " + s.Stage + ": re-drive and cancel executions, start bulk re-drives and read their progress"),
 		Statements:  &[]awsiam.PolicyStatement{statement(false)},
 	})
 	setLogicalID(b.http.operatorPolicy, OperatorPolicyID)

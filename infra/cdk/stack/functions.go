@@ -69,9 +69,9 @@ func (b *builder) functions() error {
 	timeouts := map[string]time.Duration{Submit: b.s.SubmitTimeout, Worker: b.s.WorkerTimeout, Sweeper: b.s.SweeperTimeout, DLQ: b.s.DLQTimeout,
 		History: b.s.HistoryTimeout}
 	descriptions := map[string]string{
-		Submit:  "qasync submit: HTTP API -> submit, status, result, redrive, await completion",
+		Submit:  "qasync submit: HTTP API -> submit, status, result, list, redrive, cancel, await completion",
 		Worker:  "qasync worker: work queue -> one transition per record",
-		Sweeper: "qasync sweeper: schedule -> sweep index sweeps",
+		Sweeper: "qasync sweeper: schedule -> sweep index sweeps, bulk re-drives",
 		DLQ:     "qasync dlq: DLQ and poison queue -> dead-letter records",
 		History: "qasync history: execution table stream -> execution history pages",
 	}
@@ -193,10 +193,14 @@ func (f *function) allow(sid string, actions []string, resources ...*string) {
 // that:
 //
 //   - submit: execution rows created (PutItem inside TransactWriteItems),
-//     read (status, result, duplicates) and updated (redrive, await
-//     completion); key rows created and read; payload chunks written and
-//     read; work items sent; the pending dead letter of a FAILED execution
-//     published before it is re-driven.
+//     read (status, result, duplicates) and updated (redrive, cancel,
+//     await completion); key rows created and read; payload chunks written
+//     and read; work items sent; the pending dead letter of a FAILED
+//     execution published before it is re-driven; the list index queried
+//     and its rows read (BatchGetItem) for GET /v1/executions and a bulk
+//     re-drive's scan, whose job record and pages are items of the
+//     execution table (PutItem, UpdateItem, GetItem); the dead-letter
+//     table's tenant index queried for GET /v1/dead-letters.
 //   - worker: execution rows read, claimed, renewed and committed; payload
 //     chunks read and written; command steps' effect records created
 //     (PutItem), read and transitioned (UpdateItem); work queue consumed
@@ -205,7 +209,10 @@ func (f *function) allow(sid string, actions []string, resources ...*string) {
 //     and item rejects sent; lifecycle events put.
 //   - sweeper: the sweep index queried; rows read (BatchGetItem) and
 //     updated; work items and dead-letter envelopes sent; lifecycle events
-//     put.
+//     put. As the bulk re-drive jobs' driver: the active jobs and their
+//     records read (GetItem, BatchGetItem) and checkpointed (UpdateItem),
+//     a scan the submit function did not finish continued (the list index
+//     queried, pages written: PutItem), executions re-driven.
 //   - dlq: DLQ and poison queues consumed; dead-letter records written
 //     and read; rows read and marked DLQ; lifecycle events put.
 //   - history: the execution table's stream read (its event source
@@ -246,7 +253,9 @@ func (b *builder) grants(f *function) {
 	}
 	switch f.name {
 	case Submit:
-		f.allow("ExecutionRows", []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, exec.TableArn())
+		f.allow("ExecutionRows", []string{"dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, exec.TableArn())
+		f.allow("QueryListIndexes", []string{"dynamodb:Query"},
+			jsii.String(*exec.TableArn()+"/index/"+schema.ListIndexName), jsii.String(*dead.TableArn()+"/index/"+schema.DeadLetterTenantIndexName))
 		f.allow("Payloads", []string{"dynamodb:GetItem", "dynamodb:PutItem"}, payloads.TableArn())
 		f.allow("DispatchWork", []string{"sqs:SendMessage"}, work.QueueArn())
 		f.allow("PublishDeadLetters", []string{"sqs:SendMessage"}, dlq.QueueArn())
@@ -263,7 +272,8 @@ func (b *builder) grants(f *function) {
 	case Sweeper:
 		f.allow("QueryDueWork", []string{"dynamodb:Query"},
 			jsii.String(*exec.TableArn()+"/index/"+schema.DueIndexName))
-		f.allow("ExecutionRows", []string{"dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:UpdateItem"}, exec.TableArn())
+		f.allow("QueryListIndex", []string{"dynamodb:Query"}, jsii.String(*exec.TableArn()+"/index/"+schema.ListIndexName))
+		f.allow("ExecutionRows", []string{"dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, exec.TableArn())
 		f.allow("DispatchWork", []string{"sqs:SendMessage"}, work.QueueArn())
 		f.allow("PublishDeadLetters", []string{"sqs:SendMessage"}, dlq.QueueArn())
 		putEvents()

@@ -35,7 +35,8 @@ func TestLeastPrivilegePerFunction(t *testing.T) {
 	secret := grant([]string{"<" + ResumeSecretID + ">"}, "secretsmanager:GetSecretValue")
 	want := map[string][]string{
 		SubmitFunctionID: concat(common(SubmitFunctionID),
-			grant(arn(ExecutionTableID), "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
+			grant(arn(ExecutionTableID), "dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
+			grant([]string{"<ExecutionTable.Arn>/index/list", "<DeadLetterTable.Arn>/index/tenant"}, "dynamodb:Query"),
 			grant(arn(PayloadTableID), "dynamodb:GetItem", "dynamodb:PutItem"),
 			grant(arn(WorkQueueID), "sqs:SendMessage"),
 			grant(arn(DLQQueueID), "sqs:SendMessage"),
@@ -51,8 +52,8 @@ func TestLeastPrivilegePerFunction(t *testing.T) {
 			grant(arn(RejectQueueID), "sqs:SendMessage"),
 			[]string{events}),
 		SweeperFunctionID: concat(common(SweeperFunctionID),
-			grant([]string{"<ExecutionTable.Arn>/index/sweep"}, "dynamodb:Query"),
-			grant(arn(ExecutionTableID), "dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:UpdateItem"),
+			grant([]string{"<ExecutionTable.Arn>/index/sweep", "<ExecutionTable.Arn>/index/list"}, "dynamodb:Query"),
+			grant(arn(ExecutionTableID), "dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
 			grant(arn(WorkQueueID), "sqs:SendMessage"),
 			grant(arn(DLQQueueID), "sqs:SendMessage"),
 			[]string{events}),

@@ -63,6 +63,16 @@ const (
 	ResultRouteID         = "ResultRoute"
 	RedriveRouteID        = "RedriveRoute"
 	HealthRouteID         = "HealthRoute"
+	// The operator plane's routes: list, history and dead letters are
+	// client routes; cancel and bulk re-drive are operator routes, like
+	// re-drive.
+	ListRouteID        = "ListRoute"
+	HistoryRouteID     = "HistoryRoute"
+	CancelRouteID      = "CancelRoute"
+	BulkRedriveRouteID = "BulkRedriveRoute"
+	RedriveJobRouteID  = "BulkRedriveProgressRoute"
+	DeadLettersRouteID = "DeadLettersRoute"
+	OpenAPIRouteID     = "OpenAPIRoute"
 	// AwaitCompleteRouteID is the await completion route, authorized by
 	// its resume token instead of IAM (see Routes).
 	AwaitCompleteRouteID = "AwaitCompleteRoute"

@@ -30,9 +30,9 @@ func TestResourceCounts(t *testing.T) {
 		"AWS::ApiGatewayV2::Api":          1,
 		"AWS::ApiGatewayV2::Stage":        1,
 		"AWS::ApiGatewayV2::Integration":  1,
-		"AWS::ApiGatewayV2::Route":        6, // five IAM routes, the await completion route
-		"AWS::ApiGatewayV2::Authorizer":   0, // IAM needs none
-		"AWS::Lambda::Permission":         7, // six routes, the schedule
+		"AWS::ApiGatewayV2::Route":        13, // twelve IAM routes, the await completion route
+		"AWS::ApiGatewayV2::Authorizer":   0,  // IAM needs none
+		"AWS::Lambda::Permission":         14, // thirteen routes, the schedule
 		"AWS::Events::EventBus":           1,
 		"AWS::Events::Rule":               1,
 		"AWS::CloudWatch::Alarm":          8,
@@ -535,9 +535,10 @@ func TestHTTPAPIRoutesUseIAM(t *testing.T) {
 		}
 	}
 	sort.Strings(keys)
-	wantKeys := []string{"GET /healthz", "GET /v1/executions/{executionId}", "GET /v1/executions/{executionId}/result",
-		"POST /v1/executions/{executionId}/awaits/{awaitId}/complete",
-		"POST /v1/executions/{executionId}/redrive", "POST /v1/pipelines/{pipelineId}/executions"}
+	wantKeys := []string{"GET /healthz", "GET /openapi.json", "GET /v1/dead-letters", "GET /v1/executions", "GET /v1/executions/{executionId}",
+		"GET /v1/executions/{executionId}/history", "GET /v1/executions/{executionId}/result", "GET /v1/redrives/{redriveId}",
+		"POST /v1/executions/{executionId}/awaits/{awaitId}/complete", "POST /v1/executions/{executionId}/cancel",
+		"POST /v1/executions/{executionId}/redrive", "POST /v1/pipelines/{pipelineId}/executions", "POST /v1/redrives"}
 	if !reflect.DeepEqual(keys, wantKeys) {
 		t.Errorf("route keys %v, want %v", keys, wantKeys)
 	}
@@ -558,16 +559,19 @@ func TestHTTPAPIRoutesUseIAM(t *testing.T) {
 		t.Errorf("stage throttling %v", rs)
 	}
 
-	// The redrive route has its own permission: the client policy names
-	// every client route and not redrive, the operator policy redrive only;
-	// neither names the await completion route, which needs no permission.
+	// The operator routes have their own permission: the client policy
+	// names every client route and no operator route, the operator policy
+	// re-drive, cancel and bulk re-drive only; neither names the await
+	// completion route, which needs no permission.
 	arn := func(method, path string) string {
 		return "arn:<AWS::Partition>:execute-api:<AWS::Region>:<AWS::AccountId>:<HttpApi>/*/" + method + path
 	}
 	for id, want := range map[string][]string{
 		ClientPolicyID: {arn("POST", "/v1/pipelines/*/executions"), arn("GET", "/v1/executions/*"),
-			arn("GET", "/v1/executions/*/result"), arn("GET", "/healthz")},
-		OperatorPolicyID: {arn("POST", "/v1/executions/*/redrive")},
+			arn("GET", "/v1/executions/*/result"), arn("GET", "/healthz"), arn("GET", "/v1/executions"),
+			arn("GET", "/v1/executions/*/history"), arn("GET", "/v1/dead-letters"), arn("GET", "/openapi.json")},
+		OperatorPolicyID: {arn("POST", "/v1/executions/*/redrive"), arn("POST", "/v1/executions/*/cancel"),
+			arn("POST", "/v1/redrives"), arn("GET", "/v1/redrives/*")},
 	} {
 		sts := v.statements()[id]
 		if len(sts) != 1 || str(sts[0]["Action"]) != "execute-api:Invoke" {
@@ -581,8 +585,8 @@ func TestHTTPAPIRoutesUseIAM(t *testing.T) {
 			t.Errorf("%s: resources %v, want %v", id, got, want)
 		}
 		for _, r := range got {
-			if id == ClientPolicyID && strings.Contains(r, "redrive") {
-				t.Errorf("client policy can re-drive: %s", r)
+			if id == ClientPolicyID && (strings.Contains(r, "redrive") || strings.Contains(r, "cancel")) {
+				t.Errorf("client policy can re-drive or cancel: %s", r)
 			}
 			if strings.Contains(r, "awaits") {
 				t.Errorf("%s names the await completion route: %s", id, r)
@@ -664,8 +668,9 @@ func TestJWTAuthorizer(t *testing.T) {
 			t.Errorf("%s: AuthorizationType %v, want %s", r.ID, p["AuthorizationType"], wantType)
 		}
 		var scopes any
-		if r.ID == RedriveRouteID {
-			scopes = []any{"qasync/redrive"}
+		switch r.ID {
+		case RedriveRouteID, CancelRouteID, BulkRedriveRouteID, RedriveJobRouteID:
+			scopes = []any{"qasync/redrive"} // the operator routes
 		}
 		if !reflect.DeepEqual(p["AuthorizationScopes"], scopes) {
 			t.Errorf("%s: AuthorizationScopes %v, want %v", r.ID, p["AuthorizationScopes"], scopes)

@@ -2,6 +2,7 @@ package dynamo
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -62,6 +63,12 @@ func (d *DeadLetters) Put(ctx context.Context, r deadletter.Record) (bool, error
 	defer cancel()
 	item := d.key(r.ID)
 	item[s.AttrRecord] = str(string(doc))
+	if r.Listed() {
+		// In the tenant index (schema.DeadLetterTenantIndexName).
+		item[s.AttrRecordTenant] = str(r.TenantID)
+		item[s.AttrRecordedAt] = millis(r.RecordedAt)
+		item[s.AttrRecordPipeline] = str(r.Envelope.PipelineID)
+	}
 	if !r.ExpiresAt.IsZero() {
 		item[s.AttrTTL] = seconds(r.ExpiresAt)
 	}
@@ -96,8 +103,13 @@ func (d *DeadLetters) Get(ctx context.Context, id string) (deadletter.Record, er
 	if out.Item == nil || !d.live(out.Item) {
 		return deadletter.Record{}, fmt.Errorf("dynamostore: dead letter %s: %w", id, deadletter.ErrNotFound)
 	}
+	return decodeRecord(id, out.Item)
+}
+
+// decodeRecord reads a record item (of the table or the tenant index).
+func decodeRecord(id string, item map[string]types.AttributeValue) (deadletter.Record, error) {
 	var doc []byte
-	switch v := out.Item[s.AttrRecord].(type) {
+	switch v := item[s.AttrRecord].(type) {
 	case *types.AttributeValueMemberS:
 		doc = []byte(v.Value)
 	case *types.AttributeValueMemberB:
@@ -111,4 +123,99 @@ func (d *DeadLetters) Get(ctx context.Context, id string) (deadletter.Record, er
 	}
 	r.ID = id
 	return r, nil
+}
+
+var _ deadletter.Lister = (*DeadLetters)(nil)
+
+// listRequests bounds the index queries of one List call (a pipeline
+// filter may leave each short): a call reads at most listRequests x Limit
+// index items.
+const listRequests = 4
+
+// List implements deadletter.Lister from the tenant index: newest first,
+// the pipeline filter applied by DynamoDB on the projected pipeline id,
+// the record read from the index's projection (no read of the table). The
+// cursor holds the query's fingerprint and the last entry evaluated.
+func (d *DeadLetters) List(ctx context.Context, q deadletter.ListQuery) (deadletter.ListPage, error) {
+	if err := q.Validate(); err != nil {
+		return deadletter.ListPage{}, err
+	}
+	start, err := decodeRecordCursor(q)
+	if err != nil {
+		return deadletter.ListPage{}, err
+	}
+	ctx, cancel := withDeadline(ctx, d.timeout)
+	defer cancel()
+	limit := q.PageSize()
+	in := &dynamodb.QueryInput{
+		TableName: &d.table, IndexName: aws.String(s.DeadLetterTenantIndexName),
+		KeyConditionExpression:    aws.String("#t = :t"),
+		ExpressionAttributeNames:  map[string]string{"#t": s.AttrRecordTenant},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":t": str(q.TenantID)},
+		ScanIndexForward:          aws.Bool(false),
+		ExclusiveStartKey:         start,
+	}
+	if q.PipelineID != "" {
+		in.FilterExpression = aws.String("#p = :p")
+		in.ExpressionAttributeNames["#p"], in.ExpressionAttributeValues[":p"] = s.AttrRecordPipeline, str(q.PipelineID)
+	}
+	var page deadletter.ListPage
+	for range listRequests {
+		in.Limit = aws.Int32(int32(limit - len(page.Records)))
+		out, err := d.db.Query(ctx, in)
+		if err != nil {
+			return deadletter.ListPage{}, translate("list dead letters", err)
+		}
+		for _, item := range out.Items {
+			if !d.live(item) {
+				continue
+			}
+			r, err := decodeRecord((&reader{item: item}).str(s.AttrRecordID), item)
+			if err != nil {
+				return deadletter.ListPage{}, err
+			}
+			page.Records = append(page.Records, r)
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
+		if out.LastEvaluatedKey == nil || len(page.Records) >= limit {
+			break
+		}
+	}
+	if in.ExclusiveStartKey != nil {
+		page.Cursor = encodeRecordCursor(q, in.ExclusiveStartKey)
+	}
+	return page, nil
+}
+
+// recordCursor is a dead-letter list's continuation: the query's
+// fingerprint and the last index entry evaluated.
+type recordCursor struct {
+	Query string `json:"q"`
+	At    int64  `json:"c"`
+	ID    string `json:"i"`
+}
+
+func encodeRecordCursor(q deadletter.ListQuery, last map[string]types.AttributeValue) string {
+	r := &reader{item: last}
+	b, _ := json.Marshal(recordCursor{Query: q.Fingerprint(), At: r.int64(s.AttrRecordedAt), ID: r.str(s.AttrRecordID)}) // cannot fail
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// decodeRecordCursor returns the ExclusiveStartKey of q's cursor (nil for
+// the first page).
+func decodeRecordCursor(q deadletter.ListQuery) (map[string]types.AttributeValue, error) {
+	if q.Cursor == "" {
+		return nil, nil
+	}
+	var c recordCursor
+	b, err := base64.RawURLEncoding.DecodeString(q.Cursor)
+	if err == nil {
+		err = json.Unmarshal(b, &c)
+	}
+	if err != nil || c.Query != q.Fingerprint() || c.ID == "" {
+		return nil, fmt.Errorf("dynamostore: %w: not a cursor of this dead-letter list query", deadletter.ErrInvalidCursor)
+	}
+	return map[string]types.AttributeValue{
+		s.AttrRecordTenant: str(q.TenantID), s.AttrRecordedAt: num(c.At), s.AttrRecordID: str(c.ID),
+	}, nil
 }

@@ -239,14 +239,34 @@ func (st *StateStore) Get(ctx context.Context, key store.Key) (store.Execution, 
 func (st *StateStore) GetBatch(ctx context.Context, keys []store.Key) ([]store.Execution, error) {
 	ctx, cancel := st.deadline(ctx)
 	defer cancel()
-	var out []store.Execution
-	for start := 0; start < len(keys); start += 100 {
-		var req []map[string]types.AttributeValue
-		for _, k := range keys[start:min(start+100, len(keys))] {
-			if validKey(k) {
-				req = append(req, st.key(k))
-			}
+	req := make([]map[string]types.AttributeValue, 0, len(keys))
+	for _, k := range keys {
+		if validKey(k) {
+			req = append(req, st.key(k))
 		}
+	}
+	items, err := st.batchGet(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]store.Execution, 0, len(items))
+	for _, item := range items {
+		e, err := decode(item)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// batchGet reads the live items of the execution table with these keys
+// (BatchGetItem, 100 keys a request, strongly consistent), retrying
+// unprocessed keys; missing and expired items are left out.
+func (st *StateStore) batchGet(ctx context.Context, keys []map[string]types.AttributeValue) ([]map[string]types.AttributeValue, error) {
+	var out []map[string]types.AttributeValue
+	for start := 0; start < len(keys); start += 100 {
+		req := keys[start:min(start+100, len(keys))]
 		for try := 0; len(req) > 0; try++ {
 			res, err := st.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{
 				st.opts.ExecutionTable: {Keys: req, ConsistentRead: aws.Bool(true)}}})
@@ -254,14 +274,9 @@ func (st *StateStore) GetBatch(ctx context.Context, keys []store.Key) ([]store.E
 				return nil, translate("batch get", err)
 			}
 			for _, item := range res.Responses[st.opts.ExecutionTable] {
-				if !st.live(item) {
-					continue
+				if st.live(item) {
+					out = append(out, item)
 				}
-				e, err := decode(item)
-				if err != nil {
-					return nil, err
-				}
-				out = append(out, e)
 			}
 			req = res.UnprocessedKeys[st.opts.ExecutionTable].Keys
 			if len(req) > 0 {

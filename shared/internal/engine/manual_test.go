@@ -29,6 +29,8 @@ type cluster struct {
 	queue    *queue
 	dlq      *recordingDLQ
 	logs     *logtest.Buffer
+	// observers hear every worker made after they are set.
+	observers []engine.Observer
 }
 
 // queue records dispatched messages; the test takes them with take.
@@ -92,7 +94,7 @@ func (c *cluster) worker(id string, cfg engine.Config, clk clock.Clock, ps ...pi
 	}
 	cfg.WorkerID = id
 	rt, err := engine.New(cfg, engine.Deps{
-		Registry: reg, Store: c.store, Payloads: c.payloads, Dispatcher: c.queue, DeadLetter: c.dlq, Clock: clk,
+		Registry: reg, Store: c.store, Payloads: c.payloads, Dispatcher: c.queue, DeadLetter: c.dlq, Clock: clk, Observers: c.observers,
 		Logger: slog.New(slog.NewJSONHandler(c.logs, &slog.HandlerOptions{Level: slog.LevelDebug})).With(slog.String("worker", id)),
 	})
 	if err != nil {

@@ -23,6 +23,9 @@ const (
 	EventDeadLettered EventKind = "execution_dead_lettered"
 	// EventOutcomeUnknown: the execution was parked as REMOTE_OUTCOME_UNKNOWN.
 	EventOutcomeUnknown EventKind = "execution_outcome_unknown"
+	// EventCancelled: an operator's cancel ended the execution CANCELLED
+	// (terminal; Execution.CancelReason says why).
+	EventCancelled EventKind = "execution_cancelled"
 	// EventLeaseTakeover: a worker claimed an execution whose lease had lapsed.
 	EventLeaseTakeover EventKind = "lease_takeover"
 	// EventSweepCompleted: a sweep finished; Sweep holds its counts.
@@ -47,7 +50,7 @@ type Event struct {
 
 // Terminal reports whether the event ends an execution.
 func (e Event) Terminal() bool {
-	return e.Kind == EventSucceeded || e.Kind == EventDeadLettered || e.Kind == EventOutcomeUnknown
+	return e.Kind == EventSucceeded || e.Kind == EventDeadLettered || e.Kind == EventOutcomeUnknown || e.Kind == EventCancelled
 }
 
 // Observer hears runtime events: metrics and lifecycle notifications plug

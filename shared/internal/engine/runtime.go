@@ -205,6 +205,14 @@ type Deps struct {
 	// Objects is the object store of pipelines' Output, handed to every
 	// step as pipeline.StepInfo.Objects. Optional.
 	Objects pipeline.ObjectStore
+	// DeadLetters lists the dead-letter records (Runtime.DeadLetters): the
+	// dead-letter consumer's recorder. Optional: without it DeadLetters
+	// returns ErrDeadLettersUnavailable.
+	DeadLetters deadletter.Lister
+	// Jobs keeps bulk re-drive jobs (Runtime.StartRedrives). Optional: the
+	// state store when it keeps jobs (store.JobStore); without either,
+	// bulk re-drive returns ErrRedrivesUnavailable.
+	Jobs store.JobStore
 	// Clock defaults to the system clock.
 	Clock clock.Clock
 	// Logger defaults to slog.Default().
@@ -246,6 +254,9 @@ func New(cfg Config, deps Deps) (*Runtime, error) {
 	}
 	if deps.Logger == nil {
 		deps.Logger = slog.Default()
+	}
+	if js, ok := deps.Store.(store.JobStore); ok && deps.Jobs == nil {
+		deps.Jobs = js
 	}
 	return &Runtime{cfg: cfg, deps: deps}, nil
 }
@@ -381,6 +392,9 @@ type RedriveOptions struct {
 	// cancelled, or can otherwise make no more effects. Required to
 	// re-drive that status; ignored for DLQ and FAILED.
 	ConfirmedNoRemoteEffect bool
+	// RedriveID names the bulk re-drive this re-drive is part of ("" for
+	// a single re-drive); the audit log event carries it.
+	RedriveID string
 }
 
 // Redrive sends a DLQ or FAILED execution back to QUEUED at its failed
@@ -443,7 +457,8 @@ func (r *Runtime) RedriveWith(ctx context.Context, key store.Key, opts RedriveOp
 	}
 	r.execLogger(&got).LogAttrs(ctx, slog.LevelWarn, "execution_redriven", slog.String("event", "execution_redriven"),
 		slog.String("reason", next.Note), slog.Int("redrive_count", got.RedriveCount),
-		slog.String("from_status", string(e.Status)), slog.Bool("confirmed_no_remote_effect", opts.ConfirmedNoRemoteEffect))
+		slog.String("from_status", string(e.Status)), slog.Bool("confirmed_no_remote_effect", opts.ConfirmedNoRemoteEffect),
+		slog.String("redrive_id", opts.RedriveID))
 	r.dispatch(ctx, &got, 0)
 	return got, nil
 }

@@ -20,6 +20,9 @@ type SweepResult struct {
 	DeadLettersPublished int `json:"deadLettersPublished"`
 	// AwaitsTimedOut counts parked awaits whose timeout the sweep enforced.
 	AwaitsTimedOut int `json:"awaitsTimedOut"`
+	// Cancelled counts cancelled executions whose worker had died, ended
+	// CANCELLED by the sweep.
+	Cancelled int `json:"cancelled"`
 	// Rescheduled counts healthy rows whose next look was pushed forward.
 	Rescheduled int `json:"rescheduled"`
 	// Failed counts rows the sweep could not handle this time.
@@ -60,6 +63,9 @@ type SweepPass struct {
 //     its next try pushed out likewise;
 //   - WAITING_EXTERNAL at its await's timeout: the await step fails with
 //     AWAIT_TIMEOUT;
+//   - RUNNING with a cancel requested and its lease lapsed by more than
+//     the clock-skew tolerance (its worker died before it saw the
+//     cancel): it ends CANCELLED;
 //   - a healthy row (running under a live lease, queued within its grace,
 //     waiting for its timeout): its next look is pushed to when it could
 //     need one;
@@ -115,6 +121,12 @@ func (r *Runtime) Sweep(ctx context.Context, pass *SweepPass) (SweepResult, erro
 			} else if done {
 				res.AwaitsTimedOut++
 			}
+		case sweepCancel:
+			if _, err := r.finishCancel(ctx, e, "sweeper"); err == nil {
+				res.Cancelled++
+			} else if !errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrLeaseLost) && !errors.Is(err, store.ErrNotFound) {
+				res.Failed++
+			}
 		case sweepReschedule:
 			if r.reschedule(ctx, &e, at, e.Sweeps) {
 				res.Rescheduled++
@@ -145,7 +157,7 @@ func (r *Runtime) Sweep(ctx context.Context, pass *SweepPass) (SweepResult, erro
 	r.deps.Logger.LogAttrs(ctx, level, "sweep_completed", slog.String("event", "sweep_completed"),
 		slog.Int("due", res.Due), slog.Int("redispatched", res.Redispatched), slog.Int("rescheduled", res.Rescheduled),
 		slog.Int("dead_letters_published", res.DeadLettersPublished), slog.Int("awaits_timed_out", res.AwaitsTimedOut),
-		slog.Int("failed", res.Failed), slog.Bool("more", res.More))
+		slog.Int("cancelled", res.Cancelled), slog.Int("failed", res.Failed), slog.Bool("more", res.More))
 	r.notify(ctx, EventSweepCompleted, store.Execution{}, res)
 	return res, nil
 }
@@ -160,6 +172,7 @@ const (
 	sweepAwaitTimeout                    // fail its await step: the timeout passed
 	sweepReschedule                      // healthy: look again at the returned time
 	sweepForget                          // needs no look: leave the index
+	sweepCancel                          // cancelled, its worker gone: end it CANCELLED
 )
 
 // sweepPlan decides, from the row alone, what the sweeper does with it at
@@ -176,6 +189,13 @@ func (r *Runtime) sweepPlan(e *store.Execution, now time.Time) (sweepAction, tim
 			return sweepAwaitTimeout, time.Time{}
 		}
 		return sweepReschedule, e.Await.TimeoutAt
+	case cancelPending(e):
+		// Cancelled while running: its worker ends it, unless it died; no
+		// grace, since no work item has to come back for it.
+		if lapsed := e.LeaseExpiresAt.Add(tol); lapsed.After(now) {
+			return sweepReschedule, lapsed
+		}
+		return sweepCancel, time.Time{}
 	case e.Status == store.Running:
 		// A lapsed lease gets the grace too: the dead worker's own work item
 		// comes back when its visibility ends.

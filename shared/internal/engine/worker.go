@@ -76,6 +76,15 @@ func (r *Runtime) Process(ctx context.Context, item dispatch.WorkItem) error {
 			// (the holder may be dead: this item is how it is retried).
 			return dispatch.RetryAfter(row.LeaseExpiresAt.Add(tol).Sub(now), "lease_not_lapsed")
 		}
+		if cancelPending(&row) {
+			// Its worker died after an operator cancelled it: end it here
+			// instead of taking the step over.
+			if _, err := r.finishCancel(ctx, row, "takeover"); err != nil && !errors.Is(err, store.ErrConflict) &&
+				!errors.Is(err, store.ErrLeaseLost) && !errors.Is(err, store.ErrNotFound) {
+				return err
+			}
+			return nil
+		}
 	default:
 		return nil // finished, failed, parked
 	}
@@ -220,8 +229,12 @@ func (t *transition) run(ctx context.Context, takeover bool) error {
 		return t.succeed(ctx, in, &row.Result, policy)
 	}
 
-	out, lost, stepErr := t.invoke(ctx, step, in)
-	if lost {
+	out, cause, stepErr := t.invoke(ctx, step, in)
+	switch {
+	case errors.Is(cause, ErrCancelled):
+		t.log.LogAttrs(ctx, slog.LevelWarn, "step_cancelled", slog.String("event", "step_cancelled"))
+		return nil // the execution was ended CANCELLED when the cancel was seen
+	case cause != nil:
 		t.log.LogAttrs(ctx, slog.LevelWarn, "lease_lost", slog.String("event", "lease_lost"))
 		return nil // the new owner runs the step; nothing of ours may commit
 	}
@@ -273,10 +286,11 @@ func (t *transition) stepInfo(step pipeline.Step) pipeline.StepInfo {
 	return info
 }
 
-// invoke runs the step under a renewed lease. lost reports that the lease
-// was lost while it ran; the step's context was then cancelled with cause
-// ErrLeaseLost.
-func (t *transition) invoke(ctx context.Context, step pipeline.Step, in payload.Payload) (out payload.Payload, lost bool, err error) {
+// invoke runs the step under a renewed lease. cause is set when the
+// renewer cancelled the step's context: ErrLeaseLost when the lease was
+// lost, ErrCancelled when the execution was cancelled (and already ended
+// CANCELLED); nothing of the step's may then be committed.
+func (t *transition) invoke(ctx context.Context, step pipeline.Step, in payload.Payload) (out payload.Payload, cause error, err error) {
 	stepCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	done := make(chan struct{})
@@ -296,12 +310,19 @@ func (t *transition) invoke(ctx context.Context, step pipeline.Step, in payload.
 	}()
 	close(done)
 	<-renewed
-	return out, errors.Is(context.Cause(stepCtx), ErrLeaseLost), err
+	if c := context.Cause(stepCtx); errors.Is(c, ErrLeaseLost) || errors.Is(c, ErrCancelled) {
+		cause = c
+	}
+	return out, cause, err
 }
 
 // renew extends the lease every third of its length until done closes.
 // When the store says the lease is gone, or renewal keeps failing until
-// the lease has lapsed, it cancels the step with cause ErrLeaseLost.
+// the lease has lapsed, it cancels the step with cause ErrLeaseLost; when
+// the refusal was an operator's cancel (the version moved under this
+// worker's lease), it ends the execution CANCELLED first and cancels the
+// step with cause ErrCancelled, so that a step that ignores its context
+// does not hold the cancel up.
 func (t *transition) renew(ctx context.Context, cancel context.CancelCauseFunc, done <-chan struct{}) {
 	r, row := t.r, &t.row
 	tick := time.NewTicker(r.cfg.Lease / 3)
@@ -322,6 +343,9 @@ func (t *transition) renew(ctx context.Context, cancel context.CancelCauseFunc, 
 			row.LeaseExpiresAt = until
 			t.log.LogAttrs(ctx, slog.LevelDebug, "lease_renewed", slog.String("event", "lease_renewed"),
 				slog.Time("lease_expires_at", until))
+		case errors.Is(err, store.ErrLeaseLost) && t.cancelRequested(ctx):
+			cancel(ErrCancelled)
+			return
 		case errors.Is(err, store.ErrLeaseLost) || !now.Before(row.LeaseExpiresAt):
 			cancel(ErrLeaseLost)
 			return
@@ -558,6 +582,14 @@ func (t *transition) commit(ctx context.Context, next store.Execution, keepSweep
 			t.log.LogAttrs(ctx, slog.LevelInfo, "commit_outcome_resolved", slog.String("event", "commit_outcome_resolved"),
 				slog.Int("writes", attempt))
 			return t.landedAs(ctx, row, attrs), nil
+		case gerr == nil && cancelPending(&row) && row.LeaseOwner == r.cfg.WorkerID && !t.unleased:
+			// An operator cancelled the execution while the step ran: its
+			// outcome is dropped and the execution ends CANCELLED.
+			t.log.LogAttrs(ctx, slog.LevelWarn, "commit_refused_cancelled", slog.String("event", "commit_refused_cancelled"))
+			if _, err := r.finishCancel(ctx, row, "worker"); err != nil {
+				t.log.LogAttrs(ctx, slog.LevelWarn, "cancel_finish_failed", slog.String("event", "cancel_finish_failed"), slog.String("error", err.Error()))
+			}
+			return nil, nil
 		case gerr == nil && (row.Version != guard.Version || row.LeaseOwner != guard.LeaseOwner):
 			t.log.LogAttrs(ctx, slog.LevelWarn, "lease_lost", slog.String("event", "lease_lost"), slog.String("phase", "commit"))
 			return nil, nil
@@ -638,6 +670,9 @@ func (t *transition) release(ctx context.Context, cause error, code string, poli
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if _, err := r.deps.Store.Update(rctx, store.Guard{Key: t.row.Key(), Version: t.row.Version, LeaseOwner: r.cfg.WorkerID, KeepSweep: true}, next); err != nil {
+		if errors.Is(err, store.ErrLeaseLost) && t.cancelRequested(ctx) {
+			return nil // cancelled meanwhile: ended CANCELLED, nothing to hand back
+		}
 		t.log.LogAttrs(ctx, slog.LevelWarn, "lease_release_failed", slog.String("event", "lease_release_failed"), slog.String("error", err.Error()))
 	} else {
 		t.log.LogAttrs(ctx, slog.LevelInfo, "lease_released", slog.String("event", "lease_released"),

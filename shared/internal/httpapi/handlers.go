@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -102,6 +101,11 @@ type StatusResponse struct {
 	// Await is the execution's current (or last) external await; omitted
 	// when it has none.
 	Await *AwaitResponse `json:"await,omitempty"`
+	// CancelReason is the operator's reason once a cancel was requested
+	// (the execution is CANCELLED, or RUNNING until its worker sees it).
+	CancelReason string `json:"cancelReason,omitempty"`
+	// CancelRequestedAt is when the cancel was requested.
+	CancelRequestedAt string `json:"cancelRequestedAt,omitempty"`
 }
 
 // AwaitResponse is the external await of a status document.
@@ -158,6 +162,9 @@ func statusDocument(e *store.Execution) StatusResponse {
 	}
 	if e.Error != nil {
 		d.Error = &ErrorResponse{Code: e.Error.Code, Message: e.Error.Message, TerminalReason: e.Error.TerminalReason}
+	}
+	if !e.CancelRequestedAt.IsZero() {
+		d.CancelReason, d.CancelRequestedAt = e.CancelReason, formatTime(e.CancelRequestedAt)
 	}
 	if aw := e.Await; aw != nil {
 		d.Await = &AwaitResponse{AwaitID: aw.ID, Status: aw.Status, Late: aw.Late}
@@ -590,19 +597,12 @@ func (a *api) authorized(w http.ResponseWriter, r *http.Request) bool {
 // says what is wrong with it.
 func parseRedrive(body []byte) (RedriveRequest, string) {
 	var req RedriveRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		return req, `The body must be a JSON object {"reason": string, "expectedVersion": integer (optional), "confirmedNoRemoteEffect": boolean (optional)} with no other members.`
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return req, "The body must hold exactly one JSON object."
-	}
+	detail := decodeBody(body, &req, `{"reason": string, "expectedVersion": integer (optional), "confirmedNoRemoteEffect": boolean (optional)}`)
 	switch {
-	case strings.TrimSpace(req.Reason) == "":
-		return req, `"reason" is required and must not be blank.`
-	case len(req.Reason) > MaxRedriveReasonLen:
-		return req, fmt.Sprintf(`"reason" must be at most %d bytes.`, MaxRedriveReasonLen)
+	case detail != "":
+		return req, detail
+	case checkReason(req.Reason) != "":
+		return req, checkReason(req.Reason)
 	case req.ExpectedVersion != nil && *req.ExpectedVersion < 1:
 		return req, `"expectedVersion" must be a positive integer.`
 	}

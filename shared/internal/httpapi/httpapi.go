@@ -1,33 +1,45 @@
 // Package httpapi is the runtime's HTTP interface: submit an execution,
-// read its status and result, and (for operators) re-drive it. New returns
-// a plain http.Handler, served as is by a local server and adapted to API
-// Gateway events on Lambda.
+// read its status and result, and (for operators) list, cancel and
+// re-drive executions. New returns a plain http.Handler, served as is by
+// a local server and adapted to API Gateway events on Lambda. The OpenAPI
+// 3.1 document of every route (OpenAPI) is served at /openapi.json.
 //
 // Routes:
 //
 //	POST /v1/pipelines/{pipelineId}/executions   submit: 202 new, 200 duplicate
+//	GET  /v1/executions                          list the tenant's executions, newest first
+//	                                             (pipelineId, status, limit, cursor)
 //	GET  /v1/executions/{executionId}            status document
 //	GET  /v1/executions/{executionId}/result     result bytes once SUCCEEDED, else 409
+//	GET  /v1/executions/{executionId}/history    the execution's events in commit order
 //	POST /v1/executions/{executionId}/redrive    operator re-drive (Bearer admin token; a
 //	                                             REMOTE_OUTCOME_UNKNOWN execution needs
 //	                                             "confirmedNoRemoteEffect": true)
+//	POST /v1/executions/{executionId}/cancel     operator cancel (as re-drive): 202, 200 when
+//	                                             already CANCELLED, 409 when ended
+//	POST /v1/redrives                            operator bulk re-drive (as re-drive): 202
+//	GET  /v1/redrives/{redriveId}                its progress (as re-drive)
+//	GET  /v1/dead-letters                        the tenant's dead letters, newest first
 //	POST /v1/executions/{executionId}/awaits/{awaitId}/complete
 //	                                             complete an await step (X-Resume-Token;
 //	                                             body = completion payload): 200
+//	GET  /openapi.json                           the OpenAPI document
 //	GET  /healthz                                {"status":"ok"}
 //
 // Every error is an RFC 9457 application/problem+json document (Problem)
 // whose type is ProblemTypePrefix followed by one of these kinds:
 // invalid-request, invalid-pipeline-id, invalid-tenant,
 // invalid-idempotency-key, idempotency-key-required, invalid-content-type,
-// invalid-json (400); unauthorized (401); forbidden (403); not-found, pipeline-not-found,
-// execution-not-found (404); method-not-allowed (405, with Allow);
-// execution-not-succeeded, execution-not-redrivable, version-mismatch,
-// await-conflict (409); payload-too-large (413); unsupported-media-type
-// (415: a body whose Content-Type the pipeline's first step does not
-// take, such as text/plain for a step that decodes JSON);
-// idempotency-key-mismatch (422); internal (500); unavailable,
-// awaits-disabled (503).
+// invalid-json, invalid-cursor (400); unauthorized (401); forbidden (403);
+// not-found, pipeline-not-found, execution-not-found, redrive-not-found,
+// history-unavailable (404); method-not-allowed (405, with Allow);
+// execution-not-succeeded, execution-not-redrivable,
+// execution-not-cancellable, version-mismatch, await-conflict (409);
+// payload-too-large (413); unsupported-media-type (415: a body whose
+// Content-Type the pipeline's first step does not take, such as
+// text/plain for a step that decodes JSON); idempotency-key-mismatch
+// (422); internal (500); unavailable, awaits-disabled,
+// dead-letters-unavailable, redrives-unavailable (503).
 //
 // A request is validated completely before the runtime is called, so a
 // rejected request stores nothing. Each request is logged once as event
@@ -57,13 +69,14 @@ type Options struct {
 	// MaxBodyBytes is the largest accepted request body; a larger one is
 	// answered with 413. Zero or negative means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
-	// AdminToken is the Bearer token of the re-drive route. Empty disables
-	// the route (it then answers 404 like any unknown path), unless
+	// AdminToken is the Bearer token of the operator routes: re-drive,
+	// cancel, bulk re-drive and its progress. Empty disables them (they
+	// then answer 404 like any unknown path), unless
 	// RedriveAuthorizedUpstream is set.
 	AdminToken string
-	// RedriveAuthorizedUpstream serves the re-drive route without a token
-	// because something in front has already authorized it: API Gateway,
-	// where the route has its own IAM permission (or JWT scope) that
+	// RedriveAuthorizedUpstream serves the operator routes without a token
+	// because something in front has already authorized them: API
+	// Gateway, where each has its own IAM permission (or JWT scope) that
 	// submitting callers lack. Never set it on a listener callers reach
 	// directly.
 	RedriveAuthorizedUpstream bool
@@ -88,6 +101,14 @@ const (
 	routeRedrive = "POST /v1/executions/{executionId}/redrive"
 	routeHealth  = "GET /healthz"
 	routeAwait   = "POST /v1/executions/{executionId}/awaits/{awaitId}/complete"
+	// The operator plane.
+	routeList        = "GET /v1/executions"
+	routeHistory     = "GET /v1/executions/{executionId}/history"
+	routeCancel      = "POST /v1/executions/{executionId}/cancel"
+	routeRedrives    = "POST /v1/redrives"
+	routeRedriveJob  = "GET /v1/redrives/{redriveId}"
+	routeDeadLetters = "GET /v1/dead-letters"
+	routeOpenAPI     = "GET /openapi.json"
 )
 
 // api is the handler New returns.
@@ -133,14 +154,23 @@ func New(rt *engine.Runtime, opts Options) http.Handler {
 	a.route(routeResult, a.result)
 	a.route(routeHealth, a.health)
 	a.route(routeAwait, a.completeAwait)
+	a.route(routeList, a.list)
+	a.route(routeHistory, a.history)
+	a.route(routeDeadLetters, a.deadLetters)
+	a.route(routeOpenAPI, a.openAPI)
 	switch {
 	case opts.RedriveAuthorizedUpstream:
 		a.redriveUpstream = true
-		a.route(routeRedrive, a.redrive)
 	case opts.AdminToken != "":
 		h := sha256.Sum256([]byte(opts.AdminToken))
 		a.adminHash = &h
+	}
+	if a.redriveUpstream || a.adminHash != nil {
+		// The operator routes: authorized as re-drive is.
 		a.route(routeRedrive, a.redrive)
+		a.route(routeCancel, a.cancel)
+		a.route(routeRedrives, a.startRedrives)
+		a.route(routeRedriveJob, a.redriveProgress)
 	}
 	// Everything else: a problem+json 404, never the mux's text/plain one.
 	a.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

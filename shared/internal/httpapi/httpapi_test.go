@@ -672,7 +672,7 @@ func TestMethodNotAllowed(t *testing.T) {
 func TestNotFoundRoutes(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	for _, path := range []string{"/", "/nope", "/v1/executions", "/v1/executions/", "/v1/pipelines/echo/executions/",
+	for _, path := range []string{"/", "/nope", "/v1/executions/", "/v1/pipelines/echo/executions/",
 		"/v1/pipelines//executions", "/v1/pipelines/./executions", "/v1/x/../healthz", "//healthz", "/healthz/"} {
 		w := e.do(req{method: http.MethodGet, path: path})
 		t.Run(path, func(t *testing.T) { wantProblem(t, w, http.StatusNotFound, "not-found") })

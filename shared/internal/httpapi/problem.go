@@ -65,12 +65,19 @@ var (
 	kindNotRedrivable      = kind{"execution-not-redrivable", http.StatusConflict, "Execution cannot be re-driven"}
 	kindVersionMismatch    = kind{"version-mismatch", http.StatusConflict, "Execution version mismatch"}
 	kindAwaitConflict      = kind{"await-conflict", http.StatusConflict, "Await cannot be completed"}
-	kindAwaitsDisabled     = kind{"awaits-disabled", http.StatusServiceUnavailable, "Await completion not configured"}
-	kindTooLarge           = kind{"payload-too-large", http.StatusRequestEntityTooLarge, "Request body too large"}
-	kindUnsupportedType    = kind{"unsupported-media-type", http.StatusUnsupportedMediaType, "Unsupported media type"}
-	kindKeyMismatch        = kind{"idempotency-key-mismatch", http.StatusUnprocessableEntity, "Idempotency key reused with a different request"}
-	kindInternal           = kind{"internal", http.StatusInternalServerError, "Internal server error"}
-	kindUnavailable        = kind{"unavailable", http.StatusServiceUnavailable, "Service unavailable"}
+	kindNotCancellable     = kind{"execution-not-cancellable", http.StatusConflict, "Execution cannot be cancelled"}
+	kindInvalidCursor      = kind{"invalid-cursor", http.StatusBadRequest, "Invalid cursor"}
+	kindRedriveNotFound    = kind{"redrive-not-found", http.StatusNotFound, "Bulk re-drive not found"}
+	kindHistoryUnavailable = kind{"history-unavailable", http.StatusNotFound, "Execution history not available"}
+	// The providers of the deployment offer no such records.
+	kindDeadLettersUnavailable = kind{"dead-letters-unavailable", http.StatusServiceUnavailable, "Dead letters not available"}
+	kindRedrivesUnavailable    = kind{"redrives-unavailable", http.StatusServiceUnavailable, "Bulk re-drive not available"}
+	kindAwaitsDisabled         = kind{"awaits-disabled", http.StatusServiceUnavailable, "Await completion not configured"}
+	kindTooLarge               = kind{"payload-too-large", http.StatusRequestEntityTooLarge, "Request body too large"}
+	kindUnsupportedType        = kind{"unsupported-media-type", http.StatusUnsupportedMediaType, "Unsupported media type"}
+	kindKeyMismatch            = kind{"idempotency-key-mismatch", http.StatusUnprocessableEntity, "Idempotency key reused with a different request"}
+	kindInternal               = kind{"internal", http.StatusInternalServerError, "Internal server error"}
+	kindUnavailable            = kind{"unavailable", http.StatusServiceUnavailable, "Service unavailable"}
 )
 
 // problem builds the document of kind k with detail.

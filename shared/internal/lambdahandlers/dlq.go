@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"log/slog"
 	"strconv"
-	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
@@ -16,10 +15,8 @@ import (
 )
 
 // RecordRetention is how long the dlq function keeps a dead-letter record
-// (its ExpiresAt, applied by the table's TTL): 90 days, three times the
-// default execution TTL, so the record outlives the execution it
-// describes and leaves a quarter for the follow-up.
-const RecordRetention = 90 * 24 * time.Hour
+// (deadletter.RecordRetention).
+const RecordRetention = deadletter.RecordRetention
 
 // MetricDeadLetterRecords is the counter the dlq function emits once per
 // new record, with dimension Kind (execution or poison).
@@ -87,7 +84,7 @@ func recordDeadLetter(ctx context.Context, rt *engine.Runtime, rec deadletter.Re
 	var env deadletter.Envelope
 	isEnvelope := json.Unmarshal([]byte(msg.Body), &env) == nil && env.TransitionKey != "" && env.TerminalReason != ""
 	if isEnvelope {
-		r.ID, r.Kind, r.TenantID, r.ExecutionID, r.Envelope = env.TransitionKey, deadletter.KindExecution, env.TenantID, env.ExecutionID, &env
+		r = deadletter.ExecutionRecord(env, now)
 		attrs = append(attrs, slog.String("kind", r.Kind), slog.String("tenant", env.TenantID),
 			slog.String("execution_id", env.ExecutionID), slog.String("pipeline", env.PipelineID),
 			slog.String("step", env.StepName), slog.String("transition_key", env.TransitionKey),

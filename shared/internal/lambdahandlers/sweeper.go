@@ -31,6 +31,9 @@ type SweepReport struct {
 	DeadLettersPublished int `json:"deadLettersPublished"`
 	// AwaitsTimedOut counts awaits whose timeout the sweeps enforced.
 	AwaitsTimedOut int `json:"awaitsTimedOut"`
+	// Cancelled counts cancelled executions whose worker had died, ended
+	// CANCELLED by the sweeps.
+	Cancelled int `json:"cancelled"`
 	// Rescheduled counts healthy rows whose next look was pushed forward.
 	Rescheduled int `json:"rescheduled"`
 	// Failed counts rows the sweeps could not handle.
@@ -38,14 +41,25 @@ type SweepReport struct {
 	// More is the last sweep's More: rows may still be due (the invocation
 	// stopped for time or at MaxSweeps; the next schedule continues).
 	More bool `json:"more"`
+	// RedriveJobs counts the bulk re-drive jobs the invocation advanced
+	// after its sweeps.
+	RedriveJobs int `json:"redriveJobs"`
 }
+
+// redriveSliceWithoutDeadline is how long an invocation without a
+// deadline (a test) advances bulk re-drive jobs.
+const redriveSliceWithoutDeadline = 10 * time.Second
 
 // Sweeper is the sweeper function's handler for its EventBridge schedule
 // (the event's content is not used). It runs Runtime.Sweep, again while
 // the sweep reports More and the deadline leaves more than margin, each
 // sweep skipping the rows the invocation already handled,
 // at most MaxSweeps times (the first sweep always runs), and returns and
-// logs (event "sweeper_completed") the totals. A SweepOnce error is
+// logs (event "sweeper_completed") the totals. With the time left beyond
+// margin it then advances the active bulk re-drive jobs
+// (Runtime.DriveRedrives): the sweeper is their driver, so a job goes on
+// at every schedule and resumes after an invocation that timed out. A
+// SweepOnce error is
 // logged ("sweep_failed") and returned, so that the invocation counts as
 // failed (Errors metric, asynchronous retry); the next schedule sweeps
 // anyway.
@@ -70,6 +84,7 @@ func Sweeper(rt *engine.Runtime, margin time.Duration, log *slog.Logger) func(co
 			rep.Redispatched += res.Redispatched
 			rep.DeadLettersPublished += res.DeadLettersPublished
 			rep.AwaitsTimedOut += res.AwaitsTimedOut
+			rep.Cancelled += res.Cancelled
 			rep.Rescheduled += res.Rescheduled
 			rep.Failed += res.Failed
 			rep.More = res.More
@@ -85,6 +100,17 @@ func Sweeper(rt *engine.Runtime, margin time.Duration, log *slog.Logger) func(co
 				break
 			}
 		}
+		slice := redriveSliceWithoutDeadline
+		if left, ok := timeLeft(ctx); ok {
+			slice = left - margin
+		}
+		if slice > 0 {
+			held, err := rt.DriveRedrives(ctx, slice)
+			if err != nil {
+				log.LogAttrs(ctx, slog.LevelWarn, "bulk_redrive_drive_failed", slog.String("event", "bulk_redrive_drive_failed"), slog.String("error", err.Error()))
+			}
+			rep.RedriveJobs = held
+		}
 		level := slog.LevelInfo
 		if rep.Failed > 0 {
 			level = slog.LevelWarn
@@ -92,7 +118,8 @@ func Sweeper(rt *engine.Runtime, margin time.Duration, log *slog.Logger) func(co
 		log.LogAttrs(ctx, level, "sweeper_completed", slog.String("event", "sweeper_completed"),
 			slog.Int("sweeps", rep.Sweeps), slog.Int("due", rep.Due), slog.Int("redispatched", rep.Redispatched),
 			slog.Int("dead_letters_published", rep.DeadLettersPublished), slog.Int("awaits_timed_out", rep.AwaitsTimedOut),
-			slog.Int("rescheduled", rep.Rescheduled), slog.Int("failed", rep.Failed),
+			slog.Int("rescheduled", rep.Rescheduled), slog.Int("cancelled", rep.Cancelled), slog.Int("failed", rep.Failed),
+			slog.Int("redrive_jobs", rep.RedriveJobs),
 			slog.Bool("more", rep.More), slog.String("stopped", stop),
 			slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000))
 		return rep, nil

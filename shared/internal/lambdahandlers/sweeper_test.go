@@ -112,3 +112,36 @@ func TestSweeperReturnsStoreErrors(t *testing.T) {
 		t.Fatal("no error")
 	}
 }
+
+// TestSweeperDrivesBulkRedrives: after its sweeps, an invocation advances
+// the active bulk re-drive jobs with the time it has left (beyond the
+// margin): the sweeper function is the jobs' driver.
+func TestSweeperDrivesBulkRedrives(t *testing.T) {
+	env, _ := openMem(t, nil)
+	rt := env.set.Runtime
+	for i := range 3 {
+		seed(t, rt, fmt.Sprintf("dead-%d", i), drillPipelineID, `{}`, func(e *store.Execution) {
+			e.Status, e.StepIndex, e.StepName, e.SweepAt = store.DLQ, 1, stepWork, time.Time{}
+			e.Error = &store.Failure{Code: codeDrillFailure, Message: "scripted", TerminalReason: store.ReasonNonRetryable}
+		})
+	}
+	job, err := rt.StartRedrives(context.Background(), fixtureTenant, engine.RedriveFilter{}, "fixed", 50, false)
+	if err != nil || job.Matched != 3 {
+		t.Fatalf("StartRedrives = %+v, %v", job, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), lambdahandlers.DefaultSweepMargin+3*time.Second)
+	defer cancel()
+	var rep lambdahandlers.SweepReport
+	invoke(t, ctx, lambdahandlers.Sweeper(rt, lambdahandlers.DefaultSweepMargin, env.log), fixture(t, "sweeper-schedule.json"), &rep)
+	if rep.RedriveJobs != 1 {
+		t.Fatalf("report %+v: want one bulk re-drive job advanced", rep)
+	}
+	if got, _ := rt.RedriveJob(context.Background(), fixtureTenant, job.ID); got.Redriven != 3 || !got.Done {
+		t.Fatalf("job after the invocation %+v, want all 3 re-driven", got)
+	}
+	for i := range 3 {
+		if row := get(t, rt, fmt.Sprintf("dead-%d", i)); row.RedriveCount != 1 || row.Status == store.DLQ {
+			t.Fatalf("dead-%d: %s, re-driven %d times", i, row.Status, row.RedriveCount)
+		}
+	}
+}

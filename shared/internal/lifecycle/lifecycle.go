@@ -3,9 +3,10 @@
 // instead of polling its status.
 //
 // A Publisher is a engine.Observer. For each terminal event (succeeded,
-// dead-lettered, outcome unknown) it sends one event to the configured bus
-// with Source "qasync", a detail type per kind (DetailTypeSucceeded,
-// DetailTypeDeadLettered, DetailTypeOutcomeUnknown) and a Detail JSON
+// dead-lettered, outcome unknown, cancelled) it sends one event to the
+// configured bus with Source "qasync", a detail type per kind
+// (DetailTypeSucceeded, DetailTypeDeadLettered, DetailTypeOutcomeUnknown,
+// DetailTypeCancelled) and a Detail JSON
 // document describing the execution. The detail never carries payload
 // bytes: neither the input nor the result is sent, only identifiers,
 // status, timing and the error summary. Other event kinds are ignored.
@@ -50,6 +51,9 @@ const (
 	// attempt's outcome is unknown (engine.EventOutcomeUnknown; status
 	// REMOTE_OUTCOME_UNKNOWN); an operator must re-drive it.
 	DetailTypeOutcomeUnknown = "Execution Outcome Unknown"
+	// DetailTypeCancelled: an operator cancelled the execution
+	// (engine.EventCancelled; status CANCELLED).
+	DetailTypeCancelled = "Execution Cancelled"
 )
 
 // DefaultTimeout bounds each PutEvents call unless WithTimeout says
@@ -72,8 +76,8 @@ type Detail struct {
 	TenantID    string `json:"tenantId"`
 	ExecutionID string `json:"executionId"`
 	PipelineID  string `json:"pipelineId"`
-	// Status is the execution's status after the event: SUCCEEDED, DLQ or
-	// REMOTE_OUTCOME_UNKNOWN.
+	// Status is the execution's status after the event: SUCCEEDED, DLQ,
+	// REMOTE_OUTCOME_UNKNOWN or CANCELLED.
 	Status string `json:"status"`
 	// StepIndex, StepName and Attempt describe the last step run.
 	StepIndex int    `json:"stepIndex"`
@@ -90,6 +94,9 @@ type Detail struct {
 	LatencyMs int64 `json:"latencyMs"`
 	// Error is the last failure; absent when the execution has none.
 	Error *ErrorDetail `json:"error,omitempty"`
+	// CancelReason is the operator's reason of a cancelled execution;
+	// absent otherwise.
+	CancelReason string `json:"cancelReason,omitempty"`
 }
 
 // ErrorDetail summarizes an execution's last failure.
@@ -111,6 +118,8 @@ func DetailType(kind engine.EventKind) (detailType string, ok bool) {
 		return DetailTypeDeadLettered, true
 	case engine.EventOutcomeUnknown:
 		return DetailTypeOutcomeUnknown, true
+	case engine.EventCancelled:
+		return DetailTypeCancelled, true
 	}
 	return "", false
 }
@@ -123,7 +132,7 @@ func NewDetail(ev engine.Event) Detail {
 		TenantID: e.TenantID, ExecutionID: e.ExecutionID, PipelineID: e.PipelineID,
 		Status: string(e.Status), StepIndex: e.StepIndex, StepName: e.StepName, Attempt: e.Attempt,
 		Version: e.Version, SubmittedAt: e.CreatedAt.UTC(), FinishedAt: ev.At.UTC(),
-		LatencyMs: ev.Latency.Milliseconds(),
+		LatencyMs: ev.Latency.Milliseconds(), CancelReason: e.CancelReason,
 	}
 	if e.Error != nil {
 		d.Error = &ErrorDetail{Code: e.Error.Code, Message: e.Error.Message, TerminalReason: e.Error.TerminalReason}

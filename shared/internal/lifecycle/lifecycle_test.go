@@ -160,6 +160,7 @@ func TestTerminalEventsArePublished(t *testing.T) {
 		{engine.EventSucceeded, store.Succeeded, nil, lifecycle.DetailTypeSucceeded},
 		{engine.EventDeadLettered, store.DLQ, failure, lifecycle.DetailTypeDeadLettered},
 		{engine.EventOutcomeUnknown, store.RemoteOutcomeUnknown, &store.Failure{Code: "timeout", Message: "no answer"}, lifecycle.DetailTypeOutcomeUnknown},
+		{engine.EventCancelled, store.Cancelled, nil, lifecycle.DetailTypeCancelled},
 	} {
 		t.Run(string(tc.kind), func(t *testing.T) {
 			t.Parallel()
@@ -167,6 +168,9 @@ func TestTerminalEventsArePublished(t *testing.T) {
 			logs, log := logtest.New()
 			p := lifecycle.New(srv.client(), bus, lifecycle.WithLogger(log))
 			ev := event(tc.kind, tc.status, tc.failure)
+			if tc.kind == engine.EventCancelled {
+				ev.Execution.CancelReason = "duplicate order, OPS-7"
+			}
 			p.Observe(context.Background(), ev)
 
 			reqs := srv.requests()
@@ -209,6 +213,9 @@ func TestTerminalEventsArePublished(t *testing.T) {
 			if tc.failure != nil {
 				keys = append(keys, "error")
 			}
+			if tc.kind == engine.EventCancelled {
+				keys = append(keys, "cancelReason")
+			}
 			var got []string
 			for k := range raw {
 				got = append(got, k)
@@ -231,6 +238,7 @@ func TestTerminalEventsArePublished(t *testing.T) {
 			if tc.failure != nil {
 				want.Error = &lifecycle.ErrorDetail{Code: tc.failure.Code, Message: tc.failure.Message, TerminalReason: tc.failure.TerminalReason}
 			}
+			want.CancelReason = ev.Execution.CancelReason
 			if !d.SubmittedAt.Equal(want.SubmittedAt) || !d.FinishedAt.Equal(want.FinishedAt) {
 				t.Errorf("times submitted=%v finished=%v, want %v %v", d.SubmittedAt, d.FinishedAt, want.SubmittedAt, want.FinishedAt)
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 
 	"github.com/qasync/qasync/shared/clock"
@@ -77,4 +78,47 @@ func copyRecord(r deadletter.Record) deadletter.Record {
 		r.Envelope = &env
 	}
 	return r
+}
+
+var _ deadletter.Lister = (*DeadLetters)(nil)
+
+// List implements deadletter.Lister: the tenant's live execution records,
+// newest first (RecordedAt to the millisecond, then ID, descending).
+func (d *DeadLetters) List(ctx context.Context, q deadletter.ListQuery) (deadletter.ListPage, error) {
+	if err := ctx.Err(); err != nil {
+		return deadletter.ListPage{}, err
+	}
+	if err := q.Validate(); err != nil {
+		return deadletter.ListPage{}, err
+	}
+	var after *listPos
+	if q.Cursor != "" {
+		var err error
+		if after, err = decodeListCursor(q.Cursor, q.Fingerprint()); err != nil {
+			return deadletter.ListPage{}, fmt.Errorf("memstore: %w", deadletter.ErrInvalidCursor)
+		}
+	}
+	now := d.clock.Now()
+	d.mu.Lock()
+	var out []deadletter.Record
+	for id, r := range d.records {
+		if expired(r.ExpiresAt, now) {
+			delete(d.records, id)
+			continue
+		}
+		if q.Matches(r) && (after == nil || listLess(*after, listPos{r.RecordedAt.UnixMilli(), r.ID})) {
+			out = append(out, copyRecord(r))
+		}
+	}
+	d.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		return listLess(listPos{out[i].RecordedAt.UnixMilli(), out[i].ID}, listPos{out[j].RecordedAt.UnixMilli(), out[j].ID})
+	})
+	limit := q.PageSize()
+	if len(out) <= limit {
+		return deadletter.ListPage{Records: out}, nil
+	}
+	out = out[:limit]
+	last := out[len(out)-1]
+	return deadletter.ListPage{Records: out, Cursor: encodeListCursor(q.Fingerprint(), listPos{last.RecordedAt.UnixMilli(), last.ID})}, nil
 }

@@ -27,6 +27,7 @@ type StateStore struct {
 	rows map[store.Key]*store.Execution
 	due  map[store.Key]struct{}
 	hist map[store.Key][]history.Event
+	jobs memJobs
 }
 
 var (
@@ -41,6 +42,7 @@ func NewStateStore(c clock.Clock) *StateStore {
 		rows:  map[store.Key]*store.Execution{},
 		due:   map[store.Key]struct{}{},
 		hist:  map[store.Key][]history.Event{},
+		jobs:  memJobs{jobs: map[store.JobKey]*store.Job{}, pages: map[jobPageKey]jobPage{}},
 	}
 }
 

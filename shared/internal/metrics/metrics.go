@@ -3,8 +3,8 @@
 // CloudWatch Logs turns into metrics with no API calls from the function.
 //
 // Metrics, each with the dimension Pipeline:
-// Transitions, Retries, DeadLetters, Succeeded, LeaseTakeovers (Count) and
-// SubmitToTerminalLatency (Milliseconds); SweepRedispatches and
+// Transitions, Retries, DeadLetters, Succeeded, OutcomeUnknown, Cancelled,
+// LeaseTakeovers (Count) and SubmitToTerminalLatency (Milliseconds); SweepRedispatches and
 // SweepDeadLettersPublished (Count, dimension Component=sweeper); and any
 // counter a function adds with Count.
 package metrics
@@ -27,6 +27,7 @@ const (
 	DeadLetters               = "DeadLetters"
 	Succeeded                 = "Succeeded"
 	OutcomeUnknown            = "OutcomeUnknown"
+	Cancelled                 = "Cancelled"
 	LeaseTakeovers            = "LeaseTakeovers"
 	SubmitToTerminalLatency   = "SubmitToTerminalLatency"
 	SweepRedispatches         = "SweepRedispatches"
@@ -71,6 +72,8 @@ func (m *EMF) Observe(_ context.Context, ev engine.Event) {
 		m.Emit(at, pipeline, Datum{DeadLetters, 1, "Count"}, latency(ev))
 	case engine.EventOutcomeUnknown:
 		m.Emit(at, pipeline, Datum{OutcomeUnknown, 1, "Count"}, latency(ev))
+	case engine.EventCancelled:
+		m.Emit(at, pipeline, Datum{Cancelled, 1, "Count"}, latency(ev))
 	case engine.EventSweepCompleted:
 		if ev.Sweep.Redispatched > 0 || ev.Sweep.DeadLettersPublished > 0 {
 			m.Emit(at, map[string]string{"Component": "sweeper"},

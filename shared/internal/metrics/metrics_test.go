@@ -61,3 +61,19 @@ func TestNilEMFIsANoOp(t *testing.T) {
 	var m *metrics.EMF
 	m.Emit(time.Now(), nil, metrics.Datum{Name: "X", Value: 1, Unit: "Count"})
 }
+
+// TestCancelledExecutionsAreCounted: a cancel is a terminal event with its
+// own counter and the submit-to-terminal latency.
+func TestCancelledExecutionsAreCounted(t *testing.T) {
+	var buf bytes.Buffer
+	m := metrics.New(&buf, "qasync-test")
+	m.Observe(context.Background(), engine.Event{Kind: engine.EventCancelled, At: time.Now(), Latency: 250 * time.Millisecond,
+		Execution: store.Execution{PipelineID: "p.cancel", Status: store.Cancelled}})
+	var l map[string]any
+	if err := json.Unmarshal(bytes.TrimSpace(buf.Bytes()), &l); err != nil {
+		t.Fatalf("one EMF line expected: %v (%q)", err, buf.String())
+	}
+	if l[metrics.Cancelled] != 1.0 || l[metrics.SubmitToTerminalLatency] != 250.0 || l["Pipeline"] != "p.cancel" {
+		t.Fatalf("EMF line %v, want Cancelled 1 and the latency under the pipeline", l)
+	}
+}

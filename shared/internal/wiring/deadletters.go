@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 
+	"github.com/qasync/qasync/shared/clock"
 	"github.com/qasync/qasync/shared/config"
+	"github.com/qasync/qasync/shared/deadletter"
 	"github.com/qasync/qasync/shared/internal/sqsbackend"
 )
 
@@ -52,4 +54,29 @@ func (s *Set) DeadLetterConsumers(ctx context.Context, c config.Config, h sqsbac
 		})
 	}
 	return consumers, nil
+}
+
+// RecordingDLQ publishes a dead letter with Inner and then stores its
+// record with Recorder, as the dead-letter consumer would: the
+// dead-letter provider of a process without a consumer (dlq-provider
+// log), so that GET /v1/dead-letters lists its dead letters too. A
+// record that cannot be stored is logged (dead_letter_record_failed);
+// the publish itself stands.
+type RecordingDLQ struct {
+	Inner    deadletter.Publisher
+	Recorder deadletter.Recorder
+	Clock    clock.Clock
+	Logger   *slog.Logger
+}
+
+// Publish implements deadletter.Publisher.
+func (d *RecordingDLQ) Publish(ctx context.Context, env deadletter.Envelope) error {
+	if err := d.Inner.Publish(ctx, env); err != nil {
+		return err
+	}
+	if _, err := d.Recorder.Put(ctx, deadletter.ExecutionRecord(env, d.Clock.Now())); err != nil && d.Logger != nil {
+		d.Logger.LogAttrs(ctx, slog.LevelWarn, "dead_letter_record_failed", slog.String("event", "dead_letter_record_failed"),
+			slog.String("execution_id", env.ExecutionID), slog.String("tenant", env.TenantID), slog.String("error", err.Error()))
+	}
+	return nil
 }

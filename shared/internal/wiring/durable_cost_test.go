@@ -146,3 +146,42 @@ func TestDurableLargeStepOutputIsWrittenOnce(t *testing.T) {
 		t.Errorf("%d PutItem calls, want %d (each output once)", puts, steps)
 	}
 }
+
+// TestDurableListCost measures what listing costs (the README's cost
+// section): a page of 50 of a tenant's executions is one Query per list
+// index bucket and one BatchGetItem of the rows, no write; the steps pay
+// nothing for it (the list index is written once, at submit:
+// TestDurableWriteUnitsPerStep and TestDurableRequestBudget count it).
+func TestDurableListCost(t *testing.T) {
+	t.Parallel()
+	meter := awsclient.NewCapacityMeter()
+	p := costPipeline(1, 10)
+	d := openDurableWith(t, nil, []func(*middleware.Stack) error{meter.APIOption}, nil, p)
+	for i := range 60 {
+		d.submit(p.ID, fmt.Sprintf("listed-%d", i), map[string]any{})
+	}
+	ctx := context.Background()
+	if _, err := d.set.Runtime.List(ctx, store.ListQuery{TenantID: "t1", Limit: 1}); err != nil { // the shard count, read once a minute
+		t.Fatal(err)
+	}
+	meter.Reset()
+	d.counter.Reset()
+	page, err := d.set.Runtime.List(ctx, store.ListQuery{TenantID: "t1", Limit: 50})
+	if err != nil || len(page.Executions) != 50 || page.Cursor == "" {
+		t.Fatalf("List = %d executions (cursor %q), %v", len(page.Executions), page.Cursor, err)
+	}
+	used := meter.Snapshot()
+	table, index := used.Writes()
+	var tableRead, indexRead float64
+	for _, v := range used.TableRead {
+		tableRead += v
+	}
+	for _, v := range used.IndexRead {
+		indexRead += v
+	}
+	requests := d.counter.Snapshot()
+	t.Logf("a page of 50: requests %v; read units: index %.1f, table %.1f; write units %.0f", requests, indexRead, tableRead, table+index)
+	if table+index != 0 || requests["DynamoDB.Query"] != d.cfg.DueShards() || requests["DynamoDB.BatchGetItem"] != 1 || requests["DynamoDB.Scan"] != 0 {
+		t.Errorf("a page of 50 cost %v and %.0f write units; want one Query per bucket (%d), one BatchGetItem, no write", requests, table+index, d.cfg.DueShards())
+	}
+}

@@ -36,6 +36,8 @@ type durable struct {
 	clients awsclient.Clients
 	names   schema.Names
 	urls    map[string]string
+	cfg     config.Config
+	reg     *pipeline.Registry
 	stop    func()
 }
 
@@ -71,7 +73,7 @@ func openDurableWith(t *testing.T, adjust func(*config.Config), mw []func(*middl
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &durable{t: t, set: set, counter: counter, clients: clients, names: n, urls: urls, stop: func() {}}
+	d := &durable{t: t, set: set, counter: counter, clients: clients, names: n, urls: urls, cfg: c, reg: reg, stop: func() {}}
 	t.Cleanup(func() { d.stop() })
 	return d
 }

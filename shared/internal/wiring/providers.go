@@ -267,7 +267,8 @@ func Open(ctx context.Context, c config.Config, reg *pipeline.Registry, log *slo
 	case "sqs":
 		dlq = sqsbackend.NewDLQ(set.Clients.SQS, c.DLQURL)
 	default:
-		dlq = memory.NewLogDLQ(log)
+		// No dead-letter consumer reads a log: record here what it would.
+		dlq = &RecordingDLQ{Inner: memory.NewLogDLQ(log), Recorder: set.Recorder, Clock: clk, Logger: log}
 	}
 	set.Objects = objects.Router{File: objects.File{}}
 	if set.Clients != nil {
@@ -298,16 +299,19 @@ func Open(ctx context.Context, c config.Config, reg *pipeline.Registry, log *slo
 	if c.FaultDispatchDuplicateRate > 0 || c.FaultDispatchDropRate > 0 {
 		d = &FaultyDispatcher{Inner: d, DuplicateRate: c.FaultDispatchDuplicateRate, DropRate: c.FaultDispatchDropRate, Logger: log}
 	}
+	jobs, _ := st.(store.JobStore) // bulk re-drive jobs, beside the rows
 	if c.FaultCommitErrorRate > 0 {
 		st = &FaultyStore{Store: st, CommitRate: c.FaultCommitErrorRate, Logger: log}
 	}
 	if c.FaultDLQErrorRate > 0 || c.FaultDLQOutageUntil > 0 {
 		dlq = &FaultyDLQ{Inner: dlq, Rate: c.FaultDLQErrorRate, OutageUntil: time.UnixMilli(c.FaultDLQOutageUntil), Logger: log}
 	}
+	lister, _ := set.Recorder.(deadletter.Lister)
 	rt, err := engine.New(RuntimeConfig(c), engine.Deps{
 		Registry: reg, Store: st, Payloads: ps, Dispatcher: d, DeadLetter: dlq, Effects: fx, Clock: clk, Logger: log,
 		Observers: append(observers, o.observers...), Rejects: set.Rejects, Objects: objectsOr(o.objects, set.Objects),
 		History: hist,
+		DeadLetters: lister, Jobs: jobs,
 	})
 	if err != nil {
 		_ = set.Close(context.Background())

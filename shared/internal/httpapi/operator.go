@@ -1,0 +1,529 @@
+package httpapi
+
+// The operator plane's routes: list executions, an execution's history,
+// cancel, bulk re-drive and its progress, the dead letters, and the
+// OpenAPI document of every route.
+
+import (
+	"bytes"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/qasync/qasync/shared/deadletter"
+	"github.com/qasync/qasync/shared/history"
+	"github.com/qasync/qasync/shared/internal/engine"
+	"github.com/qasync/qasync/shared/pipeline"
+	"github.com/qasync/qasync/shared/store"
+)
+
+// OpenAPI is the OpenAPI 3.1 document of every route, served at GET
+// /openapi.json.
+//
+//go:embed openapi.json
+var OpenAPI []byte
+
+// maxCursorLen bounds a cursor query parameter (cursors are a few hundred
+// bytes; a longer one is none of ours).
+const maxCursorLen = 8 << 10
+
+// ListResponse is the body of GET /v1/executions.
+type ListResponse struct {
+	// Executions are status documents, newest first.
+	Executions []StatusResponse `json:"executions"`
+	// NextCursor continues the list (the cursor parameter); omitted on
+	// the last page.
+	NextCursor string `json:"nextCursor,omitempty"`
+}
+
+// HistoryResponse is the body of GET /v1/executions/{executionId}/history.
+type HistoryResponse struct {
+	ExecutionID string `json:"executionId"`
+	// Events are in commit order, seq from 1 without gaps.
+	Events []HistoryEvent `json:"events"`
+}
+
+// HistoryEvent is one event of a history (package history's Event).
+type HistoryEvent struct {
+	Seq       int    `json:"seq"`
+	Type      string `json:"type"`
+	At        string `json:"at"`
+	StepIndex int    `json:"stepIndex"`
+	StepName  string `json:"stepName"`
+	Attempt   int    `json:"attempt"`
+	// Status is the execution's status after the event.
+	Status store.Status `json:"status"`
+	// Error is the step's failure (STEP_FAILED, DEAD_LETTERED).
+	Error *HistoryError `json:"error,omitempty"`
+	// RetryAt is when a failed step runs again (STEP_FAILED with a retry).
+	RetryAt string `json:"retryAt,omitempty"`
+	// Worker is the lease owner (STEP_STARTED, LEASE_TAKEN_OVER).
+	Worker string `json:"worker,omitempty"`
+	// Reason is the operator's reason (REDRIVEN, CANCEL_REQUESTED,
+	// CANCELLED) or an outcome's (OUTCOME_UNKNOWN).
+	Reason string `json:"reason,omitempty"`
+}
+
+// HistoryError is the failure of a history event.
+type HistoryError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// CancelRequest is the body of POST /v1/executions/{executionId}/cancel.
+type CancelRequest struct {
+	// Reason is required, at most MaxRedriveReasonLen bytes.
+	Reason string `json:"reason"`
+}
+
+// RedrivesRequest is the body of POST /v1/redrives.
+type RedrivesRequest struct {
+	Filter RedrivesFilter `json:"filter"`
+	// Reason is required, at most MaxRedriveReasonLen bytes: each
+	// re-driven execution's audit note names the job and this reason.
+	Reason string `json:"reason"`
+	// RatePerSecond bounds the re-drives per second (1 to
+	// engine.MaxRedriveRate; absent: engine.DefaultRedriveRate).
+	RatePerSecond *int `json:"ratePerSecond,omitempty"`
+	// DryRun only counts the matching executions.
+	DryRun bool `json:"dryRun,omitempty"`
+}
+
+// RedrivesFilter selects the executions of a bulk re-drive.
+type RedrivesFilter struct {
+	PipelineID string `json:"pipelineId,omitempty"`
+	// Status holds DLQ and/or FAILED (absent: both).
+	Status    []store.Status `json:"status,omitempty"`
+	ErrorCode string         `json:"errorCode,omitempty"`
+	// CreatedAfter and CreatedBefore are RFC 3339 times (exclusive).
+	CreatedAfter  string `json:"createdAfter,omitempty"`
+	CreatedBefore string `json:"createdBefore,omitempty"`
+}
+
+// RedrivesResponse is the body of a 202 POST /v1/redrives.
+type RedrivesResponse struct {
+	RedriveID string `json:"redriveId"`
+	// Matched is how many executions the filter matched so far (final
+	// unless the scan was too large to finish before the answer; see
+	// GET /v1/redrives/{redriveId}).
+	Matched int `json:"matched"`
+}
+
+// RedriveProgress is the body of GET /v1/redrives/{redriveId}.
+type RedriveProgress struct {
+	RedriveID string `json:"redriveId"`
+	Matched   int    `json:"matched"`
+	Redriven  int    `json:"redriven"`
+	Skipped   int    `json:"skipped"`
+	Failed    int    `json:"failed"`
+	Done      bool   `json:"done"`
+	DryRun    bool   `json:"dryRun"`
+}
+
+// DeadLettersResponse is the body of GET /v1/dead-letters.
+type DeadLettersResponse struct {
+	// DeadLetters are the tenant's dead-letter records, newest first.
+	DeadLetters []DeadLetter `json:"deadLetters"`
+	// NextCursor continues the list; omitted on the last page.
+	NextCursor string `json:"nextCursor,omitempty"`
+}
+
+// DeadLetter is one dead-letter record: an execution's envelope, as the
+// dead-letter consumer recorded it.
+type DeadLetter struct {
+	// ID is the record's id (the failed attempt's transition key).
+	ID             string `json:"id"`
+	ExecutionID    string `json:"executionId"`
+	PipelineID     string `json:"pipelineId"`
+	StepIndex      int    `json:"stepIndex"`
+	StepName       string `json:"stepName"`
+	TransitionKey  string `json:"transitionKey"`
+	TerminalReason string `json:"terminalReason"`
+	ErrorCode      string `json:"errorCode"`
+	ErrorMessage   string `json:"errorMessage"`
+	// RetriesObserved is how many retries the failed step had.
+	RetriesObserved int    `json:"retriesObserved"`
+	FailedAt        string `json:"failedAt"`
+	RecordedAt      string `json:"recordedAt"`
+}
+
+// listParams reads the limit and cursor parameters shared by the lists,
+// or writes the 400 and returns false.
+func listParams(w http.ResponseWriter, q url.Values, max int) (limit int, cursor string, ok bool) {
+	if vs, has := q["limit"]; has {
+		n, err := strconv.Atoi(vs[0])
+		if len(vs) != 1 || err != nil || n < 1 || n > max {
+			writeProblem(w, kindInvalidRequest.problem(fmt.Sprintf("limit must be given once, an integer from 1 to %d.", max)))
+			return 0, "", false
+		}
+		limit = n
+	}
+	if vs := q["cursor"]; len(vs) > 1 || (len(vs) == 1 && (vs[0] == "" || len(vs[0]) > maxCursorLen)) {
+		writeProblem(w, kindInvalidCursor.problem("cursor must be given once, as the nextCursor of the previous page."))
+		return 0, "", false
+	}
+	return limit, q.Get("cursor"), true
+}
+
+// pipelineParam reads the pipelineId parameter ("" when absent), or
+// writes the 400 and returns false.
+func pipelineParam(w http.ResponseWriter, q url.Values) (string, bool) {
+	vs, has := q["pipelineId"]
+	if !has {
+		return "", true
+	}
+	if len(vs) != 1 || !pipeline.ValidID(vs[0]) {
+		writeProblem(w, kindInvalidPipelineID.problem("pipelineId must be given once, 1-128 characters of A-Z, a-z, 0-9, '.', '_' and '-', starting with a letter or digit."))
+		return "", false
+	}
+	return vs[0], true
+}
+
+// parseStatuses reads statuses given as comma-separated lists (repeated
+// or not); ok is false with bad the first value that is not a status.
+func parseStatuses(values []string) (out []store.Status, bad string, ok bool) {
+	for _, v := range values {
+		for _, s := range strings.Split(v, ",") {
+			st := store.Status(strings.TrimSpace(s))
+			if !st.Valid() {
+				return nil, s, false
+			}
+			if !slices.Contains(out, st) {
+				out = append(out, st)
+			}
+		}
+	}
+	return out, "", true
+}
+
+// knownStatuses names every status for a problem's detail.
+func knownStatuses() string {
+	names := make([]string, len(store.Statuses))
+	for i, s := range store.Statuses {
+		names[i] = string(s)
+	}
+	return strings.Join(names, ", ")
+}
+
+// list handles GET /v1/executions.
+func (a *api) list(w http.ResponseWriter, r *http.Request) {
+	tenant, ok := a.tenant(w, r)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	pid, ok := pipelineParam(w, q)
+	if !ok {
+		return
+	}
+	statuses, bad, ok := parseStatuses(q["status"])
+	if !ok {
+		writeProblem(w, kindInvalidRequest.problem(fmt.Sprintf("status %q is unknown; status takes a comma-separated list of %s.", store.Truncate(bad, 64), knownStatuses())))
+		return
+	}
+	limit, cursor, ok := listParams(w, q, store.MaxListLimit)
+	if !ok {
+		return
+	}
+	page, err := a.rt.List(r.Context(), store.ListQuery{TenantID: tenant, PipelineID: pid, Statuses: statuses, Limit: limit, Cursor: cursor})
+	switch {
+	case errors.Is(err, store.ErrInvalidCursor):
+		writeProblem(w, kindInvalidCursor.problem("The cursor is not one this list returned for these parameters: start again without it."))
+		return
+	case errors.Is(err, store.ErrInvalidListQuery):
+		writeProblem(w, kindInvalidRequest.problem("The list parameters are not valid."))
+		return
+	case err != nil:
+		a.fail(w, r, err)
+		return
+	}
+	resp := ListResponse{Executions: make([]StatusResponse, len(page.Executions)), NextCursor: page.Cursor}
+	for i := range page.Executions {
+		resp.Executions[i] = statusDocument(&page.Executions[i])
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// history handles GET /v1/executions/{executionId}/history.
+func (a *api) history(w http.ResponseWriter, r *http.Request) {
+	key, ok := a.executionKey(w, r)
+	if !ok {
+		return
+	}
+	events, err := a.rt.History(r.Context(), key)
+	switch {
+	case errors.Is(err, engine.ErrHistoryUnavailable):
+		writeProblem(w, kindHistoryUnavailable.problem("This deployment keeps no execution history."))
+		return
+	case err != nil:
+		a.fail(w, r, err)
+		return
+	}
+	resp := HistoryResponse{ExecutionID: key.ExecutionID, Events: make([]HistoryEvent, len(events))}
+	for i, ev := range events {
+		resp.Events[i] = historyEvent(ev)
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+func historyEvent(ev history.Event) HistoryEvent {
+	out := HistoryEvent{Seq: ev.Seq, Type: string(ev.Type), At: formatTime(ev.At), StepIndex: ev.StepIndex, StepName: ev.StepName,
+		Attempt: ev.Attempt, Status: ev.Status, Worker: ev.Worker, Reason: ev.Reason}
+	if ev.Error != nil {
+		out.Error = &HistoryError{Code: ev.Error.Code, Message: ev.Error.Message}
+	}
+	if !ev.RetryAt.IsZero() {
+		out.RetryAt = formatTime(ev.RetryAt)
+	}
+	return out
+}
+
+// decodeBody decodes a JSON object body into v, refusing unknown members,
+// trailing data and an object whose shape is not what shape says; a
+// non-empty detail says what is wrong.
+func decodeBody(body []byte, v any, shape string) string {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return "The body must be a JSON object " + shape + " with no other members."
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return "The body must hold exactly one JSON object."
+	}
+	return ""
+}
+
+// checkReason says what is wrong with an operator's reason ("" if nothing).
+func checkReason(reason string) string {
+	switch {
+	case strings.TrimSpace(reason) == "":
+		return `"reason" is required and must not be blank.`
+	case len(reason) > MaxRedriveReasonLen:
+		return fmt.Sprintf(`"reason" must be at most %d bytes.`, MaxRedriveReasonLen)
+	}
+	return ""
+}
+
+// cancel handles POST /v1/executions/{executionId}/cancel (registered
+// only where re-drive is).
+func (a *api) cancel(w http.ResponseWriter, r *http.Request) {
+	if !a.authorized(w, r) {
+		return
+	}
+	key, ok := a.executionKey(w, r)
+	if !ok {
+		return
+	}
+	body, ok := a.readBody(w, r, min(a.maxBody, maxRedriveBody))
+	if !ok {
+		return
+	}
+	var req CancelRequest
+	detail := decodeBody(body, &req, `{"reason": string}`)
+	if detail == "" {
+		detail = checkReason(req.Reason)
+	}
+	if detail != "" {
+		writeProblem(w, kindInvalidRequest.problem(detail))
+		return
+	}
+	e, changed, err := a.rt.Cancel(r.Context(), key, req.Reason)
+	var prob Problem
+	switch {
+	case err == nil && !changed && e.Status == store.Cancelled:
+		writeJSON(w, http.StatusOK, statusDocument(&e))
+		return
+	case err == nil:
+		writeJSON(w, http.StatusAccepted, statusDocument(&e))
+		return
+	case errors.Is(err, engine.ErrNotCancellable):
+		prob = kindNotCancellable.problem(fmt.Sprintf("The execution is %s: it has ended and cannot be cancelled.", e.Status))
+	case errors.Is(err, store.ErrConflict), errors.Is(err, store.ErrLeaseLost):
+		prob = kindVersionMismatch.problem("The execution kept changing while it was being cancelled; read its status and retry.")
+	default:
+		a.fail(w, r, err)
+		return
+	}
+	prob.ExecutionID, prob.ExecutionStatus = e.ExecutionID, e.Status
+	writeProblem(w, prob)
+}
+
+// redriveJobURL is the URL of a bulk re-drive's progress.
+func (a *api) redriveJobURL(id string) string {
+	return a.basePath + "/v1/redrives/" + url.PathEscape(id)
+}
+
+// startRedrives handles POST /v1/redrives (registered only where
+// re-drive is).
+func (a *api) startRedrives(w http.ResponseWriter, r *http.Request) {
+	if !a.authorized(w, r) {
+		return
+	}
+	tenant, ok := a.tenant(w, r)
+	if !ok {
+		return
+	}
+	body, ok := a.readBody(w, r, min(a.maxBody, maxRedriveBody))
+	if !ok {
+		return
+	}
+	var req RedrivesRequest
+	detail := decodeBody(body, &req, `{"filter": {"pipelineId", "status", "errorCode", "createdAfter", "createdBefore"}, "reason": string, "ratePerSecond": integer, "dryRun": boolean}`)
+	filter, rate := engine.RedriveFilter{}, 0
+	if detail == "" {
+		filter, rate, detail = checkRedrives(&req)
+	}
+	if detail != "" {
+		writeProblem(w, kindInvalidRequest.problem(detail))
+		return
+	}
+	job, err := a.rt.StartRedrives(r.Context(), tenant, filter, req.Reason, rate, req.DryRun)
+	switch {
+	case errors.Is(err, engine.ErrInvalidRedrive):
+		writeProblem(w, kindInvalidRequest.problem("The bulk re-drive is not valid: check its filter, reason and rate."))
+		return
+	case errors.Is(err, engine.ErrRedrivesUnavailable):
+		writeProblem(w, kindRedrivesUnavailable.problem("This deployment's state store keeps no bulk re-drive jobs."))
+		return
+	case err != nil:
+		a.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Location", a.redriveJobURL(job.ID))
+	writeJSON(w, http.StatusAccepted, RedrivesResponse{RedriveID: job.ID, Matched: job.Matched})
+}
+
+// checkRedrives turns a bulk re-drive request into the engine's filter
+// and rate; a non-empty detail says what is wrong.
+func checkRedrives(req *RedrivesRequest) (engine.RedriveFilter, int, string) {
+	f := engine.RedriveFilter{PipelineID: req.Filter.PipelineID, ErrorCode: req.Filter.ErrorCode}
+	if detail := checkReason(req.Reason); detail != "" {
+		return f, 0, detail
+	}
+	if f.PipelineID != "" && !pipeline.ValidID(f.PipelineID) {
+		return f, 0, `"filter.pipelineId" must be 1-128 characters of A-Z, a-z, 0-9, '.', '_' and '-', starting with a letter or digit.`
+	}
+	if len(f.ErrorCode) > 128 {
+		return f, 0, `"filter.errorCode" must be at most 128 bytes.`
+	}
+	for _, s := range req.Filter.Status {
+		if s != store.DLQ && s != store.Failed {
+			return f, 0, fmt.Sprintf(`"filter.status" may hold %s and %s (the statuses a re-drive takes without confirmation), not %q.`, store.DLQ, store.Failed, store.Truncate(string(s), 64))
+		}
+	}
+	f.Statuses = req.Filter.Status
+	for name, pair := range map[string]struct {
+		v   string
+		dst *time.Time
+	}{"createdAfter": {req.Filter.CreatedAfter, &f.CreatedAfter}, "createdBefore": {req.Filter.CreatedBefore, &f.CreatedBefore}} {
+		if pair.v == "" {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339Nano, pair.v)
+		if err != nil {
+			return f, 0, fmt.Sprintf(`"filter.%s" must be an RFC 3339 time.`, name)
+		}
+		*pair.dst = t
+	}
+	rate := 0
+	if req.RatePerSecond != nil {
+		if rate = *req.RatePerSecond; rate < 1 || rate > engine.MaxRedriveRate {
+			return f, 0, fmt.Sprintf(`"ratePerSecond" must be an integer from 1 to %d.`, engine.MaxRedriveRate)
+		}
+	}
+	return f, rate, ""
+}
+
+// redriveProgress handles GET /v1/redrives/{redriveId} (registered only
+// where re-drive is).
+func (a *api) redriveProgress(w http.ResponseWriter, r *http.Request) {
+	if !a.authorized(w, r) {
+		return
+	}
+	tenant, ok := a.tenant(w, r)
+	if !ok {
+		return
+	}
+	id := r.PathValue("redriveId")
+	if !validExecutionID(id) {
+		writeProblem(w, kindRedriveNotFound.problem("No bulk re-drive with this id exists for this tenant."))
+		return
+	}
+	job, err := a.rt.RedriveJob(r.Context(), tenant, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		writeProblem(w, kindRedriveNotFound.problem("No bulk re-drive with this id exists for this tenant."))
+		return
+	case errors.Is(err, engine.ErrRedrivesUnavailable):
+		writeProblem(w, kindRedrivesUnavailable.problem("This deployment's state store keeps no bulk re-drive jobs."))
+		return
+	case err != nil:
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, RedriveProgress{RedriveID: job.ID, Matched: job.Matched, Redriven: job.Redriven, Skipped: job.Skipped,
+		Failed: job.Failed, Done: job.Done, DryRun: job.DryRun})
+}
+
+// deadLetters handles GET /v1/dead-letters.
+func (a *api) deadLetters(w http.ResponseWriter, r *http.Request) {
+	tenant, ok := a.tenant(w, r)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	pid, ok := pipelineParam(w, q)
+	if !ok {
+		return
+	}
+	limit, cursor, ok := listParams(w, q, deadletter.MaxListLimit)
+	if !ok {
+		return
+	}
+	page, err := a.rt.DeadLetters(r.Context(), deadletter.ListQuery{TenantID: tenant, PipelineID: pid, Limit: limit, Cursor: cursor})
+	switch {
+	case errors.Is(err, deadletter.ErrInvalidCursor):
+		writeProblem(w, kindInvalidCursor.problem("The cursor is not one this list returned for these parameters: start again without it."))
+		return
+	case errors.Is(err, deadletter.ErrInvalidListQuery):
+		writeProblem(w, kindInvalidRequest.problem("The list parameters are not valid."))
+		return
+	case errors.Is(err, engine.ErrDeadLettersUnavailable):
+		writeProblem(w, kindDeadLettersUnavailable.problem("This deployment records no dead letters that it can list."))
+		return
+	case err != nil:
+		a.fail(w, r, err)
+		return
+	}
+	resp := DeadLettersResponse{DeadLetters: make([]DeadLetter, 0, len(page.Records)), NextCursor: page.Cursor}
+	for _, rec := range page.Records {
+		if rec.Envelope == nil {
+			continue
+		}
+		env := rec.Envelope
+		resp.DeadLetters = append(resp.DeadLetters, DeadLetter{
+			ID: rec.ID, ExecutionID: env.ExecutionID, PipelineID: env.PipelineID, StepIndex: env.StepIndex, StepName: env.StepName,
+			TransitionKey: env.TransitionKey, TerminalReason: env.TerminalReason, ErrorCode: env.ErrorCode, ErrorMessage: env.ErrorMessage,
+			RetriesObserved: env.RetriesObserved, FailedAt: formatTime(env.FailedAt), RecordedAt: formatTime(rec.RecordedAt),
+		})
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// openAPI handles GET /openapi.json.
+func (a *api) openAPI(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(OpenAPI)))
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(OpenAPI)
+}

@@ -1,0 +1,259 @@
+package wiring_test
+
+// The operator plane on DynamoDB and SQS: cancel (a running step and a
+// queued execution), listing, and a bulk re-drive resumed by another
+// process.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/qasync/qasync/shared/config"
+	"github.com/qasync/qasync/shared/deadletter"
+	"github.com/qasync/qasync/shared/internal/engine"
+	"github.com/qasync/qasync/shared/internal/wiring"
+	"github.com/qasync/qasync/shared/payload"
+	"github.com/qasync/qasync/shared/pipeline"
+	"github.com/qasync/qasync/shared/store"
+)
+
+// reopen opens another process's runtime on d's tables and queues.
+func (d *durable) reopen() *wiring.Set {
+	d.t.Helper()
+	set, err := wiring.Open(context.Background(), d.cfg, d.reg, slog.New(slog.DiscardHandler), wiring.WithDrainTimeout(5*time.Second))
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	d.t.Cleanup(func() { _ = set.Close(context.Background()) })
+	return set
+}
+
+// cancelEvents counts the cancelled events a runtime reports.
+type cancelEvents struct{ n atomic.Int32 }
+
+func (c *cancelEvents) Observe(_ context.Context, ev engine.Event) {
+	if ev.Kind == engine.EventCancelled {
+		c.n.Add(1)
+	}
+}
+
+// TestDurableCancelRunningStep: a step that runs until its context ends
+// is cancelled through the SQS worker on DynamoDB: the request lands on
+// the row, the worker's next renewal ends the execution CANCELLED (out of
+// the sweep index) and cancels the step with cause ErrCancelled.
+func TestDurableCancelRunningStep(t *testing.T) {
+	t.Parallel()
+	started := make(chan struct{}, 1)
+	var (
+		mu    sync.Mutex
+		cause error
+	)
+	p := pipeline.Pipeline{ID: "p.long", Steps: []pipeline.Step{
+		pipeline.NewStep("long", func(ctx context.Context, _ pipeline.StepInfo, in map[string]any) (map[string]any, error) {
+			started <- struct{}{}
+			<-ctx.Done()
+			mu.Lock()
+			cause = context.Cause(ctx)
+			mu.Unlock()
+			return nil, ctx.Err()
+		}),
+	}}
+	events := &cancelEvents{}
+	d := openDurableWith(t, nil, nil, []wiring.Option{wiring.WithObserver(events)}, p)
+	d.start()
+	e := d.submit("p.long", "k1", map[string]any{})
+	select {
+	case <-started:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the step did not start")
+	}
+	ctx := context.Background()
+	got, changed, err := d.set.Runtime.Cancel(ctx, e.Key(), "not needed any more")
+	if err != nil || !changed || got.Status != store.Running || got.CancelRequestedAt.IsZero() {
+		t.Fatalf("Cancel = %s changed=%v, %v; want the request on the RUNNING row", got.Status, changed, err)
+	}
+	done := d.await(e, store.Cancelled, 10*time.Second)
+	if done.CancelReason != "not needed any more" || !done.SweepAt.IsZero() || done.LeaseOwner != "" {
+		t.Fatalf("cancelled row %+v", done)
+	}
+	if waited := done.UpdatedAt.Sub(got.UpdatedAt); waited > d.cfg.Lease {
+		t.Fatalf("cancelled %s after the request, want within a renewal", waited)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		mu.Lock()
+		c := cause
+		mu.Unlock()
+		if errors.Is(c, engine.ErrCancelled) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the step's context cause is %v, want ErrCancelled", c)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	page, err := d.set.Runtime.Store().Due(ctx, store.DueQuery{By: time.Now().Add(time.Hour), Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ref := range page.Refs {
+		if ref.Key == e.Key() {
+			t.Fatalf("the cancelled row is still in the sweep index")
+		}
+	}
+	if events.n.Load() != 1 {
+		t.Fatalf("%d cancelled events, want 1", events.n.Load())
+	}
+}
+
+// TestDurableCancelQueuedAndList: a queued execution is cancelled before
+// a worker sees it (its work item then runs nothing), and the list shows
+// the tenant's executions newest first, filtered by status.
+func TestDurableCancelQueuedAndList(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int32
+	p := pipeline.Pipeline{ID: "p.count", Steps: []pipeline.Step{
+		pipeline.NewStep("count", func(_ context.Context, _ pipeline.StepInfo, in map[string]any) (map[string]any, error) {
+			runs.Add(1)
+			return in, nil
+		}),
+	}}
+	d := openDurable(t, nil, p)
+	ctx := context.Background()
+	var execs []store.Execution
+	for i := range 4 {
+		execs = append(execs, d.submit("p.count", fmt.Sprintf("k%d", i), map[string]any{"i": i}))
+		time.Sleep(2 * time.Millisecond) // distinct creation times
+	}
+	if _, changed, err := d.set.Runtime.Cancel(ctx, execs[1].Key(), "duplicate"); err != nil || !changed {
+		t.Fatalf("Cancel of a queued execution: changed=%v, %v", changed, err)
+	}
+	d.start()
+	for i, e := range execs {
+		if i != 1 {
+			d.await(e, store.Succeeded, 30*time.Second)
+		}
+	}
+	time.Sleep(time.Second) // the cancelled one's work item is consumed too
+	if got := d.await(execs[1], store.Cancelled, time.Second); got.Attempt != 1 || runs.Load() != 3 {
+		t.Fatalf("cancelled execution at attempt %d; %d runs, want 3", got.Attempt, runs.Load())
+	}
+	page, err := d.set.Runtime.List(ctx, store.ListQuery{TenantID: "t1", PipelineID: "p.count"})
+	if err != nil || len(page.Executions) != 4 || page.Cursor != "" {
+		t.Fatalf("List = %d executions (cursor %q), %v", len(page.Executions), page.Cursor, err)
+	}
+	for i, x := range page.Executions {
+		if want := execs[3-i].ExecutionID; x.ExecutionID != want {
+			t.Fatalf("list position %d is %s, want %s (newest first)", i, x.ExecutionID, want)
+		}
+	}
+	cancelled, err := d.set.Runtime.List(ctx, store.ListQuery{TenantID: "t1", Statuses: []store.Status{store.Cancelled}})
+	if err != nil || len(cancelled.Executions) != 1 || cancelled.Executions[0].ExecutionID != execs[1].ExecutionID {
+		t.Fatalf("List of CANCELLED = %+v, %v", cancelled.Executions, err)
+	}
+	if other, err := d.set.Runtime.List(ctx, store.ListQuery{TenantID: "t2"}); err != nil || len(other.Executions) != 0 {
+		t.Fatalf("another tenant lists %d executions, %v", len(other.Executions), err)
+	}
+}
+
+// TestDurableBulkRedriveResumedByAnotherProcess: a bulk re-drive started
+// and driven by one process that stops at its deadline mid-job (a Lambda
+// invocation's end) is finished by another process's driver: each
+// dead-lettered execution re-driven exactly once, then run to success.
+func TestDurableBulkRedriveResumedByAnotherProcess(t *testing.T) {
+	t.Parallel()
+	d := openDurable(t, func(c *config.Config) { c.MaxRetries = 0 }, flaky(1, false))
+	d.start()
+	var execs []store.Execution
+	for i := range 12 {
+		execs = append(execs, d.submit("p.flaky", fmt.Sprintf("k%d", i), map[string]any{}))
+	}
+	for _, e := range execs {
+		d.await(e, store.DLQ, 30*time.Second)
+	}
+	ctx := context.Background()
+	job, err := d.set.Runtime.StartRedrives(ctx, "t1", engine.RedriveFilter{PipelineID: "p.flaky", Statuses: []store.Status{store.DLQ}},
+		"the scripted failure is over", 8, false)
+	if err != nil || job.Matched != 12 || job.Done {
+		t.Fatalf("StartRedrives = %+v, %v", job, err)
+	}
+	short, cancel := context.WithTimeout(ctx, 700*time.Millisecond)
+	defer cancel()
+	if _, err := d.set.Runtime.DriveRedrives(short, time.Minute); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatal(err)
+	}
+	mid, err := d.set.Runtime.RedriveJob(ctx, "t1", job.ID)
+	if err != nil || mid.Done || mid.Redriven == 0 {
+		t.Fatalf("after the first driver's deadline: %+v, %v; want some re-driven, not done", mid, err)
+	}
+	other := d.reopen()
+	if held, err := other.Runtime.DriveRedrives(ctx, time.Minute); err != nil || held != 1 {
+		t.Fatalf("the other process drove %d jobs, %v", held, err)
+	}
+	got, err := other.Runtime.RedriveJob(ctx, "t1", job.ID)
+	if err != nil || got.Redriven != 12 || got.Skipped != 0 || got.Failed != 0 || !got.Done {
+		t.Fatalf("progress %+v, %v; want 12 re-driven, done", got, err)
+	}
+	for _, e := range execs {
+		row := d.await(e, store.Succeeded, 30*time.Second)
+		if row.RedriveCount != 1 || row.Note != "redrive "+job.ID+": the scripted failure is over" {
+			t.Fatalf("%s re-driven %d times, note %q", e.ExecutionID, row.RedriveCount, row.Note)
+		}
+	}
+}
+
+// TestLocalDeadLettersAreListed: with the log dead-letter provider (no
+// dead-letter consumer), the runtime records each dead letter itself, so
+// the tenant's dead letters are listed like a deployment's; a bulk
+// re-drive is available on the memory store too.
+func TestLocalDeadLettersAreListed(t *testing.T) {
+	c := config.Default()
+	c.MaxRetries = 0
+	reg, err := pipeline.NewRegistry(flaky(1, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err := wiring.Open(context.Background(), c, reg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close(context.Background())
+	rt := set.Runtime
+	ctx := context.Background()
+	in, _ := payload.JSON(map[string]any{})
+	res, err := rt.Submit(ctx, engine.SubmitRequest{TenantID: "t1", PipelineID: "p.flaky", IdempotencyKey: "k1", Input: in})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, _ := rt.Status(ctx, res.Execution.Key())
+		if got.Status == store.DLQ {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("execution is %s, want DLQ", got.Status)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	page, err := rt.DeadLetters(ctx, deadletter.ListQuery{TenantID: "t1"})
+	if err != nil || len(page.Records) != 1 {
+		t.Fatalf("DeadLetters = %d records, %v; want the one", len(page.Records), err)
+	}
+	if r := page.Records[0]; r.ExecutionID != res.Execution.ExecutionID || r.Envelope == nil || r.Envelope.ErrorCode != "scripted" {
+		t.Fatalf("record %+v", r)
+	}
+	if other, err := rt.DeadLetters(ctx, deadletter.ListQuery{TenantID: "t2"}); err != nil || len(other.Records) != 0 {
+		t.Fatalf("another tenant's dead letters: %d, %v", len(other.Records), err)
+	}
+	job, err := rt.StartRedrives(ctx, "t1", engine.RedriveFilter{}, "retry", 0, true)
+	if err != nil || job.Matched != 1 {
+		t.Fatalf("a dry bulk re-drive on the memory store: %+v, %v", job, err)
+	}
+}
