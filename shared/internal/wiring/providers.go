@@ -310,7 +310,7 @@ func Open(ctx context.Context, c config.Config, reg *pipeline.Registry, log *slo
 	rt, err := engine.New(RuntimeConfig(c), engine.Deps{
 		Registry: reg, Store: st, Payloads: ps, Dispatcher: d, DeadLetter: dlq, Effects: fx, Clock: clk, Logger: log,
 		Observers: append(observers, o.observers...), Rejects: set.Rejects, Objects: objectsOr(o.objects, set.Objects),
-		History: hist,
+		History:     hist,
 		DeadLetters: lister, Jobs: jobs,
 	})
 	if err != nil {
