@@ -47,6 +47,8 @@ type browserTarget struct {
 	// CancelID is an execution that a cancel ends CANCELLED at once
 	// (QUEUED, WAIT_RETRY or parked).
 	CancelID string
+	// ShotPrefix starts the screenshots' file names.
+	ShotPrefix string
 }
 
 // startFakeConsole serves the console over the fake backend (an API stub
@@ -67,12 +69,24 @@ func startFakeConsole(t *testing.T) browserTarget {
 	}
 }
 
-// TestConsoleInChromium drives the console in headless Chromium: the
-// list, a filter, paging, a timeline, a sign-in and a cancel, with a
-// screenshot of each page.
+// TestConsoleInChromium drives the console of a real server (the
+// runtime on memory providers, executions submitted through the HTTP API)
+// in headless Chromium: the list, paging, a filter, a timeline, a sign-in
+// and a cancel, with a screenshot of each page.
 func TestConsoleInChromium(t *testing.T) {
 	chrome := chromiumPath(t)
-	runBrowserScenario(t, chrome, startFakeConsole(t))
+	runBrowserScenario(t, chrome, startRealConsole(t))
+}
+
+// TestConsoleFixturesInChromium runs the same scenario over the fake
+// backend, whose fixtures hold what a short test run cannot produce (every
+// status at once, a long timeline with a takeover and an await); its
+// screenshots are named fixture-*.
+func TestConsoleFixturesInChromium(t *testing.T) {
+	chrome := chromiumPath(t)
+	target := startFakeConsole(t)
+	target.ShotPrefix = "fixture-"
+	runBrowserScenario(t, chrome, target)
 }
 
 // chromiumPath finds Chromium, or skips the test saying how to get it;
@@ -212,7 +226,7 @@ func runBrowserScenario(t *testing.T, chrome string, target browserTarget) {
 			t.Fatalf("screenshot %s: %v", name, err)
 		}
 		for _, d := range dirs {
-			p := filepath.Join(d, name)
+			p := filepath.Join(d, target.ShotPrefix+name)
 			if err := os.WriteFile(p, png, 0o644); err != nil {
 				t.Fatalf("screenshot %s: %v", name, err)
 			}

@@ -14,7 +14,6 @@ import (
 	"github.com/qasync/qasync/shared/clock"
 	"github.com/qasync/qasync/shared/deadletter"
 	"github.com/qasync/qasync/shared/dispatch"
-	"github.com/qasync/qasync/shared/history"
 	"github.com/qasync/qasync/shared/internal/console"
 	"github.com/qasync/qasync/shared/internal/engine"
 	"github.com/qasync/qasync/shared/internal/logtest"
@@ -75,14 +74,29 @@ func newRuntime(t *testing.T) (*engine.Runtime, *queue) {
 	clk := clock.NewFake(epoch)
 	log := slog.New(slog.DiscardHandler)
 	q := &queue{}
+	st := memory.NewStateStore(clk)
+	dead := memory.NewDeadLetters(clk)
 	rt, err := engine.New(engine.Config{WorkerID: "test-worker"}, engine.Deps{
-		Registry: reg, Store: memory.NewStateStore(clk), Payloads: memory.NewPayloadStore(clk),
-		Dispatcher: q, DeadLetter: memory.NewLogDLQ(log), Clock: clk, Logger: log,
+		Registry: reg, Store: st, Payloads: memory.NewPayloadStore(clk),
+		Dispatcher: q, DeadLetter: recording{dead, clk}, Clock: clk, Logger: log,
+		History: st, DeadLetters: dead,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return rt, q
+}
+
+// recording publishes a dead letter by recording it, as the dead-letter
+// consumer would.
+type recording struct {
+	dead *memory.DeadLetters
+	clk  clock.Clock
+}
+
+func (r recording) Publish(ctx context.Context, env deadletter.Envelope) error {
+	_, err := r.dead.Put(ctx, deadletter.ExecutionRecord(env, r.clk.Now()))
+	return err
 }
 
 func submit(t *testing.T, rt *engine.Runtime, pipelineID, key, body string) store.Execution {
@@ -96,10 +110,9 @@ func submit(t *testing.T, rt *engine.Runtime, pipelineID, key, body string) stor
 }
 
 // TestEngineBackendOverTheRealRuntime runs the console on a memory
-// runtime through Engine: the status page, the result route and a
-// re-drive are the runtime's own; listing, history, dead letters and
-// cancel follow what the runtime offers (a page saying it is not
-// available, until the runtime has the operation).
+// runtime through Engine: the status page with its history, the result
+// route, a re-drive, the list, the dead letters and a cancel are all the
+// runtime's own.
 func TestEngineBackendOverTheRealRuntime(t *testing.T) {
 	t.Parallel()
 	rt, q := newRuntime(t)
@@ -112,11 +125,9 @@ func TestEngineBackendOverTheRealRuntime(t *testing.T) {
 		logs: logs, jar: map[string]string{console.TenantCookieName: tenantAcme}}
 
 	body := e.get("/console/executions/"+failed.ExecutionID, http.StatusOK)
-	wantContains(t, body, `id="exec-status">DLQ</span>`, "<code>boom</code>", "the step always fails")
-	if _, ok := any(rt).(interface {
-		History(context.Context, store.Key) ([]history.Event, error)
-	}); !ok {
-		wantContains(t, body, `id="history-notice"`)
+	wantContains(t, body, `id="exec-status">DLQ</span>`, "<code>boom</code>", "the step always fails", "DEAD_LETTERED", "STEP_FAILED")
+	if strings.Contains(body, `id="history-notice"`) {
+		t.Error("the timeline says history is not available, with the memory store's history wired")
 	}
 
 	// The result only through the result route.
@@ -146,31 +157,13 @@ func TestEngineBackendOverTheRealRuntime(t *testing.T) {
 		t.Errorf("redrive of SUCCEEDED: %d, want 409", w.Code)
 	}
 
-	// What the runtime does not offer yet says so.
-	_, canList := any(rt).(interface {
-		List(context.Context, store.ListQuery) (store.ListPage, error)
-	})
-	_, canListDL := any(rt).(interface {
-		DeadLetters(context.Context, deadletter.ListQuery) (deadletter.ListPage, error)
-	})
-	_, canCancel := any(rt).(interface {
-		Cancel(context.Context, store.Key, string) (store.Execution, bool, error)
-	})
-	for _, c := range []struct {
-		path string
-		can  bool
-	}{{"/console", canList}, {"/console/dead-letters", canListDL}} {
-		if c.can {
-			e.get(c.path, http.StatusOK)
-		} else {
-			wantContains(t, e.get(c.path, http.StatusNotImplemented), "not available on this deployment")
-		}
-	}
-	w = e.post("/console/executions/"+got.ExecutionID+"/cancel", url.Values{"reason": {"stop"}})
-	switch {
-	case canCancel && w.Code != http.StatusSeeOther:
+	// The list, the dead letters and a cancel are the runtime's own.
+	wantContains(t, e.get("/console", http.StatusOK), failed.ExecutionID, done.ExecutionID)
+	wantContains(t, e.get("/console/dead-letters", http.StatusOK), failed.ExecutionID, "boom")
+	if w := e.post("/console/executions/"+got.ExecutionID+"/cancel", url.Values{"reason": {"stop"}}); w.Code != http.StatusSeeOther {
 		t.Errorf("cancel: %d, want 303", w.Code)
-	case !canCancel && w.Code != http.StatusNotImplemented:
-		t.Errorf("cancel without the runtime's Cancel: %d, want 501", w.Code)
+	}
+	if after, err := rt.Status(context.Background(), got.Key()); err != nil || after.Status != store.Cancelled || after.CancelReason != "stop" {
+		t.Errorf("after the cancel: %s, reason %q (%v)", after.Status, after.CancelReason, err)
 	}
 }
