@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/qasync/qasync/shared/deadletter"
 	"github.com/qasync/qasync/shared/payload"
 )
 
@@ -247,8 +246,8 @@ func (c *Client) DeadLetters(ctx context.Context, q DeadLetterQuery) (DeadLetter
 // DeadLettersAll yields every dead-letter record q selects, following the
 // cursors (q.Limit is the page size). It stops at the first error, which
 // it yields.
-func (c *Client) DeadLettersAll(ctx context.Context, q DeadLetterQuery) iter.Seq2[deadletter.Record, error] {
-	return pages(func(cursor string) ([]deadletter.Record, string, error) {
+func (c *Client) DeadLettersAll(ctx context.Context, q DeadLetterQuery) iter.Seq2[DeadLetter, error] {
+	return pages(func(cursor string) ([]DeadLetter, string, error) {
 		q.Cursor = cursor
 		p, err := c.DeadLetters(ctx, q)
 		return p.DeadLetters, p.NextCursor, err

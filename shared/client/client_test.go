@@ -254,12 +254,40 @@ func statusOf(err error) int {
 	return 0
 }
 
+// newestFirst fails the test unless the executions are newest first: the
+// list orders by creation time in milliseconds (the index's sort key), so
+// executions created in the same millisecond come in the server's order.
+func newestFirst(t *testing.T, es []client.Execution) {
+	t.Helper()
+	for i := 1; i < len(es); i++ {
+		if es[i].CreatedAt.Truncate(time.Millisecond).After(es[i-1].CreatedAt.Truncate(time.Millisecond)) {
+			t.Fatalf("not newest first: %s created %v after %s created %v", es[i].ExecutionID, es[i].CreatedAt, es[i-1].ExecutionID, es[i-1].CreatedAt)
+		}
+	}
+}
+
+// sameExecutions fails the test unless es holds each id of want exactly
+// once and nothing else.
+func sameExecutions(t *testing.T, what string, es []client.Execution, want ...string) {
+	t.Helper()
+	got := make([]string, len(es))
+	for i, e := range es {
+		got[i] = e.ExecutionID
+	}
+	slices.Sort(got)
+	want = slices.Sorted(slices.Values(want))
+	if !slices.Equal(got, want) {
+		t.Fatalf("%s: executions %v, want each of %v once", what, got, want)
+	}
+}
+
 // TestListFiltersAndFollowsCursors: list returns the tenant's executions
-// newest first, filters by pipeline and status, pages with cursors that
-// ListAll follows, and refuses a bad status, limit or cursor with 400.
+// newest first (by creation millisecond), each exactly once across the
+// pages ListAll follows, filters by pipeline and status, and refuses a bad
+// status, limit or cursor with 400.
 func TestListFiltersAndFollowsCursors(t *testing.T) {
 	t.Parallel()
-	c := newClient(t, clitest.Operator(t))
+	c := newClient(t, clitest.Real(t))
 	ctx := ctxOf(t)
 	var oks []string
 	for range 5 {
@@ -268,38 +296,29 @@ func TestListFiltersAndFollowsCursors(t *testing.T) {
 	dlq := settle(t, c, clitest.PipelineFail, store.DLQ)
 
 	var all []client.Execution
-	requests := 0
 	for e, err := range c.ListAll(ctx, client.ListQuery{Limit: 2}) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		requests++
 		all = append(all, e)
 	}
-	if len(all) != 6 || all[0].ExecutionID != dlq.ExecutionID {
-		t.Fatalf("listed %d executions, first %+v", len(all), all[0])
-	}
-	for i := 1; i < len(all); i++ {
-		if all[i].CreatedAt.After(all[i-1].CreatedAt) {
-			t.Fatalf("not newest first: %v after %v", all[i].CreatedAt, all[i-1].CreatedAt)
-		}
-	}
+	sameExecutions(t, "ListAll in pages of 2", all, append(oks, dlq.ExecutionID)...)
+	newestFirst(t, all)
 	first, err := c.List(ctx, client.ListQuery{Limit: 2})
-	if err != nil || len(first.Executions) > 2 || first.NextCursor == "" {
+	if err != nil || len(first.Executions) != 2 || first.NextCursor == "" {
 		t.Fatalf("first page %+v, %v", first, err)
 	}
 	page, err := c.List(ctx, client.ListQuery{PipelineID: clitest.PipelineOK, Statuses: []store.Status{store.Succeeded}})
-	var ids []string
-	for _, e := range page.Executions {
-		ids = append(ids, e.ExecutionID)
+	if err != nil || page.NextCursor != "" {
+		t.Fatalf("filtered page %+v: %v", page, err)
 	}
-	slices.Reverse(ids)
-	if err != nil || !slices.Equal(ids, oks) || page.NextCursor != "" {
-		t.Fatalf("filtered page %v (cursor %q), want %v: %v", ids, page.NextCursor, oks, err)
+	sameExecutions(t, "pipeline and status filter", page.Executions, oks...)
+	newestFirst(t, page.Executions)
+	p, err := c.List(ctx, client.ListQuery{Statuses: []store.Status{store.DLQ, store.Cancelled}})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if p, err := c.List(ctx, client.ListQuery{Statuses: []store.Status{store.DLQ, store.Cancelled}}); err != nil || len(p.Executions) != 1 {
-		t.Fatalf("DLQ page %+v, %v", p, err)
-	}
+	sameExecutions(t, "status filter DLQ,CANCELLED", p.Executions, dlq.ExecutionID)
 	for name, q := range map[string]client.ListQuery{
 		"status": {Statuses: []store.Status{"SLEEPING"}}, "limit": {Limit: 501}, "cursor": {Cursor: "bm90LWEtY3Vyc29y"},
 	} {
@@ -316,7 +335,7 @@ func TestListFiltersAndFollowsCursors(t *testing.T) {
 // and success; an unknown id is IsNotFound.
 func TestHistoryInCommitOrder(t *testing.T) {
 	t.Parallel()
-	c := newClient(t, clitest.Operator(t))
+	c := newClient(t, clitest.Real(t))
 	ctx := ctxOf(t)
 	e := settle(t, c, clitest.PipelineOK, store.Succeeded)
 	h, err := c.History(ctx, e.ExecutionID)
@@ -347,7 +366,7 @@ func TestHistoryInCommitOrder(t *testing.T) {
 // route needs the admin token.
 func TestCancel(t *testing.T) {
 	t.Parallel()
-	tg := clitest.Operator(t)
+	tg := clitest.Real(t)
 	anon, c := newClient(t, tg), newClient(t, tg, client.WithAdminToken(tg.AdminToken))
 	ctx := ctxOf(t)
 	parked := settle(t, c, clitest.PipelineWait, store.WaitingExternal)
@@ -355,7 +374,7 @@ func TestCancel(t *testing.T) {
 		t.Fatalf("cancel without the token: %v", err)
 	}
 	e, err := c.Cancel(ctx, parked.ExecutionID, client.CancelRequest{Reason: "customer withdrew"})
-	if err != nil || e.Status != store.Cancelled {
+	if err != nil || e.Status != store.Cancelled || e.CancelReason != "customer withdrew" || e.CancelRequestedAt.IsZero() {
 		t.Fatalf("cancel: %+v, %v", e, err)
 	}
 	again, err := c.Cancel(ctx, parked.ExecutionID, client.CancelRequest{Reason: "again"})
@@ -377,13 +396,13 @@ func TestCancel(t *testing.T) {
 	}
 }
 
-// TestBulkRedrive: a dry run counts the matching DLQ executions and
-// re-drives none; a real run re-drives each (each gets a REDRIVEN event
-// with the reason) and its progress reaches done; an unknown re-drive id
-// is IsNotFound.
+// TestBulkRedrive: a dry run counts the matching DLQ executions, is done
+// at once and re-drives none; a real run re-drives each (each gets a
+// REDRIVEN event whose audit note names the job and the reason) and its
+// progress reaches done; an unknown re-drive id is IsNotFound.
 func TestBulkRedrive(t *testing.T) {
 	t.Parallel()
-	tg := clitest.Operator(t)
+	tg := clitest.Real(t)
 	c := newClient(t, tg, client.WithAdminToken(tg.AdminToken))
 	ctx := ctxOf(t)
 	a := settle(t, c, clitest.PipelineFail, store.DLQ)
@@ -395,6 +414,10 @@ func TestBulkRedrive(t *testing.T) {
 	if err != nil || dry.Matched != 2 || dry.RedriveID == "" {
 		t.Fatalf("dry run: %+v, %v", dry, err)
 	}
+	if p, err := c.RedriveProgress(ctx, dry.RedriveID); err != nil ||
+		p != (client.RedriveProgress{RedriveID: dry.RedriveID, Matched: 2, Done: true, DryRun: true}) {
+		t.Fatalf("dry run progress %+v, %v", p, err)
+	}
 	for _, x := range []client.Execution{a, b} {
 		if e, err := c.Status(ctx, x.ExecutionID); err != nil || e.Version != x.Version {
 			t.Fatalf("a dry run changed %s: %+v, %v", x.ExecutionID, e, err)
@@ -404,23 +427,23 @@ func TestBulkRedrive(t *testing.T) {
 	if err != nil || run.Matched != 2 {
 		t.Fatalf("bulk re-drive: %+v, %v", run, err)
 	}
+	// The sweeper loop of the server drives the job: it looks for new
+	// jobs every few seconds (at least 5 s apart while it holds none),
+	// then re-drives at the job's rate. ctxOf's 30 s bound the wait.
 	var p client.RedriveProgress
 	for !p.Done {
 		if p, err = c.RedriveProgress(ctx, run.RedriveID); err != nil {
-			t.Fatal(err)
+			t.Fatalf("progress %+v: %v", p, err)
 		}
-		if ctx.Err() != nil {
-			t.Fatalf("bulk re-drive never done: %+v", p)
-		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
 	}
-	if p.Matched != 2 || p.Redriven != 2 || p.Failed != 0 {
+	if p != (client.RedriveProgress{RedriveID: run.RedriveID, Matched: 2, Redriven: 2, Done: true}) {
 		t.Fatalf("progress %+v", p)
 	}
 	for _, x := range []client.Execution{a, b} {
 		h, err := c.History(ctx, x.ExecutionID)
 		if err != nil || !slices.ContainsFunc(h.Events, func(ev client.Event) bool {
-			return ev.Type == history.Redriven && ev.Reason == "fixed upstream, OPS-7"
+			return ev.Type == history.Redriven && strings.Contains(ev.Reason, run.RedriveID) && strings.HasSuffix(ev.Reason, "fixed upstream, OPS-7")
 		}) {
 			t.Fatalf("history of %s: %+v, %v", x.ExecutionID, h.Events, err)
 		}
@@ -433,26 +456,36 @@ func TestBulkRedrive(t *testing.T) {
 	}
 }
 
-// TestDeadLetters: the tenant's dead-letter records, newest first, with
-// the envelope of each failure, filtered by pipeline and paged.
+// TestDeadLetters: the tenant's dead-letter records, newest first (by
+// recording time), each once across the pages DeadLettersAll follows,
+// with the step, reason and error of each failure, filtered by pipeline.
 func TestDeadLetters(t *testing.T) {
 	t.Parallel()
-	c := newClient(t, clitest.Operator(t))
+	c := newClient(t, clitest.Real(t))
 	ctx := ctxOf(t)
 	a := settle(t, c, clitest.PipelineFail, store.DLQ)
 	b := settle(t, c, clitest.PipelineFail, store.DLQ)
-	var got []string
+	var got []client.DeadLetter
 	for r, err := range c.DeadLettersAll(ctx, client.DeadLetterQuery{PipelineID: clitest.PipelineFail, Limit: 1}) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.Envelope == nil || r.Envelope.ErrorCode != clitest.ErrorCodeFail || r.Envelope.PipelineID != clitest.PipelineFail || r.RecordedAt.IsZero() {
+		if r.ID == "" || r.PipelineID != clitest.PipelineFail || r.StepIndex != 0 || r.StepName != "work" || r.TransitionKey == "" ||
+			r.TerminalReason != "non_retryable" || r.ErrorCode != clitest.ErrorCodeFail || r.ErrorMessage != "this step always fails" ||
+			r.RetriesObserved != 0 || r.FailedAt.IsZero() || r.RecordedAt.IsZero() {
 			t.Fatalf("record %+v", r)
 		}
-		got = append(got, r.ExecutionID)
+		got = append(got, r)
 	}
-	if !slices.Equal(got, []string{b.ExecutionID, a.ExecutionID}) {
-		t.Fatalf("dead letters %v, want %v", got, []string{b.ExecutionID, a.ExecutionID})
+	ids := []string{}
+	for i, r := range got {
+		ids = append(ids, r.ExecutionID)
+		if i > 0 && r.RecordedAt.Truncate(time.Millisecond).After(got[i-1].RecordedAt.Truncate(time.Millisecond)) {
+			t.Fatalf("not newest first: %+v after %+v", r, got[i-1])
+		}
+	}
+	if slices.Sort(ids); !slices.Equal(ids, slices.Sorted(slices.Values([]string{a.ExecutionID, b.ExecutionID}))) {
+		t.Fatalf("dead letters of %v, want each of %s and %s once", ids, a.ExecutionID, b.ExecutionID)
 	}
 	if p, err := c.DeadLetters(ctx, client.DeadLetterQuery{PipelineID: clitest.PipelineOK}); err != nil || len(p.DeadLetters) != 0 {
 		t.Fatalf("dead letters of a pipeline without any: %+v, %v", p, err)
@@ -462,7 +495,7 @@ func TestDeadLetters(t *testing.T) {
 // TestOpenAPI: the API serves an OpenAPI 3.1 document.
 func TestOpenAPI(t *testing.T) {
 	t.Parallel()
-	c := newClient(t, clitest.Operator(t))
+	c := newClient(t, clitest.Real(t))
 	doc, err := c.OpenAPI(ctxOf(t))
 	if err != nil {
 		t.Fatal(err)

@@ -25,9 +25,7 @@ type Problem struct {
 	// Status is the HTTP status of the answer.
 	Status int `json:"status"`
 	// Detail explains this occurrence.
-	Detail string `json:"detail,omitempty"`
-	// Instance identifies this occurrence, when the server names one.
-	Instance string `json:"instance,omitempty"`
+	Detail string `json:"detail"`
 	// ExecutionID is set on problems about one execution's state.
 	ExecutionID string `json:"executionId,omitempty"`
 	// ExecutionStatus is the execution's status on a 409.

@@ -3,14 +3,15 @@ package client
 import (
 	"time"
 
-	"github.com/qasync/qasync/shared/deadletter"
 	"github.com/qasync/qasync/shared/history"
 	"github.com/qasync/qasync/shared/store"
 )
 
 // The request and response documents of the API. Their JSON forms are the
-// API's (encoding one of them gives the document the server sends); times
-// are RFC 3339, and an optional time is left out when zero.
+// API's, member for member, as its OpenAPI document (GET /openapi.json)
+// gives them: a required member is always encoded, an optional one is left
+// out when zero, so that encoding a decoded response gives back the
+// document the server sent. Times are RFC 3339.
 
 // SubmitRequest is a submission: POST /v1/pipelines/{pipelineId}/executions.
 type SubmitRequest struct {
@@ -80,6 +81,11 @@ type Execution struct {
 	Error *ExecutionError `json:"error,omitempty"`
 	// Await is the current (or last) external await, nil when none.
 	Await *Await `json:"await,omitempty"`
+	// CancelReason is the operator's reason once a cancel was requested
+	// (the execution is CANCELLED, or RUNNING until its step sees it).
+	CancelReason string `json:"cancelReason,omitempty"`
+	// CancelRequestedAt is when the cancel was requested (zero: never).
+	CancelRequestedAt time.Time `json:"cancelRequestedAt,omitzero"`
 }
 
 // ExecutionError is the failure of a status document.
@@ -175,19 +181,21 @@ type Event struct {
 	// StepIndex is the 0-based index of the step the event is about.
 	StepIndex int `json:"stepIndex"`
 	// StepName is that step's name.
-	StepName string `json:"stepName,omitempty"`
+	StepName string `json:"stepName"`
 	// Attempt is the step's attempt.
-	Attempt int `json:"attempt,omitempty"`
+	Attempt int `json:"attempt"`
 	// Status is the execution's status after the event.
-	Status store.Status `json:"status,omitempty"`
+	Status store.Status `json:"status"`
 	// Error is the step's failure (STEP_FAILED, DEAD_LETTERED).
 	Error *EventError `json:"error,omitempty"`
-	// RetryAt is when a failed step runs again (STEP_FAILED).
+	// RetryAt is when a failed step runs again (STEP_FAILED with a retry).
 	RetryAt time.Time `json:"retryAt,omitzero"`
 	// Worker is the lease owner (STEP_STARTED, LEASE_TAKEN_OVER).
 	Worker string `json:"worker,omitempty"`
-	// Reason is an operator's reason (REDRIVEN, CANCEL_REQUESTED,
-	// CANCELLED) or an outcome's.
+	// Reason is an operator's reason (REDRIVEN: "redrive <id>: <reason>"
+	// for a bulk re-drive's; CANCEL_REQUESTED, CANCELLED), an outcome's
+	// (OUTCOME_UNKNOWN), or what happened (AWAITING, AWAIT_COMPLETED: the
+	// await; LEASE_TAKEN_OVER: whose lease lapsed).
 	Reason string `json:"reason,omitempty"`
 }
 
@@ -203,51 +211,60 @@ type EventError struct {
 type RedriveFilter struct {
 	// PipelineID keeps one pipeline's executions ("" for all).
 	PipelineID string `json:"pipelineId,omitempty"`
-	// Statuses keeps these statuses (none: the server's default, DLQ).
+	// Statuses keeps these statuses: DLQ and/or FAILED, the statuses a
+	// re-drive takes without confirmation (none: both).
 	Statuses []store.Status `json:"status,omitempty"`
 	// ErrorCode keeps executions whose last error has this code.
 	ErrorCode string `json:"errorCode,omitempty"`
-	// CreatedAfter keeps executions created after it (zero: no bound).
+	// CreatedAfter keeps executions created after it (exclusive; zero: no
+	// bound).
 	CreatedAfter time.Time `json:"createdAfter,omitzero"`
-	// CreatedBefore keeps executions created before it (zero: no bound).
+	// CreatedBefore keeps executions created before it (exclusive; zero:
+	// no bound). A job never takes executions created after it started.
 	CreatedBefore time.Time `json:"createdBefore,omitzero"`
 }
 
 // BulkRedriveRequest starts a bulk re-drive: POST /v1/redrives.
 type BulkRedriveRequest struct {
 	// Filter selects the executions.
-	Filter RedriveFilter `json:"filter"`
+	Filter RedriveFilter `json:"filter,omitzero"`
 	// Reason is every re-drive's audit note: required.
 	Reason string `json:"reason"`
-	// RatePerSecond bounds the re-drives per second (0: the server's
-	// default).
+	// RatePerSecond bounds the re-drives per second, 1 to 1000 (0: the
+	// server's default, 10).
 	RatePerSecond int `json:"ratePerSecond,omitempty"`
 	// DryRun counts the matching executions and re-drives none.
-	DryRun bool `json:"dryRun"`
+	DryRun bool `json:"dryRun,omitempty"`
 }
 
 // BulkRedrive is the answer to a started bulk re-drive.
 type BulkRedrive struct {
 	// RedriveID names the job (RedriveProgress's argument).
 	RedriveID string `json:"redriveId"`
-	// Matched is how many executions the filter selected.
+	// Matched is how many executions the filter selected: final, unless
+	// the scan was too large to finish before the answer (then
+	// RedriveProgress's Matched grows until the scan ends).
 	Matched int `json:"matched"`
 }
 
 // RedriveProgress is a bulk re-drive's progress: GET /v1/redrives/{id}.
 type RedriveProgress struct {
-	// RedriveID names the job, when the server repeats it.
-	RedriveID string `json:"redriveId,omitempty"`
+	// RedriveID names the job.
+	RedriveID string `json:"redriveId"`
 	// Matched is how many executions the filter selected.
 	Matched int `json:"matched"`
 	// Redriven counts the executions re-driven so far.
 	Redriven int `json:"redriven"`
-	// Skipped counts those left alone (no longer re-drivable).
+	// Skipped counts those left alone: no longer matching, or not
+	// re-drivable, when their turn came.
 	Skipped int `json:"skipped"`
-	// Failed counts those whose re-drive failed.
+	// Failed counts those whose re-drive failed (a backend failure).
 	Failed int `json:"failed"`
-	// Done is true once every matched execution was handled.
+	// Done is true once every matched execution was handled (a dry run
+	// is done when it answers).
 	Done bool `json:"done"`
+	// DryRun is true for a job that only counted.
+	DryRun bool `json:"dryRun"`
 }
 
 // DeadLetterQuery selects dead-letter records of the caller's tenant,
@@ -255,7 +272,7 @@ type RedriveProgress struct {
 type DeadLetterQuery struct {
 	// PipelineID keeps one pipeline's records ("" for all).
 	PipelineID string
-	// Limit is the page size (0: the server's default).
+	// Limit is the page size, 1 to 500 (0: the server's default, 50).
 	Limit int
 	// Cursor continues from a previous page's NextCursor.
 	Cursor string
@@ -264,7 +281,37 @@ type DeadLetterQuery struct {
 // DeadLetterPage is one page of dead-letter records.
 type DeadLetterPage struct {
 	// DeadLetters are newest first.
-	DeadLetters []deadletter.Record `json:"deadLetters"`
+	DeadLetters []DeadLetter `json:"deadLetters"`
 	// NextCursor continues the list; "" on the last page.
 	NextCursor string `json:"nextCursor,omitempty"`
+}
+
+// DeadLetter is one dead-letter record: the envelope of an execution's
+// terminal failure, as the dead-letter consumer recorded it.
+type DeadLetter struct {
+	// ID is the record's id (the failed attempt's transition key).
+	ID string `json:"id"`
+	// ExecutionID is the dead-lettered execution.
+	ExecutionID string `json:"executionId"`
+	// PipelineID is the pipeline it runs.
+	PipelineID string `json:"pipelineId"`
+	// StepIndex is the 0-based index of the step that failed.
+	StepIndex int `json:"stepIndex"`
+	// StepName is that step's name.
+	StepName string `json:"stepName"`
+	// TransitionKey identifies the failed attempt's transition.
+	TransitionKey string `json:"transitionKey"`
+	// TerminalReason is why the failure ended the execution
+	// (retry_exhausted, non_retryable, ...).
+	TerminalReason string `json:"terminalReason"`
+	// ErrorCode is the failure's machine-readable code.
+	ErrorCode string `json:"errorCode"`
+	// ErrorMessage is its human-readable message.
+	ErrorMessage string `json:"errorMessage"`
+	// RetriesObserved is how many retries the failed step had.
+	RetriesObserved int `json:"retriesObserved"`
+	// FailedAt is when the step failed.
+	FailedAt time.Time `json:"failedAt"`
+	// RecordedAt is when the record was written.
+	RecordedAt time.Time `json:"recordedAt"`
 }

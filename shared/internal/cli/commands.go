@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/qasync/qasync/shared/client"
-	"github.com/qasync/qasync/shared/deadletter"
 	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/store"
 )
@@ -41,7 +40,7 @@ or "dataBase64" for other media types). Before success it exits 4 (conflict).`, 
 		help: `Follows execution ID until it is terminal (SUCCEEDED, FAILED, DLQ, CANCELLED), polling
 its status with backoff and reading its history where the server has one. On a terminal
 it shows one progress line per step, rewritten in place; piped, it prints one plain line
-per change. With -o json it prints each new status document as one JSON line.
+per history event (per status change on a server without the history route). With -o json it prints each new status document as one JSON line.
 It exits 0 when the execution succeeded and 5 when it ended otherwise.`, flags: watchCmd},
 	{name: "list", usage: "list [--pipeline P] [--status S,...] [--limit N]", summary: "list executions, newest first",
 		help: `Lists the tenant's executions, newest first, following the server's cursors until
@@ -61,12 +60,16 @@ permission behind API Gateway.`, flags: cancelCmd},
     sends a DLQ or FAILED execution back to its failed step for one more attempt
     (a REMOTE_OUTCOME_UNKNOWN one with --confirm-no-remote-effect). Another status exits 4.
 redrive --filter pipelineId=P,status=DLQ,errorCode=C,createdAfter=T,createdBefore=T --reason R [--rate N] [--dry-run] [--wait]
-    starts a durable bulk re-drive of the executions the filter selects (status may repeat:
-    status=DLQ,status=FAILED; default DLQ; times are RFC 3339), at most --rate per second;
-    --dry-run only counts them. Prints the re-drive id and how many matched.
+    starts a durable bulk re-drive of the executions the filter selects (status is DLQ
+    and/or FAILED and may repeat: status=DLQ,status=FAILED; default both; times are
+    RFC 3339, exclusive), at most --rate per second (default the server's, 10); --dry-run
+    only counts them. Prints the re-drive id and how many matched. The server's sweeper
+    loop drives the job (qasync serve looks for new jobs every few seconds): --wait
+    follows its progress until done.
 redrive --status REDRIVE_ID
-    prints a bulk re-drive's progress: matched, redriven, skipped, failed, done.
-Each re-driven execution gets the re-drive's audit record (the reason). An operator route:
+    prints a bulk re-drive's progress: matched, redriven, skipped, failed, done, dry run.
+Each re-driven execution gets the re-drive's audit record ("redrive <id>: <reason>" for a
+bulk re-drive). An operator route:
 --admin-token locally, the route's IAM permission behind API Gateway.`, flags: redriveCmd},
 	{name: "dead-letters", usage: "dead-letters [--pipeline P] [--limit N]", summary: "list dead-letter records, newest first",
 		help: `Lists the tenant's dead-letter records, newest first: when, which execution and step,
@@ -520,15 +523,13 @@ func (s *session) redriveProgress(ctx context.Context, id string, follow bool) e
 		if err != nil {
 			return err
 		}
-		if p.RedriveID == "" {
-			p.RedriveID = id
-		}
 		if !follow || p.Done {
 			if s.json() {
 				writeJSON(s.env.Stdout, p)
 			} else {
 				fields(s.env.Stdout, "redrive", p.RedriveID, "matched", strconv.Itoa(p.Matched), "redriven", strconv.Itoa(p.Redriven),
-					"skipped", strconv.Itoa(p.Skipped), "failed", strconv.Itoa(p.Failed), "done", strconv.FormatBool(p.Done))
+					"skipped", strconv.Itoa(p.Skipped), "failed", strconv.Itoa(p.Failed), "done", strconv.FormatBool(p.Done),
+					"dry run", strconv.FormatBool(p.DryRun))
 			}
 			return nil
 		}
@@ -582,7 +583,7 @@ func deadLettersCmd(fs *flag.FlagSet) runFunc {
 		if err != nil {
 			return err
 		}
-		rs, next, err := collect(p, func(limit int, cursor string) ([]deadletter.Record, string, error) {
+		rs, next, err := collect(p, func(limit int, cursor string) ([]client.DeadLetter, string, error) {
 			pg, err := c.DeadLetters(ctx, client.DeadLetterQuery{PipelineID: *pipelineID, Limit: limit, Cursor: cursor})
 			return pg.DeadLetters, pg.NextCursor, err
 		})
@@ -590,7 +591,7 @@ func deadLettersCmd(fs *flag.FlagSet) runFunc {
 			return err
 		}
 		if s.json() {
-			writeJSON(s.env.Stdout, client.DeadLetterPage{DeadLetters: append([]deadletter.Record{}, rs...), NextCursor: next})
+			writeJSON(s.env.Stdout, client.DeadLetterPage{DeadLetters: append([]client.DeadLetter{}, rs...), NextCursor: next})
 			return nil
 		}
 		printDeadLetters(s.env.Stdout, rs)

@@ -17,46 +17,62 @@ import (
 )
 
 // The commands of the operator routes (list, history, cancel, bulk
-// re-drives, dead letters) run against clitest.Operator: the real server
-// once it serves them, the contract fake until then.
+// re-drives, dead letters) against the real server.
+
+// ids returns the executions' ids, in their order.
+func ids(es []client.Execution) []string {
+	out := make([]string, len(es))
+	for i, e := range es {
+		out[i] = e.ExecutionID
+	}
+	return out
+}
+
+// listed fails the test unless es holds each of want exactly once and
+// nothing else, newest first by creation millisecond (the list's order;
+// executions created in the same millisecond come in the server's order).
+func listed(t *testing.T, what string, es []client.Execution, want ...string) {
+	t.Helper()
+	if got := slices.Sorted(slices.Values(ids(es))); !slices.Equal(got, slices.Sorted(slices.Values(want))) {
+		t.Fatalf("%s: executions %v, want each of %v once", what, ids(es), want)
+	}
+	for i := 1; i < len(es); i++ {
+		if es[i].CreatedAt.Truncate(time.Millisecond).After(es[i-1].CreatedAt.Truncate(time.Millisecond)) {
+			t.Fatalf("%s: not newest first: %s created %v after %s created %v", what, es[i].ExecutionID, es[i].CreatedAt, es[i-1].ExecutionID, es[i-1].CreatedAt)
+		}
+	}
+}
 
 // TestListCommand: list follows the cursors (page by page), filters by
 // pipeline and status, stops at --limit with the cursor that continues,
 // and prints a table or the JSON page.
 func TestListCommand(t *testing.T) {
 	t.Parallel()
-	r := newRunner(t, clitest.Operator(t))
+	r := newRunner(t, clitest.Real(t))
 	var oks []string
 	for range 5 {
 		oks = append(oks, r.settle(clitest.PipelineOK, store.Succeeded).ExecutionID)
 	}
-	slices.Reverse(oks) // newest first
 	dlq := r.settle(clitest.PipelineFail, store.DLQ)
+	everything := append(slices.Clone(oks), dlq.ExecutionID)
 
 	before := r.requests.Load()
 	all := decode[client.ExecutionPage](t, r.ok("list", "--limit", "0", "--page-size", "2", "-o", "json"))
 	if n := r.requests.Load() - before; n != 3 {
 		t.Fatalf("6 executions in pages of 2 took %d requests", n)
 	}
-	if len(all.Executions) != 6 || all.Executions[0].ExecutionID != dlq.ExecutionID || all.NextCursor != "" {
-		t.Fatalf("list: %d executions, first %s, cursor %q", len(all.Executions), all.Executions[0].ExecutionID, all.NextCursor)
+	if all.NextCursor != "" {
+		t.Fatalf("list of all: cursor %q", all.NextCursor)
 	}
+	listed(t, "list in pages of 2", all.Executions, everything...)
 	first := decode[client.ExecutionPage](t, r.ok("list", "--limit", "4", "--page-size", "3", "-o", "json"))
 	if len(first.Executions) != 4 || first.NextCursor == "" {
 		t.Fatalf("list --limit 4: %d executions, cursor %q", len(first.Executions), first.NextCursor)
 	}
 	rest := decode[client.ExecutionPage](t, r.ok("list", "--limit", "0", "--cursor", first.NextCursor, "-o", "json"))
-	var ids []string
-	for _, e := range append(first.Executions, rest.Executions...) {
-		ids = append(ids, e.ExecutionID)
-	}
-	if want := append([]string{dlq.ExecutionID}, oks...); !slices.Equal(ids, want) {
-		t.Fatalf("list in two parts %v, want %v", ids, want)
-	}
+	listed(t, "list in two parts", append(first.Executions, rest.Executions...), everything...)
 	ok := decode[client.ExecutionPage](t, r.ok("list", "--pipeline", clitest.PipelineOK, "--status", "succeeded,RUNNING", "-o", "json"))
-	if len(ok.Executions) != 5 {
-		t.Fatalf("list --pipeline --status: %d executions", len(ok.Executions))
-	}
+	listed(t, "list --pipeline --status", ok.Executions, oks...)
 	res := r.want(0, "list", "--status", "DLQ", "--limit", "1")
 	lines := strings.Split(strings.TrimSpace(res.stdout), "\n")
 	if len(lines) != 2 || !regexp.MustCompile(`^EXECUTION\s+PIPELINE\s+STATUS\s+STEP\s+ATTEMPT\s+CREATED\s+UPDATED\s+ERROR$`).MatchString(lines[0]) ||
@@ -69,7 +85,7 @@ func TestListCommand(t *testing.T) {
 // table and as the JSON document; an unknown id exits 3.
 func TestHistoryCommand(t *testing.T) {
 	t.Parallel()
-	r := newRunner(t, clitest.Operator(t))
+	r := newRunner(t, clitest.Real(t))
 	e := r.settle(clitest.PipelineFail, store.DLQ)
 	h := decode[client.History](t, r.ok("history", e.ExecutionID, "-o", "json"))
 	if h.ExecutionID != e.ExecutionID || len(h.Events) < 3 || h.Events[0].Type != history.Submitted || h.Events[0].Seq != 1 {
@@ -92,7 +108,7 @@ func TestHistoryCommand(t *testing.T) {
 // without the operator token 1.
 func TestCancelCommand(t *testing.T) {
 	t.Parallel()
-	tg := clitest.Operator(t)
+	tg := clitest.Real(t)
 	anon, r := newRunner(t, tg), newRunner(t, tg).admin()
 	parked := r.settle(clitest.PipelineWait, store.WaitingExternal)
 	if res := anon.want(cli.ExitFailure, "cancel", parked.ExecutionID, "--reason", "no"); !strings.Contains(res.stderr, "401") {
@@ -117,7 +133,7 @@ func TestCancelCommand(t *testing.T) {
 // unknown job exits 3.
 func TestRedriveCommands(t *testing.T) {
 	t.Parallel()
-	r := newRunner(t, clitest.Operator(t)).admin()
+	r := newRunner(t, clitest.Real(t)).admin()
 	one := r.settle(clitest.PipelineFail, store.DLQ)
 	again := decode[client.Execution](t, r.ok("redrive", one.ExecutionID, "--reason", "one more try", "--expected-version",
 		strconv.FormatInt(one.Version, 10), "-o", "json"))
@@ -169,20 +185,36 @@ func waitFor(t *testing.T, r *runner, id string, want store.Status) {
 // cursors.
 func TestDeadLettersCommand(t *testing.T) {
 	t.Parallel()
-	r := newRunner(t, clitest.Operator(t))
+	r := newRunner(t, clitest.Real(t))
 	a := r.settle(clitest.PipelineFail, store.DLQ)
 	b := r.settle(clitest.PipelineFail, store.DLQ)
 	page := decode[client.DeadLetterPage](t, r.ok("dead-letters", "--pipeline", clitest.PipelineFail, "--page-size", "1", "-o", "json"))
-	if len(page.DeadLetters) != 2 || page.DeadLetters[0].ExecutionID != b.ExecutionID || page.DeadLetters[1].ExecutionID != a.ExecutionID {
-		t.Fatalf("dead letters %+v", page)
+	var got []string
+	for i, d := range page.DeadLetters {
+		got = append(got, d.ExecutionID)
+		if d.PipelineID != clitest.PipelineFail || d.StepName != "work" || d.ErrorCode != clitest.ErrorCodeFail || d.TerminalReason != "non_retryable" ||
+			(i > 0 && d.RecordedAt.Truncate(time.Millisecond).After(page.DeadLetters[i-1].RecordedAt.Truncate(time.Millisecond))) {
+			t.Fatalf("dead letters (newest first) %+v", page)
+		}
+	}
+	if slices.Sort(got); !slices.Equal(got, slices.Sorted(slices.Values([]string{a.ExecutionID, b.ExecutionID}))) || page.NextCursor != "" {
+		t.Fatalf("dead letters %+v, want one of %s and one of %s", page, a.ExecutionID, b.ExecutionID)
 	}
 	out := r.ok("dead-letters")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 3 || !regexp.MustCompile(`^RECORDED\s+EXECUTION\s+PIPELINE\s+STEP\s+REASON\s+ERROR$`).MatchString(lines[0]) ||
-		!regexp.MustCompile(`^20\S+\s+`+b.ExecutionID+`\s+t\.fail\s+0 work\s+non_retryable\s+`+clitest.ErrorCodeFail+`: `).MatchString(lines[1]) {
+	if len(lines) != 3 || !regexp.MustCompile(`^RECORDED\s+EXECUTION\s+PIPELINE\s+STEP\s+REASON\s+ERROR$`).MatchString(lines[0]) {
 		t.Fatalf("dead-letters table:\n%s", out)
+	}
+	for _, d := range page.DeadLetters {
+		row := regexp.MustCompile(`^` + regexp.QuoteMeta(ts(d.RecordedAt)) + `\s+` + d.ExecutionID + `\s+t\.fail\s+0 work\s+non_retryable\s+` + clitest.ErrorCodeFail + `: this step always fails$`)
+		if !slices.ContainsFunc(lines[1:], row.MatchString) {
+			t.Fatalf("dead-letters table has no line for %+v:\n%s", d, out)
+		}
 	}
 	if p := decode[client.DeadLetterPage](t, r.ok("dead-letters", "--pipeline", clitest.PipelineOK, "-o", "json")); len(p.DeadLetters) != 0 {
 		t.Fatalf("dead letters of t.ok %+v", p)
 	}
 }
+
+// ts is the table's time format.
+func ts(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }

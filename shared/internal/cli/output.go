@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/qasync/qasync/shared/client"
-	"github.com/qasync/qasync/shared/deadletter"
 )
 
 // writeJSON writes v as indented JSON and a newline.
@@ -106,12 +105,15 @@ func printExecution(w io.Writer, e client.Execution) {
 			await += " (late)"
 		}
 	}
-	var nextDue, versionWait string
+	var nextDue, versionWait, cancel string
 	if !e.NextDueAt.IsZero() {
 		nextDue = ts(e.NextDueAt)
 	}
 	if !e.VersionWaitSince.IsZero() {
 		versionWait = ts(e.VersionWaitSince)
+	}
+	if !e.CancelRequestedAt.IsZero() || e.CancelReason != "" {
+		cancel = ts(e.CancelRequestedAt) + ": " + e.CancelReason
 	}
 	fields(w,
 		"execution", e.ExecutionID,
@@ -125,6 +127,7 @@ func printExecution(w io.Writer, e client.Execution) {
 		"waiting for version since", versionWait,
 		"error", errorText(e.Error),
 		"await", await,
+		"cancel requested", cancel,
 	)
 }
 
@@ -171,15 +174,11 @@ func printHistory(w io.Writer, h client.History) {
 }
 
 // printDeadLetters writes dead-letter records.
-func printDeadLetters(w io.Writer, rs []deadletter.Record) {
+func printDeadLetters(w io.Writer, rs []client.DeadLetter) {
 	rows := make([][]string, 0, len(rs))
 	for _, r := range rs {
-		row := []string{ts(r.RecordedAt), r.ExecutionID, "-", "-", "-", "-"}
-		if env := r.Envelope; env != nil {
-			row[2], row[3], row[4] = env.PipelineID, step(env.StepIndex, env.StepName), env.TerminalReason
-			row[5] = env.ErrorCode + ": " + env.ErrorMessage
-		}
-		rows = append(rows, row)
+		rows = append(rows, []string{ts(r.RecordedAt), r.ExecutionID, r.PipelineID, step(r.StepIndex, r.StepName),
+			r.TerminalReason, r.ErrorCode + ": " + r.ErrorMessage})
 	}
 	table(w, []string{"RECORDED", "EXECUTION", "PIPELINE", "STEP", "REASON", "ERROR"}, rows)
 }

@@ -127,7 +127,10 @@ func (wt *watcher) step(index int, name string) *stepView {
 	return st
 }
 
-// apply folds one history event into the steps.
+// apply folds one history event into the steps. The events are
+// history.Derive's: an event names the step it is about (an event ending
+// an attempt the step the attempt ran, one starting an attempt the step
+// it starts) and the execution's status after the write.
 func (wt *watcher) apply(ev client.Event) {
 	st := wt.step(ev.StepIndex, ev.StepName)
 	if ev.Attempt > 0 {
@@ -139,17 +142,29 @@ func (wt *watcher) apply(ev client.Event) {
 		}
 		return ev.Error.Code + ": " + ev.Error.Message
 	}
-	switch ev.Type {
-	case history.StepStarted:
-		st.status = string(store.Running)
+	// running marks a new attempt of the step (a start, a takeover):
+	// a failure before it is stale.
+	running := func() {
+		st.status, st.ended = string(store.Running), time.Time{}
 		if st.started.IsZero() {
 			st.started = ev.At
 		}
-		st.ended = time.Time{}
 		if st.failure {
 			st.note, st.failure = "", false
 		}
-	case history.StepSucceeded, history.AwaitCompleted:
+	}
+	switch ev.Type {
+	case history.Submitted:
+		st.status = string(ev.Status)
+	case history.StepStarted:
+		running()
+		st.note = ""
+	case history.LeaseTakenOver:
+		// Another worker took over the step after its lease lapsed: a new
+		// attempt, running.
+		running()
+		st.note = "lease taken over by " + ev.Worker
+	case history.StepSucceeded:
 		st.status, st.ended, st.note, st.failure = string(store.Succeeded), ev.At, "", false
 	case history.StepFailed:
 		st.status, st.note, st.failure = string(ev.Status), errText(), true
@@ -159,14 +174,17 @@ func (wt *watcher) apply(ev client.Event) {
 		if ev.Status.Terminal() {
 			st.ended = ev.At
 		}
-	case history.LeaseTakenOver:
-		st.note = "lease taken over by " + ev.Worker
 	case history.Awaiting:
-		st.status = string(store.WaitingExternal)
+		st.status, st.note = string(store.WaitingExternal), ev.Reason
+	case history.AwaitCompleted:
+		// The await step is queued to run again with the completion (its
+		// STEP_STARTED and STEP_SUCCEEDED follow); a late completion
+		// changes nothing else.
+		st.status, st.note = string(ev.Status), ev.Reason
 	case history.OutcomeUnknown:
 		st.status, st.note = string(store.RemoteOutcomeUnknown), ev.Reason
 	case history.Redriven:
-		st.status, st.note, st.ended = string(store.Queued), "re-driven: "+ev.Reason, time.Time{}
+		st.status, st.note, st.ended, st.failure = string(ev.Status), "re-driven: "+ev.Reason, time.Time{}, false
 	case history.CancelRequested:
 		st.note = "cancel requested: " + ev.Reason
 	case history.Cancelled, history.DeadLettered:

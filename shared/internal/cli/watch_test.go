@@ -89,9 +89,29 @@ func watchAwait(t *testing.T, r *runner, args ...string) result {
 	return result{}
 }
 
+// progressLine is a plain progress line of watch.
+var progressLine = regexp.MustCompile(`^20\S+Z\s+[A-Z_]+\s+step \d \w+\s+attempt \d`)
+
+// inOrder fails the test unless each of want matches a line of lines, in
+// this order (other lines possibly between).
+func inOrder(t *testing.T, out string, lines []string, want ...string) {
+	t.Helper()
+	rest := lines
+	for _, w := range want {
+		re := regexp.MustCompile(w)
+		i := slices.IndexFunc(rest, re.MatchString)
+		if i < 0 {
+			t.Fatalf("no line matching %s in order:\n%s", w, out)
+		}
+		rest = rest[i+1:]
+	}
+}
+
 // TestWatchPipedPrintsPlainLines: piped (not a terminal), watch prints one
-// plain line per change, without escape sequences (here from status polls:
-// the real server has no history yet), then the outcome.
+// plain line per history event, without escape sequences, then the
+// outcome: the await step started, parked (AWAITING), its completion
+// (AWAIT_COMPLETED) queued it to run again with the completion (started,
+// succeeded), then the second step ran and the execution succeeded.
 func TestWatchPipedPrintsPlainLines(t *testing.T) {
 	t.Parallel()
 	r := newRunner(t, clitest.Real(t))
@@ -100,18 +120,54 @@ func TestWatchPipedPrintsPlainLines(t *testing.T) {
 		t.Fatalf("exit %d, output %q", res.code, res.stdout)
 	}
 	lines := strings.Split(strings.TrimSpace(res.stdout), "\n")
-	line := regexp.MustCompile(`^20\S+Z\s+[A-Z_]+\s+step \d \w+\s+attempt \d`)
 	for _, l := range lines[:len(lines)-1] {
-		if !line.MatchString(l) {
+		if !progressLine.MatchString(l) {
 			t.Fatalf("line %q is not a progress line:\n%s", l, res.stdout)
 		}
 	}
-	if !strings.Contains(lines[0], "WAITING_EXTERNAL") || !strings.Contains(lines[0], "step 0 approve") ||
-		!strings.HasPrefix(lines[len(lines)-1], "SUCCEEDED after ") {
+	if !strings.HasPrefix(lines[0], "20") || !strings.Contains(lines[0], "SUBMITTED") || !strings.HasPrefix(lines[len(lines)-1], "SUCCEEDED after ") {
 		t.Fatalf("watch output:\n%s", res.stdout)
 	}
-	if !strings.Contains(res.stdout, "step 1 finish") {
-		t.Fatalf("watch never showed the second step:\n%s", res.stdout)
+	inOrder(t, res.stdout, lines,
+		`SUBMITTED\s+step 0 approve\s+attempt 1$`,
+		`STEP_STARTED\s+step 0 approve\s+attempt 1\s+worker \S+$`,
+		`AWAITING\s+step 0 approve\s+attempt 1\s+worker \S+; reason: await \S+$`,
+		`AWAIT_COMPLETED\s+step 0 approve\s+attempt 1\s+reason: await \S+ completed$`,
+		`STEP_STARTED\s+step 0 approve\s+attempt 1`,
+		`STEP_SUCCEEDED\s+step 0 approve\s+attempt 1`,
+		`STEP_STARTED\s+step 1 finish\s+attempt 1`,
+		`STEP_SUCCEEDED\s+step 1 finish\s+attempt 1`,
+		`^20\S+\s+SUCCEEDED\s+step 1 finish\s+attempt 1$`,
+	)
+}
+
+// TestWatchWithoutHistoryPollsTheStatus: against a server without the
+// history route (one that predates it; clitest.WithoutHistory), piped
+// watch prints one plain line per change of the status document instead:
+// the parked execution, the second step, the outcome; and a retry shows
+// the WAIT_RETRY status with the error and the retry's due time.
+func TestWatchWithoutHistoryPollsTheStatus(t *testing.T) {
+	t.Parallel()
+	r := newRunner(t, clitest.WithoutHistory(t, clitest.Real(t)))
+	res := watchAwait(t, r)
+	if res.code != 0 || strings.Contains(res.stdout, "\x1b") {
+		t.Fatalf("exit %d, output %q", res.code, res.stdout)
+	}
+	lines := strings.Split(strings.TrimSpace(res.stdout), "\n")
+	for _, l := range lines[:len(lines)-1] {
+		if !progressLine.MatchString(l) {
+			t.Fatalf("line %q is not a progress line:\n%s", l, res.stdout)
+		}
+	}
+	if !regexp.MustCompile(`^20\S+\s+WAITING_EXTERNAL\s+step 0 approve\s+attempt 1$`).MatchString(lines[0]) ||
+		!strings.Contains(res.stdout, "step 1 finish") || !strings.HasPrefix(lines[len(lines)-1], "SUCCEEDED after ") {
+		t.Fatalf("watch output:\n%s", res.stdout)
+	}
+	sub := decode[client.Submission](t, r.ok("submit", clitest.PipelineRetry, "--data", `{"history":false}`, "-o", "json"))
+	res = r.want(0, "watch", sub.ExecutionID)
+	if !regexp.MustCompile(`(?m)^20\S+\s+WAIT_RETRY\s+step 0 work\s+attempt 2\s+`+clitest.ErrorCodeRetry+`: first attempts fail, retry at 20\S+$`).MatchString(res.stdout) ||
+		!regexp.MustCompile(`(?m)^20\S+\s+SUCCEEDED\s+step 0 work\s+attempt 2$`).MatchString(res.stdout) {
+		t.Fatalf("watch of a retry from status polls:\n%s", res.stdout)
 	}
 }
 
@@ -176,12 +232,11 @@ func TestWatchJSONStreamsStatusDocuments(t *testing.T) {
 	}
 }
 
-// TestWatchUsesHistory: where the server has the history route, piped
-// watch prints the execution's events (SUBMITTED, each step's start and
-// success, SUCCEEDED) in commit order.
+// TestWatchUsesHistory: piped watch prints the execution's events
+// (SUBMITTED, each step's start and success, SUCCEEDED) in commit order.
 func TestWatchUsesHistory(t *testing.T) {
 	t.Parallel()
-	r := newRunner(t, clitest.Operator(t))
+	r := newRunner(t, clitest.Real(t))
 	sub := decode[client.Submission](t, r.ok("submit", clitest.PipelineOK, "-o", "json"))
 	out := r.ok("watch", sub.ExecutionID)
 	var types []string
@@ -206,9 +261,10 @@ func TestWatchUsesHistory(t *testing.T) {
 }
 
 // TestWatchShowsARetryThenClearsIt: a step that fails once and succeeds on
-// its retry shows the failure and the retry's due time while it waits,
-// and, once it succeeded, neither (piped: a WAIT_RETRY line with the
-// error, then the success; on a terminal: the final screen without it).
+// its retry shows the failure and the retry's due time, and, once it
+// succeeded, no more (piped: the STEP_FAILED event of attempt 1 with the
+// error and the retry time, then attempt 2's start and success; on a
+// terminal: the retry while it waits, and a final screen without it).
 func TestWatchShowsARetryThenClearsIt(t *testing.T) {
 	t.Parallel()
 	r := newRunner(t, clitest.Real(t))
@@ -217,10 +273,15 @@ func TestWatchShowsARetryThenClearsIt(t *testing.T) {
 		sub := decode[client.Submission](t, r.ok("submit", clitest.PipelineRetry, "--data", `{"live":`+strconv.FormatBool(live)+`}`, "-o", "json"))
 		res := r.want(0, "watch", sub.ExecutionID)
 		if !live {
-			if !regexp.MustCompile(`(?m)^20\S+\s+WAIT_RETRY\s+step 0 work\s+attempt 2\s+`+clitest.ErrorCodeRetry+`: first attempts fail, retry at 20`).MatchString(res.stdout) ||
-				!regexp.MustCompile(`(?m)^20\S+\s+SUCCEEDED\s+step 0 work\s+attempt 2$`).MatchString(res.stdout) {
-				t.Fatalf("piped watch of a retry:\n%s", res.stdout)
-			}
+			lines := strings.Split(strings.TrimSpace(res.stdout), "\n")
+			inOrder(t, res.stdout, lines,
+				`^20\S+\s+STEP_STARTED\s+step 0 work\s+attempt 1\s+worker \S+$`,
+				`^20\S+\s+STEP_FAILED\s+step 0 work\s+attempt 1\s+`+clitest.ErrorCodeRetry+`: first attempts fail; retry at 20\S+; worker \S+$`,
+				`^20\S+\s+STEP_STARTED\s+step 0 work\s+attempt 2\s+worker \S+$`,
+				`^20\S+\s+STEP_SUCCEEDED\s+step 0 work\s+attempt 2\s+worker \S+$`,
+				`^20\S+\s+SUCCEEDED\s+step 0 work\s+attempt 2$`,
+				`^SUCCEEDED after `,
+			)
 			continue
 		}
 		if !strings.Contains(res.stdout, clitest.ErrorCodeRetry+": first attempts fail, retry at") {

@@ -1,21 +1,25 @@
-// Package clitest runs the servers the tests of package client and of the
+// Package clitest runs the server the tests of package client and of the
 // qasync client commands talk to: the real server (server.Serve on memory
-// providers, in this process) with a small registry of test pipelines,
-// and, for the operator routes of issue 13 while they are not on the real
-// server yet, a fake that implements their HTTP contract over a model of
-// the same pipelines. Test bodies take a *Target and run unchanged against
-// either, so they switch to the real server as soon as it serves the
-// routes (Operator probes GET /openapi.json).
+// providers, in this process) with a small registry of test pipelines.
+// Every route those tests call, the operator routes included, is the real
+// server's. The one stand-in is WithoutHistory, a proxy in front of it
+// that hides the history route, for what a real server of this version
+// cannot be: one that predates the route (the CLI's watch then falls back
+// to status polls).
 package clitest
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -26,7 +30,7 @@ import (
 	"github.com/qasync/qasync/shared/server"
 )
 
-// The test pipelines, served by both targets unless said otherwise.
+// The test pipelines.
 const (
 	// PipelineOK runs two steps, "prepare" and "finish", and succeeds;
 	// its result is the input object with "prepared" and "finished" set.
@@ -40,7 +44,7 @@ const (
 	PipelineWait = "t.wait"
 	// PipelineRetry's step "work" fails its first attempt retryably with
 	// ErrorCodeRetry, waits RetryDelay in WAIT_RETRY, and succeeds on the
-	// second (the real server only).
+	// second.
 	PipelineRetry = "t.retry"
 	// ErrorCodeFail is the error code of PipelineFail's failure.
 	ErrorCodeFail = "always_fails"
@@ -48,7 +52,7 @@ const (
 	ErrorCodeRetry = "flaky"
 	// RetryDelay is PipelineRetry's wait before its second attempt.
 	RetryDelay = 300 * time.Millisecond
-	// AdminToken is the operator token of both targets.
+	// AdminToken is the operator token of the server.
 	AdminToken = "clitest-admin-token"
 )
 
@@ -58,8 +62,6 @@ type Target struct {
 	URL string
 	// AdminToken is its operator token.
 	AdminToken string
-	// Real is true for server.Serve, false for the contract fake.
-	Real bool
 	// tokens are the resume tokens the await steps handed out.
 	tokens *tokens
 }
@@ -162,33 +164,30 @@ func Real(t testing.TB) *Target {
 			t.Errorf("clitest: server.Serve: %v", err)
 		}
 	})
-	return &Target{URL: "http://" + addr.String(), AdminToken: AdminToken, Real: true, tokens: rec}
+	return &Target{URL: "http://" + addr.String(), AdminToken: AdminToken, tokens: rec}
 }
 
-// TargetEnv forces the target of Operator: "real" (the real server, even
-// if it lacks the routes) or "fake" (the contract fake).
-const TargetEnv = "QASYNC_CLI_TARGET"
-
-// Operator returns the target of the operator routes' tests (list,
-// history, cancel, bulk re-drives, dead letters, openapi.json): the real
-// server when it serves GET /openapi.json (the operator plane has landed),
-// else the contract fake; TargetEnv overrides the choice.
-func Operator(t testing.TB) *Target {
+// WithoutHistory returns a target that forwards every request to tg but
+// answers GET /v1/executions/{id}/history as a server that predates the
+// route does (404, problem not-found): the real server always keeps a
+// history, so this is the only way to test a client against one without
+// it. It stops when the test ends.
+func WithoutHistory(t testing.TB, tg *Target) *Target {
 	t.Helper()
-	switch os.Getenv(TargetEnv) {
-	case "real":
-		return Real(t)
-	case "fake":
-		return Fake(t)
+	u, err := url.Parse(tg.URL)
+	if err != nil {
+		t.Fatal(err)
 	}
-	real := Real(t)
-	resp, err := http.Get(real.URL + "/openapi.json")
-	if err == nil {
-		resp.Body.Close()
-		if resp.StatusCode == http.StatusOK {
-			return real
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/v1/executions/") && strings.HasSuffix(r.URL.Path, "/history") {
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = io.WriteString(w, `{"type":"urn:qasync:problem:not-found","title":"Not found","status":404,"detail":"No route matches the request path."}`+"\n")
+			return
 		}
-	}
-	t.Logf("clitest: the real server does not serve the operator routes yet: testing against the contract fake (%s=real forces the real server)", TargetEnv)
-	return Fake(t)
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return &Target{URL: srv.URL, AdminToken: tg.AdminToken, tokens: tg.tokens}
 }
