@@ -88,7 +88,12 @@ stop() {
     read -r pid _ <"$file"
     kill "$pid" 2>/dev/null || true
     for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -0 "$pid" 2>/dev/null && kill -9 "$pid" 2>/dev/null || true
+    if kill -0 "$pid" 2>/dev/null; then
+      kill -9 "$pid" 2>/dev/null || true
+      # A large JVM takes a moment to go even after SIGKILL (on a loaded
+      # machine): wait until its command line is gone, at most 5 s.
+      for _ in $(seq 50); do [ -s "/proc/$pid/cmdline" ] || break; sleep 0.1; done
+    fi
   fi
   rm -f "$file"
 }
