@@ -527,6 +527,14 @@ func (r *Runtime) redriveOne(ctx context.Context, job *redriveJob, id string) re
 		case err != nil:
 			return redriveFailed
 		case strings.HasPrefix(e.Note, prefix):
+			// Re-driven by this job before (a restart, or a write whose
+			// answer was lost, so the work item may never have been sent):
+			// still QUEUED at that re-drive's attempt, it gets its work item
+			// again (a duplicate item is harmless; a missing one would wait
+			// for the sweeper).
+			if e.Status == store.Queued {
+				r.dispatch(ctx, &e, 0)
+			}
 			return redriveDone
 		case !filter.matches(&e):
 			return redriveSkipped

@@ -367,3 +367,64 @@ func TestBulkRedriveStartIsNotRacedByItsOwnDriver(t *testing.T) {
 		}
 	})
 }
+
+// lostRedriveAnswer is the store of a driver whose re-drive write lands
+// but whose answer is lost once (a timeout after the write).
+type lostRedriveAnswer struct {
+	crashable
+	lost atomic.Bool
+}
+
+func (s *lostRedriveAnswer) Update(ctx context.Context, g store.Guard, next store.Execution) (store.Execution, error) {
+	got, err := s.crashable.Update(ctx, g, next)
+	if err == nil && strings.HasPrefix(next.Note, "redrive ") && s.lost.CompareAndSwap(false, true) {
+		return store.Execution{}, fmt.Errorf("%w: the answer was lost after the write", store.ErrUnavailable)
+	}
+	return got, err
+}
+
+// TestBulkRedriveResendsALostWorkItem: a re-drive whose write landed but
+// whose answer was lost sent no work item; the job, finding the
+// execution's note already naming it and the row still QUEUED, sends the
+// item itself, so the execution runs without waiting for the sweeper.
+func TestBulkRedriveResendsALostWorkItem(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		p := failsOnce("p.bad")
+		setup := c.worker("setup", engine.Config{Retry: fastRetry}, nil, p)
+		execs := deadLettered(t, c, setup, "p.bad", "bad", 3)
+		reg, err := pipeline.NewRegistry(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		view := &lostRedriveAnswer{crashable: crashable{Store: c.mem, jobs: c.mem}}
+		rt, err := engine.New(engine.Config{Retry: fastRetry, WorkerID: "driver"}, engine.Deps{
+			Registry: reg, Store: view, Payloads: c.payloads, Dispatcher: c.queue, DeadLetter: c.dlq,
+			Logger: slog.New(slog.NewJSONHandler(c.logs, nil)),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		sentBefore := c.queue.count()
+		job, err := rt.StartRedrives(ctx, "t1", engine.RedriveFilter{}, "after the outage", 100, false)
+		if err != nil || job.Matched != 3 {
+			t.Fatalf("StartRedrives = %+v, %v", job, err)
+		}
+		if held, err := rt.DriveRedrives(ctx, time.Minute); err != nil || held != 1 {
+			t.Fatalf("drove %d jobs, %v", held, err)
+		}
+		if !view.lost.Load() {
+			t.Fatal("no re-drive answer was lost: the case proves nothing")
+		}
+		if n := c.queue.count() - sentBefore; n != 3 {
+			t.Fatalf("%d work items sent for 3 re-driven executions, want 3 (one lost answer must not lose its item)", n)
+		}
+		deliver(rt, c.queue)
+		for _, e := range execs {
+			if got := c.get(e.ExecutionID); got.Status != store.Succeeded || got.RedriveCount != 1 {
+				t.Fatalf("%s: %s after %d re-drives, want SUCCEEDED after 1", e.ExecutionID, got.Status, got.RedriveCount)
+			}
+		}
+	})
+}
