@@ -56,7 +56,7 @@ build-lambda: ## build each Lambda function into dist/<fn>/bootstrap and dist/<f
 
 # make run and make local-cloud serve the diag.drill fault drill
 # (diag.enabled), which deployments leave off.
-run: build-local ## serve the API, workers and sweeper on $(ADDR) with in-memory providers
+run: build-local ## serve the API, workers and sweeper on $(ADDR), data in .qasync/ (the embedded store)
 	PIPELINE_ORCHESTRATOR_SWEEP_INTERVAL=$${PIPELINE_ORCHESTRATOR_SWEEP_INTERVAL:-1s} \
 	PIPELINE_ORCHESTRATOR_DIAG_ENABLED=$${PIPELINE_ORCHESTRATOR_DIAG_ENABLED:-true} \
 	exec $(BIN)/qasync serve --addr $(ADDR)
@@ -66,6 +66,7 @@ test: build-lambda vet fmt-check stack-test test-unit fuzz cdk-test examples-tes
 # The stack is started for the tests and stopped afterwards, also on failure.
 test-unit: build-local rie chromium
 	QASYNC_REQUIRE_STACK=1 QASYNC_BIN=$(BIN)/qasync $(STACK) run go test -race -count=1 -timeout 12m ./...
+	QASYNC_ENGINE_PROVIDER=embedded go test -race -count=1 ./shared/internal/engine/   # the engine's tests again, on the embedded store
 
 # The web console's browser test (shared/internal/console) drives headless
 # Chromium. Under CI=true (CI runs as root) a missing Chromium is installed
@@ -130,6 +131,15 @@ bench: ## report transitions per second of the memory providers on this machine
 # target gates on its figures. BENCH_PEERS_FLAGS passes flags, e.g.
 # BENCH_PEERS_FLAGS='-duration 10s -systems qasync,river-sqlite-full -o json'.
 BENCH_PEERS_FLAGS ?=
+
+# The engine benchmark (bench/engines): the embedded store's candidate
+# engines (bbolt, pebble, SQLite) on the step's write (a conditional row
+# update and a queue move in one fsync'd transaction, group commit), one
+# table; the README's "Embedded store" section says what it chose and why.
+.PHONY: bench-engines
+bench-engines: ## embedded store's engine choice: bbolt, pebble and SQLite on the step's fsync'd write, one table
+	cd bench && CGO_ENABLED=0 go build -o $(BIN)/bench-engines ./engines
+	$(BIN)/bench-engines -writers 1,8,32
 
 .PHONY: bench-peers
 bench-peers: ## peer benchmark: qasync vs River on SQLite and Postgres, same workload, one table (BENCH_PEERS_FLAGS)

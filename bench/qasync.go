@@ -1,10 +1,11 @@
 package main
 
-// The qasync adapter: the only file of the benchmark that imports qasync.
-// It is a placeholder on the memory providers (shared/memstore,
-// shared/localdispatch) until the durable embedded store exists; then this
-// file is replaced, and the packages it imports may move, without touching
-// the rest of the benchmark.
+// The qasync adapter: the only file of the benchmark that imports qasync,
+// through its public API only (shared/server's in-process Runtime,
+// shared/config, shared/pipeline, shared/payload). It runs qasync's
+// default local profile: the embedded durable store (bbolt, every commit
+// fsync'd before it is acknowledged, concurrent commits grouped), in the
+// phase's directory.
 
 import (
 	"context"
@@ -14,26 +15,28 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
-	"github.com/qasync/qasync/shared/clock"
-	"github.com/qasync/qasync/shared/dispatch"
-	"github.com/qasync/qasync/shared/localdispatch"
-	"github.com/qasync/qasync/shared/logdlq"
-	"github.com/qasync/qasync/shared/memstore"
+	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/pipeline"
-	"github.com/qasync/qasync/shared/runtime"
+	"github.com/qasync/qasync/shared/server"
 )
 
 func init() {
 	register(Spec{
 		Key:      "qasync",
-		Label:    "qasync (memory, placeholder for the embedded store)",
-		Settings: "shared/runtime on shared/memstore + shared/localdispatch (nothing reaches a disk), default runtime config",
+		Label:    "qasync (embedded store)",
+		Settings: "shared/server.Start on the default embedded store (bbolt file, fsync per group commit), worker-concurrency = workers, default config (a step's commit claims the next step in the same write)",
 		Baseline: true,
 		Order:    0,
 		New:      func() (System, error) { return &qasyncSystem{}, nil },
+	})
+	register(Spec{
+		Key:      "qasync-queue",
+		Label:    "qasync (embedded store, chain.max-steps=1)",
+		Settings: "the same with chain.max-steps=1: every step's commit enqueues the next step's work item in the same write and a worker takes it from the queue, as a River job per step",
+		Order:    1,
+		New:      func() (System, error) { return &qasyncSystem{chainMaxSteps: 1}, nil },
 	})
 }
 
@@ -45,16 +48,16 @@ const (
 
 // qasyncSystem runs the pipeline on a qasync Runtime in this process.
 type qasyncSystem struct {
-	rt   *runtime.Runtime
-	disp *localdispatch.Dispatcher
-	done func(Completion)
+	chainMaxSteps int
+	rt            *server.Runtime
+	done          func(Completion)
 	// last holds the document each execution's last step produced, until
 	// the execution's success is observed (after its commit).
 	last sync.Map // int -> Doc
 }
 
 // Start implements System.
-func (q *qasyncSystem) Start(_ context.Context, env Env) error {
+func (q *qasyncSystem) Start(ctx context.Context, env Env) error {
 	q.done = env.Done
 	steps := make([]pipeline.Step, len(StepNames))
 	for i, name := range StepNames {
@@ -71,29 +74,24 @@ func (q *qasyncSystem) Start(_ context.Context, env Env) error {
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	q.disp = localdispatch.New(func(ctx context.Context, item dispatch.WorkItem) error { return q.rt.Process(ctx, item) },
-		localdispatch.Options{Workers: env.Workers, RedeliveryDelay: 10 * time.Millisecond})
-	cfg := runtime.DefaultConfig()
-	cfg.WorkerID = "bench-worker"
-	q.rt, err = runtime.New(cfg, runtime.Deps{
-		Registry: reg, Store: memstore.NewStateStore(clock.System{}), Payloads: memstore.NewPayloadStore(clock.System{}),
-		Effects: memstore.NewEffects(clock.System{}), Dispatcher: q.disp, DeadLetter: logdlq.New(log), Logger: log,
-		Observers: []runtime.Observer{runtime.ObserverFunc(q.observe)},
-	})
-	if err != nil {
-		_ = q.disp.Close(context.Background())
-		return err
+	cfg := config.Default()
+	cfg.EmbeddedDataDir = env.Dir
+	cfg.WorkerConcurrency = env.Workers
+	if q.chainMaxSteps > 0 {
+		cfg.ChainMaxSteps = q.chainMaxSteps
 	}
-	return nil
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	q.rt, err = server.Start(ctx, cfg, reg, server.WithLogger(log), server.OnFinished(q.finished))
+	return err
 }
 
-// observe reports a succeeded execution (called after its terminal commit).
-func (q *qasyncSystem) observe(_ context.Context, ev runtime.Event) {
-	if ev.Kind != runtime.EventSucceeded {
+// finished reports a succeeded execution (called after its terminal
+// commit is on disk).
+func (q *qasyncSystem) finished(f server.Finished) {
+	if f.Status != "SUCCEEDED" {
 		return
 	}
-	id, err := strconv.Atoi(strings.TrimPrefix(ev.Execution.IdempotencyKey, qasyncKeyPre))
+	id, err := strconv.Atoi(strings.TrimPrefix(f.IdempotencyKey, qasyncKeyPre))
 	if err != nil {
 		return
 	}
@@ -108,16 +106,14 @@ func (q *qasyncSystem) Submit(ctx context.Context, id int) error {
 	if err != nil {
 		return err
 	}
-	_, err = q.rt.Submit(ctx, runtime.SubmitRequest{
-		TenantID: qasyncTenant, PipelineID: qasyncPipeline, IdempotencyKey: fmt.Sprint(qasyncKeyPre, id), Input: in,
-	})
+	_, err = q.rt.Submit(ctx, qasyncTenant, qasyncPipeline, fmt.Sprint(qasyncKeyPre, id), in)
 	return err
 }
 
 // Close implements System.
 func (q *qasyncSystem) Close(ctx context.Context) error {
-	if q.disp == nil {
+	if q.rt == nil {
 		return nil
 	}
-	return q.disp.Close(ctx)
+	return q.rt.Close(ctx)
 }

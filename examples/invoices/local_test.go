@@ -62,8 +62,8 @@ func (s *syncBuffer) String() string {
 var servingLine = regexp.MustCompile(`qasync serving on (http://\S+)`)
 
 // startLocal builds the service's local main (cmd/local) and starts
-// `serve` on a port the OS picks, with the in-memory providers serve
-// defaults to; it returns the base URL and the process's output (its
+// `serve` on a port the OS picks, with the providers serve defaults to
+// (the embedded store, in a fresh working directory); it returns the base URL and the process's output (its
 // JSON logs and its stderr). The process is stopped (SIGTERM,
 // then SIGKILL) when the test ends, whichever way it ends, and a SIGTERM
 // must end it cleanly (exit status 0).
@@ -75,6 +75,7 @@ func startLocal(t *testing.T) (string, *syncBuffer) {
 		t.Fatalf("go build ./cmd/local: %v\n%s", err, out)
 	}
 	cmd := exec.Command(bin, "serve", "--addr", "127.0.0.1:0")
+	cmd.Dir = t.TempDir() // the default embedded store keeps its data in .qasync/ here
 	// Only the defaults: no configuration key from this environment.
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "PIPELINE_") {

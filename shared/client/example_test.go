@@ -32,6 +32,7 @@ func serveHello() (string, func()) {
 		panic(err)
 	}
 	cfg := config.Default()
+	cfg.StateProvider = "memory" // a throwaway server (the default, embedded, keeps its data in .qasync/ and would remember the key)
 	cfg.HTTPAddr = "127.0.0.1:0"
 	ctx, stop := context.WithCancel(context.Background())
 	started, done := make(chan net.Addr, 1), make(chan error, 1)

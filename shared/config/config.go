@@ -66,13 +66,23 @@ func ShortKey(full string) string {
 type Config struct {
 	// Mode is key "mode", default QUEUE_ASYNC, the only supported mode.
 	Mode string
-	// StateProvider is key "state-provider": memory (default) or dynamo.
+	// StateProvider is key "state-provider": embedded (default: every
+	// seam durable in the data directory EmbeddedDataDir), memory (not
+	// durable: tests and throwaway runs) or dynamo.
 	StateProvider string
-	// DispatcherProvider is key "dispatcher-provider": event (default, an
-	// in-process worker pool) or sqs.
+	// DispatcherProvider is key "dispatcher-provider": embedded (the
+	// embedded store's durable queue), event (an in-process worker pool)
+	// or sqs; empty (default) means embedded with state-provider embedded
+	// and event otherwise (Load fills it in: see ResolveProviders).
 	DispatcherProvider string
-	// DLQProvider is key "dlq-provider": log (default) or sqs.
+	// DLQProvider is key "dlq-provider": embedded (recorded in the
+	// embedded store), log or sqs; empty (default) means embedded with
+	// state-provider embedded and log otherwise.
 	DLQProvider string
+	// EmbeddedDataDir is key "embedded.data-dir" (flag alias --data-dir),
+	// default .qasync: the embedded store's data directory, relative to
+	// the working directory.
+	EmbeddedDataDir string
 	// IdempotencyPolicy is key "idempotency-policy": OPTIONAL_CLIENT_KEY
 	// (default), CLIENT_KEY_REQUIRED or SERVER_KEY_ONLY.
 	IdempotencyPolicy string
@@ -307,8 +317,10 @@ type Config struct {
 	// last one listed takes new submissions). Test only (chaos: a rolling
 	// deploy switches some processes to version 2).
 	DiagDrillVersions string
-	// ItemRejectProvider is key pipeline.item-reject.provider: log
-	// (default), memory or sqs; where steps' rejected items go.
+	// ItemRejectProvider is key pipeline.item-reject.provider: where
+	// steps' rejected items go: embedded (kept in the embedded store),
+	// log, memory or sqs; empty (default) means embedded with
+	// state-provider embedded and log otherwise.
 	ItemRejectProvider string
 	// ItemRejectQueueURL is key pipeline.item-reject.queue-url; required
 	// when ItemRejectProvider is sqs.
@@ -332,9 +344,8 @@ func (c Config) DueShards() int { return schema.DueShardsFor(c.CapacityStepsPerS
 func Default() Config {
 	return Config{
 		Mode:                   "QUEUE_ASYNC",
-		StateProvider:          "memory",
-		DispatcherProvider:     "event",
-		DLQProvider:            "log",
+		StateProvider:          "embedded",
+		EmbeddedDataDir:        ".qasync",
 		IdempotencyPolicy:      "OPTIONAL_CLIENT_KEY",
 		Lease:                  30 * time.Second,
 		MaxRetries:             3,
@@ -374,7 +385,6 @@ func Default() Config {
 		HTTPWriteTimeout:      90 * time.Second,
 		HTTPIdleTimeout:       2 * time.Minute,
 
-		ItemRejectProvider:             "log",
 		ItemRejectPublishFailurePolicy: "CONTINUE",
 	}
 }
@@ -422,12 +432,26 @@ var entries = []entry{
 			}
 			return nil
 		}),
-	field("state-provider", "Execution state store: memory or dynamo.",
-		func(c *Config) *string { return &c.StateProvider }, lower, oneOf("memory", "dynamo")),
-	field("dispatcher-provider", "Work dispatcher: event (in-process workers) or sqs.",
-		func(c *Config) *string { return &c.DispatcherProvider }, lower, oneOf("event", "sqs")),
-	field("dlq-provider", "Dead-letter sink: log or sqs.",
-		func(c *Config) *string { return &c.DLQProvider }, lower, oneOf("log", "sqs")),
+	field("state-provider", "Execution state store: embedded (durable: every execution, payload, effect, dead letter, reject and work item in one file under embedded.data-dir; one process), memory (lost on exit: tests and throwaway runs) or dynamo.",
+		func(c *Config) *string { return &c.StateProvider }, lower, oneOf("embedded", "memory", "dynamo")),
+	field("dispatcher-provider", "Work dispatcher: embedded (the embedded store's durable queue), event (in-process workers, not durable) or sqs; empty: embedded with state-provider embedded, else event.",
+		func(c *Config) *string { return &c.DispatcherProvider }, lower, all(oneOf("", "embedded", "event", "sqs"), embeddedOnly,
+			func(c Config, v string) error {
+				if c.StateProvider == "embedded" && v != "embedded" {
+					return fmt.Errorf("%s embedded keeps its work queue itself (a commit and its hand-over are one write): leave this key empty or set embedded, got %q", FullKey("state-provider"), v)
+				}
+				return nil
+			})),
+	field("dlq-provider", "Dead-letter sink: embedded (recorded in the embedded store, listed by the operator plane), log or sqs; empty: embedded with state-provider embedded, else log.",
+		func(c *Config) *string { return &c.DLQProvider }, lower, all(oneOf("", "embedded", "log", "sqs"), embeddedOnly)),
+	field("embedded.data-dir", "Data directory of the embedded store (state-provider embedded), relative to the working directory; one qasync serve at a time (flag alias --data-dir).",
+		func(c *Config) *string { return &c.EmbeddedDataDir }, verbatim,
+		func(c Config, v string) error {
+			if v == "" && c.StateProvider == "embedded" {
+				return fmt.Errorf("required when %s is embedded", FullKey("state-provider"))
+			}
+			return nil
+		}),
 	field("idempotency-policy", "Idempotency keys: OPTIONAL_CLIENT_KEY, CLIENT_KEY_REQUIRED or SERVER_KEY_ONLY (case-insensitive).",
 		func(c *Config) *string { return &c.IdempotencyPolicy }, upper,
 		oneOf("OPTIONAL_CLIENT_KEY", "CLIENT_KEY_REQUIRED", "SERVER_KEY_ONLY")),
@@ -586,8 +610,8 @@ var entries = []entry{
 		func(c *Config) *string { return &c.DiagPaymentLedger }, verbatim, nil),
 	field("diag.payment-pause", "Test only: with diag.payment-ledger, how long capture-payment waits after charging before it returns (duration); 0 to 10m.",
 		func(c *Config) *time.Duration { return &c.DiagPaymentPause }, parseDuration, between(0, 10*time.Minute)),
-	field("item-reject.provider", "Item Reject Sink of steps' rejected items and streams: log, memory or sqs; strict startup with state-provider dynamo requires sqs.",
-		func(c *Config) *string { return &c.ItemRejectProvider }, lower, oneOf("log", "memory", "sqs")),
+	field("item-reject.provider", "Item Reject Sink of steps' rejected items and streams: embedded (kept in the embedded store), log, memory or sqs; empty: embedded with state-provider embedded, else log; strict startup with state-provider dynamo requires sqs.",
+		func(c *Config) *string { return &c.ItemRejectProvider }, lower, all(oneOf("", "embedded", "log", "memory", "sqs"), embeddedOnly)),
 	field("item-reject.queue-url", "SQS queue URL of the Item Reject Sink; required when item-reject.provider is sqs.",
 		func(c *Config) *string { return &c.ItemRejectQueueURL }, verbatim,
 		requiredWhen("item-reject.provider", "sqs", func(c Config) bool { return c.ItemRejectProvider == "sqs" })),
@@ -599,9 +623,30 @@ var entries = []entry{
 
 func usesDynamo(c Config) bool { return c.StateProvider == "dynamo" }
 
+// embeddedOnly refuses a provider "embedded" without the embedded store.
+func embeddedOnly(c Config, v string) error {
+	if v == "embedded" && c.StateProvider != "embedded" {
+		return fmt.Errorf("embedded needs %s embedded (it lives in the embedded store's data directory), got state-provider %q", FullKey("state-provider"), c.StateProvider)
+	}
+	return nil
+}
+
+// all runs every check, returning the first error.
+func all[T any](checks ...func(Config, T) error) func(Config, T) error {
+	return func(c Config, v T) error {
+		for _, check := range checks {
+			if err := check(c, v); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
 // flagAliases maps extra flag names to keys.
 var flagAliases = map[string]string{
 	"addr": "http.addr", "state": "state-provider", "dispatcher": "dispatcher-provider", "dlq": "dlq-provider",
+	"data-dir": "embedded.data-dir",
 }
 
 func millis(e entry) entry {
@@ -828,6 +873,31 @@ func Load(lookupEnv func(string) (string, bool), args []string) (Config, []strin
 	return c, fs.Args(), c.validate(from)
 }
 
+// ResolveProviders returns c with the empty providers filled in from
+// state-provider: with embedded, the dispatcher, the dead-letter sink and
+// the Item Reject Sink are the embedded store's (one data directory holds
+// everything); otherwise the in-process dispatcher (event) and the log
+// sinks. Load leaves them empty (so that Load of no settings is Default);
+// Validate judges the resolved values, and the runtime's wiring runs on
+// them.
+func (c Config) ResolveProviders() Config {
+	embedded := c.StateProvider == "embedded"
+	pick := func(p *string, withEmbedded, otherwise string) {
+		if *p != "" {
+			return
+		}
+		if embedded {
+			*p = withEmbedded
+		} else {
+			*p = otherwise
+		}
+	}
+	pick(&c.DispatcherProvider, "embedded", "event")
+	pick(&c.DLQProvider, "embedded", "log")
+	pick(&c.ItemRejectProvider, "embedded", "log")
+	return c
+}
+
 // flagValue is the flag.Value of one key.
 type flagValue struct {
 	e    *entry
@@ -861,6 +931,7 @@ func (c Config) Validate() error { return c.validate(nil) }
 
 func (c Config) validate(from map[string]string) error {
 	var errs []error
+	c = c.ResolveProviders()
 	for i := range entries {
 		e := &entries[i]
 		if err := e.check(c); err != nil {

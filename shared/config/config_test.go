@@ -79,8 +79,8 @@ func TestLoad(t *testing.T) {
 	}{
 		{"state provider", map[string]string{"PIPELINE_ORCHESTRATOR_STATE_PROVIDER": "dynamo"}, nil,
 			func(c *Config) { c.StateProvider = "dynamo" }, nil},
-		{"sqs dispatcher", map[string]string{"PIPELINE_ORCHESTRATOR_DISPATCHER_PROVIDER": "SQS", "PIPELINE_ORCHESTRATOR_QUEUE_URL": "https://q"}, nil,
-			func(c *Config) { c.DispatcherProvider, c.QueueURL = "sqs", "https://q" }, nil},
+		{"sqs dispatcher", map[string]string{"PIPELINE_ORCHESTRATOR_STATE_PROVIDER": "memory", "PIPELINE_ORCHESTRATOR_DISPATCHER_PROVIDER": "SQS", "PIPELINE_ORCHESTRATOR_QUEUE_URL": "https://q"}, nil,
+			func(c *Config) { c.StateProvider, c.DispatcherProvider, c.QueueURL = "memory", "sqs", "https://q" }, nil},
 		{"lease ms", map[string]string{"PIPELINE_ORCHESTRATOR_LEASE_MS": "1500"}, nil,
 			func(c *Config) { c.Lease = 1500 * time.Millisecond }, nil},
 		{"iso retry delay", map[string]string{"PIPELINE_ORCHESTRATOR_RETRY_DELAY": "PT2S"}, nil,
@@ -214,6 +214,7 @@ func TestValidate(t *testing.T) {
 		{"state-provider", func(c *Config) { c.StateProvider = "redis" }},
 		{"dispatcher-provider", func(c *Config) { c.DispatcherProvider = "kafka" }},
 		{"dlq-provider", func(c *Config) { c.DLQProvider = "file" }},
+		{"dlq-provider", func(c *Config) { c.StateProvider, c.DLQProvider = "memory", "embedded" }},
 		{"idempotency-policy", func(c *Config) { c.IdempotencyPolicy = "optional_client_key" }},
 		{"lease-ms", func(c *Config) { c.Lease = 50 * time.Millisecond }},
 		{"max-retries", func(c *Config) { c.MaxRetries = -1 }},
@@ -232,7 +233,10 @@ func TestValidate(t *testing.T) {
 		{"http.read-timeout", func(c *Config) { c.HTTPReadTimeout = 0 }},
 		{"http.write-timeout", func(c *Config) { c.HTTPWriteTimeout = c.HTTPReadTimeout - time.Millisecond }},
 		{"http.tenant-claim", func(c *Config) { c.TenantSource, c.TenantClaim = "jwt", "" }},
-		{"queue-url", func(c *Config) { c.DispatcherProvider = "sqs" }},
+		{"queue-url", func(c *Config) { c.StateProvider, c.DispatcherProvider = "memory", "sqs" }},
+		{"embedded.data-dir", func(c *Config) { c.EmbeddedDataDir = "" }},
+		{"dispatcher-provider", func(c *Config) { c.DispatcherProvider = "event" }},
+		{"dispatcher-provider", func(c *Config) { c.StateProvider, c.DispatcherProvider = "memory", "embedded" }},
 		{"dlq-url", func(c *Config) { c.DLQProvider = "sqs" }},
 		{"log-level", func(c *Config) { c.LogLevel = "trace" }},
 		{"faults.dynamo-error-rate", func(c *Config) { c.FaultDynamoErrorRate = 0.51 }},
@@ -240,6 +244,7 @@ func TestValidate(t *testing.T) {
 		{"faults.dispatch-drop-rate", func(c *Config) { c.FaultDispatchDropRate = 1 }},
 		{"item-reject.provider", func(c *Config) { c.ItemRejectProvider = "file" }},
 		{"item-reject.queue-url", func(c *Config) { c.ItemRejectProvider = "sqs" }},
+		{"item-reject.provider", func(c *Config) { c.StateProvider, c.ItemRejectProvider = "dynamo", "embedded" }},
 		{"item-reject.publish-failure-policy", func(c *Config) { c.ItemRejectPublishFailurePolicy = "IGNORE" }},
 	}
 	for _, tt := range tests {
@@ -324,5 +329,35 @@ func TestItemRejectPrefix(t *testing.T) {
 	}
 	if FullKey("item-reject.provider") != "pipeline.item-reject.provider" || EnvName(FullKey("item-reject.queue-url")) != "PIPELINE_ITEM_REJECT_QUEUE_URL" {
 		t.Fatal("FullKey/EnvName of item-reject keys")
+	}
+}
+
+// TestProvidersFollowTheStateProvider: with no other provider setting,
+// the embedded store (the default) brings its own dispatcher, dead-letter
+// sink and reject sink, and --state memory (tests, throwaway runs) the
+// in-process ones, while explicit settings are kept.
+func TestProvidersFollowTheStateProvider(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args                      []string
+		state, disp, dlq, rejects string
+	}{
+		{nil, "embedded", "embedded", "embedded", "embedded"},
+		{[]string{"--state", "memory"}, "memory", "event", "log", "log"},
+		{[]string{"--state", "dynamo", "--dispatcher", "sqs", "--dlq", "sqs", "--queue-url", "q", "--dlq-url", "d"}, "dynamo", "sqs", "sqs", "log"},
+		{[]string{"--dlq", "log"}, "embedded", "embedded", "log", "embedded"},
+	} {
+		c, _, err := Load(nil, tc.args)
+		if err != nil {
+			t.Fatalf("Load(%q): %v", tc.args, err)
+		}
+		r := c.ResolveProviders()
+		if r.StateProvider != tc.state || r.DispatcherProvider != tc.disp || r.DLQProvider != tc.dlq || r.ItemRejectProvider != tc.rejects {
+			t.Errorf("Load(%q) resolves to state %s dispatcher %s dlq %s rejects %s, want %s %s %s %s", tc.args,
+				r.StateProvider, r.DispatcherProvider, r.DLQProvider, r.ItemRejectProvider, tc.state, tc.disp, tc.dlq, tc.rejects)
+		}
+	}
+	if c, _, err := Load(nil, []string{"--data-dir", "/tmp/x"}); err != nil || c.EmbeddedDataDir != "/tmp/x" {
+		t.Errorf("--data-dir: %q, %v", c.EmbeddedDataDir, err)
 	}
 }

@@ -211,6 +211,12 @@ var ErrNoRecorder = errors.New("lambdafn: no dead-letter recorder configured (th
 var errHeaderTenantInLambda = fmt.Errorf("%s: header takes the tenant from X-Tenant-Id, which any caller of the API can send: use iam or jwt (or none), "+
 	"or set %s=true for a development deployment", config.FullKey("http.tenant-source"), config.FullKey("http.allow-header-tenant"))
 
+// errEmbeddedInFunction refuses the embedded store in a function: it is
+// one process's data directory, and the functions share state only
+// through DynamoDB and SQS.
+var errEmbeddedInFunction = fmt.Errorf("%s: embedded keeps every execution in one process's data directory; the functions share state only through DynamoDB: set dynamo (and %s=sqs)",
+	config.FullKey("state-provider"), config.FullKey("dispatcher-provider"))
+
 // Boot reads the configuration from the environment (config.Load with no
 // flags), builds the logger (NewLogger on stdout, level from
 // AWS_LAMBDA_LOG_LEVEL when Lambda sets it, else from the log-level key),
@@ -229,7 +235,18 @@ func Boot(ctx context.Context, reg *pipeline.Registry, opts ...BootOption) (*Env
 	for _, opt := range opts {
 		opt(&o)
 	}
-	cfg, _, cfgErr := config.Load(o.lookupEnv, nil)
+	// The functions never default to the embedded store (qasync serve's
+	// default): unset, the state is in memory, with a boot_not_durable
+	// warning.
+	stateVar := config.EnvName(config.FullKey("state-provider"))
+	lookup := func(name string) (string, bool) {
+		v, ok := o.lookupEnv(name)
+		if name == stateVar && !ok {
+			return "memory", true
+		}
+		return v, ok
+	}
+	cfg, _, cfgErr := config.Load(lookup, nil)
 	level := slog.LevelInfo
 	if cfgErr == nil {
 		level = configLevel(cfg.LogLevel)
@@ -248,6 +265,9 @@ func Boot(ctx context.Context, reg *pipeline.Registry, opts ...BootOption) (*Env
 	}
 	if cfgErr != nil {
 		return fail(cfgErr)
+	}
+	if cfg.StateProvider == "embedded" {
+		return fail(errEmbeddedInFunction)
 	}
 	// The deployed functions get the resume-token secret's ARN, never its
 	// value: fetch the value once, before anything uses the config.

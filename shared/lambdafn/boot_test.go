@@ -273,3 +273,22 @@ func TestBootRefusesHeaderTenantInLambda(t *testing.T) {
 		})
 	}
 }
+
+// TestBootRefusesTheEmbeddedStore: a function configured with the
+// embedded store (one process's data directory) is refused with an error
+// naming state-provider; with no state provider set, a function runs in
+// memory (it never defaults to the embedded store).
+func TestBootRefusesTheEmbeddedStore(t *testing.T) {
+	_, err := lambdafn.Boot(context.Background(), registry(t), lambdafn.WithLogOutput(&logtest.Buffer{}),
+		lambdafn.WithLookupEnv(envMap(map[string]string{"PIPELINE_ORCHESTRATOR_STATE_PROVIDER": "embedded"})))
+	if err == nil || !strings.Contains(err.Error(), "pipeline.orchestrator.state-provider") {
+		t.Fatalf("Boot with state-provider embedded: %v, want a refusal naming the key", err)
+	}
+	env, err := lambdafn.Boot(context.Background(), registry(t), lambdafn.WithLogOutput(&logtest.Buffer{}), lambdafn.WithLookupEnv(envMap(nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env.Config.StateProvider != "memory" {
+		t.Fatalf("state provider %q with nothing set, want memory", env.Config.StateProvider)
+	}
+}

@@ -29,7 +29,8 @@ func TestServeServesTheWebConsoleBesideTheAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := config.Default()
+	cfg := config.Default() // the embedded store, as qasync serve runs by default
+	cfg.EmbeddedDataDir = t.TempDir()
 	cfg.HTTPAddr, cfg.AdminToken = "127.0.0.1:0", "console-test-token"
 	ctx, stop := context.WithCancel(context.Background())
 	started, done := make(chan net.Addr, 1), make(chan error, 1)

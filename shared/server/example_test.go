@@ -37,7 +37,8 @@ func ExampleServe() {
 		panic(err)
 	}
 
-	cfg := config.Default() // memory providers, in-process workers
+	cfg := config.Default()
+	cfg.StateProvider = "memory" // in memory, in-process workers (the default, embedded, keeps the data in .qasync/)
 	cfg.HTTPAddr, cfg.TenantSource = "127.0.0.1:0", "none"
 	ctx, stop := context.WithCancel(context.Background())
 	started, done := make(chan net.Addr, 1), make(chan error, 1)

@@ -18,7 +18,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"sync"
 	"syscall"
 	"time"
 
@@ -56,6 +55,7 @@ const drainTimeout = 20 * time.Second
 //	provision       create the DynamoDB tables and SQS queues and print their settings
 //	local [flags]   the four Lambda functions under the emulator (make local-cloud)
 //	keys            the configuration keys as a Markdown table
+//	backup --to F   a consistent copy of the embedded store (also while serve runs)
 //	submit, status, result, watch, list, history, cancel, redrive, dead-letters
 //	                client commands against any deployment's API (--url)
 //	--version       the binary's version
@@ -77,6 +77,8 @@ func Main(args []string, p Pipelines) int {
 	case "keys":
 		fmt.Print(config.MarkdownTable())
 		return 0
+	case "backup":
+		return backupCmd(args[1:])
 	case "version":
 		fmt.Println(cli.Version())
 		return 0
@@ -106,6 +108,7 @@ func usage(w io.Writer) {
   qasync provision       create the DynamoDB tables and SQS queues (idempotent) and print their settings
   qasync local [flags]   run the four Lambda functions under RIE with API Gateway, SQS and schedule glue (make local-cloud)
   qasync keys            list the configuration keys, their environment variables and defaults
+  qasync backup --to F   write a consistent copy of the embedded store (--data-dir), also while serve runs
   qasync --version       print the version
 
 Every key pipeline.orchestrator.K is read from the environment variable
@@ -171,8 +174,9 @@ func (e *configError) Unwrap() error { return e.err }
 type Option func(*options)
 
 type options struct {
-	log     *slog.Logger
-	started func(addr net.Addr)
+	log      *slog.Logger
+	started  func(addr net.Addr)
+	finished func(Finished)
 }
 
 // WithLogger sends Serve's logs (JSON lines) to log instead of a JSON
@@ -200,16 +204,11 @@ func Serve(ctx context.Context, cfg config.Config, reg *pipeline.Registry, opts 
 	if cfg.RedriveAuthorizedUpstream {
 		return &configError{fmt.Errorf("%sadmin.redrive-authorized-upstream is for the submit function behind API Gateway; qasync serve needs admin.token", config.KeyPrefix)}
 	}
-	log := o.log
-	if log == nil {
-		var level slog.Level
-		_ = level.UnmarshalText([]byte(cfg.LogLevel)) // validated by config
-		log = slog.New(slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{Level: level}))
-	}
+	log := o.logger(cfg)
 	if err := wiring.ResolveAwaitSecret(ctx, &cfg, nil); err != nil {
 		return &configError{err}
 	}
-	set, err := wiring.Open(ctx, cfg, reg, log, wiring.WithDrainTimeout(drainTimeout))
+	set, err := wiring.Open(ctx, cfg, reg, log, o.wiringOptions()...)
 	if err != nil {
 		return &configError{err}
 	}
@@ -245,19 +244,7 @@ func Serve(ctx context.Context, cfg config.Config, reg *pipeline.Registry, opts 
 	}
 	srv := newServer(cfg, handler)
 
-	bg, stopBackground := context.WithCancel(context.Background())
-	swept, worked, redriven := make(chan struct{}), make(chan struct{}), make(chan struct{})
-	go func() { defer close(swept); set.Runtime.RunSweeper(bg, cfg.SweepInterval) }()
-	// The bulk re-drive jobs' driver, beside the sweeper (see engine.Runtime.StartRedrives).
-	go func() { defer close(redriven); set.Runtime.RunRedrives(bg, cfg.SweepInterval) }()
-	go func() { defer close(worked); _ = set.Work(bg) }()
-	var consumed sync.WaitGroup
-	for _, c := range consumers {
-		consumed.Go(func() { _ = c.Run(bg) })
-	}
-	if feed != nil {
-		consumed.Go(func() { _ = feed.Run(bg) })
-	}
+	stopBackground := runBackground(set, cfg, consumers, feed)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
@@ -280,10 +267,6 @@ func Serve(ctx context.Context, cfg config.Config, reg *pipeline.Registry, opts 
 	defer cancel()
 	_ = srv.Shutdown(drain) // stop accepting; finish in-flight requests
 	stopBackground()        // stop sweeping and receiving; the poller drains its in-flight work
-	<-swept
-	<-redriven
-	<-worked
-	consumed.Wait()
 	if err := set.Close(drain); err != nil {
 		log.Warn("shutdown_drain_timeout", slog.String("event", "shutdown_drain_timeout"), slog.String("error", err.Error()))
 	}

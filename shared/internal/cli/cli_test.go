@@ -116,7 +116,9 @@ func (r *runner) settle(pipelineID string, want store.Status) client.Execution {
 		if e.Status == want {
 			return e
 		}
-		if e.Status.Terminal() || time.Now().After(deadline) {
+		// FAILED comes before DLQ (the dead letter is published, then
+		// recorded on the row): only another terminal status is an end.
+		if (e.Status.Terminal() && !(e.Status == store.Failed && want == store.DLQ)) || time.Now().After(deadline) {
 			r.t.Fatalf("execution %s is %s, want %s", e.ExecutionID, e.Status, want)
 		}
 		time.Sleep(5 * time.Millisecond)

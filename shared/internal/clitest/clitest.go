@@ -1,6 +1,7 @@
 // Package clitest runs the server the tests of package client and of the
-// qasync client commands talk to: the real server (server.Serve on memory
-// providers, in this process) with a small registry of test pipelines.
+// qasync client commands talk to: the real server (server.Serve on the
+// default providers, the embedded store, in a data directory of the
+// test's own, in this process) with a small registry of test pipelines.
 // Every route those tests call, the operator routes included, is the real
 // server's. The one stand-in is WithoutHistory, a proxy in front of it
 // that hides the history route, for what a real server of this version
@@ -130,9 +131,10 @@ func registry(rec *tokens) (*pipeline.Registry, error) {
 	)
 }
 
-// Real starts server.Serve on memory providers with the test pipelines,
-// tenants from the X-Tenant-Id header and AdminToken, and stops it when
-// the test ends.
+// Real starts server.Serve as qasync serve runs by default (the embedded
+// store, here in a temporary data directory of the test's: never .qasync
+// in the package directory) with the test pipelines, tenants from the
+// X-Tenant-Id header and AdminToken, and stops it when the test ends.
 func Real(t testing.TB) *Target {
 	t.Helper()
 	rec := &tokens{m: map[string][2]string{}}
@@ -141,6 +143,7 @@ func Real(t testing.TB) *Target {
 		t.Fatal(err)
 	}
 	cfg := config.Default()
+	cfg.EmbeddedDataDir = t.TempDir()
 	cfg.HTTPAddr, cfg.TenantSource = "127.0.0.1:0", "header"
 	cfg.AdminToken = AdminToken
 	cfg.AwaitResumeTokenSecret = "clitest-resume-token-secret-0123456789"

@@ -48,13 +48,14 @@ func demoPipelines() *pipeline.Registry {
 	)
 }
 
-// startRealConsole runs `qasync serve`'s server (server.Serve, memory
-// providers, an operator token) with executions submitted through its HTTP
-// API, and returns what the browser scenario expects of it.
+// startRealConsole runs `qasync serve`'s server (server.Serve on its
+// default providers, the embedded store, in a data directory of the
+// test's own; an operator token) with executions submitted through its
+// HTTP API, and returns what the browser scenario expects of it.
 func startRealConsole(t *testing.T) browserTarget {
 	t.Helper()
 	cfg := config.Default()
-	cfg.StateProvider, cfg.HTTPAddr, cfg.AdminToken = "memory", "127.0.0.1:0", operatorToken
+	cfg.EmbeddedDataDir, cfg.HTTPAddr, cfg.AdminToken = t.TempDir(), "127.0.0.1:0", operatorToken
 	ctx, stop := context.WithCancel(context.Background())
 	started, done := make(chan net.Addr, 1), make(chan error, 1)
 	go func() {

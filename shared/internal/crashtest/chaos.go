@@ -22,7 +22,6 @@ import (
 	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/deadletter"
 	"github.com/qasync/qasync/shared/internal/engine"
-	"github.com/qasync/qasync/shared/internal/sqsbackend"
 	"github.com/qasync/qasync/shared/internal/wiring"
 	"github.com/qasync/qasync/shared/store"
 )
@@ -73,9 +72,20 @@ type ChaosOptions struct {
 	// LogDir receives each process's log (w<slot>-<generation>.log).
 	// Default: a temporary directory of the test.
 	LogDir string
+	// Embedded runs the processes on the embedded store (one data
+	// directory) instead of fresh DynamoDB tables and SQS queues. One
+	// process holds a directory, so Workers is 1 (the killer kills and
+	// restarts it), and what needs several processes or AWS is off: the
+	// DynamoDB faults, clock skew between workers and the rolling deploy.
+	// The checks are the same; the rows are read through the API while the
+	// process runs and from the file once it stopped.
+	Embedded bool
 }
 
 func (o *ChaosOptions) defaults(t testing.TB) {
+	if o.Embedded {
+		o.Workers, o.DynamoErrorRate, o.ClockSkew, o.NoRollingDeploy = 1, -1, -1, true
+	}
 	if o.Executions <= 0 {
 		o.Executions = 60
 	}
@@ -322,7 +332,12 @@ func RunChaos(t testing.TB, opts ChaosOptions) Report {
 		opts.Seed, opts.Seed, opts.Executions, opts.Workers, opts.KillEvery, opts.DynamoErrorRate, opts.DuplicateRate, opts.DropRate,
 		opts.CommitErrorRate, opts.DLQOutage, opts.ClockSkew, !opts.NoRollingDeploy, opts.LogDir)
 
-	st := NewStack(t)
+	var st chaosStore
+	if opts.Embedded {
+		st = embeddedStore{dir: t.TempDir()}
+	} else {
+		st = stackStore{NewStack(t)}
+	}
 	// The expectations first: the reference runs must not eat into the
 	// DLQ outage, which is counted from here.
 	jobs, err := chaosJobs(opts.Seed, opts.Executions)
@@ -337,7 +352,7 @@ func RunChaos(t testing.TB, opts ChaosOptions) Report {
 	if opts.DLQOutage > 0 {
 		outageUntil = time.Now().Add(opts.DLQOutage).UnixMilli()
 	}
-	env := st.Env(chaosTimings, Settings{
+	env := st.env(chaosTimings, Settings{
 		"faults.dynamo-error-rate":       strconv.FormatFloat(opts.DynamoErrorRate, 'f', -1, 64),
 		"faults.dispatch-duplicate-rate": strconv.FormatFloat(opts.DuplicateRate, 'f', -1, 64),
 		"faults.dispatch-drop-rate":      strconv.FormatFloat(opts.DropRate, 'f', -1, 64),
@@ -457,7 +472,7 @@ func RunChaos(t testing.TB, opts ChaosOptions) Report {
 	deadline := time.Now().Add(opts.QuiesceTimeout)
 	for len(pending) > 0 {
 		pending = parallel(pending, 8, func(j *job) bool {
-			row, err := st.Row(ctx, j.id)
+			row, err := st.row(ctx, fl, j.id)
 			if err != nil {
 				return true
 			}
@@ -481,16 +496,12 @@ func RunChaos(t testing.TB, opts ChaosOptions) Report {
 		if j.row.Status != store.DLQ {
 			continue
 		}
-		for {
-			_, err := st.DeadLetters.Get(ctx, j.row.LastTransitionKey)
-			if err == nil || !errors.Is(err, deadletter.ErrNotFound) || time.Now().After(recDeadline) {
-				break
-			}
+		for !st.recorded(ctx, j.row.LastTransitionKey) && time.Now().Before(recDeadline) {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
 	for time.Now().Before(recDeadline) {
-		if n, err := st.QueueDepth(ctx, st.DLQURL()); err == nil && n == 0 {
+		if n, err := st.dlqDepth(ctx); err == nil && n == 0 {
 			break
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -529,6 +540,9 @@ func RunChaos(t testing.TB, opts ChaosOptions) Report {
 	// Stop every worker gracefully, then read the logs of every process
 	// that ever ran.
 	fl.stopAll(func(err error) { violate("%v", err) })
+	if err := st.settle(ctx, jobs); err != nil {
+		violate("read the rows after the run: %v", err)
+	}
 	paths, _ := filepath.Glob(filepath.Join(opts.LogDir, "w*.log"))
 	evs, err := ReadEvents(paths...)
 	if err != nil {
@@ -597,12 +611,12 @@ func RunChaos(t testing.TB, opts ChaosOptions) Report {
 
 	// The table: exactly one execution per submitted key (the row is its
 	// own idempotency record).
-	if n, err := st.CountExecutions(ctx); err != nil || n != opts.Executions {
-		violate("table %s holds %d executions (%v), want %d", st.Names.ExecutionTable, n, err, opts.Executions)
+	if n, err := st.countExecutions(ctx); err != nil || n != opts.Executions {
+		violate("%s holds %d executions (%v), want %d", st.where(), n, err, opts.Executions)
 	}
 	// Dead-letter records: exactly one per DLQ execution, keyed by its
 	// last transition key, none for the others.
-	recs, err := st.DeadLetterRecords(ctx)
+	recs, err := st.deadLetterRecords(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -639,20 +653,19 @@ func RunChaos(t testing.TB, opts ChaosOptions) Report {
 	for id := range perExec {
 		violate("dead-letter record for unknown execution %s", id)
 	}
-	if n, err := st.QueueDepth(ctx, st.DLQURL()); err != nil || n != 0 {
+	if n, err := st.dlqDepth(ctx); err != nil || n != 0 {
 		violate("DLQ queue holds %d envelopes (%v) after the run", n, err)
 	}
 	// The work queue may still hold duplicates and late redeliveries; each
 	// must name one of the (terminal) executions.
-	left, err := st.Drain(ctx, st.WorkQueueURL(), 10*opts.Executions)
+	left, err := st.leftItems(ctx, 10*opts.Executions)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rep.StaleWorkItemsLeft = len(left)
-	for _, m := range left {
-		item, err := sqsbackend.Decode(*m.Body)
-		if err != nil || byID[item.ExecutionID] == nil {
-			violate("work item left in the queue names no known execution (%v)", err)
+	for _, id := range left {
+		if byID[id] == nil {
+			violate("work item left in the queue names no known execution (%q)", id)
 		}
 	}
 	rep.Total = time.Since(start)

@@ -138,6 +138,20 @@ func MemoryEnv(settings ...Settings) []string {
 	return serveEnv(append([]Settings{set}, settings...)...)
 }
 
+// EmbeddedEnv returns the environment of a `qasync serve` on the
+// embedded store in dir (every seam durable in that one directory; one
+// process at a time), tenant-source none, diag.drill enabled, a sweep
+// every second and warn-level logs; then the settings, later ones
+// winning. It needs no local stack. The process's own environment is
+// inherited as in Stack.Env.
+func EmbeddedEnv(dir string, settings ...Settings) []string {
+	set := Settings{
+		"state-provider": "embedded", "embedded.data-dir": dir,
+		"http.tenant-source": "none", "diag.enabled": "true", "sweep-interval": "1s", "log-level": "warn",
+	}
+	return serveEnv(append([]Settings{set}, settings...)...)
+}
+
 // serveEnv is the process's environment minus any PIPELINE_ORCHESTRATOR_*
 // variable, plus the settings (later ones winning) as variables.
 func serveEnv(settings ...Settings) []string {

@@ -9,10 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qasync/qasync/shared/clock"
 	"github.com/qasync/qasync/shared/dispatch"
 	"github.com/qasync/qasync/shared/internal/engine"
-	"github.com/qasync/qasync/shared/internal/memory"
 	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/pipeline"
 	"github.com/qasync/qasync/shared/store"
@@ -92,13 +90,13 @@ func runConcurrent(tb testing.TB, n, workers int) concurrencyRun {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	cs := &countingStore{Store: memory.NewStateStore(clock.System{}), commits: map[string]int{}}
+	pv := newProviders(tb)
+	cs := &countingStore{Store: pv.store, commits: map[string]int{}}
 	var rt *engine.Runtime
-	ld := memory.NewDispatcher(func(ctx context.Context, item dispatch.WorkItem) error { return rt.Process(ctx, item) },
-		memory.DispatcherOptions{Workers: workers, RedeliveryDelay: time.Millisecond})
+	ld := pv.dispatcher(func(ctx context.Context, item dispatch.WorkItem) error { return rt.Process(ctx, item) }, workers, time.Millisecond)
 	defer ld.Close(context.Background())
 	rt, err = engine.New(engine.Config{Retry: pipeline.RetryPolicy{MaxRetries: 2, Delay: time.Millisecond, Multiplier: 1, MaxDelay: time.Millisecond}},
-		engine.Deps{Registry: reg, Store: cs, Payloads: memory.NewPayloadStore(clock.System{}), Dispatcher: tripler{ld},
+		engine.Deps{Registry: reg, Store: cs, Payloads: pv.payloads, Dispatcher: tripler{ld},
 			DeadLetter: &recordingDLQ{}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		tb.Fatal(err)

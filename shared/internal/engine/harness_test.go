@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qasync/qasync/shared/clock"
 	"github.com/qasync/qasync/shared/deadletter"
 	"github.com/qasync/qasync/shared/dispatch"
 	"github.com/qasync/qasync/shared/internal/engine"
@@ -24,8 +23,8 @@ import (
 type harness struct {
 	t     *testing.T
 	rt    *engine.Runtime
-	store *memory.StateStore
-	disp  *memory.Dispatcher
+	store store.Store
+	disp  closer
 	dlq   *recordingDLQ
 	logs  *logtest.Buffer
 	// dropNext, when positive, makes the dispatcher lose that many messages.
@@ -119,15 +118,15 @@ func newHarness(t *testing.T, cfg engine.Config, ps ...pipeline.Pipeline) *harne
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, store: memory.NewStateStore(clock.System{}), dlq: &recordingDLQ{}, logs: &logtest.Buffer{}}
-	h.disp = memory.NewDispatcher(func(ctx context.Context, item dispatch.WorkItem) error { return h.rt.Process(ctx, item) },
-		memory.DispatcherOptions{Workers: 4, RedeliveryDelay: 100 * time.Millisecond})
+	pv := newProviders(t)
+	h := &harness{t: t, store: pv.store, dlq: &recordingDLQ{}, logs: &logtest.Buffer{}}
+	h.disp = pv.dispatcher(func(ctx context.Context, item dispatch.WorkItem) error { return h.rt.Process(ctx, item) }, 4, 100*time.Millisecond)
 	t.Cleanup(func() { _ = h.disp.Close(context.Background()) })
 	if cfg.WorkerID == "" {
 		cfg.WorkerID = "worker-1"
 	}
 	h.rt, err = engine.New(cfg, engine.Deps{
-		Registry: reg, Store: h.store, Payloads: memory.NewPayloadStore(clock.System{}),
+		Registry: reg, Store: h.store, Payloads: pv.payloads,
 		Dispatcher: h, DeadLetter: h.dlq, Observers: []engine.Observer{h},
 		Logger: slog.New(slog.NewJSONHandler(h.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})

@@ -170,6 +170,7 @@ func TestStepRetryOverride(t *testing.T) {
 // lapsed (plus the sweep grace) the sweeper re-dispatches and another
 // worker takes over as the next attempt.
 func TestLeaseExpiryTakeover(t *testing.T) {
+	lossyDispatch(t)
 	synctest.Test(t, func(t *testing.T) {
 		cfg := engine.Config{Retry: fastRetry, Lease: 3 * time.Second, SweepGrace: time.Second}
 		var seen attempts
@@ -210,6 +211,7 @@ func TestLeaseExpiryTakeover(t *testing.T) {
 // TestTakeoverOfLastAttemptFails: when the dead worker held the last
 // allowed attempt, the takeover records worker_lost and dead-letters.
 func TestTakeoverOfLastAttemptFails(t *testing.T) {
+	lossyDispatch(t)
 	synctest.Test(t, func(t *testing.T) {
 		cfg := engine.Config{Retry: pipeline.RetryPolicy{MaxRetries: 0, Delay: time.Second, Multiplier: 1, MaxDelay: time.Second}, Lease: time.Second, SweepGrace: time.Millisecond}
 		h := newHarness(t, cfg, pipeline.Pipeline{ID: "p.one", Steps: []pipeline.Step{appendStep("a")}})
@@ -310,6 +312,7 @@ func mustRegistry(t *testing.T, ps ...pipeline.Pipeline) *pipeline.Registry {
 }
 
 func TestSweeperFindsLostDispatch(t *testing.T) {
+	lossyDispatch(t)
 	synctest.Test(t, func(t *testing.T) {
 		// One step per work item, so that step b's item can be lost.
 		h := newHarness(t, engine.Config{Retry: fastRetry, SweepGrace: 2 * time.Second, ChainMaxSteps: 1}, threeSteps())
@@ -442,6 +445,7 @@ func TestRedriveGivesExactlyOneAttempt(t *testing.T) {
 }
 
 func TestParkedRowsAreNeitherClaimedNorSwept(t *testing.T) {
+	lossyDispatch(t)
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, engine.Config{Retry: fastRetry, SweepGrace: time.Millisecond}, threeSteps())
 		for _, st := range []store.Status{store.WaitingExternal, store.RemoteOutcomeUnknown} {
@@ -469,6 +473,7 @@ func TestParkedRowsAreNeitherClaimedNorSwept(t *testing.T) {
 }
 
 func TestShutdownReleasesLeaseWithoutUsingAnAttempt(t *testing.T) {
+	lossyDispatch(t)
 	synctest.Test(t, func(t *testing.T) {
 		started := make(chan struct{})
 		slow := step("slow", func(ctx context.Context, _ pipeline.StepInfo, in map[string]any) (map[string]any, error) {
@@ -588,6 +593,7 @@ func TestLargePayloadsAreChunked(t *testing.T) {
 // TestUnreadableInputDeadLetters: a row whose input cannot be read (its
 // manifest is gone) fails non-retryably instead of looping.
 func TestUnreadableInputDeadLetters(t *testing.T) {
+	lossyDispatch(t)
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, engine.Config{Retry: fastRetry}, threeSteps())
 		now := time.Now()
@@ -610,6 +616,7 @@ func TestUnreadableInputDeadLetters(t *testing.T) {
 // TestSweepPagesWithSeen: repeated sweeps of one pass never handle a row
 // twice, even while the rows stay due.
 func TestSweepPagesWithSeen(t *testing.T) {
+	lossyDispatch(t)
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t, engine.Config{Retry: fastRetry, SweepGrace: time.Second, SweepLimit: 2}, threeSteps())
 		h.dropNext = 5 // every submit's work item is lost

@@ -11,20 +11,23 @@ import (
 	"github.com/qasync/qasync/shared/dispatch"
 	"github.com/qasync/qasync/shared/internal/engine"
 	"github.com/qasync/qasync/shared/internal/logtest"
-	"github.com/qasync/qasync/shared/internal/memory"
 	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/pipeline"
 	"github.com/qasync/qasync/shared/store"
 )
 
-// cluster is several runtimes ("workers") on one shared store, whose work
-// items land in one queue that the test delivers by hand: for scenarios
-// where workers differ (definitions served, clocks) or where deliveries
-// must be counted exactly.
+// cluster is several runtimes ("workers") on one shared store (the
+// provider under test's: memory, or the embedded store with
+// QASYNC_ENGINE_PROVIDER=embedded), whose work items land in one queue
+// that the test delivers by hand: for scenarios where workers differ
+// (definitions served, clocks) or where deliveries must be counted
+// exactly. (On the embedded store the rows' own queue entries are written
+// too, but no dispatcher consumes them: the test delivers.)
 type cluster struct {
-	t        *testing.T
-	store    store.Store
-	mem      *memory.StateStore
+	t     *testing.T
+	store store.Store
+	// jobs is the store's job store (bulk re-drives), which tests wrap.
+	jobs     jobStore
 	payloads payload.Store
 	queue    *queue
 	dlq      *recordingDLQ
@@ -79,9 +82,19 @@ func (q *queue) count() int {
 	return q.sent
 }
 
+// jobStore is a state store that keeps jobs, as both providers' do.
+type jobStore interface {
+	store.Store
+	store.JobStore
+}
+
 func newCluster(t *testing.T) *cluster {
-	mem := memory.NewStateStore(clock.System{})
-	return &cluster{t: t, store: mem, mem: mem, payloads: memory.NewPayloadStore(clock.System{}),
+	pv := newProviders(t)
+	js, ok := pv.store.(jobStore)
+	if !ok {
+		t.Fatalf("the state store %T keeps no jobs", pv.store)
+	}
+	return &cluster{t: t, store: pv.store, jobs: js, payloads: pv.payloads,
 		queue: &queue{}, dlq: &recordingDLQ{}, logs: &logtest.Buffer{}}
 }
 

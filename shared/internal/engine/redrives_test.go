@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/qasync/qasync/shared/internal/engine"
-	"github.com/qasync/qasync/shared/internal/memory"
 	"github.com/qasync/qasync/shared/pipeline"
 	"github.com/qasync/qasync/shared/store"
 )
@@ -194,7 +193,7 @@ func TestStartRedrivesRefusesBadRequests(t *testing.T) {
 			t.Errorf("StartRedrives(%q, %d, %+v): %v, want ErrInvalidRedrive", tc.reason, tc.rate, tc.f, err)
 		}
 	}
-	c.store = &gone{Store: c.mem} // keeps no jobs
+	c.store = &gone{Store: c.jobs} // keeps no jobs
 	plain := c.worker("w2", engine.Config{}, nil, threeSteps())
 	if _, err := plain.StartRedrives(ctx, "t1", engine.RedriveFilter{}, "r", 1, false); !errors.Is(err, engine.ErrRedrivesUnavailable) {
 		t.Errorf("StartRedrives without a job store: %v, want ErrRedrivesUnavailable", err)
@@ -260,7 +259,7 @@ func TestBulkRedriveSurvivesRestart(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				view := &crashable{Store: c.mem, jobs: c.mem}
+				view := &crashable{Store: c.jobs, jobs: c.jobs}
 				first, err := engine.New(engine.Config{Retry: fastRetry, WorkerID: "first"}, engine.Deps{
 					Registry: reg, Store: view, Payloads: c.payloads, Dispatcher: c.queue, DeadLetter: c.dlq,
 					Logger: slog.New(slog.NewJSONHandler(c.logs, nil)),
@@ -326,7 +325,7 @@ func TestBulkRedriveSurvivesRestart(t *testing.T) {
 
 // listHook runs hook once, at the first List once armed.
 type listHook struct {
-	*memory.StateStore
+	jobStore
 	hook func()
 }
 
@@ -335,7 +334,7 @@ func (l *listHook) List(ctx context.Context, q store.ListQuery) (store.ListPage,
 		l.hook = nil
 		h()
 	}
-	return l.StateStore.List(ctx, q)
+	return l.jobStore.List(ctx, q)
 }
 
 // TestBulkRedriveStartIsNotRacedByItsOwnDriver: while StartRedrives
@@ -345,7 +344,7 @@ func (l *listHook) List(ctx context.Context, q store.ListQuery) (store.ListPage,
 func TestBulkRedriveStartIsNotRacedByItsOwnDriver(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newCluster(t)
-		hooked := &listHook{StateStore: c.mem}
+		hooked := &listHook{jobStore: c.jobs}
 		c.store = hooked
 		rt := c.worker("w", engine.Config{Retry: fastRetry}, nil, failsOnce("p.bad"))
 		deadLettered(t, c, rt, "p.bad", "bad", 3)
@@ -397,7 +396,7 @@ func TestBulkRedriveResendsALostWorkItem(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		view := &lostRedriveAnswer{crashable: crashable{Store: c.mem, jobs: c.mem}}
+		view := &lostRedriveAnswer{crashable: crashable{Store: c.jobs, jobs: c.jobs}}
 		rt, err := engine.New(engine.Config{Retry: fastRetry, WorkerID: "driver"}, engine.Deps{
 			Registry: reg, Store: view, Payloads: c.payloads, Dispatcher: c.queue, DeadLetter: c.dlq,
 			Logger: slog.New(slog.NewJSONHandler(c.logs, nil)),

@@ -135,7 +135,7 @@ type memEnv struct {
 func openMem(t *testing.T, mutate func(*config.Config)) (memEnv, *logtest.Buffer) {
 	t.Helper()
 	cfg := config.Default()
-	cfg.TenantSource = "iam"
+	cfg.StateProvider, cfg.TenantSource = "memory", "iam"
 	if mutate != nil {
 		mutate(&cfg)
 	}

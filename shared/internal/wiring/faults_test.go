@@ -105,6 +105,7 @@ func TestOpenWrapsTheDispatcherWhenFaultsAreSet(t *testing.T) {
 	t.Parallel()
 	reg, _ := pipeline.NewRegistry()
 	c := config.Default()
+	c.StateProvider = "memory"
 	set, err := wiring.Open(context.Background(), c, reg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)

@@ -39,7 +39,9 @@ func TestMemoryProvidersServeHistory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	set, err := wiring.Open(context.Background(), config.Default(), reg, slog.New(slog.DiscardHandler))
+	c := config.Default()
+	c.StateProvider = "memory" // the embedded store's history: TestOpenDefaultsToTheEmbeddedStore
+	set, err := wiring.Open(context.Background(), c, reg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -208,12 +208,15 @@ func TestDurableBulkRedriveResumedByAnotherProcess(t *testing.T) {
 	}
 }
 
-// TestLocalDeadLettersAreListed: with the log dead-letter provider (no
-// dead-letter consumer), the runtime records each dead letter itself, so
-// the tenant's dead letters are listed like a deployment's; a bulk
-// re-drive is available on the memory store too.
+// TestLocalDeadLettersAreListed: on the memory store with the log
+// dead-letter provider (no dead-letter consumer), the runtime records
+// each dead letter itself, so the tenant's dead letters are listed like a
+// deployment's; a bulk re-drive is available on the memory store too.
+// (The embedded default records and lists its own: see
+// TestOpenDefaultsToTheEmbeddedStore.)
 func TestLocalDeadLettersAreListed(t *testing.T) {
 	c := config.Default()
+	c.StateProvider = "memory" // the log dead-letter provider follows it
 	c.MaxRetries = 0
 	reg, err := pipeline.NewRegistry(flaky(1, false))
 	if err != nil {

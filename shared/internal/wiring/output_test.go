@@ -51,6 +51,7 @@ func openReport(t *testing.T, p pipeline.Pipeline, opts ...wiring.Option) *wirin
 func openReportWith(t *testing.T, p pipeline.Pipeline, mutate func(*config.Config), opts ...wiring.Option) *wiring.Set {
 	t.Helper()
 	c := config.Default()
+	c.StateProvider = "memory"
 	if mutate != nil {
 		mutate(&c)
 	}
@@ -185,7 +186,9 @@ func TestOutputBucketRequiredAtStartup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	set, err := wiring.Open(context.Background(), config.Default(), reg, slog.New(slog.DiscardHandler))
+	c := config.Default()
+	c.StateProvider = "memory"
+	set, err := wiring.Open(context.Background(), c, reg, slog.New(slog.DiscardHandler))
 	if err == nil {
 		_ = set.Close(context.Background())
 		t.Fatal("Open succeeded without output.bucket")

@@ -25,6 +25,7 @@ import (
 	"github.com/qasync/qasync/shared/history"
 	"github.com/qasync/qasync/shared/internal/awsclient"
 	"github.com/qasync/qasync/shared/internal/dynamo"
+	"github.com/qasync/qasync/shared/internal/embedded"
 	"github.com/qasync/qasync/shared/internal/engine"
 	"github.com/qasync/qasync/shared/internal/lifecycle"
 	"github.com/qasync/qasync/shared/internal/memory"
@@ -45,6 +46,12 @@ type Set struct {
 	// Local is the in-process dispatcher when dispatcher-provider=event;
 	// its workers start with Open.
 	Local *memory.Dispatcher
+	// Embedded is the embedded store when state-provider=embedded (every
+	// seam in its data directory); Close closes it.
+	Embedded *embedded.DB
+	// Queue is the embedded store's dispatcher when
+	// dispatcher-provider=embedded; its workers start with Open.
+	Queue *embedded.Dispatcher
 	// Poller consumes the work queue when dispatcher-provider=sqs; Work
 	// runs it.
 	Poller *sqsbackend.Poller
@@ -84,14 +91,25 @@ func (s *Set) Work(ctx context.Context) error {
 	return s.Poller.Run(ctx)
 }
 
-// Close stops the in-process dispatcher: no new work, in-flight steps may
-// finish until ctx ends, then their leases are released.
+// Close stops the in-process or embedded dispatcher: no new work,
+// in-flight steps may finish until ctx ends, then their leases are
+// released; then it closes the embedded store (releasing its data
+// directory).
 func (s *Set) Close(ctx context.Context) error {
-	if s.Local == nil {
-		return nil
+	var err error
+	if (s.Local != nil || s.Queue != nil) && s.Runtime != nil {
+		s.Runtime.Drain()
 	}
-	s.Runtime.Drain()
-	return s.Local.Close(ctx)
+	if s.Local != nil {
+		err = s.Local.Close(ctx)
+	}
+	if s.Queue != nil {
+		err = errors.Join(err, s.Queue.Close(ctx))
+	}
+	if s.Embedded != nil {
+		err = errors.Join(err, s.Embedded.Close())
+	}
+	return err
 }
 
 // RuntimeConfig maps the configuration onto the runtime's policy.
@@ -177,6 +195,7 @@ func Open(ctx context.Context, c config.Config, reg *pipeline.Registry, log *slo
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
+	c = c.ResolveProviders()
 	o := options{drain: 20 * time.Second}
 	for _, opt := range opts {
 		opt(&o)
@@ -249,6 +268,15 @@ func Open(ctx context.Context, c config.Config, reg *pipeline.Registry, log *slo
 		st, ps = ds, dynamo.NewPayloadStore(set.Clients.DynamoDB, c.PayloadTable, clk)
 		set.Recorder = dynamo.NewDeadLetters(set.Clients.DynamoDB, c.DeadLetterTable, clk)
 		fx = dynamo.NewEffects(set.Clients.DynamoDB, c.EffectTable, clk)
+	case "embedded":
+		db, err := embedded.Open(c.EmbeddedDataDir, embedded.Options{Clock: clk, Logger: log, BreakLeases: true})
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", config.FullKey("embedded.data-dir"), err)
+		}
+		set.Embedded = db
+		es := db.State(clk)
+		st, ps, fx, hist = es, db.Payloads(clk), db.Effects(clk), es
+		set.Recorder = db.DeadLetters(clk)
 	default:
 		mem := memory.NewStateStore(clk)
 		st, ps, hist = mem, memory.NewPayloadStore(clk), mem
@@ -266,6 +294,8 @@ func Open(ctx context.Context, c config.Config, reg *pipeline.Registry, log *slo
 	switch c.DLQProvider {
 	case "sqs":
 		dlq = sqsbackend.NewDLQ(set.Clients.SQS, c.DLQURL)
+	case "embedded":
+		dlq = recordAndLog{set.Embedded.DeadLetters(clk), memory.NewLogDLQ(log)}
 	default:
 		// No dead-letter consumer reads a log: record here what it would.
 		dlq = &RecordingDLQ{Inner: memory.NewLogDLQ(log), Recorder: set.Recorder, Clock: clk, Logger: log}
@@ -281,6 +311,8 @@ func Open(ctx context.Context, c config.Config, reg *pipeline.Registry, log *slo
 	case "memory":
 		set.RejectMemory = reject.NewMemory()
 		set.Rejects.Publisher = set.RejectMemory
+	case "embedded":
+		set.Rejects.Publisher = set.Embedded.Rejects()
 	default:
 		set.Rejects.Publisher = reject.NewLog(log)
 	}
@@ -292,6 +324,9 @@ func Open(ctx context.Context, c config.Config, reg *pipeline.Registry, log *slo
 			WaitTimeSeconds: int32(c.SQSWaitSeconds), Concurrency: c.WorkerConcurrency,
 			VisibilityTimeout: c.SQSVisibility, DrainTimeout: o.drain, Logger: log,
 		})
+	case "embedded":
+		set.Queue = set.Embedded.NewDispatcher(handler, embedded.DispatcherOptions{Workers: c.WorkerConcurrency})
+		d = set.Queue
 	default:
 		set.Local = memory.NewDispatcher(handler, memory.DispatcherOptions{Workers: c.WorkerConcurrency})
 		d = set.Local
@@ -318,7 +353,26 @@ func Open(ctx context.Context, c config.Config, reg *pipeline.Registry, log *slo
 		return nil, err
 	}
 	set.Runtime = rt
+	if set.Queue != nil {
+		set.Queue.Start()
+	}
 	return set, nil
+}
+
+// recordAndLog is the embedded dead-letter sink: the envelope is recorded
+// in the store (where the operator plane lists it) and logged as the log
+// sink does.
+type recordAndLog struct {
+	rec deadletter.Publisher
+	log deadletter.Publisher
+}
+
+// Publish implements deadletter.Publisher: nil once the record is on disk.
+func (p recordAndLog) Publish(ctx context.Context, env deadletter.Envelope) error {
+	if err := p.rec.Publish(ctx, env); err != nil {
+		return err
+	}
+	return p.log.Publish(ctx, env)
 }
 
 // usesS3Output reports whether a registered pipeline publishes its output

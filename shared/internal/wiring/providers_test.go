@@ -17,6 +17,7 @@ import (
 
 func TestOpenRefusesInvalidConfig(t *testing.T) {
 	c := config.Default()
+	c.StateProvider = "memory"
 	c.SweepLimit = 0
 	if _, err := wiring.Open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "sweep-limit") {
 		t.Fatalf("err = %v, want one naming sweep-limit", err)
@@ -28,6 +29,7 @@ func TestOpenRefusesInvalidConfig(t *testing.T) {
 // defaults before), and every key reaches its runtime setting.
 func TestConfiguredZeroMeansZero(t *testing.T) {
 	c := config.Default()
+	c.StateProvider = "memory"
 	c.SweepGrace, c.InlineBudgetBytes, c.ClockSkewTolerance = 0, 0, 0
 	c.PipelineVersionWait, c.DispatchTimeout, c.ReleaseLimit = 3*time.Minute, 150*time.Millisecond, 4
 	reg, _ := pipeline.NewRegistry()
@@ -41,7 +43,9 @@ func TestConfiguredZeroMeansZero(t *testing.T) {
 		got.PipelineVersionWait != 3*time.Minute || got.DispatchTimeout != 150*time.Millisecond || got.ReleaseLimit != 4 {
 		t.Fatalf("runtime config = %+v", got)
 	}
-	def, err := wiring.Open(context.Background(), config.Default(), reg, slog.New(slog.DiscardHandler))
+	dc := config.Default()
+	dc.StateProvider = "memory"
+	def, err := wiring.Open(context.Background(), dc, reg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,6 +57,7 @@ func TestConfiguredZeroMeansZero(t *testing.T) {
 
 func TestOpenMapsConfig(t *testing.T) {
 	c := config.Default()
+	c.StateProvider = "memory"
 	c.Lease, c.MaxRetries = 1234e6, 7
 	reg, _ := pipeline.NewRegistry()
 	set, err := wiring.Open(context.Background(), c, reg, slog.New(slog.DiscardHandler))
@@ -157,6 +162,7 @@ func TestStrictStartupRefusesInProcessProvidersBeforeAnyAWSCall(t *testing.T) {
 func TestStrictStartupRefusesHeaderTenant(t *testing.T) {
 	t.Parallel()
 	c := config.Default()
+	c.StateProvider = "memory"
 	c.StrictStartup = true
 	_, err := wiring.Open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler))
 	if err == nil || !strings.Contains(err.Error(), "pipeline.orchestrator.http.tenant-source:") {

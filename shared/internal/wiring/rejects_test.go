@@ -64,7 +64,7 @@ var importPipeline = pipeline.Pipeline{ID: "test.import", Steps: []pipeline.Step
 func openMemory(t *testing.T, adjust func(*config.Config)) (*wiring.Set, *logtest.Buffer) {
 	t.Helper()
 	c := config.Default()
-	c.ItemRejectProvider = "memory"
+	c.StateProvider, c.ItemRejectProvider = "memory", "memory"
 	c.MaxRetries, c.RetryDelay, c.RetryMaxDelay = 1, 20*time.Millisecond, 20*time.Millisecond
 	if adjust != nil {
 		adjust(&c)

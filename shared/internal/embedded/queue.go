@@ -1,0 +1,305 @@
+package embedded
+
+import (
+	"container/heap"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/qasync/qasync/shared/dispatch"
+	"github.com/qasync/qasync/shared/store"
+)
+
+// The work queue lives in the store: bucket queue holds at most one entry
+// per execution (its key), with the work item, the time it is due and a
+// sequence number that changes whenever the entry is written anew.
+//
+// The state store keeps the queue in step with the rows, in the same
+// transaction as each row write: a row that is QUEUED or WAIT_RETRY has an
+// entry due at its NextDueAt, any other row none. So a commit and its
+// hand-over (a submit and its first work item, a step and the next one, a
+// retry and its delayed item, a re-drive) are one local transaction:
+// there is no window in which a crash keeps the commit and loses the work
+// item, and the dispatcher's Dispatch that the engine calls after the
+// commit finds the entry there and writes nothing. A claim removes the
+// entry (the row is RUNNING), so a delivered item costs no write to
+// acknowledge. Dispatch writes an entry only for what the rows do not
+// imply: the sweeper's re-dispatch of a RUNNING row whose lease lapsed,
+// an item for an execution the store does not hold.
+//
+// The entries are mirrored in memory (queueMirror), loaded at open and
+// updated after each commit, so that the workers pick due entries without
+// reading the file, and a commit wakes an idle worker at once: latency is
+// not bound to a poll interval.
+
+// qentry is one queue entry in memory.
+type qentry struct {
+	key  string // execKey
+	item dispatch.WorkItem
+	due  time.Time
+	seq  uint64
+	// In memory only: when a failed delivery may be tried again, whether a
+	// worker holds it, and a Dispatch that arrived while it did (the entry
+	// is then kept after the delivery, and delivered again from again).
+	notBefore  time.Time
+	inflight   bool
+	redispatch bool
+	again      time.Time
+	settling   bool // its deletion is being committed
+	idx        int  // heap position, -1 outside the heap
+}
+
+func (e *qentry) availableAt() time.Time {
+	if e.notBefore.After(e.due) {
+		return e.notBefore
+	}
+	return e.due
+}
+
+// qheap orders the entries available for delivery by the time they are.
+type qheap []*qentry
+
+func (h qheap) Len() int           { return len(h) }
+func (h qheap) Less(i, j int) bool { return h[i].availableAt().Before(h[j].availableAt()) }
+func (h qheap) Swap(i, j int)      { h[i], h[j] = h[j], h[i]; h[i].idx = i; h[j].idx = j }
+func (h *qheap) Push(x any)        { e := x.(*qentry); e.idx = len(*h); *h = append(*h, e) }
+func (h *qheap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	e.idx = -1
+	return e
+}
+
+// queueMirror is the in-memory copy of the queue bucket.
+type queueMirror struct {
+	mu      sync.Mutex
+	entries map[string]*qentry
+	h       qheap
+	wake    chan struct{}
+	done    chan struct{}
+	once    sync.Once
+}
+
+func newQueueMirror() *queueMirror {
+	return &queueMirror{entries: map[string]*qentry{}, wake: make(chan struct{}, 1024), done: make(chan struct{})}
+}
+
+func (q *queueMirror) close() { q.once.Do(func() { close(q.done) }) }
+
+func (q *queueMirror) len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.entries)
+}
+
+// signal wakes one idle worker.
+func (q *queueMirror) signal() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// load adds an entry read at open.
+func (q *queueMirror) load(e *qentry) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.entries[e.key] = e
+	heap.Push(&q.h, e)
+}
+
+// put installs e (written by a commit), replacing the key's entry.
+func (q *queueMirror) put(e *qentry) {
+	q.mu.Lock()
+	if old := q.entries[e.key]; old != nil && old.idx >= 0 {
+		heap.Remove(&q.h, old.idx)
+	}
+	e.idx = -1
+	q.entries[e.key] = e
+	heap.Push(&q.h, e)
+	q.mu.Unlock()
+	q.signal()
+}
+
+// remove drops the key's entry if it is still the one with seq (deleted
+// by a commit).
+func (q *queueMirror) remove(key string, seq uint64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if e := q.entries[key]; e != nil && e.seq == seq {
+		if e.idx >= 0 {
+			heap.Remove(&q.h, e.idx)
+		}
+		delete(q.entries, key)
+	}
+}
+
+// take returns an entry available at now and marks it in flight, or the
+// time the earliest entry becomes available (zero when none waits).
+func (q *queueMirror) take(now time.Time) (*qentry, time.Time) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.h) == 0 {
+		return nil, time.Time{}
+	}
+	if at := q.h[0].availableAt(); at.After(now) {
+		return nil, at
+	}
+	e := heap.Pop(&q.h).(*qentry)
+	e.inflight = true
+	if len(q.h) > 0 && !q.h[0].availableAt().After(now) {
+		q.signal() // more due: let another worker take it
+	}
+	return e, time.Time{}
+}
+
+// release ends a delivery of e that keeps the entry: it becomes available
+// again at at (unless a commit replaced or removed it meanwhile).
+func (q *queueMirror) release(e *qentry, at time.Time) {
+	q.mu.Lock()
+	e.inflight, e.settling = false, false
+	if q.entries[e.key] != e {
+		q.mu.Unlock()
+		return
+	}
+	if e.redispatch {
+		e.redispatch = false
+		if at.After(e.again) {
+			at = e.again
+		}
+	}
+	e.notBefore = at
+	heap.Push(&q.h, e)
+	q.mu.Unlock()
+	q.signal()
+}
+
+// settle ends a successful delivery of e. It reports whether the entry
+// must be deleted from the file (it is still e, and no Dispatch arrived
+// during the delivery); otherwise it is released or already gone.
+func (q *queueMirror) settle(e *qentry) (deleteIt bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.entries[e.key] != e {
+		e.inflight = false
+		return false // a commit replaced or removed it (a claim consumed it)
+	}
+	if e.redispatch {
+		e.inflight, e.redispatch = false, false
+		e.notBefore = e.again
+		heap.Push(&q.h, e)
+		q.signal()
+		return false
+	}
+	e.settling = true
+	return true
+}
+
+// covered reports whether an entry for key already delivers an item due
+// at due: an entry due no later that no worker holds, or one a worker
+// holds (then marked to be delivered again after it). Otherwise Dispatch
+// must write one.
+func (q *queueMirror) covered(key string, due time.Time) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	e := q.entries[key]
+	switch {
+	case e == nil, e.settling:
+		return false
+	case e.inflight:
+		if !e.redispatch || due.Before(e.again) {
+			e.again = due
+		}
+		e.redispatch = true
+		return true
+	default:
+		return !e.due.After(due)
+	}
+}
+
+// Queue entries on disk: due (ms) and seq, 8 bytes each, then the work
+// item as JSON; sealed.
+
+func encodeQueue(e *qentry) []byte {
+	b := binary.BigEndian.AppendUint64(nil, uint64(ms(e.due)))
+	b = binary.BigEndian.AppendUint64(b, e.seq)
+	item, _ := json.Marshal(e.item) // cannot fail
+	return seal(append(b, item...))
+}
+
+func decodeQueue(k, body []byte) (*qentry, error) {
+	if len(body) < 16 {
+		return nil, errors.New("short queue entry")
+	}
+	e := &qentry{key: string(k), due: fromMs(int64(binary.BigEndian.Uint64(body))), seq: binary.BigEndian.Uint64(body[8:]), idx: -1}
+	if err := json.Unmarshal(body[16:], &e.item); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// ready reports whether a row wants a queue entry, and when it is due.
+func ready(e *store.Execution) (time.Time, bool) {
+	if (e.Status == store.Queued || e.Status == store.WaitRetry) && !e.NextDueAt.IsZero() {
+		return e.NextDueAt, true
+	}
+	return time.Time{}, false
+}
+
+// syncQueue keeps the key's queue entry in step with row (nil: the row is
+// gone), in t's transaction.
+func (t *txn) syncQueue(k []byte, row *store.Execution) error {
+	b := t.bucket(bQueue)
+	var old *qentry
+	if v := b.Get(k); v != nil {
+		body, err := unseal(v)
+		if err == nil {
+			old, err = decodeQueue(k, body)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	var due time.Time
+	want := false
+	if row != nil {
+		due, want = ready(row)
+	}
+	switch {
+	case want && old != nil && ms(old.due) == ms(due):
+		return nil // already there
+	case want:
+		return t.putQueue(k, dispatch.WorkItem{TenantID: row.TenantID, ExecutionID: row.ExecutionID, PipelineID: row.PipelineID}, due)
+	case old != nil:
+		if err := b.Delete(k); err != nil {
+			return err
+		}
+		key, seq := string(k), old.seq
+		t.after(func() { t.db.queue.remove(key, seq) })
+	}
+	return nil
+}
+
+// putQueue writes the key's entry anew (a new sequence number).
+func (t *txn) putQueue(k []byte, item dispatch.WorkItem, due time.Time) error {
+	b := t.bucket(bQueue)
+	seq, err := b.NextSequence()
+	if err != nil {
+		return err
+	}
+	// Kept to the millisecond, rounded up: a delay stays a lower bound.
+	due = due.Truncate(0)
+	if r := due.Truncate(time.Millisecond); r.Before(due) {
+		due = r.Add(time.Millisecond)
+	}
+	e := &qentry{key: string(k), item: item, due: fromMs(ms(due)), seq: seq, idx: -1}
+	if err := b.Put(k, encodeQueue(e)); err != nil {
+		return err
+	}
+	t.after(func() { t.db.queue.put(e) })
+	return nil
+}
