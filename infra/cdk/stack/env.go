@@ -32,10 +32,14 @@ const (
 	// environment within Lambda's 4 KB.
 	keyHistoryPoller       = "history.stream-poller"
 	keyHistoryPollInterval = "history.poll-interval"
-	keyEventsBus           = "events.bus-name"
-	keyMetricsNamespace    = "metrics.namespace"
-	keyTenantSource        = "http.tenant-source"
-	keyTenantClaim         = "http.tenant-claim"
+	// keyEmbeddedDataDir is the embedded store's directory, which the
+	// functions never use (they refuse state-provider embedded): no
+	// function gets it either.
+	keyEmbeddedDataDir  = "embedded.data-dir"
+	keyEventsBus        = "events.bus-name"
+	keyMetricsNamespace = "metrics.namespace"
+	keyTenantSource     = "http.tenant-source"
+	keyTenantClaim      = "http.tenant-claim"
 	// keyAllowHeaderTenant stays false: no stage takes the tenant from
 	// the X-Tenant-Id header (Settings.Validate refuses tenant-source
 	// header), so runtimeConfig may not turn it on either.
@@ -69,7 +73,7 @@ const (
 var derivedKeys = map[string]struct{}{
 	keyStateProvider: {}, keyDispatcherProvider: {}, keyDLQProvider: {}, keyIdempotencyPolicy: {},
 	keyStrictStartup: {}, keyLease: {}, keyQueueURL: {}, keyDLQURL: {}, keyExecutionTable: {},
-	keyPayloadTable: {}, keyDeadLetterTable: {}, keyEffectTable: {}, keyHistoryTable: {}, keyHistoryPoller: {}, keyHistoryPollInterval: {}, keyEventsBus: {}, keyMetricsNamespace: {},
+	keyPayloadTable: {}, keyDeadLetterTable: {}, keyEffectTable: {}, keyHistoryTable: {}, keyHistoryPoller: {}, keyHistoryPollInterval: {}, keyEmbeddedDataDir: {}, keyEventsBus: {}, keyMetricsNamespace: {},
 	keyTenantSource: {}, keyTenantClaim: {}, keySQSVisibility: {}, keyLogLevel: {}, keySweepInterval: {},
 	keyAdminToken: {}, keyRejectProvider: {}, keyRejectQueueURL: {},
 	keyResumeTokenSecret: {}, keyResumeTokenSecretARN: {}, keyAllowHeaderTenant: {}, keyDiagEnabled: {},
@@ -86,9 +90,11 @@ var derivedFromContext = map[string]string{
 // ExcludedEnv lists the environment variables of configuration keys that
 // no function gets: the secrets, the admin token (see the README's IAM
 // section) and the await resume-token secret's value (its ARN is passed),
-// and the settings of qasync serve's history stream poller.
+// and the settings only qasync serve uses: its history stream poller and
+// the embedded store's directory.
 var ExcludedEnv = []string{config.EnvName(config.FullKey(keyAdminToken)), config.EnvName(config.FullKey(keyResumeTokenSecret)),
-	config.EnvName(config.FullKey(keyHistoryPoller)), config.EnvName(config.FullKey(keyHistoryPollInterval))}
+	config.EnvName(config.FullKey(keyHistoryPoller)), config.EnvName(config.FullKey(keyHistoryPollInterval)),
+	config.EnvName(config.FullKey(keyEmbeddedDataDir))}
 
 // Resources are the deployed names and URLs a function's environment is
 // built from (CloudFormation tokens at synthesis).

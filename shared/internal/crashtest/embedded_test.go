@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qasync/qasync/shared/client"
+	"github.com/qasync/qasync/shared/history"
 	"github.com/qasync/qasync/shared/internal/crashtest"
 	"github.com/qasync/qasync/shared/internal/embedded"
 	"github.com/qasync/qasync/shared/store"
@@ -205,6 +207,28 @@ func TestEmbeddedKillMidStepResumes(t *testing.T) {
 	var res crashtest.DrillResult
 	if err != nil || code != http.StatusOK || json.Unmarshal(body, &res) != nil || res.WorkAttempt != 2 || string(res.Echo) != `"kept"` {
 		t.Fatalf("result %d %s %v, want work on attempt 2 and the echo", code, body, err)
+	}
+	// The history tells the takeover as it happened: one LEASE_TAKEN_OVER
+	// by the new process, naming the dead worker and no invented expiry.
+	cl, err := client.New("http://" + srv.cur.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := cl.History(context.Background(), sub.ExecutionID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	takeovers := 0
+	for _, ev := range h.Events {
+		if ev.Type == history.LeaseTakenOver {
+			takeovers++
+			if ev.Attempt != 2 || !strings.HasPrefix(ev.Reason, "the lease of ") || strings.Contains(ev.Reason, " at ") {
+				t.Errorf("takeover event %+v: want attempt 2, the dead worker named, no expiry time", ev)
+			}
+		}
+	}
+	if takeovers != 1 {
+		t.Errorf("history %+v: %d takeovers, want 1", h.Events, takeovers)
 	}
 	srv.stop()
 	srv.noDuplicateCommits()

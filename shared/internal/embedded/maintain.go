@@ -14,16 +14,14 @@ import (
 	"github.com/qasync/qasync/shared/store"
 )
 
-// brokenLeaseAge is how far before the open a broken lease is set to have
-// expired: far enough for any clock-skew tolerance, so the next claim is a
-// takeover at once.
-const brokenLeaseAge = 24 * time.Hour
-
 // breakLeases ends the leases of the RUNNING rows at keys (their worker
 // died with the previous process: the directory's lock says no other
 // process runs) and queues each for a takeover now. Like a renewal, it
 // moves no version and records no history; the takeover claim then
 // counts the dead worker's attempt as used, as after a lapsed lease.
+// The lease's expiry is cleared rather than set to a made-up moment: a
+// zero expiry is lapsed whatever the clock-skew tolerance, and the
+// takeover's history event then names no time the lease never had.
 func (db *DB) breakLeases(keys [][]byte) error {
 	now := db.clock.Now()
 	return db.update(context.Background(), func(t *txn) error {
@@ -33,7 +31,7 @@ func (db *DB) breakLeases(keys [][]byte) error {
 				continue
 			}
 			next := row
-			next.LeaseExpiresAt = now.Add(-brokenLeaseAge)
+			next.LeaseExpiresAt = time.Time{}
 			if err := t.putRow(k, &row, &next); err != nil {
 				return err
 			}
