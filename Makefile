@@ -65,8 +65,15 @@ test: build-lambda vet fmt-check stack-test test-unit fuzz cdk-test examples-tes
 
 # The stack is started for the tests and stopped afterwards, also on failure.
 test-unit: build-local rie chromium
-	QASYNC_REQUIRE_STACK=1 QASYNC_BIN=$(BIN)/qasync $(STACK) run go test -race -count=1 -timeout 12m ./...
+	QASYNC_REQUIRE_STACK=1 QASYNC_BIN=$(BIN)/qasync $(STACK) run sh -c '\
+	  go test -race -count=1 -timeout 12m ./... && \
+	  QASYNC_CLITEST_STATE=dynamo go test -race -count=1 $(CONTRACT_PKGS)'   # the HTTP contract's client, CLI and serve tests again, on DynamoDB + SQS
 	QASYNC_ENGINE_PROVIDER=embedded go test -race -count=1 ./shared/internal/engine/   # the engine's tests again, on the embedded store
+	QASYNC_CLITEST_STATE=memory go test -race -count=1 $(CONTRACT_PKGS)   # and the contract's, on the memory providers
+
+# The packages whose tests run the HTTP contract against a real server
+# (shared/internal/clitest; QASYNC_CLITEST_STATE picks its providers).
+CONTRACT_PKGS = ./shared/client/ ./shared/internal/cli/ ./shared/server/
 
 # The web console's browser test (shared/internal/console) drives headless
 # Chromium. Under CI=true (CI runs as root) a missing Chromium is installed

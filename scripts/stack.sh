@@ -66,6 +66,10 @@ trusted() {
   read -r pid recorded <"$file" || true
   [[ $pid =~ ^[0-9]+$ && $recorded == "$port" ]] || return 1
   kill -0 "$pid" 2>/dev/null || return 1
+  # A server this invocation started is its own child: trusted by pid,
+  # also in the moment between the fork and the exec of its program
+  # (its command line is still this script's then).
+  [ "${own[$name]:-}" = "$pid" ] && return 0
   cmdline=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
   cwd=$(readlink "/proc/$pid/cwd" 2>/dev/null) || return 1
   [ "$cwd" = "$state" ] || return 1
@@ -76,9 +80,11 @@ trusted() {
   esac
 }
 
-# The servers this invocation started; the EXIT trap stops them unless
-# `up` succeeded (then the stack stays up on purpose).
+# The servers this invocation started (and their pids, by name); the EXIT
+# trap stops them unless `up` succeeded (then the stack stays up on
+# purpose).
 started=()
+declare -A own=()
 
 # stop NAME: stop NAME's server on its port if it is trusted; drop its pid file.
 stop() {
@@ -140,6 +146,7 @@ start() {
   fi
   started+=("$name")
   (cd "$state" && exec nohup "$@" >"$(log_file "$name")" 2>&1) &
+  own[$name]=$!
   echo "$! $port" >"$file"
 }
 

@@ -340,10 +340,13 @@ func TestHistoryInCommitOrder(t *testing.T) {
 	c := newClient(t, clitest.Real(t))
 	ctx := ctxOf(t)
 	e := settle(t, c, clitest.PipelineOK, store.Succeeded)
-	h, err := c.History(ctx, e.ExecutionID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	var h client.History
+	clitest.Eventually(t, func() (err error) {
+		if h, err = c.History(ctx, e.ExecutionID); err == nil && (len(h.Events) == 0 || h.Events[len(h.Events)-1].Type != history.Succeeded) {
+			err = fmt.Errorf("the history does not end SUCCEEDED yet: %+v", h.Events)
+		}
+		return err
+	})
 	if h.ExecutionID != e.ExecutionID || len(h.Events) == 0 {
 		t.Fatalf("history %+v", h)
 	}
@@ -390,12 +393,22 @@ func TestCancel(t *testing.T) {
 	if _, err := c.Cancel(ctx, "no-such-execution", client.CancelRequest{Reason: "x"}); !client.IsNotFound(err) {
 		t.Fatalf("cancel of an unknown id: %v", err)
 	}
-	h, err := c.History(ctx, parked.ExecutionID)
-	if err != nil || !slices.ContainsFunc(h.Events, func(ev client.Event) bool {
+	historyHas(t, c, parked.ExecutionID, func(ev client.Event) bool {
 		return ev.Type == history.Cancelled && ev.Reason == "customer withdrew"
-	}) {
-		t.Fatalf("history after the cancel: %+v, %v", h.Events, err)
-	}
+	})
+}
+
+// historyHas waits (clitest.Eventually: a stream-fed history trails the
+// row) until execution id's history holds an event that match accepts.
+func historyHas(t *testing.T, c *client.Client, id string, match func(client.Event) bool) {
+	t.Helper()
+	clitest.Eventually(t, func() error {
+		h, err := c.History(ctxOf(t), id)
+		if err == nil && !slices.ContainsFunc(h.Events, match) {
+			err = fmt.Errorf("history of %s: no such event in %+v", id, h.Events)
+		}
+		return err
+	})
 }
 
 // TestBulkRedrive: a dry run counts the matching DLQ executions, is done
@@ -443,12 +456,9 @@ func TestBulkRedrive(t *testing.T) {
 		t.Fatalf("progress %+v", p)
 	}
 	for _, x := range []client.Execution{a, b} {
-		h, err := c.History(ctx, x.ExecutionID)
-		if err != nil || !slices.ContainsFunc(h.Events, func(ev client.Event) bool {
+		historyHas(t, c, x.ExecutionID, func(ev client.Event) bool {
 			return ev.Type == history.Redriven && strings.Contains(ev.Reason, run.RedriveID) && strings.HasSuffix(ev.Reason, "fixed upstream, OPS-7")
-		}) {
-			t.Fatalf("history of %s: %+v, %v", x.ExecutionID, h.Events, err)
-		}
+		})
 	}
 	if _, err := c.RedriveProgress(ctx, "no-such-redrive"); !client.IsNotFound(err) {
 		t.Fatalf("progress of an unknown re-drive: %v", err)

@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"context"
+	"fmt"
 	"regexp"
 	"slices"
 	"strconv"
@@ -87,7 +88,13 @@ func TestHistoryCommand(t *testing.T) {
 	t.Parallel()
 	r := newRunner(t, clitest.Real(t))
 	e := r.settle(clitest.PipelineFail, store.DLQ)
-	h := decode[client.History](t, r.ok("history", e.ExecutionID, "-o", "json"))
+	var h client.History
+	clitest.Eventually(t, func() error {
+		if h = decode[client.History](t, r.ok("history", e.ExecutionID, "-o", "json")); !slices.ContainsFunc(h.Events, func(ev client.Event) bool { return ev.Type == history.DeadLettered }) {
+			return fmt.Errorf("no DEAD_LETTERED event yet: %+v", h.Events)
+		}
+		return nil
+	})
 	if h.ExecutionID != e.ExecutionID || len(h.Events) < 3 || h.Events[0].Type != history.Submitted || h.Events[0].Seq != 1 {
 		t.Fatalf("history %+v", h)
 	}
@@ -188,7 +195,13 @@ func TestDeadLettersCommand(t *testing.T) {
 	r := newRunner(t, clitest.Real(t))
 	a := r.settle(clitest.PipelineFail, store.DLQ)
 	b := r.settle(clitest.PipelineFail, store.DLQ)
-	page := decode[client.DeadLetterPage](t, r.ok("dead-letters", "--pipeline", clitest.PipelineFail, "--page-size", "1", "-o", "json"))
+	var page client.DeadLetterPage
+	clitest.Eventually(t, func() error {
+		if page = decode[client.DeadLetterPage](t, r.ok("dead-letters", "--pipeline", clitest.PipelineFail, "--page-size", "1", "-o", "json")); len(page.DeadLetters) < 2 {
+			return fmt.Errorf("dead letters %+v, want two", page)
+		}
+		return nil
+	})
 	var got []string
 	for i, d := range page.DeadLetters {
 		got = append(got, d.ExecutionID)

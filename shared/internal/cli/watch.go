@@ -95,6 +95,11 @@ func (s *session) watch(ctx context.Context, c *client.Client, id string, live b
 	if err != nil {
 		return err
 	}
+	if useHistory && !s.json() {
+		if err := s.catchUp(ctx, c, id, final, wt); err != nil {
+			return err
+		}
+	}
 	if !s.json() {
 		wt.finish(final)
 	}
@@ -102,6 +107,40 @@ func (s *session) watch(ctx context.Context, c *client.Client, id string, live b
 		return errNotSucceeded
 	}
 	return nil
+}
+
+// historyCatchUp bounds how long watch waits, once the status is
+// terminal, for the history to tell that end too.
+const historyCatchUp = 10 * time.Second
+
+// catchUp reads the history again until its last event shows the final
+// status (a stream-fed history, DynamoDB's, trails the row by about a
+// second), so that watch prints every event; after historyCatchUp it
+// prints what there is and says so on stderr.
+func (s *session) catchUp(ctx context.Context, c *client.Client, id string, final client.Execution, wt *watcher) error {
+	deadline := time.Now().Add(historyCatchUp)
+	wait := s.pollMin()
+	for {
+		h, err := c.History(ctx, id)
+		if err != nil {
+			return err
+		}
+		caughtUp := len(h.Events) > 0 && h.Events[len(h.Events)-1].Status == final.Status
+		if caughtUp || !time.Now().Before(deadline) {
+			wt.update(final, h.Events, true)
+			if !caughtUp {
+				fmt.Fprintf(s.env.Stderr, "qasync: the history of %s had not caught up with its status %s after %s; qasync history %s shows it once it has\n",
+					id, final.Status, historyCatchUp, id)
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
 }
 
 // historyMissing reports whether err says the server has no history

@@ -141,6 +141,29 @@ func TestWatchPipedPrintsPlainLines(t *testing.T) {
 	)
 }
 
+// TestWatchWaitsForALaggingHistory: against a history that trails the
+// status by a second (clitest.LaggingHistory, as a DynamoDB deployment's
+// stream-fed one does), piped watch still prints every event, the
+// terminal one included, before its outcome line.
+func TestWatchWaitsForALaggingHistory(t *testing.T) {
+	t.Parallel()
+	r := newRunner(t, clitest.LaggingHistory(t, clitest.Real(t), time.Second))
+	res := watchAwait(t, r)
+	if res.code != 0 {
+		t.Fatalf("exit %d, output %q, stderr %q", res.code, res.stdout, res.stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(res.stdout), "\n")
+	if !strings.HasPrefix(lines[len(lines)-1], "SUCCEEDED after ") {
+		t.Fatalf("watch output:\n%s", res.stdout)
+	}
+	inOrder(t, res.stdout, lines,
+		`SUBMITTED\s+step 0 approve\s+attempt 1$`,
+		`AWAIT_COMPLETED\s+step 0 approve\s+attempt 1\s+reason: await \S+ completed$`,
+		`STEP_SUCCEEDED\s+step 1 finish\s+attempt 1`,
+		`^20\S+\s+SUCCEEDED\s+step 1 finish\s+attempt 1$`,
+	)
+}
+
 // TestWatchWithoutHistoryPollsTheStatus: against a server without the
 // history route (one that predates it; clitest.WithoutHistory), piped
 // watch prints one plain line per change of the status document instead:

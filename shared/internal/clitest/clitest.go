@@ -2,6 +2,9 @@
 // qasync client commands talk to: the real server (server.Serve on the
 // default providers, the embedded store, in a data directory of the
 // test's own, in this process) with a small registry of test pipelines.
+// QASYNC_CLITEST_STATE picks other providers for the same tests:
+// "memory", or "dynamo" (DynamoDB and SQS on the local AWS stack, fresh
+// tables and queues per test; make test runs both passes).
 // Every route those tests call, the operator routes included, is the real
 // server's. The one stand-in is WithoutHistory, a proxy in front of it
 // that hides the history route, for what a real server of this version
@@ -10,7 +13,9 @@
 package clitest
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +25,8 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -27,7 +34,9 @@ import (
 
 	"github.com/qasync/qasync/shared/await"
 	"github.com/qasync/qasync/shared/config"
+	"github.com/qasync/qasync/shared/internal/awstest"
 	"github.com/qasync/qasync/shared/pipeline"
+	"github.com/qasync/qasync/shared/schema"
 	"github.com/qasync/qasync/shared/server"
 )
 
@@ -144,6 +153,7 @@ func Real(t testing.TB) *Target {
 	}
 	cfg := config.Default()
 	cfg.EmbeddedDataDir = t.TempDir()
+	useState(t, &cfg)
 	cfg.HTTPAddr, cfg.TenantSource = "127.0.0.1:0", "header"
 	cfg.AdminToken = AdminToken
 	cfg.AwaitResumeTokenSecret = "clitest-resume-token-secret-0123456789"
@@ -170,6 +180,35 @@ func Real(t testing.TB) *Target {
 	return &Target{URL: "http://" + addr.String(), AdminToken: AdminToken, tokens: rec}
 }
 
+// StateEnv names the environment variable that picks the providers of
+// Real: "embedded" (or unset), "memory" or "dynamo".
+const StateEnv = "QASYNC_CLITEST_STATE"
+
+// useState sets cfg's providers from StateEnv. For dynamo it creates a
+// fresh set of tables and queues on the local stack (removed when the
+// test ends) and points cfg at them, with timings for a test.
+func useState(t testing.TB, cfg *config.Config) {
+	t.Helper()
+	switch v := os.Getenv(StateEnv); v {
+	case "", "embedded":
+	case "memory":
+		cfg.StateProvider = "memory"
+	case "dynamo":
+		clients, _ := awstest.Clients(t)
+		n := awstest.Names(t)
+		awstest.Tables(t, clients, schema.Tables(n)...)
+		urls := awstest.Queues(t, clients, schema.Queues(n)...)
+		cfg.StateProvider, cfg.DispatcherProvider, cfg.DLQProvider = "dynamo", "sqs", "sqs"
+		cfg.ExecutionTable, cfg.PayloadTable, cfg.DeadLetterTable = n.ExecutionTable, n.PayloadTable, n.DeadLetterTable
+		cfg.EffectTable, cfg.HistoryTable = n.EffectTable, n.HistoryTable
+		cfg.QueueURL, cfg.DLQURL = urls[n.WorkQueue], urls[n.DLQQueue]
+		cfg.ItemRejectProvider, cfg.ItemRejectQueueURL = "sqs", urls[n.RejectQueue]
+		cfg.SQSWaitSeconds, cfg.HistoryPollInterval = 1, 100*time.Millisecond
+	default:
+		t.Fatalf("clitest: %s=%q: want embedded, memory or dynamo", StateEnv, v)
+	}
+}
+
 // WithoutHistory returns a target that forwards every request to tg but
 // answers GET /v1/executions/{id}/history as a server that predates the
 // route does (404, problem not-found): the real server always keeps a
@@ -193,4 +232,73 @@ func WithoutHistory(t testing.TB, tg *Target) *Target {
 	}))
 	t.Cleanup(srv.Close)
 	return &Target{URL: srv.URL, AdminToken: tg.AdminToken, tokens: tg.tokens}
+}
+
+// LaggingHistory returns a target that forwards every request to tg but
+// leaves out of each history the events committed less than lag ago: the
+// history as a DynamoDB deployment serves it, from the execution table's
+// stream, which trails the row. It stops when the test ends.
+func LaggingHistory(t testing.TB, tg *Target, lag time.Duration) *Target {
+	t.Helper()
+	u, err := url.Parse(tg.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	proxy.ModifyResponse = func(resp *http.Response) error {
+		if resp.StatusCode != http.StatusOK || !strings.HasSuffix(resp.Request.URL.Path, "/history") {
+			return nil
+		}
+		var doc struct {
+			ExecutionID string            `json:"executionId"`
+			Events      []json.RawMessage `json:"events"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
+			return err
+		}
+		_ = resp.Body.Close()
+		seen := doc.Events[:0]
+		for _, raw := range doc.Events {
+			var ev struct {
+				At time.Time `json:"at"`
+			}
+			if err := json.Unmarshal(raw, &ev); err != nil {
+				return err
+			}
+			if time.Since(ev.At) >= lag {
+				seen = append(seen, raw)
+			}
+		}
+		doc.Events = seen
+		b, err := json.Marshal(doc)
+		if err != nil {
+			return err
+		}
+		resp.Body, resp.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
+		resp.Header.Set("Content-Length", strconv.Itoa(len(b)))
+		return nil
+	}
+	srv := httptest.NewServer(proxy)
+	t.Cleanup(srv.Close)
+	return &Target{URL: srv.URL, AdminToken: tg.AdminToken, tokens: tg.tokens}
+}
+
+// Eventually calls check until it returns nil, for at most 15 s, and
+// fails the test with check's last error after that. What a DynamoDB
+// deployment serves from the execution table's stream (the history) or
+// from an index (lists, dead letters) trails the row by up to about a
+// second; tests that read it right after a status use this.
+func Eventually(t testing.TB, check func() error) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
