@@ -30,6 +30,12 @@ func newStateStore(t *testing.T, c clock.Clock) (*dynamo.StateStore, *awsclient.
 }
 
 // dueRow is a QUEUED row due (and to be swept) at now.
+// stateEpoch is the fake clocks' start: near the wall clock, because
+// DynamoDB Local deletes an item once its TTL attribute is past by the
+// wall clock (a fixed date made these rows, which expire an hour after
+// it, vanish from the day after).
+var stateEpoch = time.Now().UTC().Truncate(time.Second)
+
 func dueRow(id string, now time.Time) store.Execution {
 	return store.Execution{TenantID: "t", ExecutionID: id, PipelineID: "p", Status: store.Queued, Version: 1,
 		StepName: "s", Attempt: 1, NextDueAt: now, SweepAt: now, IdempotencyKey: "k-" + id, CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(time.Hour),
@@ -42,7 +48,7 @@ func dueRow(id string, now time.Time) store.Execution {
 // largest shard count used.
 func TestLoweredShardCountStillSweepsEveryRow(t *testing.T) {
 	t.Parallel()
-	c := clock.NewFake(time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC))
+	c := clock.NewFake(stateEpoch)
 	clients, _ := awstest.Clients(t)
 	n := awstest.Names(t)
 	awstest.Tables(t, clients, schema.ExecutionTable(n.ExecutionTable))
@@ -84,7 +90,7 @@ func TestLoweredShardCountStillSweepsEveryRow(t *testing.T) {
 // few due ones; the due query reads the due ones only, and nothing scans.
 func TestDueReadsOnlyDueRows(t *testing.T) {
 	t.Parallel()
-	c := clock.NewFake(time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC))
+	c := clock.NewFake(stateEpoch)
 	st, counter := newStateStore(t, c)
 	ctx := context.Background()
 	now := c.Now()
