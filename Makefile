@@ -41,7 +41,7 @@ RIE_VERSION := v0.0.0-20261030222936-bef5c4ba774d
 RIE         := $(BIN)/aws-lambda-rie
 LOCAL       := $(CACHE)/local
 
-.PHONY: help run build build-local build-lambda test test-unit chromium fuzz bench vet fmt-check clean stack-up stack-down stack-test provision rie local-cloud
+.PHONY: help run build build-local build-lambda test test-unit chromium fuzz bench vet fmt-check clean stack-up stack-down stack-test provision rie local-cloud chaos-embedded
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -174,6 +174,10 @@ chaos: build-local ## chaos run: 1000 executions on 3 serve processes, SIGKILLs 
 	CHAOS_EXECUTIONS=$(CHAOS_EXECUTIONS) CHAOS_WORKERS=$(CHAOS_WORKERS) CHAOS_KILL_EVERY=$(CHAOS_KILL_EVERY) \
 	CHAOS_MIN_KILLS=$(CHAOS_MIN_KILLS) CHAOS_RATE=$(CHAOS_RATE) QASYNC_REQUIRE_STACK=1 QASYNC_BIN=$(BIN)/qasync \
 	$(STACK) run go test -count=1 -v -run '^TestChaos$$' -timeout 30m ./shared/internal/crashtest/
+
+chaos-embedded: build-local ## the chaos run on one qasync serve over the embedded store (no AWS stack): CHAOS_EXECUTIONS executions, SIGKILLs every ~CHAOS_KILL_EVERY
+	CHAOS_EXECUTIONS=$(CHAOS_EXECUTIONS) CHAOS_KILL_EVERY=$(CHAOS_KILL_EVERY) CHAOS_MIN_KILLS=$(CHAOS_MIN_KILLS) CHAOS_RATE=$(CHAOS_RATE) \
+	QASYNC_BIN=$(BIN)/qasync go test -count=1 -v -run '^TestEmbeddedChaos$$' -timeout 30m ./shared/internal/crashtest/
 
 # The durable benchmark (shared/internal/benchdurable): DynamoDB Local's
 # conditional-write ceiling, then a burst of BENCH_EXECUTIONS diag.drill

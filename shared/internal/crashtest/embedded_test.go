@@ -393,10 +393,17 @@ func TestEmbeddedKillBetweenCommitAndHandOver(t *testing.T) {
 
 // TestEmbeddedChaos: the chaos run (RunChaos: its inputs, its killer, its
 // faults and its invariant checker) on one `qasync serve` over the
-// embedded store instead of two over DynamoDB and SQS.
+// embedded store instead of two over DynamoDB and SQS. The CHAOS_*
+// variables change its profile as they do TestChaos's (make
+// chaos-embedded runs 1000 executions).
 func TestEmbeddedChaos(t *testing.T) {
 	t.Parallel()
-	rep := crashtest.RunChaos(t, crashtest.ChaosOptions{Embedded: true, Executions: 60, KillEvery: 3 * time.Second, MinKills: 3})
+	opts, err := crashtest.ChaosOptionsFromEnv(crashtest.ChaosOptions{Embedded: true, Executions: 60, KillEvery: 3 * time.Second, MinKills: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Embedded = true
+	rep := crashtest.RunChaos(t, opts)
 	t.Log("\n" + rep.Table())
 	for _, v := range rep.Violations {
 		t.Error(v)
