@@ -130,14 +130,20 @@ fuzz: ## fuzz the submit handler ($(FUZZTIME) inputs, a few seconds)
 bench: ## report transitions per second of the memory providers on this machine
 	go test -run '^$$' -bench Transitions -benchtime 20x ./shared/internal/engine/
 
-# The peer benchmark: the same 3-step durable pipeline on qasync and on
-# River (SQLite, and Postgres when one is found or can be started), each in
-# a child process of its own, printed as one Markdown table with the ratios
-# to qasync (bench/README.md). bench/ is a Go module of its own, so River's,
-# pgx's and SQLite's dependencies stay out of go.mod. Informational: no
-# target gates on its figures. BENCH_PEERS_FLAGS passes flags, e.g.
+# The peer benchmark: the same 3-step durable pipeline on qasync, on
+# River (SQLite, and Postgres when one is found or can be started) and on
+# Temporal's dev server (when the temporal CLI is installed: make
+# temporal-cli bench-peers), each in a child process of its own, printed as
+# one Markdown table with the ratios to qasync (bench/README.md). bench/ is
+# a Go module of its own, so River's, pgx's, SQLite's and Temporal's
+# dependencies stay out of go.mod. Informational: no target gates on its
+# figures. BENCH_PEERS_FLAGS passes flags, e.g.
 # BENCH_PEERS_FLAGS='-duration 10s -systems qasync,river-sqlite-full -o json'.
 BENCH_PEERS_FLAGS ?=
+# The Temporal CLI (pinned) whose dev server the temporal-dev row runs; that
+# row is skipped without it, bench-peers does not install it.
+TEMPORAL_CLI_VERSION := v1.5.1
+TEMPORAL_CLI_STAMP   := $(BIN)/.temporal-$(TEMPORAL_CLI_VERSION)
 
 # The engine benchmark (bench/engines): the embedded store's candidate
 # engines (bbolt, pebble, SQLite) on the step's write (a conditional row
@@ -148,10 +154,16 @@ bench-engines: ## embedded store's engine choice: bbolt, pebble and SQLite on th
 	cd bench && CGO_ENABLED=0 go build -o $(BIN)/bench-engines ./engines
 	$(BIN)/bench-engines -writers 1,8,32
 
-.PHONY: bench-peers
-bench-peers: ## peer benchmark: qasync vs River on SQLite and Postgres, same workload, one table (BENCH_PEERS_FLAGS)
+.PHONY: bench-peers temporal-cli
+bench-peers: ## peer benchmark: qasync vs River (SQLite, Postgres) and Temporal's dev server, same workload, one table (BENCH_PEERS_FLAGS)
 	cd bench && CGO_ENABLED=0 go build -o $(BIN)/bench-peers .
 	$(BIN)/bench-peers $(BENCH_PEERS_FLAGS)
+
+temporal-cli: $(TEMPORAL_CLI_STAMP) ## install the pinned Temporal CLI (the peer benchmark's dev server) into .cache/bin
+
+$(TEMPORAL_CLI_STAMP):
+	GOBIN=$(BIN) go install github.com/temporalio/cli/cmd/temporal@$(TEMPORAL_CLI_VERSION)
+	touch $@
 
 # The chaos run (shared/internal/crashtest.RunChaos): CHAOS_EXECUTIONS executions of
 # diag.drill and checkout.deliver-order on CHAOS_WORKERS `qasync serve`

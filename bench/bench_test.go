@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -139,5 +140,30 @@ func TestProcStatReadsThisProcess(t *testing.T) {
 	}
 	if _, err := processTreeCPU(os.Getpid()); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestTemporalIsSkippedWithoutTheCLI: no BENCH_TEMPORAL_BIN, no temporal
+// next to the binary, in .cache/bin above the working directory or on
+// PATH: the row is skipped; a BENCH_TEMPORAL_BIN naming no file fails it.
+func TestTemporalIsSkippedWithoutTheCLI(t *testing.T) {
+	t.Setenv(envTemporalBin, "")
+	t.Setenv("PATH", t.TempDir())
+	t.Chdir(t.TempDir())
+	if self, err := os.Executable(); err == nil {
+		if _, err := os.Stat(filepath.Join(filepath.Dir(self), "temporal")); err == nil {
+			t.Skip("a temporal binary sits next to the test binary")
+		}
+	}
+	_, cleanup, skip, err := prepareTemporal(context.Background(), t.Logf)
+	if cleanup != nil {
+		cleanup()
+	}
+	if err != nil || skip != skipNoTemporal {
+		t.Fatalf("prepare = %q, %v; want %q", skip, err, skipNoTemporal)
+	}
+	t.Setenv(envTemporalBin, filepath.Join(t.TempDir(), "missing"))
+	if _, _, skip, err := prepareTemporal(context.Background(), t.Logf); err == nil || skip != "" {
+		t.Fatalf("prepare with a missing %s = %q, %v; want an error", envTemporalBin, skip, err)
 	}
 }

@@ -1,7 +1,8 @@
 // Command bench is qasync's peer benchmark: the same 3-step durable
-// pipeline on qasync and on River (SQLite, Postgres), side by side, each
-// system in a child process of its own (so CPU and memory are not mixed),
-// printed as one Markdown table with the ratios to qasync. See README.md.
+// pipeline on qasync, on River (SQLite, Postgres) and on Temporal's dev
+// server, side by side, each system in a child process of its own (so CPU
+// and memory are not mixed), printed as one Markdown table with the ratios
+// to qasync. See README.md.
 //
 // It is informational: nothing gates on its figures.
 package main

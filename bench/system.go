@@ -72,9 +72,9 @@ func work(d Doc, step string) Doc {
 }
 
 // ServerCPU is implemented by a system whose work is partly done by a
-// server process outside the benchmark's process (River's Postgres): it
-// returns that server's CPU time so far, and false when it cannot be
-// measured (an external server).
+// server process outside the benchmark's process (River's Postgres,
+// Temporal's dev server): it returns that server's CPU time so far, and
+// false when it cannot be measured (an external server).
 type ServerCPU interface {
 	ServerCPU() (time.Duration, bool)
 }

@@ -51,7 +51,7 @@ func renderTable(w io.Writer, rep Report) {
 	}
 	fmt.Fprintf(w, "\nsettings: 3-step pipeline, %d workers; burst %d executions (%d steps) from %d submitters; steady %g executions/s for %s (p50/p99 of submit -> last step done)\n",
 		s.Workers, s.Executions, s.Steps, s.Submitters, s.Rate, s.Duration)
-	fmt.Fprintln(w, "CPU ms/step: user+sys CPU of the system's own process during the burst, plus the Postgres server's (postmaster and backends) when it runs on this machine; ratios are the row's figure divided by qasync's")
+	fmt.Fprintln(w, "CPU ms/step: user+sys CPU of the system's own process during the burst, plus the server's when it runs on this machine (Postgres: postmaster and backends; Temporal: the dev server); ratios are the row's figure divided by qasync's")
 	for _, r := range rep.Results {
 		extra := ""
 		if b := r.Burst; b != nil {
