@@ -113,8 +113,8 @@ func (s *session) watch(ctx context.Context, c *client.Client, id string, live b
 // terminal, for the history to tell that end too.
 const historyCatchUp = 10 * time.Second
 
-// catchUp reads the history again until its last event shows the final
-// status (a stream-fed history, DynamoDB's, trails the row by about a
+// catchUp reads the history again until its last event shows a terminal
+// status, as final does (a stream-fed history, DynamoDB's, trails the row by about a
 // second), so that watch prints every event; after historyCatchUp it
 // prints what there is and says so on stderr.
 func (s *session) catchUp(ctx context.Context, c *client.Client, id string, final client.Execution, wt *watcher) error {
@@ -125,7 +125,9 @@ func (s *session) catchUp(ctx context.Context, c *client.Client, id string, fina
 		if err != nil {
 			return err
 		}
-		caughtUp := len(h.Events) > 0 && h.Events[len(h.Events)-1].Status == final.Status
+		// Any terminal status will do: a FAILED execution the status
+		// showed may have been dead-lettered (DLQ) since.
+		caughtUp := len(h.Events) > 0 && h.Events[len(h.Events)-1].Status.Terminal()
 		if caughtUp || !time.Now().Before(deadline) {
 			wt.update(final, h.Events, true)
 			if !caughtUp {
