@@ -481,14 +481,11 @@ func (a *api) result(w http.ResponseWriter, r *http.Request) {
 // redrive handles POST /v1/executions/{executionId}/redrive (registered
 // only when an admin token is configured).
 func (a *api) redrive(w http.ResponseWriter, r *http.Request) {
-	if !a.authorized(w, r) {
-		return
-	}
-	key, ok := a.executionKey(w, r)
+	body, ok := a.operatorBody(w, r)
 	if !ok {
 		return
 	}
-	body, ok := a.readBody(w, r, min(a.maxBody, maxRedriveBody))
+	key, ok := a.executionKey(w, r)
 	if !ok {
 		return
 	}
@@ -569,6 +566,17 @@ func (a *api) completeAwait(w http.ResponseWriter, r *http.Request) {
 		prob.ExecutionID, prob.ExecutionStatus = e.ExecutionID, e.Status
 	}
 	writeProblem(w, prob)
+}
+
+// operatorBody starts an operator call (re-drive, cancel, bulk
+// re-drive): the operator's authorization, then the body, at most
+// maxRedriveBody. It answers the request itself and returns false when
+// the call cannot go on.
+func (a *api) operatorBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	if !a.authorized(w, r) {
+		return nil, false
+	}
+	return a.readBody(w, r, min(a.maxBody, maxRedriveBody))
 }
 
 // authorized checks the Bearer admin token in constant time, or writes the

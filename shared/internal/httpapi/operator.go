@@ -315,14 +315,11 @@ func checkReason(reason string) string {
 // cancel handles POST /v1/executions/{executionId}/cancel (registered
 // only where re-drive is).
 func (a *api) cancel(w http.ResponseWriter, r *http.Request) {
-	if !a.authorized(w, r) {
-		return
-	}
-	key, ok := a.executionKey(w, r)
+	body, ok := a.operatorBody(w, r)
 	if !ok {
 		return
 	}
-	body, ok := a.readBody(w, r, min(a.maxBody, maxRedriveBody))
+	key, ok := a.executionKey(w, r)
 	if !ok {
 		return
 	}
@@ -364,14 +361,11 @@ func (a *api) redriveJobURL(id string) string {
 // startRedrives handles POST /v1/redrives (registered only where
 // re-drive is).
 func (a *api) startRedrives(w http.ResponseWriter, r *http.Request) {
-	if !a.authorized(w, r) {
-		return
-	}
-	tenant, ok := a.tenant(w, r)
+	body, ok := a.operatorBody(w, r)
 	if !ok {
 		return
 	}
-	body, ok := a.readBody(w, r, min(a.maxBody, maxRedriveBody))
+	tenant, ok := a.tenant(w, r)
 	if !ok {
 		return
 	}
