@@ -15,18 +15,25 @@ import (
 	"github.com/qasync/qasync/shared/store"
 )
 
-// newStateStore makes fresh tables for one test.
+// newStateStore makes fresh tables for one test on the local stack.
 func newStateStore(t *testing.T, c clock.Clock) (*dynamo.StateStore, *awsclient.Counter) {
 	t.Helper()
 	clients, counter := awstest.Clients(t)
+	st := newStateStoreOn(t, clients, c)
+	counter.Reset()
+	return st, counter
+}
+
+// newStateStoreOn makes fresh tables for one test on clients.
+func newStateStoreOn(t *testing.T, clients awsclient.Clients, c clock.Clock) *dynamo.StateStore {
+	t.Helper()
 	n := awstest.Names(t)
 	awstest.Tables(t, clients, schema.ExecutionTable(n.ExecutionTable))
 	st, err := dynamo.NewStateStore(clients.DynamoDB, dynamo.Options{ExecutionTable: n.ExecutionTable, Clock: c})
 	if err != nil {
 		t.Fatal(err)
 	}
-	counter.Reset()
-	return st, counter
+	return st
 }
 
 // dueRow is a QUEUED row due (and to be swept) at now.
