@@ -58,9 +58,10 @@ func (m *Model) batchGetItem(in *BatchGetItemInput) (any, error) {
 		u := usage{table: name}
 		items := []Item{}
 		for _, k := range ka.Keys {
-			item := t.get(k)
-			u.tableUnits += readUnits(itemSize(item), ka.ConsistentRead)
-			if item != nil {
+			// A key that finds nothing costs nothing (as DynamoDB Local
+			// reports).
+			if item := t.get(k); item != nil {
+				u.tableUnits += readUnits(itemSize(item), ka.ConsistentRead)
 				items = append(items, pick(item, paths))
 			}
 		}

@@ -670,18 +670,21 @@ func parseUpdate(src string, ph *placeholders) (*update, error) {
 }
 
 // checkOverlap reports two paths of which one is, or lies inside, the
-// other.
+// other, or that use one value both as a map and as a list.
 func checkOverlap(paths []docPath) string {
 	for i, a := range paths {
 		for _, b := range paths[i+1:] {
-			short, long := a, b
-			if len(short) > len(long) {
-				short, long = long, short
+			n := min(len(a), len(b))
+			d := 0
+			for d < n && a[d] == b[d] {
+				d++
 			}
-			if !slices.Equal(short, long[:len(short)]) {
+			switch {
+			case d < n && a[d].isIndex != b[d].isIndex:
+				return fmt.Sprintf("Two document paths conflict with each other; must remove or rewrite one of these paths; path one: %s, path two: %s", a, b)
+			case d < n:
 				continue
-			}
-			if len(a) == len(b) {
+			case len(a) == len(b):
 				return fmt.Sprintf("Two document paths conflict with each other; must remove or rewrite one of these paths; path one: %s, path two: %s", a, b)
 			}
 			return fmt.Sprintf("Two document paths overlap with each other; must remove or rewrite one of these paths; path one: %s, path two: %s", a, b)

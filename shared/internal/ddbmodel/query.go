@@ -162,11 +162,16 @@ func (s source) page(recs []*record, limit int, filter cond, paths []docPath, co
 	if !count {
 		out["Items"] = items
 	}
-	if last != nil && (scanned == limit || size >= maxPage) && last != recs[len(recs)-1] {
+	// Like DynamoDB, a page that stopped at its limit has a last key even
+	// when nothing follows.
+	if last != nil && (scanned == limit || size >= maxPage && last != recs[len(recs)-1]) {
 		out["LastEvaluatedKey"] = s.lastKey(last.item)
 	}
 	u := usage{table: s.t.name}
-	units := readUnits(size, consistent)
+	units := 0.0 // a read of nothing costs nothing (as DynamoDB Local reports)
+	if size > 0 {
+		units = readUnits(size, consistent)
+	}
 	if s.ix != nil {
 		u.indexes = map[string]float64{s.ix.name: units}
 	} else {
@@ -232,6 +237,9 @@ func (m *Model) query(in *QueryInput) (any, error) {
 		if err := s.filterAvoidsKeys(filter); err != nil {
 			return nil, err
 		}
+	}
+	if err := s.projects(filter, paths); err != nil {
+		return nil, err
 	}
 	count, err := s.selectSpec(in.Select, paths)
 	if err != nil {
@@ -443,6 +451,34 @@ func (s source) filterAvoidsKeys(c cond) error {
 	return err
 }
 
+// projects refuses a filter or a projection naming attributes that the
+// index does not project.
+func (s source) projects(filter cond, paths []docPath) error {
+	if s.ix == nil || s.ix.projection == "ALL" {
+		return nil
+	}
+	have := append(append(s.t.key.names(), s.ix.key.names()...), s.ix.nonKey...)
+	missing := func(p docPath) bool { return !slices.Contains(have, p[0].name) }
+	var bad []string
+	walkPaths(filter, func(p docPath) {
+		if missing(p) && !slices.Contains(bad, p[0].name) {
+			bad = append(bad, p[0].name)
+		}
+	})
+	if len(bad) > 0 {
+		return validation("One or more parameter values were invalid: Secondary index %s does not project one or more filter attributes: [%s]", s.ix.name, strings.Join(bad, ", "))
+	}
+	for _, p := range paths {
+		if missing(p) {
+			bad = append(bad, p[0].name)
+		}
+	}
+	if len(bad) > 0 {
+		return validation("One or more parameter values were invalid: Global secondary index %s does not project [%s]", s.ix.name, strings.Join(bad, ", "))
+	}
+	return nil
+}
+
 // walkPaths calls f with every document path of a condition.
 func walkPaths(c cond, f func(docPath)) {
 	ops := func(os ...operand) {
@@ -492,6 +528,9 @@ func (m *Model) scan(in *ScanInput) (any, error) {
 		return nil, err
 	}
 	if err := ph.checkUnused(in.FilterExpression != nil || in.ProjectionExpression != nil); err != nil {
+		return nil, err
+	}
+	if err := s.projects(filter, paths); err != nil {
 		return nil, err
 	}
 	count, err := s.selectSpec(in.Select, paths)

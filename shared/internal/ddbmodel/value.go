@@ -36,7 +36,7 @@ type Value struct {
 	S    string
 	Bool bool
 	Set  []string
-	M    map[string]Value
+	M    Item
 	L    []Value
 }
 
@@ -548,13 +548,25 @@ func addNumbers(a, b string, sub bool) (string, error) {
 	return r.String(), nil
 }
 
-// numberSize is a number's billed size: one byte per two significant
-// digits, plus one.
+// numberSize is a number's billed size, as DynamoDB Local counts it:
+// one byte per pair of digits, the pairs aligned on the decimal point
+// (so 1.5 takes two and 15 one), one more byte, and one more for a
+// negative number; zero takes one byte.
 func numberSize(s string) int {
 	n := mustNumber(s)
-	digits := len(n.digits)
-	if digits == 0 {
-		digits = 1
+	if n.digits == "" {
+		return 1
 	}
-	return (digits+1)/2 + 1
+	pair := func(pos int) int { // floor(pos / 2)
+		if pos < 0 {
+			return (pos - 1) / 2
+		}
+		return pos / 2
+	}
+	lead, trail := n.exp+len(n.digits)-1, n.exp
+	size := pair(lead) - pair(trail) + 2
+	if n.neg {
+		size++
+	}
+	return size
 }
