@@ -141,7 +141,9 @@ func (s source) selectSpec(sel string, paths []docPath) (count bool, err error) 
 
 // page reads records in order from recs (already positioned), filtering
 // and projecting, up to limit records or 1 MB; it returns the answer.
-func (s source) page(recs []*record, limit int, filter cond, paths []docPath, count, consistent bool, mode string) map[string]any {
+// beyond, when set, tells whether the partition holds records past one
+// (see below).
+func (s source) page(recs []*record, limit int, beyond func(*record) bool, filter cond, paths []docPath, count, consistent bool, mode string) map[string]any {
 	items := []Item{}
 	scanned, size := 0, 0
 	var last *record
@@ -162,9 +164,12 @@ func (s source) page(recs []*record, limit int, filter cond, paths []docPath, co
 	if !count {
 		out["Items"] = items
 	}
-	// Like DynamoDB, a page that stopped at its limit has a last key even
-	// when nothing follows.
-	if last != nil && (scanned == limit || size >= maxPage && last != recs[len(recs)-1]) {
+	// A page that stopped at its limit or at 1 MB has a last key, also
+	// when nothing follows (as DynamoDB documents); as DynamoDB Local
+	// answers, none when the last item read sits on the inclusive bound
+	// of a range key condition at the end of the read.
+	more := last != nil && last != recs[len(recs)-1]
+	if last != nil && (scanned == limit && (more || beyond == nil || beyond(last)) || size >= maxPage && more) {
 		out["LastEvaluatedKey"] = s.lastKey(last.item)
 	}
 	u := usage{table: s.t.name}
@@ -285,13 +290,30 @@ func (m *Model) query(in *QueryInput) (any, error) {
 		recs = slices.Clone(recs)
 		slices.Reverse(recs)
 	}
-	return s.page(recs, limit, filter, paths, count, in.ConsistentRead, in.ReturnConsumedCapacity), nil
+	var beyond func(*record) bool
+	if end, ok := rng.end(forward); ok {
+		beyond = func(r *record) bool { return !r.item[s.key.rng.name].equal(end) }
+	}
+	return s.page(recs, limit, beyond, filter, paths, count, in.ConsistentRead, in.ReturnConsumedCapacity), nil
 }
 
 // rangeCond is a key condition on the range key.
 type rangeCond struct {
 	op    string // = < <= > >= BETWEEN begins_with
 	v, hi Value
+}
+
+// end is the inclusive bound of <=, >= or BETWEEN that ends a read in
+// the given direction, where DynamoDB Local leaves a page's last key out.
+func (c *rangeCond) end(forward bool) (Value, bool) {
+	switch {
+	case c == nil:
+	case forward && c.op == "<=", !forward && c.op == ">=", !forward && c.op == "BETWEEN":
+		return c.v, true
+	case forward && c.op == "BETWEEN":
+		return c.hi, true
+	}
+	return Value{}, false
 }
 
 // below and above report that a range key value sorts before or after
@@ -564,5 +586,5 @@ func (m *Model) scan(in *ScanInput) (any, error) {
 		})
 		recs = recs[i:]
 	}
-	return s.page(recs, limit, filter, paths, count, in.ConsistentRead, in.ReturnConsumedCapacity), nil
+	return s.page(recs, limit, nil, filter, paths, count, in.ConsistentRead, in.ReturnConsumedCapacity), nil
 }
