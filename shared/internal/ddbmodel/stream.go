@@ -30,8 +30,9 @@ type shard struct {
 	// startSeq is taken when the shard opens (its records come after it);
 	// endSeq is its last sequence number once closed.
 	startSeq, endSeq uint64
-	// trimmed is the highest sequence number trimmed away (0: none).
-	trimmed uint64
+	// trimmed is the highest sequence number trimmed away (0: none);
+	// last the last record's, trimmed or not.
+	trimmed, last uint64
 	records []streamRecord
 	written int // records ever written to the shard
 }
@@ -80,10 +81,7 @@ func (s *stream) open() *shard {
 
 func (sh *shard) close(now time.Time) {
 	sh.closed, sh.closedAt = true, now
-	sh.endSeq = sh.startSeq
-	if n := len(sh.records); n > 0 {
-		sh.endSeq = sh.records[n-1].seq
-	}
+	sh.endSeq = max(sh.startSeq, sh.last)
 }
 
 // disable stops the stream (its table was deleted or its stream turned
@@ -147,6 +145,7 @@ func (m *Model) emit(t *table, old, new Item, byService bool) {
 	m.seq++
 	rec.seq = m.seq
 	sh.records = append(sh.records, rec)
+	sh.last = rec.seq
 	sh.written++
 	if m.opts.ShardRecords > 0 && sh.written >= m.opts.ShardRecords {
 		sh.close(now)
@@ -361,13 +360,7 @@ func (m *Model) getShardIterator(in *GetShardIteratorInput) (any, error) {
 	case "TRIM_HORIZON":
 		it.after = max(sh.startSeq, sh.trimmed)
 	case "LATEST":
-		it.after = sh.startSeq
-		if n := len(sh.records); n > 0 {
-			it.after = sh.records[n-1].seq
-		}
-		if sh.closed {
-			it.after = sh.endSeq
-		}
+		it.after = max(sh.startSeq, sh.last)
 	case "AT_SEQUENCE_NUMBER", "AFTER_SEQUENCE_NUMBER":
 		n, err := seq()
 		if err != nil {
