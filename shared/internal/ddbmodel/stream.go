@@ -33,8 +33,8 @@ type shard struct {
 	// trimmed is the highest sequence number trimmed away (0: none);
 	// last the last record's, trimmed or not.
 	trimmed, last uint64
-	records []streamRecord
-	written int // records ever written to the shard
+	records       []streamRecord
+	written       int // records ever written to the shard
 }
 
 type streamRecord struct {
