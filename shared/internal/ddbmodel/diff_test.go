@@ -28,6 +28,8 @@ import (
 // DynamoDB Local and to the model, their normalized answers compared
 // (items, error codes, consumed capacity). It runs only with the local
 // stack (scripts/stack.sh run go test ./shared/internal/ddbmodel/).
+// DIFF_DEBUG=<sequence> runs that one sequence and logs every request
+// and Local's answer, to study a disagreement.
 
 const (
 	diffSequences = 200
