@@ -12,6 +12,7 @@ import (
 	"github.com/qasync/qasync/shared/history"
 	"github.com/qasync/qasync/shared/internal/awsclient"
 	"github.com/qasync/qasync/shared/internal/awstest"
+	"github.com/qasync/qasync/shared/internal/ddbmodel"
 	"github.com/qasync/qasync/shared/internal/dynamo"
 	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/schema"
@@ -24,6 +25,18 @@ import (
 // shared by their cases (each uses its own ids).
 func TestConformance(t *testing.T) {
 	clients, _ := awstest.Clients(t)
+	conformance(t, clients)
+}
+
+// TestConformanceModel runs the same suites on the in-process DynamoDB
+// model (package ddbmodel), so that one suite proves both the adapter and
+// the model the simulator runs it on. It needs no stack.
+func TestConformanceModel(t *testing.T) {
+	conformance(t, ddbmodel.New(ddbmodel.Options{Clock: clock.System{}}).Clients())
+}
+
+// conformance lists the DynamoDB adapters on clients and exercises them.
+func conformance(t *testing.T, clients awsclient.Clients) {
 	fx, dl := awstest.Name(t, "fx"), awstest.Name(t, "dl")
 	awstest.Tables(t, clients, schema.EffectTable(fx), schema.DeadLetterTable(dl))
 	records := dynamo.NewDeadLetters(clients.DynamoDB, dl, clock.System{})
@@ -34,8 +47,7 @@ func TestConformance(t *testing.T) {
 	runFeed(t, clients, hx, hh)
 	backendtest.Exercise(t, backendtest.Provider{
 		State: func(t *testing.T, c clock.Clock) store.Store {
-			st, _ := newStateStore(t, c)
-			return st
+			return newStateStoreOn(t, clients, c)
 		},
 		Payloads: func(t *testing.T) payload.Store {
 			table := awstest.Name(t, "payload")

@@ -9,24 +9,39 @@ import (
 	"github.com/qasync/qasync/shared/clock"
 	"github.com/qasync/qasync/shared/internal/awsclient"
 	"github.com/qasync/qasync/shared/internal/awstest"
+	"github.com/qasync/qasync/shared/internal/ddbmodel"
 	"github.com/qasync/qasync/shared/internal/dynamo"
 	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/schema"
 	"github.com/qasync/qasync/shared/store"
 )
 
-// newStateStore makes fresh tables for one test.
-func newStateStore(t *testing.T, c clock.Clock) (*dynamo.StateStore, *awsclient.Counter) {
+// newStateStoreOn makes fresh tables for one test on clients.
+func newStateStoreOn(t *testing.T, clients awsclient.Clients, c clock.Clock) *dynamo.StateStore {
 	t.Helper()
-	clients, counter := awstest.Clients(t)
 	n := awstest.Names(t)
 	awstest.Tables(t, clients, schema.ExecutionTable(n.ExecutionTable))
 	st, err := dynamo.NewStateStore(clients.DynamoDB, dynamo.Options{ExecutionTable: n.ExecutionTable, Clock: c})
 	if err != nil {
 		t.Fatal(err)
 	}
-	counter.Reset()
-	return st, counter
+	return st
+}
+
+// onBoth runs f on the local stack (skipped without it) and on the
+// in-process model (package ddbmodel): tests of DynamoDB's semantics run
+// on both, so that the model cannot drift from them.
+func onBoth(t *testing.T, f func(t *testing.T, clients awsclient.Clients, counter *awsclient.Counter)) {
+	t.Run("local", func(t *testing.T) {
+		clients, counter := awstest.Clients(t)
+		f(t, clients, counter)
+	})
+	t.Run("model", func(t *testing.T) {
+		counter := awsclient.NewCounter()
+		cfg := ddbmodel.New(ddbmodel.Options{Clock: clock.System{}}).Config()
+		cfg.APIOptions = append(cfg.APIOptions, counter.APIOption)
+		f(t, awsclient.FromConfig(cfg), counter)
+	})
 }
 
 // dueRow is a QUEUED row due (and to be swept) at now.
@@ -48,8 +63,11 @@ func dueRow(id string, now time.Time) store.Execution {
 // largest shard count used.
 func TestLoweredShardCountStillSweepsEveryRow(t *testing.T) {
 	t.Parallel()
+	onBoth(t, loweredShardCount)
+}
+
+func loweredShardCount(t *testing.T, clients awsclient.Clients, _ *awsclient.Counter) {
 	c := clock.NewFake(stateEpoch)
-	clients, _ := awstest.Clients(t)
 	n := awstest.Names(t)
 	awstest.Tables(t, clients, schema.ExecutionTable(n.ExecutionTable))
 	wide, err := dynamo.NewStateStore(clients.DynamoDB, dynamo.Options{ExecutionTable: n.ExecutionTable, DueShards: 40, Clock: c})
@@ -90,8 +108,13 @@ func TestLoweredShardCountStillSweepsEveryRow(t *testing.T) {
 // few due ones; the due query reads the due ones only, and nothing scans.
 func TestDueReadsOnlyDueRows(t *testing.T) {
 	t.Parallel()
+	onBoth(t, dueReadsOnlyDueRows)
+}
+
+func dueReadsOnlyDueRows(t *testing.T, clients awsclient.Clients, counter *awsclient.Counter) {
 	c := clock.NewFake(stateEpoch)
-	st, counter := newStateStore(t, c)
+	st := newStateStoreOn(t, clients, c)
+	counter.Reset()
 	ctx := context.Background()
 	now := c.Now()
 	const finished, due = 300, 7
