@@ -41,7 +41,7 @@ RIE_VERSION := v0.0.0-20261030222936-bef5c4ba774d
 RIE         := $(BIN)/aws-lambda-rie
 LOCAL       := $(CACHE)/local
 
-.PHONY: help run build build-local build-lambda test test-unit chromium fuzz bench vet fmt-check clean stack-up stack-down stack-test provision rie local-cloud chaos-embedded
+.PHONY: help run build build-local build-lambda test test-unit chromium fuzz bench vet fmt-check clean stack-up stack-down stack-test provision rie local-cloud chaos-embedded simulate
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -123,6 +123,22 @@ local-cloud: build-local rie ## run the four Lambda functions under RIE on $(ADD
 	  export PIPELINE_ORCHESTRATOR_IDEMPOTENCY_POLICY="$${PIPELINE_ORCHESTRATOR_IDEMPOTENCY_POLICY:-OPTIONAL_CLIENT_KEY}"; \
 	  export PIPELINE_ORCHESTRATOR_DIAG_ENABLED="$${PIPELINE_ORCHESTRATOR_DIAG_ENABLED:-true}"; \
 	  exec $(BIN)/qasync local --local-addr $(ADDR) --local-bin-dir $(LOCAL) --local-rie $(RIE)'
+
+# The deterministic simulation (shared/internal/sim): one seed drives
+# submitters, workers, sweeper, operators and faults over virtual time on
+# each store; it prints the seed, the settings, the faults and the
+# invariant table, and fails on any violation (then with the seed and the
+# trace of the execution involved). SEED defaults to the clock's seconds:
+# every run explores a new one.
+SEED         ?= $(shell date +%s)
+EXECUTIONS   ?= 300
+VIRTUAL_DAYS ?= 30
+STORES       ?= memory,embedded,dynamo
+
+simulate: ## the deterministic simulation (SEED, EXECUTIONS, VIRTUAL_DAYS, STORES): seed, faults, invariant table
+	@echo "simulate: SEED=$(SEED) EXECUTIONS=$(EXECUTIONS) VIRTUAL_DAYS=$(VIRTUAL_DAYS) STORES=$(STORES)"
+	@SIM_SEED=$(SEED) SIM_EXECUTIONS=$(EXECUTIONS) SIM_VIRTUAL_DAYS=$(VIRTUAL_DAYS) SIM_STORES=$(STORES) \
+	  go test -count=1 -v -timeout 0 -run '^TestSimulate$$' ./shared/internal/sim/ | grep -v -e '^=== ' -e '^--- PASS' -e '^PASS$$' -e '^ok '
 
 fuzz: ## fuzz the submit handler ($(FUZZTIME) inputs, a few seconds)
 	go test -run '^$$' -fuzz '^FuzzSubmit$$' -fuzztime $(FUZZTIME) ./shared/internal/httpapi/

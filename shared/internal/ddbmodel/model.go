@@ -175,3 +175,44 @@ func (m *Model) Tables() []string {
 	defer m.mu.Unlock()
 	return sortedNames(m.tables)
 }
+
+// IndexFirst returns the first entry, in the index's order, of the
+// partition of a table's global secondary index whose hash key is hash
+// (ok false when the partition is empty or there is no such index). It
+// reads like a Query with Limit 1, without the request: the simulator
+// asks it at every sweep interval whether the sweep index holds anything.
+func (m *Model) IndexFirst(tableName, indexName string, hash Value) (Item, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.tick()
+	t := m.tables[tableName]
+	if t == nil {
+		return nil, false
+	}
+	for _, ix := range t.indexes {
+		if ix.name != indexName {
+			continue
+		}
+		p := ix.parts[encode(hash)]
+		if p == nil || len(p.recs) == 0 {
+			return nil, false
+		}
+		return t.entry(ix, p.recs[0].item), true
+	}
+	return nil, false
+}
+
+// StreamRecords counts the stream records written so far, over every
+// stream (a number that only grows): a reader that is told of new
+// records, as an event source mapping is, polls only when it moved.
+func (m *Model) StreamRecords() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := uint64(0)
+	for _, s := range m.streams {
+		for _, sh := range s.shards {
+			n += uint64(sh.written)
+		}
+	}
+	return n
+}

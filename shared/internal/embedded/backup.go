@@ -80,13 +80,7 @@ func (c *controlServer) serve() {
 			_ = conn.SetReadDeadline(time.Time{})
 			switch strings.TrimSpace(line) {
 			case "backup":
-				err := c.db.bolt.View(func(tx *bolt.Tx) error {
-					if _, err := fmt.Fprintf(conn, "ok %d\n", tx.Size()); err != nil {
-						return err
-					}
-					_, err := tx.WriteTo(conn)
-					return err
-				})
+				err := c.db.WriteBackup(conn)
 				c.db.log.LogAttrs(context.Background(), slog.LevelInfo, "embedded_backup_served", slog.String("event", "embedded_backup_served"),
 					slog.Bool("ok", err == nil))
 			default:
@@ -95,6 +89,26 @@ func (c *controlServer) serve() {
 		}()
 	}
 }
+
+// WriteBackup writes the control socket's answer to a backup request to
+// w: the line "ok <size>" and then a consistent copy of the store of that
+// many bytes.
+func (db *DB) WriteBackup(w io.Writer) error {
+	return db.bolt.View(func(tx *bolt.Tx) error {
+		if _, err := fmt.Fprintf(w, "ok %d\n", tx.Size()); err != nil {
+			return err
+		}
+		_, err := tx.WriteTo(w)
+		return err
+	})
+}
+
+// OpenReadTransactions counts the read transactions open on the store
+// right now. A read transaction held open holds up the writes that must
+// grow the file (bbolt remaps it only when no reader holds the old
+// mapping): the simulator checks that no backup reader can hold one
+// while it stalls.
+func (db *DB) OpenReadTransactions() int { return db.bolt.Stats().OpenTxN }
 
 // BackupInfo describes a backup made by Backup.
 type BackupInfo struct {

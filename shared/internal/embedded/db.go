@@ -96,6 +96,11 @@ type Options struct {
 	// NoControl turns off the control socket (Backup while the server
 	// runs). Tests that open many stores set it.
 	NoControl bool
+	// NoSync skips the fsync of every commit: an acknowledged write then
+	// survives the process but not the machine. Never for a deployment:
+	// it is for the simulator, whose crashes are of processes (the page
+	// cache survives them) and which commits millions of times.
+	NoSync bool
 }
 
 // DB is one data directory: every seam of the runtime in one bbolt file,
@@ -144,7 +149,7 @@ func Open(dir string, opts Options) (*DB, error) {
 		return nil, err
 	}
 	bdb, err := bolt.Open(path, 0o600, &bolt.Options{
-		Timeout: opts.LockWait, NoFreelistSync: true, FreelistType: bolt.FreelistMapType,
+		Timeout: opts.LockWait, NoFreelistSync: true, FreelistType: bolt.FreelistMapType, NoSync: opts.NoSync,
 		Logger: boltLogger{opts.Logger},
 	})
 	switch {

@@ -184,6 +184,39 @@ func (d *Dispatcher) work() {
 	}
 }
 
+// DeliverOne delivers the entry that is available earliest, if one is
+// available by the store's clock, synchronously and as a worker of Start
+// would (settling it the same way), and reports whether it did. It is
+// for a caller that drives the queue itself instead of Start's workers:
+// the deterministic simulator, which must choose when each delivery runs.
+func (d *Dispatcher) DeliverOne() bool {
+	e, _ := d.db.queue.take(d.db.clock.Now())
+	if e == nil {
+		return false
+	}
+	d.deliver(e)
+	return true
+}
+
+// Woken is the channel the queue signals whenever an entry is written or
+// released (one value per signal, dropped when the buffer is full). A
+// caller driving deliveries with DeliverOne waits on it instead of
+// polling. Start's workers consume it too: use one or the other.
+func (d *Dispatcher) Woken() <-chan struct{} { return d.db.queue.wake }
+
+// NextAvailable is when the queue's earliest entry that no delivery holds
+// becomes available (zero when there is none): when a caller of
+// DeliverOne should come back.
+func (d *Dispatcher) NextAvailable() time.Time {
+	q := d.db.queue
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.h) == 0 {
+		return time.Time{}
+	}
+	return q.h[0].availableAt()
+}
+
 // deliver calls the handler with e's item and settles the entry: a failed
 // delivery comes back after its delay (in memory: after a restart it is
 // delivered at once); a successful one deletes the entry unless a commit

@@ -100,3 +100,19 @@ func (s *Payloads) GetPart(ctx context.Context, payloadID, name string) (payload
 	part.PayloadID, part.Name = payloadID, name
 	return part, nil
 }
+
+// LiveParts counts the payload parts the file holds that have not
+// expired by the store's clock (the simulator checks that a refused
+// request stores nothing).
+func (db *DB) LiveParts() int {
+	n, now := 0, db.clock.Now()
+	_ = db.bolt.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bParts).ForEach(func(_, v []byte) error {
+			if p, err := decodePart(v); err == nil && !expired(p.ExpiresAt, now) {
+				n++
+			}
+			return nil
+		})
+	})
+	return n
+}

@@ -335,6 +335,13 @@ func (t *transition) renew(ctx context.Context, cancel context.CancelCauseFunc, 
 			return
 		case <-tick.C:
 		}
+		// A tick that came due while the step was finishing: the step is
+		// done (select picks among ready cases at random), renew no more.
+		select {
+		case <-done:
+			return
+		default:
+		}
 		now := r.deps.Clock.Now()
 		until := now.Add(r.cfg.Lease)
 		err := r.deps.Store.Renew(ctx, row.Key(), r.cfg.WorkerID, row.Version, until)

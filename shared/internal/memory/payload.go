@@ -74,3 +74,18 @@ func (s *PayloadStore) GetPart(ctx context.Context, payloadID, name string) (pay
 	p.Data = bytes.Clone(p.Data)
 	return p, nil
 }
+
+// LiveParts counts the parts the store holds that have not expired by
+// its clock (the simulator checks that a refused request stores nothing).
+func (s *PayloadStore) LiveParts() int {
+	now := s.clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, p := range s.parts {
+		if !expired(p.ExpiresAt, now) {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,132 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/qasync/qasync/shared/clock"
+	"github.com/qasync/qasync/shared/internal/awsclient"
+	"github.com/qasync/qasync/shared/internal/ddbmodel"
+	"github.com/qasync/qasync/shared/internal/dynamo"
+	"github.com/qasync/qasync/shared/internal/provision"
+	"github.com/qasync/qasync/shared/schema"
+)
+
+// dynamoBackend is the real DynamoDB adapter against the in-process
+// model of the DynamoDB API (TTL deletion lagging up to 48 hours, the
+// stream), with the work and dead-letter queues modelled on SQS. Every
+// process has its own adapter instances, judging expiry by its own clock
+// as a Lambda function does; the history is fed from the stream by the
+// real stream feed, as the history function is.
+type dynamoBackend struct {
+	w       *world
+	model   *ddbmodel.Model
+	clients awsclient.Clients
+	names   schema.Names
+	// god is the fault-free view on the true clock.
+	god  view
+	feed *dynamo.StreamFeed
+}
+
+func newDynamoBackend(w *world) (backend, error) {
+	w.mu.Lock()
+	seed := w.rng.Uint64()
+	w.mu.Unlock()
+	m := ddbmodel.New(ddbmodel.Options{Clock: clock.System{}, Seed: seed, MaxTTLLag: 48 * time.Hour})
+	b := &dynamoBackend{w: w, model: m, clients: m.Clients(), names: schema.Prefixed("sim")}
+	ctx := context.Background()
+	if _, err := provision.CreateTables(ctx, b.clients.DynamoDB, schema.Tables(b.names)); err != nil {
+		return nil, fmt.Errorf("sim: create the tables on the model: %w", err)
+	}
+	w.work = newQueue(w, "work", w.cfg.visibility, w.cfg.poisonAfter)
+	w.work.handle = deliverWork
+	w.dlq = newQueue(w, "dlq", 30*time.Second, 0)
+	w.dlq.handle = deliverDLQ
+	prov, err := b.adapters(clock.System{})
+	if err != nil {
+		return nil, err
+	}
+	b.god = view{state: prov.state, payloads: prov.payloads, recorder: prov.recorder, history: prov.history}
+	h := prov.history.(*dynamo.History)
+	if b.feed, err = dynamo.NewStreamFeed(b.clients.DynamoDBStreams, b.clients.DynamoDB, h, dynamo.StreamOptions{ExecutionTable: b.names.ExecutionTable}); err != nil {
+		return nil, err
+	}
+	// The history function, as its event source mapping invokes it: when
+	// the stream has new records (looked at every minute).
+	var seen uint64
+	w.every(time.Minute, "history_feed", time.Time{}, func() {
+		if n := m.StreamRecords(); n != seen {
+			seen = n
+			w.async(func() { _, _ = b.feed.Poll(context.Background()) })
+		}
+	})
+	return b, nil
+}
+
+// adapters builds the DynamoDB adapters on clock c.
+func (b *dynamoBackend) adapters(c clock.Clock) (providers, error) {
+	db := b.clients.DynamoDB
+	st, err := dynamo.NewStateStore(db, dynamo.Options{ExecutionTable: b.names.ExecutionTable, Clock: c, DueShards: b.w.cfg.dueShards})
+	if err != nil {
+		return providers{}, err
+	}
+	h, err := dynamo.NewHistory(db, st, dynamo.HistoryOptions{Table: b.names.HistoryTable})
+	if err != nil {
+		return providers{}, err
+	}
+	dead := dynamo.NewDeadLetters(db, b.names.DeadLetterTable, c)
+	return providers{
+		state: st, payloads: dynamo.NewPayloadStore(db, b.names.PayloadTable, c), effects: dynamo.NewEffects(db, b.names.EffectTable, c),
+		recorder: dead, lister: dead, history: h,
+	}, nil
+}
+
+func (b *dynamoBackend) providers(p *proc) (providers, error) {
+	prov, err := b.adapters(skewClock{p.skew})
+	if err != nil {
+		return providers{}, err
+	}
+	prov.dispatcher = &queueDispatcher{w: b.w, q: b.w.work}
+	prov.publisher = &queuePublisher{q: b.w.dlq}
+	return prov, nil
+}
+
+func (b *dynamoBackend) view() view { return b.god }
+
+// parts counts the payload table's items that have not expired.
+func (b *dynamoBackend) parts() int {
+	c, _ := b.model.Count(b.names.PayloadTable)
+	return c.Items - c.Expired
+}
+
+// catchUp applies the stream until it holds nothing new (the end of a
+// run: the history is checked then).
+func (b *dynamoBackend) catchUp() {
+	for range 100 {
+		if n, err := b.feed.Poll(context.Background()); err != nil || n == 0 {
+			return
+		}
+	}
+}
+
+func (b *dynamoBackend) processCrashed(*proc)   {}
+func (b *dynamoBackend) close()                 {}
+func (b *dynamoBackend) woken() <-chan struct{} { return nil }
+
+// nothingDue asks the model directly (no request: the simulation asks
+// this often) whether any shard of the sweep index holds a row due by by.
+func (b *dynamoBackend) nothingDue(by time.Time) bool {
+	for shard := range b.w.cfg.dueShards {
+		first, ok := b.model.IndexFirst(b.names.ExecutionTable, schema.DueIndexName, ddbmodel.Value{T: ddbmodel.TypeN, S: strconv.Itoa(shard)})
+		if !ok {
+			continue
+		}
+		at, err := strconv.ParseInt(first[schema.AttrSweepAt].S, 10, 64)
+		if err != nil || at <= by.UnixMilli() {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,285 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/qasync/qasync/shared/await"
+	"github.com/qasync/qasync/shared/command"
+	"github.com/qasync/qasync/shared/payload"
+	"github.com/qasync/qasync/shared/pipeline"
+)
+
+// The simulated pipelines. Every step appends its name to the document's
+// path, so a result whose path is not exactly its definition's steps, in
+// order, each once, shows a transition committed twice or skipped.
+const (
+	pipePay     = "sim.pay"     // validate, charge (a command step), settle; v2 adds screen
+	pipeApprove = "sim.approve" // prepare, approve (an await step), finish
+	pipeFlaky   = "sim.flaky"   // fetch (fails its first attempts, retried hours apart), store
+	pipeChain   = "sim.chain"   // twelve steps
+	pipeFail    = "sim.fail"    // check (fails non-retryably until re-driven enough), done
+	pipeLong    = "sim.long"    // forty steps: a long life of hand-overs
+)
+
+var pipelineIDs = []string{pipePay, pipeApprove, pipeFlaky, pipeChain, pipeFail, pipeLong}
+
+// chainNames are the names of n numbered steps.
+func chainNames(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s%02d", prefix, i+1)
+	}
+	return out
+}
+
+// doc is the JSON document every simulated step takes and returns.
+type doc struct {
+	// Nonce names the body: the submission that wrote it (identical
+	// bodies share it).
+	Nonce  string   `json:"nonce"`
+	Amount int      `json:"amount"`
+	Path   []string `json:"path"`
+	Script script   `json:"script"`
+	// Pad makes some bodies larger than the inline budget (their input
+	// and results then live in the payload store).
+	Pad      string    `json:"pad,omitempty"`
+	Charged  *charge   `json:"charged,omitempty"`
+	Approval *approval `json:"approval,omitempty"`
+}
+
+// script tells the steps how to behave for this body.
+type script struct {
+	// FailFirst: the flaky step fails (retryably) its first FailFirst attempts.
+	FailFirst int `json:"failFirst,omitempty"`
+	// FailUntil: the check step fails non-retryably while attempt <= FailUntil.
+	FailUntil int `json:"failUntil,omitempty"`
+}
+
+// charge is what the bank's charge returns.
+type charge struct {
+	Amount int    `json:"amount"`
+	Nonce  string `json:"nonce"`
+	// At is the virtual time of the charge (unix ms): an execution's
+	// result carrying a charge older than the execution replays another
+	// execution's effect.
+	At int64 `json:"at"`
+}
+
+// approval is what the partner's completion adds.
+type approval struct {
+	Nonce string `json:"nonce"`
+	At    int64  `json:"at"`
+}
+
+// registry builds the pipelines a process serves: version 1 or 2 of
+// sim.pay (version 2 keeps version 1 draining unless dropOld).
+func (p *proc) registry(version int, dropOld bool) (*pipeline.Registry, error) {
+	s := p.w.cfg
+	plain := func(name string) pipeline.Step { return p.plainStep(name) }
+	payV1 := pipeline.Pipeline{ID: pipePay, Steps: []pipeline.Step{plain("validate"), p.chargeStep(), plain("settle")}}
+	payV2 := pipeline.Pipeline{ID: pipePay, Version: "v2", Steps: []pipeline.Step{plain("validate"), plain("screen"), p.chargeStep(), plain("settle")}}
+	steps := func(names []string) []pipeline.Step {
+		out := make([]pipeline.Step, len(names))
+		for i, n := range names {
+			out[i] = plain(n)
+		}
+		return out
+	}
+	ps := []pipeline.Pipeline{
+		{ID: pipeApprove, Steps: []pipeline.Step{plain("prepare"), p.approveStep(s.awaitTimeout), plain("finish")}},
+		{ID: pipeFlaky, Steps: []pipeline.Step{p.flakyStep(s.longRetry), plain("store")}},
+		{ID: pipeChain, Steps: steps(chainNames("c", 12))},
+		{ID: pipeLong, Steps: steps(chainNames("l", 40))},
+		{ID: pipeFail, Steps: []pipeline.Step{p.checkStep(), plain("done")}},
+	}
+	switch {
+	case version == 1:
+		ps = append(ps, payV1)
+	case dropOld:
+		ps = append(ps, payV2)
+	default:
+		payV1.Draining = true
+		ps = append(ps, payV1, payV2)
+	}
+	return pipeline.NewRegistry(ps...)
+}
+
+// stepPrologue is what every simulated step does first: maybe crash the
+// process, maybe take long (renewing its lease meanwhile).
+func (p *proc) stepPrologue(ctx context.Context, info pipeline.StepInfo) error {
+	if p.maybeCrash("step_start", info.ExecutionID) {
+		return errCrashed
+	}
+	if p.w.chance(p.w.cfg.rates.slowStep) {
+		d := p.w.between(p.w.cfg.lease/3, 3*p.w.cfg.lease)
+		p.w.fault("slow_step")
+		p.w.tracef(info.ExecutionID, "%s step %s attempt %d runs for %s", p.name, info.StepName, info.Attempt, d.Round(time.Millisecond))
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	return nil
+}
+
+func (p *proc) plainStep(name string) pipeline.Step {
+	return pipeline.NewStep(name, func(ctx context.Context, info pipeline.StepInfo, in doc) (doc, error) {
+		if err := p.stepPrologue(ctx, info); err != nil {
+			return doc{}, err
+		}
+		if !p.w.settling && p.w.chance(p.w.cfg.rates.handBack) {
+			// A downstream that throttles: the step hands itself back.
+			p.w.fault("step_hand_back")
+			return doc{}, pipeline.HandBack("downstream_throttled", errors.New("the downstream asked to slow down"))
+		}
+		in.Path = append(in.Path, name)
+		return in, nil
+	})
+}
+
+// chargeStep is a command step with the default command id (the step's
+// idempotency key): the bank's charge happens once per execution.
+func (p *proc) chargeStep() pipeline.Step {
+	return command.Step("charge", command.Spec[doc, doc]{
+		Reconcile: func(ctx context.Context, info pipeline.StepInfo, in doc) (doc, bool, error) {
+			c, ok := p.w.bank.find(info.IdempotencyKey, in.Nonce)
+			if !ok {
+				return doc{}, false, nil
+			}
+			in.Charged = &c
+			in.Path = append(in.Path, "charge")
+			return in, true, nil
+		},
+	}, func(ctx context.Context, info pipeline.StepInfo, in doc) (doc, error) {
+		if err := p.stepPrologue(ctx, info); err != nil {
+			return doc{}, err
+		}
+		c := p.w.bank.charge(info, in)
+		if p.maybeCrash("after_effect", info.ExecutionID) {
+			return doc{}, errCrashed
+		}
+		in.Charged = &c
+		in.Path = append(in.Path, "charge")
+		return in, nil
+	})
+}
+
+// approveStep hands its token to the partner and parks the execution.
+func (p *proc) approveStep(timeout time.Duration) pipeline.Step {
+	return await.Step("approve", await.Spec{Timeout: timeout}, func(ctx context.Context, req await.Request) error {
+		if err := p.stepPrologue(ctx, req.Info); err != nil {
+			return err
+		}
+		var in doc
+		if err := req.Input.DecodeJSON(&in); err != nil {
+			return pipeline.NonRetryable("invalid_input", err)
+		}
+		p.w.partner.issued(req.Info, req.AwaitID, req.Token, in, timeout)
+		return nil
+	})
+}
+
+// flakyStep fails its first attempts, retried on a long policy.
+func (p *proc) flakyStep(policy pipeline.RetryPolicy) pipeline.Step {
+	return pipeline.NewStep("fetch", func(ctx context.Context, info pipeline.StepInfo, in doc) (doc, error) {
+		if err := p.stepPrologue(ctx, info); err != nil {
+			return doc{}, err
+		}
+		if info.Attempt <= in.Script.FailFirst {
+			return doc{}, pipeline.Retryable("upstream_busy", fmt.Errorf("attempt %d of %d planned failures", info.Attempt, in.Script.FailFirst))
+		}
+		in.Path = append(in.Path, "fetch")
+		return in, nil
+	}, pipeline.WithRetry(policy))
+}
+
+// checkStep fails non-retryably until the execution was re-driven enough.
+func (p *proc) checkStep() pipeline.Step {
+	return pipeline.NewStep("check", func(ctx context.Context, info pipeline.StepInfo, in doc) (doc, error) {
+		if err := p.stepPrologue(ctx, info); err != nil {
+			return doc{}, err
+		}
+		if info.Attempt <= in.Script.FailUntil {
+			return doc{}, pipeline.NonRetryable("check_refused", errors.New("refused until an operator re-drives"))
+		}
+		in.Path = append(in.Path, "check")
+		return in, nil
+	})
+}
+
+// stepNames lists the steps of a definition the way the path records them.
+func stepNames(pipelineID string, version string) []string {
+	switch pipelineID {
+	case pipePay:
+		if version != "" && version[0] == 'v' {
+			return []string{"validate", "screen", "charge", "settle"}
+		}
+		return []string{"validate", "charge", "settle"}
+	case pipeApprove:
+		return []string{"prepare", "approve", "finish"}
+	case pipeFlaky:
+		return []string{"fetch", "store"}
+	case pipeChain:
+		return chainNames("c", 12)
+	case pipeLong:
+		return chainNames("l", 40)
+	case pipeFail:
+		return []string{"check", "done"}
+	}
+	return nil
+}
+
+// bank is the external system the charge step calls.
+type bank struct {
+	w *world
+	// charges by command idempotency key.
+	charges map[string][]charge
+}
+
+func (b *bank) charge(info pipeline.StepInfo, in doc) charge {
+	c := charge{Amount: in.Amount, Nonce: in.Nonce, At: time.Now().UnixMilli()}
+	b.w.mu.Lock()
+	b.charges[info.IdempotencyKey] = append(b.charges[info.IdempotencyKey], c)
+	b.w.mu.Unlock()
+	b.w.tracef(info.ExecutionID, "bank charged %d for %s (attempt %d)", in.Amount, in.Nonce, info.Attempt)
+	return c
+}
+
+// find is the bank's answer to a reconcile: the charge made under key for
+// nonce, if any.
+func (b *bank) find(key, nonce string) (charge, bool) {
+	b.w.mu.Lock()
+	defer b.w.mu.Unlock()
+	cs := b.charges[key]
+	for i := len(cs) - 1; i >= 0; i-- {
+		if cs[i].Nonce == nonce {
+			return cs[i], true
+		}
+	}
+	return charge{}, false
+}
+
+// chargesSince counts the charges under key made at or after t.
+func (b *bank) chargesSince(key string, t time.Time) int {
+	b.w.mu.Lock()
+	defer b.w.mu.Unlock()
+	n := 0
+	for _, c := range b.charges[key] {
+		if c.At >= t.UnixMilli() {
+			n++
+		}
+	}
+	return n
+}
+
+// approvalPayload is the completion the partner sends for in.
+func approvalPayload(in doc, now time.Time) payload.Payload {
+	in.Path = append(in.Path, "approve")
+	in.Approval = &approval{Nonce: in.Nonce, At: now.UnixMilli()}
+	p, _ := payload.JSON(in) // cannot fail
+	return p
+}
