@@ -31,5 +31,8 @@
 // values again. One process holds the directory (bbolt's file lock): a
 // second Open fails with ErrLocked, naming the holder. Backup writes a
 // consistent copy while a server runs (asking it over the directory's
-// control socket).
+// control socket); the server copies the store to a temporary file in the
+// data directory before it sends it (backup.go), so a stalled backup
+// client never holds up the store, at the cost of room for one more copy
+// of the store on the data directory's disk while a backup runs.
 package embedded
