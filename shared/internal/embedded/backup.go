@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -22,9 +23,19 @@ import (
 // Backups. bbolt writes a consistent copy of the file from one read
 // transaction (tx.WriteTo) while writers go on. A running server holds the
 // directory's lock, so the backup command asks it over a unix socket in
-// the data directory (controlSocket, mode 0600: only the directory's owner
-// can connect); with no server running, it opens the file read-only
-// itself.
+// the data directory (controlSocket); with no server running, it opens the
+// file read-only itself.
+//
+// The socket hands out the whole store, so only the directory's owner may
+// reach it, from the moment it exists: it lives in a private directory
+// (controlDir, mode 0700, owned by this user) that is set up before the
+// socket is bound, and it is bound under a temporary name there, set to
+// mode 0600 and only then renamed into place. A socket is created with
+// the mode the umask leaves (0777 under umask 000); a chmod after
+// net.Listen would leave a moment in which any local user can connect, and
+// changing the process-wide umask around Listen would race with every
+// other goroutine creating files. The rename also replaces the socket of
+// a previous process that was killed (this one holds the lock).
 //
 // The server never holds a read transaction for as long as a client takes
 // to read the copy: bbolt remaps its file when it grows, and the remap
@@ -46,8 +57,21 @@ import (
 // the file locked (shared by the backup) and fails at once with ErrLocked
 // instead of waiting for it.
 
-// controlSocket is the server's control socket inside the data directory.
-const controlSocket = "control.sock"
+// controlDir is the private directory, inside the data directory, that
+// holds the control socket.
+const controlDir = "control"
+
+// controlSocket is the server's control socket, relative to the data
+// directory.
+const controlSocket = controlDir + string(filepath.Separator) + "sock"
+
+// controlBind is the temporary name the socket is bound under, inside
+// controlDir, until its mode is set.
+const controlBind = "bind"
+
+// legacySocket is where versions before controlDir put the socket,
+// directly in the data directory; a stale one is removed at start.
+const legacySocket = "control.sock"
 
 // backupTempPattern names the temporary copies of the backups a server
 // writes in its data directory (os.CreateTemp's pattern).
@@ -76,19 +100,63 @@ type controlServer struct {
 // it cannot: the backup command then reports that it cannot reach the
 // server).
 func startControl(db *DB) *controlServer {
-	path := filepath.Join(db.dir, controlSocket)
-	_ = os.Remove(path) // a previous process's (this one holds the lock)
-	ln, err := net.Listen("unix", path)
+	ln, path, err := listenControl(db.dir)
 	if err != nil {
 		db.log.LogAttrs(context.Background(), slog.LevelWarn, "embedded_control_unavailable", slog.String("event", "embedded_control_unavailable"),
-			slog.String("path", path), slog.String("error", err.Error()))
+			slog.String("path", filepath.Join(db.dir, controlSocket)), slog.String("error", err.Error()))
 		return nil
 	}
-	_ = os.Chmod(path, 0o600)
 	c := &controlServer{db: db, ln: ln, path: path, conns: map[net.Conn]struct{}{}}
 	c.wg.Add(1)
 	go c.serve()
 	return c
+}
+
+// listenControl binds the control socket of the data directory dir so
+// that no other user can reach it at any moment (see Backups above) and
+// returns the listener and the socket's path.
+func listenControl(dir string) (*net.UnixListener, string, error) {
+	if fi, err := os.Lstat(filepath.Join(dir, legacySocket)); err == nil && fi.Mode()&fs.ModeSocket != 0 {
+		_ = os.Remove(filepath.Join(dir, legacySocket)) // an older version's, left by a killed process
+	}
+	private := filepath.Join(dir, controlDir)
+	if err := privateDir(private); err != nil {
+		return nil, "", err
+	}
+	bind, path := filepath.Join(private, controlBind), filepath.Join(dir, controlSocket)
+	_ = os.Remove(bind) // a previous process's, killed between its bind and its rename
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: bind, Net: "unix"})
+	if err != nil {
+		return nil, "", err
+	}
+	ln.SetUnlinkOnClose(false) // the socket is renamed; stop removes it by its final name
+	if err = os.Chmod(bind, 0o600); err == nil {
+		err = os.Rename(bind, path)
+	}
+	if err != nil {
+		_ = ln.Close()
+		_ = os.Remove(bind)
+		return nil, "", err
+	}
+	return ln, path, nil
+}
+
+// privateDir makes path a directory that only this user can enter:
+// created with mode 0700, or an existing directory of this user set to
+// 0700. Anything else at that name (a file, a symbolic link, another
+// user's directory) is refused.
+func privateDir(path string) error {
+	if err := os.Mkdir(path, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() || !ownedByMe(fi) {
+		return fmt.Errorf("%s is not a directory of this user (%v): remove it", path, fi.Mode())
+	}
+	return os.Chmod(path, 0o700) // exactly 0700, whatever the umask left or someone set since
 }
 
 // stop closes the socket and the connections of the clients being served
@@ -104,6 +172,7 @@ func (c *controlServer) stop() {
 	c.mu.Unlock()
 	c.wg.Wait()
 	_ = os.Remove(c.path)
+	_ = os.Remove(filepath.Dir(c.path)) // the private directory, when nothing else is in it
 }
 
 func (c *controlServer) serve() {

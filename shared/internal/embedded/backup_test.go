@@ -26,14 +26,14 @@ import (
 // letting it run until the test binary's timeout.
 const hangGuard = 60 * time.Second
 
-// sockets returns the unix sockets under dir (at any depth), found by
-// their file type rather than by name.
-func sockets(t *testing.T, dir string) []string {
-	t.Helper()
+// findSockets returns the unix sockets under dir (at any depth), found by
+// their file type rather than by name. Entries removed while it walks (a
+// store closing) are skipped.
+func findSockets(dir string) ([]string, error) {
 	var found []string
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil // removed while walking (a store closing)
+			return nil
 		}
 		if err != nil {
 			return err
@@ -43,18 +43,15 @@ func sockets(t *testing.T, dir string) []string {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatalf("walk %s: %v", dir, err)
-	}
-	return found
+	return found, err
 }
 
 // controlSocketOf returns the control socket of the store serving dir.
 func controlSocketOf(t *testing.T, dir string) string {
 	t.Helper()
-	found := sockets(t, dir)
-	if len(found) != 1 {
-		t.Fatalf("sockets under %s: %q, want the one control socket", dir, found)
+	found, err := findSockets(dir)
+	if err != nil || len(found) != 1 {
+		t.Fatalf("sockets under %s: %q (%v), want the one control socket", dir, found, err)
 	}
 	return found[0]
 }
