@@ -444,7 +444,7 @@ var entries = []entry{
 			})),
 	field("dlq-provider", "Dead-letter sink: embedded (recorded in the embedded store, listed by the operator plane), log or sqs; empty: embedded with state-provider embedded, else log.",
 		func(c *Config) *string { return &c.DLQProvider }, lower, all(oneOf("", "embedded", "log", "sqs"), embeddedOnly)),
-	field("embedded.data-dir", "Data directory of the embedded store (state-provider embedded), relative to the working directory; one qasync serve at a time (flag alias --data-dir).",
+	field("embedded.data-dir", "Data directory of the embedded store (state-provider embedded), relative to the working directory; one qasync serve at a time (flag alias --data-dir). Created 0700; refused when other users can write it (chmod go-w).",
 		func(c *Config) *string { return &c.EmbeddedDataDir }, verbatim,
 		func(c Config, v string) error {
 			if v == "" && c.StateProvider == "embedded" {

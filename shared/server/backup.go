@@ -18,7 +18,10 @@ import (
 //	qasync backup --to FILE [--data-dir DIR]
 //
 // While a qasync serve runs on the directory, the server writes the copy
-// (from one read transaction; writers go on); otherwise the file is read
+// (from one read transaction; writers go on) to a temporary file in the
+// data directory, then streams it here, so a slow or stalled backup never
+// holds up the store; the data directory's disk needs room for one more
+// copy of the store while the backup runs. Otherwise the file is read
 // directly. The copy is checked before it replaces FILE. The data
 // directory defaults to the embedded.data-dir key (environment, then
 // .qasync). Restore by copying FILE to DIR/qasync.db while no server runs.
@@ -32,6 +35,7 @@ func backupCmd(args []string) int {
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		fmt.Println("usage: qasync backup --to FILE [--data-dir DIR]   a consistent copy of the embedded store, also while qasync serve runs")
+		fmt.Println("  (a running server first copies the store to a temporary file in DIR: its disk needs room for one more copy meanwhile)")
 		return 0
 	case err == nil && *to == "":
 		err = errors.New("--to FILE is required")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -49,6 +50,9 @@ var (
 	ErrNotStore = errors.New("embedded: not a qasync embedded store")
 	// ErrClosed: the store was closed.
 	ErrClosed = errors.New("embedded: store closed")
+	// ErrUnsafeDir: users other than the data directory's owner can
+	// write it (checkDataDir).
+	ErrUnsafeDir = errors.New("embedded: data directory writable by other users")
 )
 
 // Buckets. Keys are length-prefixed where a bucket is scanned by prefix,
@@ -123,8 +127,9 @@ type DB struct {
 	stats   counters
 }
 
-// Open opens (creating if needed) the store in dir. It refuses a directory
-// held by another process (ErrLocked), a file from a newer qasync
+// Open opens (creating if needed, mode 0700) the store in dir. It refuses
+// a directory other users can write (ErrUnsafeDir), a directory held by
+// another process (ErrLocked), a file from a newer qasync
 // (ErrNewerSchema), and a file that fails its checks (ErrDamaged): the
 // file's size against its meta page (a truncated copy), bbolt's structural
 // check of every page, and the checksum of every stored value.
@@ -137,6 +142,9 @@ func Open(dir string, opts Options) (*DB, error) {
 	}
 	if opts.LockWait <= 0 {
 		opts.LockWait = 200 * time.Millisecond
+	}
+	if err := checkDataDir(dir); err != nil {
+		return nil, err
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("embedded: create data directory: %w", err)
@@ -198,6 +206,35 @@ func boolInt(b bool) int {
 // dataDirKey is the configuration key of the data directory, named in
 // errors.
 const dataDirKey = "pipeline.orchestrator.embedded.data-dir"
+
+// checkDataDir refuses (ErrUnsafeDir) an existing data directory that
+// users other than its owner can write: group- or world-writable without
+// the sticky bit. Such a user could replace the store's file or the
+// control socket's directory with their own, and be handed the data.
+// With the sticky bit (a /tmp-like directory) others cannot remove or
+// rename this user's entries. A directory that does not exist yet passes:
+// Open creates it with mode 0700.
+//
+// The directories above it are not checked. One that others can write
+// lets them move the data directory aside and put their own in its place,
+// at any time after a check at open, so refusing at open would not
+// protect; and group-writable parents are ordinary (a umask of 002 with a
+// private group per user makes every directory so), where refusing would
+// turn make run away for no gain.
+func checkDataDir(dir string) error {
+	if !modesGuard {
+		return nil
+	}
+	fi, err := os.Stat(dir)
+	if err != nil || !fi.IsDir() {
+		return nil // absent: created 0700 below; anything else: MkdirAll reports it
+	}
+	if m := fi.Mode(); m.Perm()&0o022 != 0 && m&fs.ModeSticky == 0 {
+		return fmt.Errorf("%w: %s has mode %#o (%v): another user could replace the store's file or its control socket with their own; "+
+			"run chmod go-w %s, or set %s to a directory only you can write", ErrUnsafeDir, dir, m.Perm(), m, dir, dataDirKey)
+	}
+	return nil
+}
 
 // Dir is the store's data directory.
 func (db *DB) Dir() string { return db.dir }

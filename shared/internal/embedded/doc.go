@@ -29,7 +29,13 @@
 // checked against its meta page (a truncated file), bbolt checks every
 // page, and every value's CRC-32C is verified (ErrDamaged); reads verify
 // values again. One process holds the directory (bbolt's file lock): a
-// second Open fails with ErrLocked, naming the holder. Backup writes a
-// consistent copy while a server runs (asking it over the directory's
-// control socket).
+// second Open fails with ErrLocked, naming the holder. The directory is
+// created 0700, and one that other users can write is refused
+// (ErrUnsafeDir): they could swap the store's file or the control socket
+// for their own. Backup writes a consistent copy while a server runs,
+// asking it over the directory's control socket, which only the owner can
+// reach (backup.go). The server copies the store to a temporary file in
+// the data directory before it sends it, so a stalled backup client never
+// holds up the store, at the cost of room for one more copy of the store
+// on the data directory's disk while a backup runs.
 package embedded
