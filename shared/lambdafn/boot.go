@@ -94,7 +94,8 @@ type Env struct {
 //   - Submit: func(ctx, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error)
 //   - Worker: func(ctx, events.SQSEvent) (events.SQSEventResponse, error); it
 //     stops starting records when less than a lease of time is left, and
-//     keeps a record that is not due yet in the queue until it is
+//     hands a record that is not due yet back to the queue until it is,
+//     as a fresh message that does not count towards the poison queue
 //   - Sweeper: func(ctx, events.EventBridgeEvent) (SweepReport, error)
 //   - DLQ: func(ctx, events.SQSEvent) (events.SQSEventResponse, error)
 //   - History: func(ctx, events.DynamoDBEvent) (events.DynamoDBEventResponse, error);
@@ -125,10 +126,14 @@ func (e *Env) Handler(fn Function) (any, error) {
 	case Worker:
 		var opts []lambdahandlers.WorkerOption
 		if e.set.Clients != nil && e.Config.DispatcherProvider == "sqs" {
+			// A deferred record goes back as a fresh message, so that it
+			// never counts towards the poison queue; its visibility is set
+			// when it stays (a long wait, a failed send).
 			client, url := e.set.Clients.SQS, e.Config.QueueURL
-			opts = append(opts, lambdahandlers.WithDeferrer(func(ctx context.Context, receipt string, d time.Duration) error {
-				return sqsbackend.Defer(ctx, client, url, receipt, d)
-			}))
+			opts = append(opts, lambdahandlers.WithRequeue(sqsbackend.NewDispatcher(client, url)),
+				lambdahandlers.WithDeferrer(func(ctx context.Context, receipt string, d time.Duration) error {
+					return sqsbackend.Defer(ctx, client, url, receipt, d)
+				}))
 		}
 		return lambdahandlers.Worker(rt, e.Config.Lease, e.Logger, opts...), nil
 	case Sweeper:

@@ -41,15 +41,24 @@ const maxReleaseReserve = 2 * time.Second
 //     "worker_time_exhausted");
 //   - a record whose Process returned an error (a backend failed before
 //     the outcome was recorded; event "work_item_failed") or panicked;
-//   - a record that is not due yet (event "work_item_deferred"): with
-//     WithDeferrer its visibility is first set to when it will be.
+//   - a record whose Process deferred it (dispatch.RetryAfter: not due
+//     yet, a clock behind, a pipeline version this worker does not serve;
+//     event "work_item_deferred") that was not handed back as a fresh
+//     message: with WithDeferrer its visibility is first set to when it
+//     will be due.
 //
-// Process returning nil (committed, duplicate, lost claim, not yet due)
-// is success. The handler never fails the whole batch: its error is
-// always nil. Steps run under a context that ends a little before the
-// invocation's deadline (at most 2s, a quarter of margin), so that a step
-// still running then is handed back (its attempt not used up) instead of
-// being frozen with its lease held.
+// A deferred record is no failure and must not count towards the poison
+// queue: with WithRequeue the worker sends a fresh message with the same
+// work item, delivered when it is due, and acknowledges the record (see
+// sqsbackend.Deferral for the rule, the wait beyond SQS's 15-minute delay
+// limit, and the fallback when the send fails).
+//
+// Process returning nil (committed, duplicate, lost claim, finished
+// execution) is success. The handler never fails the whole batch: its
+// error is always nil. Steps run under a context that ends a little
+// before the invocation's deadline (at most 2s, a quarter of margin), so
+// that a step still running then is handed back (its attempt not used
+// up) instead of being frozen with its lease held.
 func Worker(rt *engine.Runtime, margin time.Duration, log *slog.Logger, opts ...WorkerOption) func(context.Context, events.SQSEvent) (events.SQSEventResponse, error) {
 	if log == nil {
 		log = slog.Default()
@@ -79,7 +88,7 @@ func Worker(rt *engine.Runtime, margin time.Duration, log *slog.Logger, opts ...
 			wg.Add(1)
 			go func() {
 				defer func() { <-slots; wg.Done() }()
-				outcomes[i] = processRecord(workCtx, rt, m, log, o.deferrer)
+				outcomes[i] = processRecord(workCtx, rt, m, log, o)
 			}()
 		}
 		wg.Wait()
@@ -88,7 +97,7 @@ func Worker(rt *engine.Runtime, margin time.Duration, log *slog.Logger, opts ...
 		counts := map[outcome]int{}
 		for i, o := range outcomes {
 			counts[o]++
-			if o != outcomeDone {
+			if o != outcomeDone && o != outcomeRequeued {
 				resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: ev.Records[i].MessageId})
 			}
 		}
@@ -100,6 +109,7 @@ func Worker(rt *engine.Runtime, margin time.Duration, log *slog.Logger, opts ...
 			slog.Int("records", len(ev.Records)), slog.Int("done", counts[outcomeDone]),
 			slog.Int("failed", counts[outcomeFailed]), slog.Int("malformed", counts[outcomeMalformed]),
 			slog.Int("skipped", counts[outcomeSkipped]), slog.Int("deferred", counts[outcomeDeferred]),
+			slog.Int("requeued", counts[outcomeRequeued]),
 			slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000))
 		return resp, nil
 	}
@@ -114,6 +124,7 @@ const (
 	outcomeMalformed                // not a work item: deliver again (towards the poison queue)
 	outcomeSkipped                  // not started for lack of time: deliver again
 	outcomeDeferred                 // not due yet: deliver again when it is
+	outcomeRequeued                 // not due yet, a fresh message sent: acknowledge
 )
 
 // WorkerOption adjusts Worker.
@@ -121,21 +132,33 @@ type WorkerOption func(*workerOptions)
 
 type workerOptions struct {
 	deferrer Deferrer
+	requeue  dispatch.Dispatcher
 }
 
 // Deferrer makes a received work queue message invisible for d (SQS
 // ChangeMessageVisibility with its receipt handle).
 type Deferrer func(ctx context.Context, receiptHandle string, d time.Duration) error
 
-// WithDeferrer lets the worker keep a record that is not due yet in the
-// queue for as long as it is not (a dispatch.RetryAfterError: a retry time
-// beyond SQS's 15-minute delay, a clock behind, a pipeline version this
-// worker does not serve) instead of having it come back at the queue's
-// visibility timeout. Env.Worker sets it.
+// WithDeferrer lets the worker keep a deferred record (a
+// dispatch.RetryAfterError) in the queue, invisible until it is due,
+// when it is not handed back as a fresh message (no WithRequeue, a failed
+// send, a long wait on a first receive), instead of having it come back
+// at the queue's visibility timeout. Env.Handler(Worker) sets it.
 func WithDeferrer(d Deferrer) WorkerOption { return func(o *workerOptions) { o.deferrer = d } }
 
+// WithRequeue makes the worker hand a deferred record back as a fresh
+// message sent through d (the work queue's dispatcher), delivered when it
+// is due, and acknowledge the record, so that a deferral does not count
+// towards the queue's maxReceiveCount (sqsbackend.Deferral).
+// Env.Handler(Worker) sets it.
+func WithRequeue(d dispatch.Dispatcher) WorkerOption { return func(o *workerOptions) { o.requeue = d } }
+
+// deferTimeout bounds handing a deferred record back (a send, and a
+// visibility change if the send fails).
+const deferTimeout = 10 * time.Second
+
 // processRecord runs one record's transition.
-func processRecord(ctx context.Context, rt *engine.Runtime, m *events.SQSMessage, log *slog.Logger, deferrer Deferrer) (o outcome) {
+func processRecord(ctx context.Context, rt *engine.Runtime, m *events.SQSMessage, log *slog.Logger, o workerOptions) (out outcome) {
 	receives, _ := strconv.Atoi(m.Attributes["ApproximateReceiveCount"])
 	rlog := log.With(slog.String("message_id", m.MessageId), slog.Int("receive_count", receives))
 	item, err := sqsbackend.Decode(m.Body)
@@ -149,20 +172,19 @@ func processRecord(ctx context.Context, rt *engine.Runtime, m *events.SQSMessage
 		if v := recover(); v != nil {
 			rlog.LogAttrs(ctx, slog.LevelError, "work_item_panicked", slog.String("event", "work_item_panicked"),
 				slog.String("panic", fmt.Sprint(v)))
-			o = outcomeFailed
+			out = outcomeFailed
 		}
 	}()
 	err = rt.Process(ctx, item)
 	if ra, ok := dispatch.AsRetryAfter(err); ok {
-		rlog.LogAttrs(ctx, slog.LevelInfo, "work_item_deferred", slog.String("event", "work_item_deferred"),
-			slog.String("reason", ra.Reason), slog.Duration("retry_in", ra.Delay))
-		if deferrer != nil {
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
-			if derr := deferrer(dctx, m.ReceiptHandle, ra.Delay); derr != nil {
-				rlog.LogAttrs(ctx, slog.LevelWarn, "visibility_reset_failed", slog.String("event", "visibility_reset_failed"),
-					slog.String("error", derr.Error()))
-			}
+		d := sqsbackend.Deferral{Item: item, Receives: receives, Wait: ra, Requeue: o.requeue}
+		if o.deferrer != nil {
+			d.Hide = func(ctx context.Context, wait time.Duration) error { return o.deferrer(ctx, m.ReceiptHandle, wait) }
+		}
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deferTimeout)
+		defer cancel()
+		if d.HandBack(dctx, rlog) {
+			return outcomeRequeued
 		}
 		return outcomeDeferred
 	}

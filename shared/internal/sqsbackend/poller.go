@@ -53,27 +53,29 @@ const (
 	DefaultRetryDelay        = time.Second
 )
 
-// maxVisibility is SQS's longest visibility timeout (12 hours).
-const maxVisibility = 12 * time.Hour
-
 // ackTimeout bounds each acknowledging call (delete, visibility change).
 const ackTimeout = 10 * time.Second
 
 // Poller receives work items from an SQS queue and calls a handler for
 // each. A message whose handler returns nil is deleted; one whose handler
-// fails comes back after a short backoff; one whose body is not a work
-// item is left alone, so the queue's redrive policy moves it to the poison
-// queue after maxReceiveCount receives.
+// defers it (dispatch.RetryAfter) is handed back without counting a
+// receive (Deferral.HandBack: a fresh message, then the received one
+// deleted); one whose handler fails or panics comes back after a short
+// backoff; one whose body is not a work item is left alone. So only
+// failures and malformed bodies count towards the queue's maxReceiveCount,
+// after which its redrive policy moves the message to the poison queue.
 //
 // Logged events (snake_case keys, an "event" key naming each):
 // poller_started, poller_stopped, poller_drain_timeout (warn),
 // sqs_receive_failed (warn), work_item_malformed (error; never the body),
-// handler_failed (warn), handler_panicked (error), visibility_extend_failed
-// (warn), visibility_reset_failed (warn), delete_failed (warn).
+// work_item_deferred, work_item_requeue_failed (warn), handler_failed
+// (warn), handler_panicked (error), visibility_extend_failed (warn),
+// visibility_reset_failed (warn), delete_failed (warn).
 type Poller struct {
 	client   *sqs.Client
 	queueURL string
 	handler  dispatch.Handler
+	requeue  *Dispatcher // hands deferred items back
 	opts     PollerOptions
 	log      *slog.Logger
 }
@@ -91,7 +93,7 @@ func NewPoller(client *sqs.Client, queueURL string, h dispatch.Handler, opts Pol
 	if opts.VisibilityTimeout <= 0 {
 		opts.VisibilityTimeout = DefaultVisibilityTimeout
 	}
-	opts.VisibilityTimeout = min(max(opts.VisibilityTimeout.Round(time.Second), 2*time.Second), maxVisibility)
+	opts.VisibilityTimeout = min(max(opts.VisibilityTimeout.Round(time.Second), 2*time.Second), MaxVisibility)
 	if opts.RetryDelay <= 0 {
 		opts.RetryDelay = DefaultRetryDelay
 	}
@@ -99,7 +101,8 @@ func NewPoller(client *sqs.Client, queueURL string, h dispatch.Handler, opts Pol
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Poller{client: client, queueURL: queueURL, handler: h, opts: opts, log: log.With(slog.String("queue_url", queueURL))}
+	return &Poller{client: client, queueURL: queueURL, handler: h, requeue: NewDispatcher(client, queueURL), opts: opts,
+		log: log.With(slog.String("queue_url", queueURL))}
 }
 
 // Run receives and handles messages until ctx ends. Then it stops
@@ -222,25 +225,34 @@ func (p *Poller) handle(ctx context.Context, m types.Message) {
 	// Settle even when ctx was cancelled by the drain timeout.
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
 	defer cancel()
+	if ra, ok := dispatch.AsRetryAfter(err); ok {
+		// Not due yet (or not for this worker): hand it back, not counting
+		// a receive, instead of acknowledging it.
+		d := Deferral{Item: item, Receives: receives, Wait: ra, Requeue: p.requeue,
+			Hide: func(ctx context.Context, wait time.Duration) error {
+				return Defer(ctx, p.client, p.queueURL, aws.ToString(m.ReceiptHandle), wait)
+			}}
+		if d.HandBack(actx, log) {
+			p.delete(actx, log, m.ReceiptHandle)
+		}
+		return
+	}
 	if err != nil {
 		delay := retryDelay(p.opts.RetryDelay, receives, p.opts.VisibilityTimeout)
-		if ra, ok := dispatch.AsRetryAfter(err); ok {
-			// Not due yet (or not for this worker): keep the item invisible
-			// until then instead of acknowledging it.
-			delay = min(max(ra.Delay, time.Second), MaxVisibility)
-			log.LogAttrs(ctx, slog.LevelInfo, "work_item_deferred", slog.String("event", "work_item_deferred"),
-				slog.String("reason", ra.Reason), slog.Duration("retry_in", delay))
-		} else {
-			log.LogAttrs(ctx, slog.LevelWarn, "handler_failed", slog.String("event", "handler_failed"),
-				slog.String("error", err.Error()), slog.Duration("retry_in", delay))
-		}
+		log.LogAttrs(ctx, slog.LevelWarn, "handler_failed", slog.String("event", "handler_failed"),
+			slog.String("error", err.Error()), slog.Duration("retry_in", delay))
 		if err := Defer(actx, p.client, p.queueURL, aws.ToString(m.ReceiptHandle), delay); err != nil {
 			log.LogAttrs(ctx, slog.LevelWarn, "visibility_reset_failed", slog.String("event", "visibility_reset_failed"),
 				slog.String("error", err.Error()))
 		}
 		return
 	}
-	if _, err := p.client.DeleteMessage(actx, &sqs.DeleteMessageInput{QueueUrl: aws.String(p.queueURL), ReceiptHandle: m.ReceiptHandle}); err != nil {
+	p.delete(actx, log, m.ReceiptHandle)
+}
+
+// delete acknowledges a handled message.
+func (p *Poller) delete(ctx context.Context, log *slog.Logger, receipt *string) {
+	if _, err := p.client.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(p.queueURL), ReceiptHandle: receipt}); err != nil {
 		// The message comes back when its visibility ends: a harmless duplicate.
 		log.LogAttrs(ctx, slog.LevelWarn, "delete_failed", slog.String("event", "delete_failed"), slog.String("error", err.Error()))
 	}
@@ -290,8 +302,10 @@ func (p *Poller) extend(ctx context.Context, log *slog.Logger, receipt *string, 
 const MaxVisibility = 12 * time.Hour
 
 // Defer makes a received message invisible for d (at least a second, at
-// most MaxVisibility): how a consumer keeps a work item that is not due yet
-// in the queue instead of acknowledging it.
+// most MaxVisibility): how a consumer keeps a received message in the
+// queue for a while instead of acknowledging it (a failed item's backoff,
+// a deferred item kept by Deferral.HandBack). The message's next receive
+// counts towards the queue's maxReceiveCount.
 func Defer(ctx context.Context, client *sqs.Client, queueURL, receipt string, d time.Duration) error {
 	_, err := client.ChangeMessageVisibility(ctx, &sqs.ChangeMessageVisibilityInput{
 		QueueUrl: aws.String(queueURL), ReceiptHandle: aws.String(receipt),

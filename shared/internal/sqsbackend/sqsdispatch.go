@@ -11,8 +11,11 @@
 // Delays: SQS delays a message by at most 900 s (15 min). Dispatch rounds
 // a delay up to whole seconds and caps it there, so an item may arrive
 // before a longer backoff has elapsed; the worker then finds the row not
-// yet due and acknowledges the message, and the sweeper dispatches the
-// item again once the row's next_due time has come.
+// yet due and defers the item (dispatch.RetryAfter), which its consumer
+// hands back without counting a receive towards the poison queue: a
+// fresh message delayed by up to 900 s, or, for a longer wait on a
+// message's first receive, the received message kept invisible for up to
+// 12 h (Deferral.HandBack).
 
 package sqsbackend
 
