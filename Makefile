@@ -69,6 +69,8 @@ test-unit: build-local rie chromium
 	  go test -race -count=1 -timeout 12m ./... && \
 	  QASYNC_CLITEST_STATE=dynamo go test -race -count=1 $(CONTRACT_PKGS)'   # the HTTP contract's client, CLI and serve tests again, on DynamoDB + SQS
 	QASYNC_ENGINE_PROVIDER=embedded go test -race -count=1 ./shared/internal/engine/   # the engine's tests again, on the embedded store
+	QASYNC_ENGINE_PROVIDER=dynamo go test -race -count=1 ./shared/internal/engine/   # and on the DynamoDB adapter against the model of the DynamoDB API
+	go test -count=1 -run '^TestSimulateBudget$$' -v ./shared/internal/sim/ | grep -v -e '^=== '   # the day's seeds of the simulation on every store (no race detector: it slows a simulation tenfold)
 	QASYNC_CLITEST_STATE=memory go test -race -count=1 $(CONTRACT_PKGS)   # and the contract's, on the memory providers
 
 # The packages whose tests run the HTTP contract against a real server

@@ -115,6 +115,34 @@ func runEffects(t *testing.T, f func(*testing.T, clock.Clock) effect.Log) {
 		sameEffect(t, "existing", got, first)
 	})
 
+	t.Run("CreateOrGetKeepsTheRecordLonger", func(t *testing.T) {
+		t.Parallel()
+		e := setupEffects(t, f)
+		first := e.create(e.pending(""))
+		later := e.pending("")
+		later.ExpiresAt = first.ExpiresAt.Add(72 * time.Hour)
+		got, created, err := e.log.CreateOrGet(e.ctx, later)
+		if err != nil || created {
+			t.Fatalf("CreateOrGet with a later expiry: created %v, err %v", created, err)
+		}
+		want := first
+		want.ExpiresAt = later.ExpiresAt
+		sameEffect(t, "returned", got, want)
+		// Past the first expiry, the record is still there.
+		e.clock.Advance(first.ExpiresAt.Sub(e.clock.Now()) + time.Hour)
+		read, err := e.log.Get(e.ctx, first.CommandID)
+		if err != nil {
+			t.Fatalf("Get past the first expiry: %v (the record must have been kept longer)", err)
+		}
+		sameEffect(t, "kept longer", read, want)
+		// An earlier expiry never shortens it.
+		earlier := e.pending("")
+		earlier.ExpiresAt = e.clock.Now().Add(time.Hour).Truncate(time.Second)
+		if got, _, err := e.log.CreateOrGet(e.ctx, earlier); err != nil || !got.ExpiresAt.Equal(want.ExpiresAt) {
+			t.Fatalf("CreateOrGet with an earlier expiry = expires %v, %v; want %v kept", got.ExpiresAt, err, want.ExpiresAt)
+		}
+	})
+
 	t.Run("ConcurrentCreateOneWins", func(t *testing.T) {
 		t.Parallel()
 		e := setupEffects(t, f)

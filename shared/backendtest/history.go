@@ -96,6 +96,16 @@ func (s inlineOnly) GetPart(context.Context, string, string) (payload.Part, erro
 	return payload.Part{}, payload.ErrNotFound
 }
 
+func (s inlineOnly) ExtendPart(context.Context, string, string, time.Time) error {
+	s.t.Error("backendtest: the history suite's payloads are inline; ExtendPart was called")
+	return payload.ErrNotFound
+}
+
+func (s inlineOnly) DeletePart(context.Context, string, string) error {
+	s.t.Error("backendtest: the history suite's payloads are inline; DeletePart was called")
+	return nil
+}
+
 func setupHistory(t *testing.T, f func(*testing.T, clock.Clock) (store.Store, history.Reader), steps ...pipeline.Step) *historyEnv {
 	t.Helper()
 	c := clock.NewFake(time.Now().UTC().Truncate(time.Millisecond))

@@ -119,6 +119,87 @@ func runPayloads(t *testing.T, newStore func(t *testing.T) payload.Store) {
 		}
 	})
 
+	t.Run("ExtendPartNeverShortens", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		soon := time.Now().Add(time.Hour).Truncate(time.Second)
+		putPart(t, s, payload.Part{PayloadID: "p", Name: "chunk#00000", Data: payloadData(10), ExpiresAt: soon})
+		later := soon.Add(48 * time.Hour)
+		if err := s.ExtendPart(t.Context(), "p", "chunk#00000", later); err != nil {
+			t.Fatalf("ExtendPart: %v", err)
+		}
+		if got := getPart(t, s, "p", "chunk#00000"); got.ExpiresAt.Before(later) {
+			t.Errorf("after ExtendPart to %v the part expires %v", later, got.ExpiresAt)
+		}
+		if err := s.ExtendPart(t.Context(), "p", "chunk#00000", soon); err != nil {
+			t.Fatalf("ExtendPart to an earlier time: %v", err)
+		}
+		if got := getPart(t, s, "p", "chunk#00000"); got.ExpiresAt.Before(later) {
+			t.Errorf("ExtendPart to an earlier time shortened the expiry to %v", got.ExpiresAt)
+		}
+		if err := s.ExtendPart(t.Context(), "p", "chunk#00001", later); !errors.Is(err, payload.ErrNotFound) {
+			t.Errorf("ExtendPart of a missing part: error = %v, want ErrNotFound", err)
+		}
+		putPart(t, s, payload.Part{PayloadID: "gone", Name: "chunk#00000", Data: payloadData(10), ExpiresAt: time.Now().Add(-time.Hour)})
+		if err := s.ExtendPart(t.Context(), "gone", "chunk#00000", later); !errors.Is(err, payload.ErrNotFound) {
+			t.Errorf("ExtendPart of an expired part: error = %v, want ErrNotFound (it is gone)", err)
+		}
+	})
+
+	t.Run("DeletePart", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		putPart(t, s, payload.Part{PayloadID: "p", Name: "chunk#00000", Data: payloadData(10)})
+		putPart(t, s, payload.Part{PayloadID: "p", Name: "chunk#00001", Data: payloadData(10)})
+		if err := s.DeletePart(t.Context(), "p", "chunk#00000"); err != nil {
+			t.Fatalf("DeletePart: %v", err)
+		}
+		if _, err := s.GetPart(t.Context(), "p", "chunk#00000"); !errors.Is(err, payload.ErrNotFound) {
+			t.Errorf("GetPart after DeletePart: error = %v, want ErrNotFound", err)
+		}
+		getPart(t, s, "p", "chunk#00001") // its neighbour stays
+		if err := s.DeletePart(t.Context(), "p", "chunk#00000"); err != nil {
+			t.Errorf("DeletePart of a missing part: %v, want no error", err)
+		}
+	})
+
+	t.Run("ExtendAndDeleteAPayload", func(t *testing.T) {
+		t.Parallel()
+		s := newStore(t)
+		soon := time.Now().Add(time.Hour).Truncate(time.Second)
+		for _, size := range []int{payloadBudget + 1, 2*payload.ChunkSize + 1} {
+			p := payload.Raw("", payloadData(size))
+			ref, err := payload.Write(t.Context(), s, p, fmt.Sprint("slot-", size), payloadBudget, soon)
+			if err != nil {
+				t.Fatal(err)
+			}
+			later := soon.Add(72 * time.Hour)
+			if err := payload.Extend(t.Context(), s, ref, later); err != nil {
+				t.Fatalf("Extend of a %d-byte payload: %v", size, err)
+			}
+			names := []string{payload.PartWhole}
+			if !ref.Whole {
+				names = []string{"chunk#00000", "chunk#00001", "chunk#00002", "manifest"}
+			}
+			for _, n := range names {
+				if got := getPart(t, s, ref.ManifestID, n); got.ExpiresAt.Before(later) {
+					t.Errorf("after Extend, part %s of a %d-byte payload expires %v, want at least %v", n, size, got.ExpiresAt, later)
+				}
+			}
+			if err := payload.Delete(t.Context(), s, ref); err != nil {
+				t.Fatalf("Delete of a %d-byte payload: %v", size, err)
+			}
+			for _, n := range names {
+				if _, err := s.GetPart(t.Context(), ref.ManifestID, n); !errors.Is(err, payload.ErrNotFound) {
+					t.Errorf("after Delete, part %s of a %d-byte payload: error = %v, want ErrNotFound", n, size, err)
+				}
+			}
+			if err := payload.Delete(t.Context(), s, ref); err != nil {
+				t.Errorf("Delete of a deleted payload: %v, want no error", err)
+			}
+		}
+	})
+
 	t.Run("WriteRead", func(t *testing.T) {
 		t.Parallel()
 		for _, tc := range []struct {

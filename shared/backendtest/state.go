@@ -111,6 +111,8 @@ func runState(t *testing.T, f func(*testing.T, clock.Clock) store.Store) {
 		{"DuePagesRowsWithEqualTimes", testDueTies},
 		{"ExpiredRowsAbsent", testExpired},
 		{"RoundTripAllFields", testRoundTrip},
+		{"IncarnationsOfASlotShareNothing", testIncarnations},
+		{"ReadBySlotFindsTheLiveIncarnation", testReadBySlot},
 	}
 	tests = append(tests, listCases...)
 	for _, tc := range tests {
@@ -694,6 +696,7 @@ func testRoundTrip(e *stateEnv) {
 	next.SweepAt, next.Sweeps, next.Releases = e.clock.Now().Add(2500*time.Millisecond), 4, 2
 	next.VersionWaitSince = e.clock.Now().Add(-700 * time.Millisecond)
 	next.ExpiresAt = e.clock.Now().Add(48 * time.Hour)
+	next.RecordsExpireAt = e.clock.Now().Add(96 * time.Hour)
 	next.LastTransitionKey = "a:3:4"
 	next.Result = payload.Ref{Encoding: payload.EncodingProtobuf, ContentType: payload.ContentTypeProtobuf, Message: "pkg.Msg", Length: 1 << 20, SHA256: payload.Digest([]byte("x")), ManifestID: "m1"}
 	next.Error = &store.Failure{Code: "c", Message: "m", TerminalReason: store.ReasonRetryExhausted}
@@ -764,10 +767,103 @@ func normalizeExecution(x store.Execution) store.Execution {
 		}
 	}
 	x.ExpiresAt = x.ExpiresAt.Truncate(time.Second)
+	x.RecordsExpireAt = x.RecordsExpireAt.UTC().Round(0).Truncate(time.Second)
 	for _, r := range []*payload.Ref{&x.Input, &x.Result} {
 		if len(r.Inline) == 0 && r.Inline != nil {
 			r.Inline = []byte{}
 		}
 	}
 	return x
+}
+
+// testIncarnations: one slot, two incarnations (store.IncarnationSep).
+// While the first lives, a create of the second resolves to it (a
+// duplicate) and no call with the second's id reads or changes anything;
+// once the first expired, the second is created in the slot, and from
+// then on no call with the first's id reads or changes the second, even
+// where a version would match (a stale writer), and the sweep index and
+// the list name the second.
+func testIncarnations(e *stateEnv) {
+	first := e.row("s1" + store.IncarnationSep + "aaaa")
+	first.Fingerprint = "fp-s1"
+	if _, created, err := e.s.CreateOrGet(e.ctx, store.CreateRequest{Execution: first}); err != nil || !created {
+		e.t.Fatalf("create the first incarnation: created %v, %v", created, err)
+	}
+	second := e.row("s1" + store.IncarnationSep + "bbbb")
+	second.Fingerprint = "fp-s1"
+	got, created, err := e.s.CreateOrGet(e.ctx, store.CreateRequest{Execution: second})
+	if err != nil || created || got.ExecutionID != first.ExecutionID {
+		e.t.Fatalf("create of a second incarnation while the first lives = %s created %v, %v; want the first (a duplicate)", got.ExecutionID, created, err)
+	}
+	e.refusedAs(second.Key(), "while the first incarnation lives")
+
+	// The first expires; the key creates the second incarnation.
+	e.clock.Advance(25 * time.Hour)
+	second.ExpiresAt = e.clock.Now().Add(24 * time.Hour)
+	second.NextDueAt, second.SweepAt = e.clock.Now(), e.clock.Now().Add(time.Second)
+	second.CreatedAt, second.UpdatedAt = e.clock.Now(), e.clock.Now()
+	got, created, err = e.s.CreateOrGet(e.ctx, store.CreateRequest{Execution: second})
+	if err != nil || !created || got.ExecutionID != second.ExecutionID {
+		e.t.Fatalf("create of the second incarnation after the first expired = %s created %v, %v", got.ExecutionID, created, err)
+	}
+	// Both start at version 1: only the id tells them apart.
+	e.refusedAs(first.Key(), "after the second incarnation replaced it")
+	if read, err := e.s.Get(e.ctx, second.Key()); err != nil || read.ExecutionID != second.ExecutionID || read.Version != 1 {
+		e.t.Fatalf("Get of the second incarnation = %+v, %v", read, err)
+	}
+	page, err := e.s.Due(e.ctx, store.DueQuery{By: e.clock.Now().Add(time.Hour), Limit: 10})
+	if err != nil || len(page.Refs) != 1 || page.Refs[0].Key != second.Key() {
+		e.t.Fatalf("the sweep index = %+v, %v; want the second incarnation only", page.Refs, err)
+	}
+	list, err := e.s.List(e.ctx, store.ListQuery{TenantID: e.tenant})
+	if err != nil || len(list.Executions) != 1 || list.Executions[0].ExecutionID != second.ExecutionID {
+		e.t.Fatalf("the list = %d rows, %v; want the second incarnation only", len(list.Executions), err)
+	}
+}
+
+// refusedAs checks that no call with key's id, an incarnation the slot
+// does not hold, reads or changes the slot's row.
+func (e *stateEnv) refusedAs(key store.Key, when string) {
+	e.t.Helper()
+	now := e.clock.Now()
+	if _, err := e.s.Get(e.ctx, key); !errors.Is(err, store.ErrNotFound) {
+		e.t.Fatalf("Get of an incarnation the slot does not hold (%s) err = %v, want ErrNotFound", when, err)
+	}
+	if rows, err := e.s.GetBatch(e.ctx, []store.Key{key}); err != nil || len(rows) != 0 {
+		e.t.Fatalf("GetBatch of an incarnation the slot does not hold (%s) = %d rows, %v", when, len(rows), err)
+	}
+	_, err := e.s.Claim(e.ctx, store.ClaimRequest{Key: key, ExpectVersion: 1, Owner: "stale", Now: now, DueBy: now.Add(time.Hour), TakeoverBy: now,
+		LeaseUntil: now.Add(time.Second), Attempt: 1})
+	if !errors.Is(err, store.ErrNotFound) {
+		e.t.Fatalf("Claim of an incarnation the slot does not hold (%s) err = %v, want ErrNotFound", when, err)
+	}
+	if err := e.s.Renew(e.ctx, key, "stale", 1, now.Add(time.Hour)); !errors.Is(err, store.ErrLeaseLost) && !errors.Is(err, store.ErrNotFound) {
+		e.t.Fatalf("Renew of an incarnation the slot does not hold (%s) err = %v", when, err)
+	}
+	next := e.row(key.ExecutionID)
+	next.StepName = "written-by-a-stale-writer"
+	if _, err := e.s.Update(e.ctx, store.Guard{Key: key, Version: 1}, next); !errors.Is(err, store.ErrNotFound) {
+		e.t.Fatalf("Update of an incarnation the slot does not hold (%s) err = %v, want ErrNotFound", when, err)
+	}
+	if err := e.s.Reschedule(e.ctx, key, next.SweepAt, time.Time{}, 0); !errors.Is(err, store.ErrNotFound) {
+		e.t.Fatalf("Reschedule of an incarnation the slot does not hold (%s) err = %v, want ErrNotFound", when, err)
+	}
+	live, err := e.s.Get(e.ctx, store.Key{TenantID: key.TenantID, ExecutionID: store.Slot(key.ExecutionID)})
+	if err != nil || live.StepName == "written-by-a-stale-writer" || live.Status != store.Queued || live.Version != 1 {
+		e.t.Fatalf("the slot's row after the refused calls (%s) = %+v, %v", when, live, err)
+	}
+}
+
+// testReadBySlot: a read with a bare slot (an id without an incarnation)
+// finds whichever incarnation lives in it; writes need the very id.
+func testReadBySlot(e *stateEnv) {
+	x := e.create("s2" + store.IncarnationSep + "cccc")
+	got, err := e.s.Get(e.ctx, store.Key{TenantID: e.tenant, ExecutionID: "s2"})
+	if err != nil || got.ExecutionID != x.ExecutionID {
+		e.t.Fatalf("Get by slot = %q, %v; want %q", got.ExecutionID, err, x.ExecutionID)
+	}
+	_, err = e.claim(store.Execution{TenantID: e.tenant, ExecutionID: "s2", Version: 1, Attempt: 1}, "w")
+	if !errors.Is(err, store.ErrNotFound) {
+		e.t.Fatalf("Claim by slot err = %v, want ErrNotFound (a write names the incarnation)", err)
+	}
 }

@@ -452,7 +452,7 @@ var entries = []entry{
 			}
 			return nil
 		}),
-	field("idempotency-policy", "Idempotency keys: OPTIONAL_CLIENT_KEY, CLIENT_KEY_REQUIRED or SERVER_KEY_ONLY (case-insensitive).",
+	field("idempotency-policy", "Idempotency keys: OPTIONAL_CLIENT_KEY (a client key when sent; without one every submit is new), CLIENT_KEY_REQUIRED, or SERVER_KEY_ONLY (identical bodies collapse while the execution's row lives) (case-insensitive).",
 		func(c *Config) *string { return &c.IdempotencyPolicy }, upper,
 		oneOf("OPTIONAL_CLIENT_KEY", "CLIENT_KEY_REQUIRED", "SERVER_KEY_ONLY")),
 	field("strict-startup", "Refuse to start unless every provider's resources are verified and a durable mode uses a durable idempotency policy.",
@@ -477,11 +477,14 @@ var entries = []entry{
 			}
 			return atLeast(1.0)(c, v)
 		}),
-	field("retry-max-delay", "Cap on the retry delay (duration); at least retry-delay.",
+	field("retry-max-delay", "Cap on the retry delay (duration); at least retry-delay, at most the retention (execution-ttl-days).",
 		func(c *Config) *time.Duration { return &c.RetryMaxDelay }, parseDuration,
 		func(c Config, v time.Duration) error {
 			if v < c.RetryDelay {
 				return fmt.Errorf("must be at least %sretry-delay (%v), got %v", KeyPrefix, c.RetryDelay, v)
+			}
+			if ttl := time.Duration(c.ExecutionTTLDays) * 24 * time.Hour; c.ExecutionTTLDays >= 1 && v > ttl {
+				return fmt.Errorf("must not exceed the retention %sexecution-ttl-days (%d days): a row waiting for its retry would outlive it, got %v", KeyPrefix, c.ExecutionTTLDays, v)
 			}
 			return nil
 		}),

@@ -246,6 +246,9 @@ func TestValidate(t *testing.T) {
 		{"item-reject.queue-url", func(c *Config) { c.ItemRejectProvider = "sqs" }},
 		{"item-reject.provider", func(c *Config) { c.StateProvider, c.ItemRejectProvider = "dynamo", "embedded" }},
 		{"item-reject.publish-failure-policy", func(c *Config) { c.ItemRejectPublishFailurePolicy = "IGNORE" }},
+		// Audit item 5: a retry delay beyond the retention was accepted, and
+		// the row waiting for that retry expired before it came.
+		{"retry-max-delay", func(c *Config) { c.ExecutionTTLDays, c.RetryMaxDelay = 1, 48*time.Hour }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.key, func(t *testing.T) {

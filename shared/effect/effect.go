@@ -128,7 +128,10 @@ func (r *Record) Check() error {
 type Log interface {
 	// CreateOrGet stores r (its Version is set to 1) unless a live record
 	// with r.CommandID exists; it returns the stored record and whether
-	// it created it.
+	// it created it. A live record that expires before r.ExpiresAt is kept
+	// until then (its expiry moves, nothing else; the returned record says
+	// so): a command's record lives as long as the execution that may run
+	// its step again.
 	CreateOrGet(ctx context.Context, r Record) (rec Record, created bool, err error)
 
 	// Get reads one record; a missing or expired one is ErrNotFound.

@@ -192,6 +192,69 @@ func readChunked(ctx context.Context, s Store, r Ref) ([]byte, error) {
 	return data, nil
 }
 
+// parts lists the stored parts of r, the manifest last (none for an
+// inline payload): a chunked payload's manifest is read for its count.
+func parts(ctx context.Context, s Store, r Ref) ([]string, error) {
+	switch {
+	case r.ManifestID == "":
+		return nil, nil
+	case r.Whole:
+		return []string{PartWhole}, nil
+	}
+	mp, err := s.GetPart(ctx, r.ManifestID, manifestName)
+	if err != nil {
+		return nil, fmt.Errorf("payload: read %s %s: %w", r.ManifestID, manifestName, err)
+	}
+	var m manifest
+	if err := json.Unmarshal(mp.Data, &m); err != nil || m.Chunks < 0 {
+		return nil, corrupt("%s %s is not a valid manifest", r.ManifestID, manifestName)
+	}
+	names := make([]string, 0, m.Chunks+1)
+	for i := range m.Chunks {
+		names = append(names, chunkName(i))
+	}
+	return append(names, manifestName), nil
+}
+
+// Extend keeps every stored part of r until at least until: an
+// execution referencing the payload is kept longer than was planned when
+// it was written. An inline payload stores nothing to extend. A part
+// already gone returns an error wrapping ErrNotFound.
+func Extend(ctx context.Context, s Store, r Ref, until time.Time) error {
+	names, err := parts(ctx, s, r)
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		if err := s.ExtendPart(ctx, r.ManifestID, name, until); err != nil {
+			return fmt.Errorf("payload: extend %s %s: %w", r.ManifestID, name, err)
+		}
+	}
+	return nil
+}
+
+// Delete removes every stored part of r, the manifest first (so the
+// payload is unreadable at once, never half there): the payload of a
+// request that came to nothing. A payload already gone is no error.
+func Delete(ctx context.Context, s Store, r Ref) error {
+	names, err := parts(ctx, s, r)
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if n := len(names); n > 1 {
+		names = append([]string{names[n-1]}, names[:n-1]...)
+	}
+	for _, name := range names {
+		if err := s.DeletePart(ctx, r.ManifestID, name); err != nil {
+			return fmt.Errorf("payload: delete %s %s: %w", r.ManifestID, name, err)
+		}
+	}
+	return nil
+}
+
 // corrupt returns an error wrapping ErrCorrupt. Callers never pass payload
 // bytes, only ids, part names and counts.
 func corrupt(format string, args ...any) error {

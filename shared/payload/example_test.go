@@ -29,6 +29,23 @@ func (m parts) GetPart(_ context.Context, id, name string) (payload.Part, error)
 	return p, nil
 }
 
+func (m parts) ExtendPart(_ context.Context, id, name string, until time.Time) error {
+	p, ok := m[id+"/"+name]
+	if !ok {
+		return payload.ErrNotFound
+	}
+	if until.After(p.ExpiresAt) {
+		p.ExpiresAt = until
+		m[id+"/"+name] = p
+	}
+	return nil
+}
+
+func (m parts) DeletePart(_ context.Context, id, name string) error {
+	delete(m, id+"/"+name)
+	return nil
+}
+
 func ExampleWrite() {
 	ctx := context.Background()
 	store := parts{}

@@ -116,6 +116,14 @@ type Store interface {
 	PutPart(ctx context.Context, p Part) error
 	// GetPart reads an item. A missing or expired item returns ErrNotFound.
 	GetPart(ctx context.Context, payloadID, name string) (Part, error)
+	// ExtendPart moves a live item's expiry to until if that is later
+	// (never earlier): the execution that references the payload lives
+	// longer than planned at write time. A missing or expired item returns
+	// ErrNotFound.
+	ExtendPart(ctx context.Context, payloadID, name string, until time.Time) error
+	// DeletePart removes an item (a missing one is no error): the parts of
+	// a payload no execution came to reference.
+	DeletePart(ctx context.Context, payloadID, name string) error
 }
 
 // Errors returned by Store implementations and by Read.

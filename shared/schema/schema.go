@@ -109,8 +109,18 @@ const (
 	AttrUpdated           = "u"
 	// AttrTTL is the expiry (epoch seconds) of every table's items.
 	AttrTTL = "ttl"
+	// AttrRecordsExpire is when the records written for the execution
+	// expire at the earliest (epoch seconds; see
+	// store.Execution.RecordsExpireAt).
+	AttrRecordsExpire = "rx"
 	// AttrAwait is the map attribute of the current external await.
 	AttrAwait = "aw"
+	// AttrIncarnation is the incarnation of the row's execution id (the
+	// part after store.IncarnationSep; the pk holds the slot), projected
+	// into both indexes so that their entries name the full id. Every
+	// write of a row is conditional on it: a writer that read one
+	// incarnation never changes another.
+	AttrIncarnation = "ic"
 	// AttrListKey is the list index's partition key: the tenant and a
 	// bucket fixed at submit, "<tenant>#<bucket>".
 	AttrListKey = "lk"
@@ -242,9 +252,10 @@ func Prefixed(prefix string) Names {
 	}
 }
 
-// ExecutionTable is the execution table: PK pk (tenant and execution id;
-// the execution id derives from the idempotency key, so the row is its
-// own idempotency record), the sweep index, TTL, and a stream of new and
+// ExecutionTable is the execution table: PK pk (tenant and the execution
+// id's slot, which derives from the idempotency key, so the row is its own
+// idempotency record; the incarnation is the attribute ic), the sweep
+// index, TTL, and a stream of new and
 // old images, which feeds the history table (no request on the write
 // path: DynamoDB writes the stream itself).
 func ExecutionTable(name string) Table {
@@ -255,12 +266,12 @@ func ExecutionTable(name string) Table {
 			Name:             DueIndexName,
 			PartitionKey:     Attr{AttrDueShard, Number},
 			SortKey:          Attr{AttrSweepAt, Number},
-			NonKeyAttributes: []string{AttrPipelineID},
+			NonKeyAttributes: []string{AttrPipelineID, AttrIncarnation},
 		}, {
 			Name:             ListIndexName,
 			PartitionKey:     Attr{AttrListKey, String},
 			SortKey:          Attr{AttrCreated, Number},
-			NonKeyAttributes: []string{AttrPipelineID},
+			NonKeyAttributes: []string{AttrPipelineID, AttrIncarnation},
 		}},
 		TTLAttribute: AttrTTL,
 		Stream:       StreamNewAndOldImages,

@@ -212,6 +212,15 @@ type Execution struct {
 	// least a retention past the timeout, so TTL never deletes a live
 	// execution.
 	ExpiresAt time.Time // ttl_epoch_s
+	// RecordsExpireAt is when the records written for the execution
+	// expire at the earliest: the payload parts it references (input,
+	// result, a late completion) and its command steps' effect records.
+	// The runtime keeps it at least half a retention past ExpiresAt, so
+	// that no record the row may need is gone while the row lives: a
+	// commit that would move ExpiresAt closer first extends the referenced
+	// parts (and a command step extends its record when it runs). Kept to
+	// the second, like ExpiresAt.
+	RecordsExpireAt time.Time // records_expire_epoch_s
 	// Await is the current step's external await, if it started one (the
 	// row is then WAITING_EXTERNAL until it is completed or times out).
 	Await *Await // await (one map attribute)

@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -34,6 +35,12 @@ var (
 )
 
 // Store is the execution state store seam.
+//
+// A store keeps one row per slot (Slot of the execution id): creates are
+// conditional on the slot, and every other call names the full execution
+// id, so that an incarnation of a slot never reads or changes another's
+// row (Answers). GetBatch, Claim, Renew, Update and Reschedule of an id
+// whose slot holds another incarnation behave as for a missing row.
 //
 // Times are kept to the millisecond, except ExpiresAt (the TTL), which is
 // kept to the second.
@@ -58,7 +65,11 @@ type Store interface {
 	// (an unknown outcome), and reports created=true.
 	CreateOrGet(ctx context.Context, req CreateRequest) (e Execution, created bool, err error)
 
-	// Get reads one execution. Missing or expired rows return ErrNotFound.
+	// Get reads one execution. Missing or expired rows return ErrNotFound,
+	// and so does the row of another incarnation of the id's slot (see
+	// IncarnationSep). An id without an incarnation names its slot: Get
+	// returns the slot's live row, whatever its incarnation (a look-up by
+	// idempotency key).
 	Get(ctx context.Context, key Key) (Execution, error)
 
 	// GetBatch reads several executions (the sweeper's look at the rows
@@ -190,6 +201,43 @@ func Claimable(row *Execution, dueBy, takeoverBy time.Time) bool {
 		return !row.LeaseExpiresAt.After(takeoverBy)
 	}
 	return false
+}
+
+// IncarnationSep separates the two parts of an execution id the runtime
+// issues, "<slot>.<incarnation>". The slot names the row's place in a
+// store: derived from the tenant and the idempotency key (so that a
+// duplicate submit finds the live row with one conditional write), or
+// random without a key. The incarnation is random, new for every create:
+// a key reused after its execution's row expired makes a new execution
+// with another id, which shares nothing with the old one (no step key,
+// command id, await token, dead-letter record, history or payload).
+const IncarnationSep = "."
+
+// Slot returns the part of an execution id that names its row's place in
+// a store: the id up to its last IncarnationSep, or the whole id when it
+// has none (an id without an incarnation).
+func Slot(executionID string) string {
+	if i := strings.LastIndex(executionID, IncarnationSep); i > 0 {
+		return executionID[:i]
+	}
+	return executionID
+}
+
+// Incarnation returns the part of an execution id after its last
+// IncarnationSep ("" when it has none).
+func Incarnation(executionID string) string {
+	if i := strings.LastIndex(executionID, IncarnationSep); i > 0 {
+		return executionID[i+1:]
+	}
+	return ""
+}
+
+// Answers reports whether the stored row with execution id stored answers
+// a read of asked: the same id, or asked is a bare slot (no incarnation)
+// and stored lives in it. Writes require the very id (stored == asked):
+// a writer that read one incarnation never changes another.
+func Answers(asked, stored string) bool {
+	return asked == stored || (Incarnation(asked) == "" && Slot(stored) == asked)
 }
 
 // KeyID joins a tenant and a key, each length-prefixed, so that no

@@ -37,7 +37,7 @@ func capacityModel(stepsPerSecond, stepsPerExecution int) []capacityRow {
 	rowWrites := float64(2 + stepsPerExecution) // create, first claim, one commit per step (each claiming the next)
 	perPK, perDue, perList := map[string]float64{}, map[int]float64{}, map[string]float64{}
 	for i := range executions {
-		k := store.Key{TenantID: "one-tenant", ExecutionID: engine.ExecutionID("one-tenant", fmt.Sprintf("order-%d", i))}
+		k := store.Key{TenantID: "one-tenant", ExecutionID: engine.ExecutionSlot("one-tenant", fmt.Sprintf("order-%d", i))}
 		perPK[pk(k)] += rowWrites
 		perDue[dueShard(k.ExecutionID, shards)] += 2 // in at submit, out at the terminal commit
 		perList[listKey(k, shards)]++                // once, at submit

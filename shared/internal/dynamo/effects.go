@@ -152,6 +152,9 @@ func (l *Effects) CreateOrGet(ctx context.Context, rec effect.Record) (effect.Re
 		}
 		if ccf.Item != nil && l.live(ccf.Item) {
 			got, err := decodeEffect(ccf.Item)
+			if err == nil && !got.ExpiresAt.IsZero() && rec.ExpiresAt.After(got.ExpiresAt) {
+				got, err = l.extend(ctx, got, rec.ExpiresAt)
+			}
 			return got, false, err
 		}
 		got, err := l.Get(ctx, rec.CommandID)
@@ -160,6 +163,29 @@ func (l *Effects) CreateOrGet(ctx context.Context, rec effect.Record) (effect.Re
 		}
 		// It expired (or was deleted) between the write and the read: create again.
 	}
+}
+
+// extend moves a live record's expiry to until (one UpdateItem of the
+// TTL, conditional on it being earlier), for CreateOrGet: the execution
+// that may run the command's step again lives longer than planned. Only
+// then does CreateOrGet write besides the create.
+func (l *Effects) extend(ctx context.Context, rec effect.Record, until time.Time) (effect.Record, error) {
+	_, err := l.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: &l.table, Key: l.key(rec.CommandID),
+		UpdateExpression:          aws.String("SET #ttl = :until"),
+		ConditionExpression:       aws.String("attribute_exists(#id) AND #ttl < :until"),
+		ExpressionAttributeNames:  map[string]string{"#id": s.AttrCommandID, "#ttl": s.AttrTTL},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":until": seconds(until)},
+	})
+	var ccf *types.ConditionalCheckFailedException
+	switch {
+	case errors.As(err, &ccf):
+		return l.Get(ctx, rec.CommandID) // moved meanwhile: what is stored now
+	case err != nil:
+		return effect.Record{}, translate("extend command", err)
+	}
+	rec.ExpiresAt = time.Unix(until.Unix(), 0).UTC()
+	return rec, nil
 }
 
 // Get implements effect.Log with a strongly consistent read.

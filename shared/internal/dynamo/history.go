@@ -144,8 +144,11 @@ func (h *History) Apply(ctx context.Context, changes []Change) error {
 			h.skip(ctx, c, err.Error())
 			continue
 		}
-		if cur == nil || (old != nil && old.Key() != cur.Key()) {
-			continue // a removal (TTL) is no event; nor is anything odd
+		if cur == nil {
+			continue // a removal (TTL) is no event
+		}
+		if old != nil && old.Key() != cur.Key() {
+			old = nil // a new incarnation replaced an expired one: it starts afresh
 		}
 		evs := history.Derive(old, cur)
 		if len(evs) == 0 {

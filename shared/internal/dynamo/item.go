@@ -83,10 +83,20 @@ func ref(r payload.Ref) types.AttributeValue {
 }
 
 // pk is the execution row's partition key: the tenant, '#', the execution
-// id. An execution id never holds '#' (the runtime's are UUIDs; a lookup
-// of one that does finds nothing, see validKey), so the key splits at its
-// last '#' whatever the tenant is spelled with.
-func pk(k store.Key) string { return k.TenantID + "#" + k.ExecutionID }
+// id's slot (store.Slot; the incarnation is the attribute ic). An
+// execution id never holds '#' (the runtime's are UUIDs and a token; a
+// lookup of one that does finds nothing, see validKey), so the key splits
+// at its last '#' whatever the tenant is spelled with.
+func pk(k store.Key) string { return k.TenantID + "#" + store.Slot(k.ExecutionID) }
+
+// withIncarnation is the key of an item: its pk's tenant and slot, and the
+// incarnation of its ic attribute (none when absent).
+func withIncarnation(k store.Key, item map[string]types.AttributeValue) store.Key {
+	if ic := (&reader{item: item}).str(s.AttrIncarnation); ic != "" {
+		k.ExecutionID += store.IncarnationSep + ic
+	}
+	return k
+}
 
 // validKey reports whether k can name a row: both parts present and no
 // '#' in the execution id.
@@ -135,6 +145,9 @@ func encode(e *store.Execution, shards int) map[string]types.AttributeValue {
 	if e.CreateToken != "" {
 		item[s.AttrCreateToken] = str(e.CreateToken)
 	}
+	if ic := store.Incarnation(e.ExecutionID); ic != "" {
+		item[s.AttrIncarnation] = str(ic)
+	}
 	u := newUpdate()
 	mutable(u, e, false)
 	for name, v := range u.setValues {
@@ -170,6 +183,7 @@ func mutable(u *update, e *store.Execution, keepSweep bool) {
 	if !e.ExpiresAt.IsZero() {
 		u.set(s.AttrTTL, seconds(e.ExpiresAt))
 	}
+	u.setOrRemove(s.AttrRecordsExpire, !e.RecordsExpireAt.IsZero(), seconds(e.RecordsExpireAt))
 	u.setOrRemove(s.AttrResult, !e.Result.IsZero(), ref(e.Result))
 	var f store.Failure
 	if e.Error != nil {
@@ -370,6 +384,7 @@ func decode(item map[string]types.AttributeValue) (store.Execution, error) {
 	if !ok && r.err == nil {
 		r.err = fmt.Errorf("dynamostore: attribute %s is not <tenant>#<execution id>", s.AttrPK)
 	}
+	key = withIncarnation(key, item)
 	e := store.Execution{
 		TenantID: key.TenantID, ExecutionID: key.ExecutionID, PipelineID: r.str(s.AttrPipelineID),
 		Status: store.Status(r.str(s.AttrStatus)), Version: r.int64(s.AttrVersion),
@@ -383,7 +398,8 @@ func decode(item map[string]types.AttributeValue) (store.Execution, error) {
 		DLQPending: r.bool(s.AttrDLQPending), Note: r.str(s.AttrNote), RedriveCount: r.int(s.AttrRedriveCount),
 		CancelReason: r.str(s.AttrCancelReason), CancelRequestedAt: r.millis(s.AttrCancelRequested),
 		CreatedAt: r.millis(s.AttrCreated), UpdatedAt: r.millis(s.AttrUpdated), ExpiresAt: r.seconds(s.AttrTTL),
-		Await: r.await(s.AttrAwait),
+		RecordsExpireAt: r.seconds(s.AttrRecordsExpire),
+		Await:           r.await(s.AttrAwait),
 	}
 	if _, ok := item[s.AttrErrorCode]; ok {
 		e.Error = &store.Failure{Code: r.str(s.AttrErrorCode), Message: r.str(s.AttrErrorMessage), TerminalReason: r.str(s.AttrTerminalReason)}

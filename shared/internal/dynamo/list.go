@@ -233,7 +233,7 @@ func decodeListItem(item map[string]types.AttributeValue) (listItem, error) {
 	if !ok || r.err != nil {
 		return listItem{}, fmt.Errorf("dynamostore: list index entry with a malformed %s or %s", s.AttrPK, s.AttrCreated)
 	}
-	return listItem{key: key, at: at}, nil
+	return listItem{key: withIncarnation(key, item), at: at}, nil
 }
 
 // listCursor is the position of a list query in each bucket.

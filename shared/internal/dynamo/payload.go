@@ -79,6 +79,40 @@ func (ps *PayloadStore) PutPart(ctx context.Context, p payload.Part) error {
 	return nil
 }
 
+// ExtendPart implements payload.Store: one UpdateItem of the TTL,
+// conditional on the part being live and its expiry earlier (a part kept
+// longer already is left alone). DynamoDB bills the write by the whole
+// item: extending a 256 KiB chunk costs as much as writing it.
+func (ps *PayloadStore) ExtendPart(ctx context.Context, payloadID, name string, until time.Time) error {
+	ctx, cancel := withDeadline(ctx, ps.timeout)
+	defer cancel()
+	now := ps.clock.Now()
+	_, err := ps.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: &ps.table, Key: ps.key(payloadID, name),
+		UpdateExpression:                    aws.String("SET #ttl = :until"),
+		ConditionExpression:                 aws.String("attribute_exists(#id) AND #ttl > :now AND #ttl < :until"),
+		ExpressionAttributeNames:            map[string]string{"#id": s.AttrPayloadID, "#ttl": s.AttrTTL},
+		ExpressionAttributeValues:           map[string]types.AttributeValue{":now": seconds(now), ":until": seconds(until)},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	})
+	var ccf *types.ConditionalCheckFailedException
+	if errors.As(err, &ccf) {
+		if old := ccf.Item; old != nil && ps.live(old) {
+			return nil // kept that long already (or without an expiry)
+		}
+		return fmt.Errorf("dynamostore: extend payload %s/%s: %w", payloadID, name, payload.ErrNotFound)
+	}
+	return translate("extend payload part", err)
+}
+
+// DeletePart implements payload.Store with one DeleteItem.
+func (ps *PayloadStore) DeletePart(ctx context.Context, payloadID, name string) error {
+	ctx, cancel := withDeadline(ctx, ps.timeout)
+	defer cancel()
+	_, err := ps.db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &ps.table, Key: ps.key(payloadID, name)})
+	return translate("delete payload part", err)
+}
+
 // GetPart implements payload.Store with a strongly consistent read.
 func (ps *PayloadStore) GetPart(ctx context.Context, payloadID, name string) (payload.Part, error) {
 	ctx, cancel := withDeadline(ctx, ps.timeout)

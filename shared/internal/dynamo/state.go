@@ -231,7 +231,11 @@ func (st *StateStore) Get(ctx context.Context, key store.Key) (store.Execution, 
 	if out.Item == nil || !st.live(out.Item) {
 		return store.Execution{}, store.ErrNotFound
 	}
-	return decode(out.Item)
+	e, err := decode(out.Item)
+	if err == nil && !store.Answers(key.ExecutionID, e.ExecutionID) {
+		return store.Execution{}, store.ErrNotFound // another incarnation of the slot
+	}
+	return e, err
 }
 
 // GetBatch implements store.Store with BatchGetItem (100 keys a request,
@@ -240,9 +244,11 @@ func (st *StateStore) GetBatch(ctx context.Context, keys []store.Key) ([]store.E
 	ctx, cancel := st.deadline(ctx)
 	defer cancel()
 	req := make([]map[string]types.AttributeValue, 0, len(keys))
+	asked := make(map[string]string, len(keys)) // pk -> the id asked for
 	for _, k := range keys {
-		if validKey(k) {
+		if _, dup := asked[pk(k)]; validKey(k) && !dup {
 			req = append(req, st.key(k))
+			asked[pk(k)] = k.ExecutionID
 		}
 	}
 	items, err := st.batchGet(ctx, req)
@@ -255,7 +261,9 @@ func (st *StateStore) GetBatch(ctx context.Context, keys []store.Key) ([]store.E
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, e)
+		if store.Answers(asked[pk(e.Key())], e.ExecutionID) {
+			out = append(out, e)
+		}
 	}
 	return out, nil
 }
@@ -311,10 +319,10 @@ func (st *StateStore) Claim(ctx context.Context, req store.ClaimRequest) (store.
 		u.name(s.AttrNextDue), u.value(millis(req.DueBy)),
 		u.name(s.AttrStatus), u.value(str(string(store.Running))),
 		u.name(s.AttrLeaseExpires), u.value(millis(req.TakeoverBy)),
-		st.liveCondition(u))
+		st.rowCondition(u, req.Key))
 	item, err := st.conditionalUpdate(ctx, req.Key, u, cond)
 	switch {
-	case errors.Is(err, errCondition) && item != nil && st.live(item):
+	case errors.Is(err, errCondition) && st.found(item, req.Key):
 		return store.Execution{}, store.ErrConflict
 	case errors.Is(err, errCondition):
 		return store.Execution{}, store.ErrNotFound
@@ -332,7 +340,7 @@ func (st *StateStore) Renew(ctx context.Context, key store.Key, owner string, ve
 	u.set(s.AttrLeaseExpires, millis(until))
 	cond := fmt.Sprintf("%s = %s AND %s = %s AND %s = %s AND %s",
 		u.name(s.AttrLeaseOwner), u.value(str(owner)), u.name(s.AttrVersion), u.value(num(version)),
-		u.name(s.AttrStatus), u.value(str(string(store.Running))), st.liveCondition(u))
+		u.name(s.AttrStatus), u.value(str(string(store.Running))), st.rowCondition(u, key))
 	_, err := st.conditionalUpdate(ctx, key, u, cond)
 	if errors.Is(err, errCondition) {
 		return store.ErrLeaseLost
@@ -353,10 +361,10 @@ func (st *StateStore) Update(ctx context.Context, g store.Guard, next store.Exec
 	if g.LeaseOwner != "" {
 		owner = u.name(s.AttrLeaseOwner) + " = " + u.value(str(g.LeaseOwner))
 	}
-	cond := fmt.Sprintf("%s = %s AND %s AND %s", u.name(s.AttrVersion), u.value(num(g.Version)), owner, st.liveCondition(u))
+	cond := fmt.Sprintf("%s = %s AND %s AND %s", u.name(s.AttrVersion), u.value(num(g.Version)), owner, st.rowCondition(u, g.Key))
 	item, err := st.conditionalUpdate(ctx, g.Key, u, cond)
 	switch {
-	case errors.Is(err, errCondition) && (item == nil || !st.live(item)):
+	case errors.Is(err, errCondition) && !st.found(item, g.Key):
 		return store.Execution{}, store.ErrNotFound
 	case errors.Is(err, errCondition) && g.LeaseOwner != "":
 		return store.Execution{}, store.ErrLeaseLost
@@ -380,9 +388,9 @@ func (st *StateStore) Reschedule(ctx context.Context, key store.Key, from, to ti
 	if !from.IsZero() {
 		was = u.name(s.AttrSweepAt) + " = " + u.value(millis(from))
 	}
-	item, err := st.conditionalUpdate(ctx, key, u, was+" AND "+st.liveCondition(u))
+	item, err := st.conditionalUpdate(ctx, key, u, was+" AND "+st.rowCondition(u, key))
 	switch {
-	case errors.Is(err, errCondition) && (item == nil || !st.live(item)):
+	case errors.Is(err, errCondition) && !st.found(item, key):
 		return store.ErrNotFound
 	case errors.Is(err, errCondition):
 		return store.ErrConflict
@@ -390,9 +398,30 @@ func (st *StateStore) Reschedule(ctx context.Context, key store.Key, from, to ti
 	return err
 }
 
-// liveCondition requires the row to exist and not to have expired.
+// liveCondition requires the item to exist and not to have expired.
 func (st *StateStore) liveCondition(u *update) string {
 	return fmt.Sprintf("attribute_exists(%s) AND %s > %s", u.name(s.AttrPK), u.name(s.AttrTTL), u.value(seconds(st.opts.Clock.Now())))
+}
+
+// rowCondition requires the row to be live and to be the incarnation key
+// names (its ic attribute): a writer that read one incarnation of a slot
+// never changes another.
+func (st *StateStore) rowCondition(u *update, key store.Key) string {
+	identity := "attribute_not_exists(" + u.name(s.AttrIncarnation) + ")"
+	if ic := store.Incarnation(key.ExecutionID); ic != "" {
+		identity = u.name(s.AttrIncarnation) + " = " + u.value(str(ic))
+	}
+	return st.liveCondition(u) + " AND " + identity
+}
+
+// found reports whether the old item a refused write returned is the
+// live row of key's very incarnation (else the write found no row).
+func (st *StateStore) found(item map[string]types.AttributeValue, key store.Key) bool {
+	if item == nil || !st.live(item) {
+		return false
+	}
+	k, ok := splitPK((&reader{item: item}).str(s.AttrPK))
+	return ok && withIncarnation(k, item) == key
 }
 
 var errCondition = errors.New("dynamostore: condition failed")
@@ -540,6 +569,7 @@ func (st *StateStore) dueShard(ctx context.Context, shard int, dueBy time.Time, 
 			if !ok {
 				return refs, false, fmt.Errorf("dynamostore: due index entry with a malformed %s", s.AttrPK)
 			}
+			key = withIncarnation(key, item)
 			refs = append(refs, dueItem{shard: shard, ref: store.DueRef{
 				Key:        key,
 				PipelineID: r.str(s.AttrPipelineID), SweepAt: r.millis(s.AttrSweepAt),

@@ -70,8 +70,12 @@ func appendStr(b []byte, s string) []byte {
 // tenantKey is the prefix of a tenant's keys in the list indexes.
 func tenantKey(tenant string) []byte { return appendStr(nil, tenant) }
 
-// execKey is an execution's key: its tenant and id, each length-prefixed.
-func execKey(k store.Key) []byte { return appendStr(appendStr(nil, k.TenantID), k.ExecutionID) }
+// execKey is an execution's key: its tenant and its id's slot
+// (store.Slot), each length-prefixed. A slot holds one row, whichever
+// incarnation created it last.
+func execKey(k store.Key) []byte {
+	return appendStr(appendStr(nil, k.TenantID), store.Slot(k.ExecutionID))
+}
 
 // splitExecKey is execKey's inverse.
 func splitExecKey(b []byte) (store.Key, bool) {
@@ -161,6 +165,7 @@ type rowRec struct {
 	C  int64          `json:"c"`
 	U  int64          `json:"u"`
 	X  int64          `json:"x,omitempty"`
+	RX int64          `json:"rx,omitempty"`
 	Aw *awaitRec      `json:"aw,omitempty"`
 }
 
@@ -198,6 +203,7 @@ func encodeRow(e *store.Execution) ([]byte, error) {
 		VW: ms(e.VersionWaitSince), LT: e.LastTransitionKey, IK: e.IdempotencyKey, FP: e.Fingerprint, CT: e.CreateToken,
 		In: refPtr(e.Input), Re: refPtr(e.Result), Er: e.Error, DP: e.DLQPending, N: e.Note, RD: e.RedriveCount,
 		CR: e.CancelReason, CQ: ms(e.CancelRequestedAt), C: ms(e.CreatedAt), U: ms(e.UpdatedAt), X: secs(e.ExpiresAt),
+		RX: secs(e.RecordsExpireAt),
 	}
 	if a := e.Await; a != nil {
 		r.Aw = &awaitRec{ID: a.ID, SI: a.StepIndex, S: a.Status, TO: ms(a.TimeoutAt), CA: ms(a.CompletedAt), D: a.Digest, L: a.Late, LP: refPtr(a.LatePayload)}
@@ -218,6 +224,7 @@ func decodeRow(body []byte) (store.Execution, error) {
 		VersionWaitSince: fromMs(r.VW), LastTransitionKey: r.LT, IdempotencyKey: r.IK, Fingerprint: r.FP, CreateToken: r.CT,
 		Input: refVal(r.In), Result: refVal(r.Re), Error: r.Er, DLQPending: r.DP, Note: r.N, RedriveCount: r.RD,
 		CancelReason: r.CR, CancelRequestedAt: fromMs(r.CQ), CreatedAt: fromMs(r.C), UpdatedAt: fromMs(r.U), ExpiresAt: fromSecs(r.X),
+		RecordsExpireAt: fromSecs(r.RX),
 	}
 	if a := r.Aw; a != nil {
 		e.Await = &store.Await{ID: a.ID, StepIndex: a.SI, Status: a.S, TimeoutAt: fromMs(a.TO), CompletedAt: fromMs(a.CA),

@@ -95,7 +95,15 @@ func (l *Effects) CreateOrGet(ctx context.Context, r effect.Record) (effect.Reco
 		}
 		if ok {
 			got, created = old, false
-			return nil
+			if old.ExpiresAt.IsZero() || !r.ExpiresAt.After(old.ExpiresAt) {
+				return nil
+			}
+			got.ExpiresAt = fromSecs(secs(r.ExpiresAt)) // kept as long as the execution may need it
+			v, err := encodeEffect(got)
+			if err != nil {
+				return err
+			}
+			return t.bucket(bEffects).Put([]byte(r.CommandID), v)
 		}
 		r.Version = 1
 		v, err := encodeEffect(r)

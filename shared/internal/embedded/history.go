@@ -76,7 +76,7 @@ func (s *State) History(ctx context.Context, key store.Key) ([]history.Event, er
 	k := execKey(key)
 	var out []history.Event
 	err := s.db.view(ctx, func(tx *bolt.Tx) error {
-		if _, ok, err := s.live(tx, k, s.clock.Now()); err != nil {
+		if _, ok, err := s.liveAs(tx, key, s.clock.Now(), true); err != nil {
 			return err
 		} else if !ok {
 			return store.ErrNotFound

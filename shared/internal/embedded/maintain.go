@@ -207,6 +207,24 @@ func (db *DB) Expire(ctx context.Context) (int, error) {
 					if err := t.bucket(bJobPages).Delete(v.key); err != nil {
 						return err
 					}
+				case string(bParts):
+					if val := t.bucket(bParts).Get(v.key); val == nil {
+						continue
+					} else if p, err := decodePart(val); err != nil || !expired(p.ExpiresAt, now) {
+						continue // written anew since the scan (a part re-put after it expired)
+					}
+					if err := t.bucket(bParts).Delete(v.key); err != nil {
+						return err
+					}
+				case string(bEffects):
+					if val := t.bucket(bEffects).Get(v.key); val == nil {
+						continue
+					} else if r, err := decodeEffect(val); err != nil || !expired(r.ExpiresAt, now) {
+						continue // created anew since the scan: deleting it would lose a command's record
+					}
+					if err := t.bucket(bEffects).Delete(v.key); err != nil {
+						return err
+					}
 				default:
 					if err := t.bucket(v.bucket).Delete(v.key); err != nil {
 						return err

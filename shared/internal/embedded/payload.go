@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 
@@ -99,6 +100,36 @@ func (s *Payloads) GetPart(ctx context.Context, payloadID, name string) (payload
 	}
 	part.PayloadID, part.Name = payloadID, name
 	return part, nil
+}
+
+// ExtendPart implements payload.Store: the part is written again with
+// the later expiry.
+func (s *Payloads) ExtendPart(ctx context.Context, payloadID, name string, until time.Time) error {
+	k := partKey(payloadID, name)
+	return s.db.update(ctx, func(t *txn) error {
+		b := t.bucket(bParts)
+		v := b.Get(k)
+		if v == nil {
+			return refuse(fmt.Errorf("embedded: extend %s %s: %w", payloadID, name, payload.ErrNotFound))
+		}
+		p, err := decodePart(v)
+		if err != nil {
+			return err
+		}
+		switch {
+		case expired(p.ExpiresAt, s.clock.Now()):
+			return refuse(fmt.Errorf("embedded: extend %s %s: %w", payloadID, name, payload.ErrNotFound))
+		case p.ExpiresAt.IsZero() || !until.After(p.ExpiresAt):
+			return nil
+		}
+		p.ExpiresAt = until
+		return b.Put(k, encodePart(p))
+	})
+}
+
+// DeletePart implements payload.Store.
+func (s *Payloads) DeletePart(ctx context.Context, payloadID, name string) error {
+	return s.db.update(ctx, func(t *txn) error { return t.bucket(bParts).Delete(partKey(payloadID, name)) })
 }
 
 // LiveParts counts the payload parts the file holds that have not

@@ -46,6 +46,20 @@ func (s *State) live(tx *bolt.Tx, k []byte, now time.Time) (store.Execution, boo
 	return e, true, nil
 }
 
+// liveAs reads the unexpired row a call with key finds: for a write
+// (exact) the row with key's very id, for a read any the id answers
+// (store.Answers: a bare slot reads whichever incarnation lives in it).
+func (s *State) liveAs(tx *bolt.Tx, key store.Key, now time.Time, exact bool) (store.Execution, bool, error) {
+	e, ok, err := s.live(tx, execKey(key), now)
+	if !ok || err != nil {
+		return e, false, err
+	}
+	if exact && e.ExecutionID != key.ExecutionID || !exact && !store.Answers(key.ExecutionID, e.ExecutionID) {
+		return store.Execution{}, false, nil
+	}
+	return e, true, nil
+}
+
 // putRow writes next over old (nil: none) in t: the row, the sweep and
 // list index entries it moves, its queue entry and its history events.
 func (t *txn) putRow(k []byte, old, next *store.Execution) error {
@@ -74,8 +88,16 @@ func (t *txn) putRow(k []byte, old, next *store.Execution) error {
 			return err
 		}
 	}
-	if err := t.syncQueue(k, next); err != nil {
-		return err
+	// The queue follows the committed transitions (a create, a claim, a
+	// commit: each moves the version). A renewal or a sweeper's reschedule
+	// moves no version and leaves the queue alone: an entry a Dispatch
+	// wrote for a RUNNING row whose lease lapsed (the sweeper's re-dispatch
+	// for a takeover) must survive the sweeper's own reschedule of the row
+	// (audit item 7: it did not, and the execution was never taken over).
+	if old == nil || old.Version != next.Version {
+		if err := t.syncQueue(k, next); err != nil {
+			return err
+		}
 	}
 	return t.record(k, old, next)
 }
@@ -151,6 +173,7 @@ func normalize(e store.Execution) store.Execution {
 		*t = fromMs(ms(*t))
 	}
 	e.ExpiresAt = fromSecs(secs(e.ExpiresAt))
+	e.RecordsExpireAt = fromSecs(secs(e.RecordsExpireAt))
 	if e.Error != nil {
 		f := *e.Error
 		e.Error = &f
@@ -171,7 +194,7 @@ func (s *State) Get(ctx context.Context, key store.Key) (store.Execution, error)
 	var e store.Execution
 	var ok bool
 	err := s.db.view(ctx, func(tx *bolt.Tx) (err error) {
-		e, ok, err = s.live(tx, execKey(key), s.clock.Now())
+		e, ok, err = s.liveAs(tx, key, s.clock.Now(), false)
 		return err
 	})
 	if err != nil {
@@ -189,7 +212,7 @@ func (s *State) GetBatch(ctx context.Context, keys []store.Key) ([]store.Executi
 	err := s.db.view(ctx, func(tx *bolt.Tx) error {
 		now := s.clock.Now()
 		for _, k := range keys {
-			e, ok, err := s.live(tx, execKey(k), now)
+			e, ok, err := s.liveAs(tx, k, now, false)
 			if err != nil {
 				return err
 			}
@@ -207,7 +230,7 @@ func (s *State) Claim(ctx context.Context, req store.ClaimRequest) (store.Execut
 	k := execKey(req.Key)
 	var got store.Execution
 	err := s.db.update(ctx, func(t *txn) error {
-		row, ok, err := s.live(t.tx, k, s.clock.Now())
+		row, ok, err := s.liveAs(t.tx, req.Key, s.clock.Now(), true)
 		switch {
 		case err != nil:
 			return err
@@ -235,7 +258,7 @@ func (s *State) Claim(ctx context.Context, req store.ClaimRequest) (store.Execut
 func (s *State) Renew(ctx context.Context, key store.Key, owner string, version int64, until time.Time) error {
 	k := execKey(key)
 	return s.db.update(ctx, func(t *txn) error {
-		row, ok, err := s.live(t.tx, k, s.clock.Now())
+		row, ok, err := s.liveAs(t.tx, key, s.clock.Now(), true)
 		if err != nil {
 			return err
 		}
@@ -253,7 +276,7 @@ func (s *State) Update(ctx context.Context, g store.Guard, next store.Execution)
 	k := execKey(g.Key)
 	var got store.Execution
 	err := s.db.update(ctx, func(t *txn) error {
-		row, ok, err := s.live(t.tx, k, s.clock.Now())
+		row, ok, err := s.liveAs(t.tx, g.Key, s.clock.Now(), true)
 		switch {
 		case err != nil:
 			return err
@@ -290,7 +313,7 @@ func (s *State) Update(ctx context.Context, g store.Guard, next store.Execution)
 func (s *State) Reschedule(ctx context.Context, key store.Key, from, to time.Time, sweeps int) error {
 	k := execKey(key)
 	return s.db.update(ctx, func(t *txn) error {
-		row, ok, err := s.live(t.tx, k, s.clock.Now())
+		row, ok, err := s.liveAs(t.tx, key, s.clock.Now(), true)
 		switch {
 		case err != nil:
 			return err
@@ -337,8 +360,7 @@ func (s *State) Due(ctx context.Context, q store.DueQuery) (store.DuePage, error
 			if at > by {
 				break
 			}
-			key, ok := splitExecKey(k[8:])
-			if !ok {
+			if _, ok := splitExecKey(k[8:]); !ok {
 				return fmt.Errorf("%w: sweep index key %x", ErrDamaged, k)
 			}
 			row, live, err := s.live(tx, k[8:], now)
@@ -348,6 +370,7 @@ func (s *State) Due(ctx context.Context, q store.DueQuery) (store.DuePage, error
 			if !live || ms(row.SweepAt) != at {
 				continue // expired, or a stale entry
 			}
+			key := row.Key() // the incarnation living in the slot
 			if len(page.Refs) == limit {
 				page.Cursor = base64.RawURLEncoding.EncodeToString(sweepKey(page.Refs[limit-1].SweepAt, execKey(page.Refs[limit-1].Key)))
 				return nil

@@ -165,14 +165,14 @@ func (r *Runtime) completeAwait(ctx context.Context, executionID, awaitID, token
 		if e.LeaseOwner != "" {
 			return e, false, ErrAwaitBusy
 		}
-		ref, err := payload.Write(ctx, r.deps.Payloads, in, slot, lateInlineBudget, r.recordsExpire(e.ExpiresAt))
+		ref, err := payload.Write(ctx, r.deps.Payloads, in, slot, lateInlineBudget, r.horizon(e.RecordsExpireAt, e.ExpiresAt))
 		if err != nil {
 			return e, false, fmt.Errorf("runtime: store late completion: %w", err)
 		}
 		a.Late, a.LatePayload, a.Digest, a.CompletedAt = true, ref, digest, now
 		next := e
 		next.Await, next.UpdatedAt = &a, now
-		got, err := r.deps.Store.Update(ctx, store.Guard{Key: key, Version: e.Version, KeepSweep: true}, next)
+		got, err := r.update(ctx, store.Guard{Key: key, Version: e.Version, KeepSweep: true}, next, ref)
 		if err != nil {
 			return e, false, err
 		}
@@ -182,7 +182,7 @@ func (r *Runtime) completeAwait(ctx context.Context, executionID, awaitID, token
 		return e, false, ErrAwaitNotCurrent
 	}
 	expires := r.keepAlive(&e, now)
-	ref, err := payload.Write(ctx, r.deps.Payloads, in, slot, r.cfg.InlineBudget, r.recordsExpire(expires))
+	ref, err := payload.Write(ctx, r.deps.Payloads, in, slot, r.cfg.InlineBudget, r.horizon(e.RecordsExpireAt, expires))
 	if err != nil {
 		return e, false, fmt.Errorf("runtime: store completion: %w", err)
 	}
@@ -192,7 +192,7 @@ func (r *Runtime) completeAwait(ctx context.Context, executionID, awaitID, token
 	next.Status, next.NextDueAt, next.UpdatedAt, next.ExpiresAt = store.Queued, now, now, expires
 	next.LeaseOwner, next.LeaseExpiresAt = "", time.Time{}
 	next.SweepAt, next.Sweeps = r.firstLook(now), 0
-	got, err := r.deps.Store.Update(ctx, store.Guard{Key: key, Version: e.Version}, next)
+	got, err := r.update(ctx, store.Guard{Key: key, Version: e.Version}, next, ref)
 	if err != nil {
 		return e, false, err
 	}

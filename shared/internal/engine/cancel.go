@@ -117,7 +117,7 @@ func (r *Runtime) finishCancel(ctx context.Context, e store.Execution, by string
 	// shutting-down worker: the write must not be cut short by either.
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.DispatchTimeout+5*time.Second)
 	defer cancel()
-	got, err := r.deps.Store.Update(wctx, store.Guard{Key: e.Key(), Version: e.Version, LeaseOwner: e.LeaseOwner}, next)
+	got, err := r.update(wctx, store.Guard{Key: e.Key(), Version: e.Version, LeaseOwner: e.LeaseOwner}, next)
 	if err != nil {
 		return e, err
 	}

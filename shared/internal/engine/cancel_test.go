@@ -360,11 +360,12 @@ func TestCancelRacingCommit(t *testing.T) {
 			c.store = rs
 			var rt *engine.Runtime
 			var cancelErr error
+			var e store.Execution
 			rs.beforeWrite = func() {
-				_, _, cancelErr = rt.Cancel(context.Background(), store.Key{TenantID: "t1", ExecutionID: engine.ExecutionID("t1", "k1")}, "race")
+				_, _, cancelErr = rt.Cancel(context.Background(), e.Key(), "race")
 			}
 			rt = c.worker("w", engine.Config{Retry: fastRetry, ChainMaxSteps: 1}, nil, threeSteps())
-			e := submitTo(t, rt, "p.three", "k1", map[string]any{})
+			e = submitTo(t, rt, "p.three", "k1", map[string]any{})
 			if errs := deliver(rt, c.queue); len(errs) != 1 || errs[0] != nil || cancelErr != nil {
 				t.Fatalf("delivery %v, cancel %v", errs, cancelErr)
 			}

@@ -530,13 +530,17 @@ func TestIdempotency(t *testing.T) {
 		if r, err := h.rt.Submit(ctx, otherTenant); err != nil || r.Duplicate {
 			t.Fatalf("other tenant = %+v, %v", r, err)
 		}
-		// OPTIONAL_CLIENT_KEY derives a key from the payload.
+		// Under OPTIONAL_CLIENT_KEY a submit without a key is a new
+		// execution, however alike the bodies (audit item 2: the second
+		// of two identical key-less submits answered "duplicate" and
+		// nothing ran for it).
 		noKey := req
 		noKey.IdempotencyKey = ""
-		a, _ := h.rt.Submit(ctx, noKey)
-		b, _ := h.rt.Submit(ctx, noKey)
-		if a.Duplicate || !b.Duplicate || a.Execution.ExecutionID != b.Execution.ExecutionID {
-			t.Fatalf("derived key: %+v / %+v", a, b)
+		a, errA := h.rt.Submit(ctx, noKey)
+		b, errB := h.rt.Submit(ctx, noKey)
+		if errA != nil || errB != nil || a.Duplicate || b.Duplicate || a.Execution.ExecutionID == b.Execution.ExecutionID {
+			t.Fatalf("two key-less submits: %s duplicate=%v (%v) / %s duplicate=%v (%v); want two new executions",
+				a.Execution.ExecutionID, a.Duplicate, errA, b.Execution.ExecutionID, b.Duplicate, errB)
 		}
 		if _, err := h.rt.Submit(ctx, engine.SubmitRequest{TenantID: "t1", PipelineID: "nope", Input: in}); !errors.Is(err, engine.ErrPipelineNotFound) {
 			t.Fatalf("unknown pipeline err = %v", err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/qasync/qasync/shared/clock"
 	"github.com/qasync/qasync/shared/dispatch"
+	"github.com/qasync/qasync/shared/effect"
 	"github.com/qasync/qasync/shared/internal/engine"
 	"github.com/qasync/qasync/shared/internal/logtest"
 	"github.com/qasync/qasync/shared/payload"
@@ -29,6 +30,7 @@ type cluster struct {
 	// jobs is the store's job store (bulk re-drives), which tests wrap.
 	jobs     jobStore
 	payloads payload.Store
+	effects  effect.Log
 	queue    *queue
 	dlq      *recordingDLQ
 	logs     *logtest.Buffer
@@ -94,7 +96,7 @@ func newCluster(t *testing.T) *cluster {
 	if !ok {
 		t.Fatalf("the state store %T keeps no jobs", pv.store)
 	}
-	return &cluster{t: t, store: pv.store, jobs: js, payloads: pv.payloads,
+	return &cluster{t: t, store: pv.store, jobs: js, payloads: pv.payloads, effects: pv.effects,
 		queue: &queue{}, dlq: &recordingDLQ{}, logs: &logtest.Buffer{}}
 }
 
@@ -107,7 +109,7 @@ func (c *cluster) worker(id string, cfg engine.Config, clk clock.Clock, ps ...pi
 	}
 	cfg.WorkerID = id
 	rt, err := engine.New(cfg, engine.Deps{
-		Registry: reg, Store: c.store, Payloads: c.payloads, Dispatcher: c.queue, DeadLetter: c.dlq, Clock: clk, Observers: c.observers,
+		Registry: reg, Store: c.store, Payloads: c.payloads, Effects: c.effects, Dispatcher: c.queue, DeadLetter: c.dlq, Clock: clk, Observers: c.observers,
 		Logger: slog.New(slog.NewJSONHandler(c.logs, &slog.HandlerOptions{Level: slog.LevelDebug})).With(slog.String("worker", id)),
 	})
 	if err != nil {

@@ -35,7 +35,6 @@ package engine
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -215,7 +214,7 @@ func (r *Runtime) StartRedrives(ctx context.Context, tenant string, filter Redri
 	if frozen := now.Add(time.Millisecond); before.IsZero() || before.After(frozen) {
 		before = frozen // nothing submitted after the job started
 	}
-	id := newJobID()
+	id := r.newJobID()
 	job := &redriveJob{st: redriveState{
 		PipelineID: filter.PipelineID, Statuses: statuses, ErrorCode: filter.ErrorCode, After: filter.CreatedAfter, Before: before,
 		Reason: store.Truncate(reason, store.MaxErrorMessage-len(auditPrefix(id))), Rate: ratePerSecond, DryRun: dryRun,
@@ -557,8 +556,8 @@ func (r *Runtime) redriveOne(ctx context.Context, job *redriveJob, id string) re
 }
 
 // newJobID is a random job id (32 hex digits).
-func newJobID() string {
+func (r *Runtime) newJobID() string {
 	var b [16]byte
-	_, _ = rand.Read(b[:])
+	r.random(b[:])
 	return hex.EncodeToString(b[:])
 }

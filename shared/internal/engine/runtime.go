@@ -11,12 +11,16 @@ package engine
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -35,12 +39,18 @@ type IdempotencyPolicy string
 
 // Idempotency policies, named as in the seed document.
 const (
-	// OptionalClientKey uses the client's key, or derives one from tenant,
-	// pipeline and payload digest when the client sends none.
+	// OptionalClientKey uses the client's key when it sends one (a retry
+	// with it resolves to the same execution while that lives); without
+	// one, every submit is a new execution (the spec's crash table: the
+	// caller's retried submission is a duplicate the caller must tolerate).
 	OptionalClientKey IdempotencyPolicy = "OPTIONAL_CLIENT_KEY"
 	// ClientKeyRequired refuses a submission without a client key.
 	ClientKeyRequired IdempotencyPolicy = "CLIENT_KEY_REQUIRED"
-	// ServerKeyOnly always derives the key and ignores the client's.
+	// ServerKeyOnly ignores the client's key and derives one from the
+	// request (tenant, pipeline and payload digest): an identical request
+	// resolves to the same execution while that execution's row lives,
+	// that is until a retention after it ended. A body submitted again
+	// after that starts a new execution.
 	ServerKeyOnly IdempotencyPolicy = "SERVER_KEY_ONLY"
 )
 
@@ -166,10 +176,6 @@ func (c *Config) defaults() error {
 	if c.ChainMaxSteps == 0 {
 		c.ChainMaxSteps = def.ChainMaxSteps
 	}
-	if c.WorkerID == "" {
-		host, _ := os.Hostname()
-		c.WorkerID = newWorkerID(store.Truncate(host, 20))
-	}
 	switch {
 	case c.Lease < 3*time.Millisecond:
 		return fmt.Errorf("runtime: lease %s too short", c.Lease)
@@ -222,6 +228,10 @@ type Deps struct {
 	// History reads executions' histories (Runtime.History). Optional:
 	// without it, History returns ErrHistoryUnavailable.
 	History history.Reader
+	// Rand is the source of the runtime's randomness (execution ids'
+	// incarnations and random slots, worker ids, job ids). Default
+	// crypto/rand; the simulator passes a seeded one.
+	Rand io.Reader
 }
 
 // Runtime is the execution engine. It is safe for concurrent use.
@@ -230,6 +240,9 @@ type Runtime struct {
 	deps Deps
 	// draining is set by Drain: committed steps hand the next one over.
 	draining atomic.Bool
+	// randMu serializes reads of deps.Rand (a seeded source is not safe
+	// for concurrent use).
+	randMu sync.Mutex
 }
 
 // Drain tells the runtime that its process is shutting down: the steps it
@@ -240,6 +253,13 @@ func (r *Runtime) Drain() { r.draining.Store(true) }
 
 // New checks cfg and deps and returns a Runtime.
 func New(cfg Config, deps Deps) (*Runtime, error) {
+	if deps.Rand == nil {
+		deps.Rand = rand.Reader
+	}
+	if cfg.WorkerID == "" {
+		host, _ := os.Hostname()
+		cfg.WorkerID = newWorkerID(store.Truncate(host, 20), deps.Rand)
+	}
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
@@ -298,10 +318,13 @@ type SubmitResult struct {
 	Duplicate bool
 }
 
-// Submit records the execution durably (row and key in one conditional
-// write) and only then dispatches its first work item. A duplicate
-// returns the existing execution and dispatches nothing. A key bound to a
-// different request fails with store.ErrKeyMismatch.
+// Submit records the execution durably (one conditional write of its
+// row) and only then dispatches its first work item. A duplicate (the key
+// is bound to a live execution of the same request) returns that
+// execution and dispatches nothing. A key bound to a different request
+// fails with store.ErrKeyMismatch. Neither a duplicate nor a refusal
+// stores anything: a keyed submit whose input is too large for the row
+// looks for the key's live execution before it writes the input.
 func (r *Runtime) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, error) {
 	p, ok := r.deps.Registry.Get(req.PipelineID)
 	if !ok {
@@ -310,16 +333,32 @@ func (r *Runtime) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, 
 	digest := payload.Digest(req.Input.Data)
 	key := req.IdempotencyKey
 	switch {
-	case r.cfg.IdempotencyPolicy == ServerKeyOnly, key == "" && r.cfg.IdempotencyPolicy == OptionalClientKey:
+	case r.cfg.IdempotencyPolicy == ServerKeyOnly:
 		key = "derived:" + hashParts(req.TenantID, req.PipelineID, digest)
-	case key == "":
+	case key == "" && r.cfg.IdempotencyPolicy == ClientKeyRequired:
 		return SubmitResult{}, ErrKeyRequired
+	}
+	fingerprint := hashParts(p.ID, string(req.Input.Encoding), req.Input.ContentType, req.Input.Message, digest)[:32]
+	id, token := r.newExecutionID(req.TenantID, key)
+	if key != "" && len(req.Input.Data) > r.cfg.InlineBudget {
+		// The input goes to the payload store: answer a duplicate or a
+		// refusal from the live row first, so that neither stores a part.
+		cur, err := r.deps.Store.Get(ctx, store.Key{TenantID: req.TenantID, ExecutionID: store.Slot(id)})
+		switch {
+		case err == nil && cur.Fingerprint != fingerprint:
+			return SubmitResult{}, store.ErrKeyMismatch
+		case err == nil:
+			return r.duplicate(ctx, cur), nil
+		case !errors.Is(err, store.ErrNotFound):
+			return SubmitResult{}, err
+		}
 	}
 	now := r.deps.Clock.Now()
 	expires := now.Add(r.cfg.ExecutionTTL)
-	// The input's slot is the idempotency key: a duplicate submission
-	// rewrites identical chunks instead of orphaning new ones.
-	in, err := payload.Write(ctx, r.deps.Payloads, req.Input, "input/"+store.KeyID(req.TenantID, key), r.cfg.InlineBudget, r.recordsExpire(expires))
+	records := r.recordsExpire(expires)
+	// The input's slot is the execution (incarnation) itself: nothing of
+	// it is shared with another execution of the key.
+	in, err := payload.Write(ctx, r.deps.Payloads, req.Input, "input/"+store.KeyID(req.TenantID, id), r.cfg.InlineBudget, records)
 	if err != nil {
 		return SubmitResult{}, fmt.Errorf("runtime: store input: %w", err)
 	}
@@ -328,27 +367,47 @@ func (r *Runtime) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, 
 		clientKey = "" // derived: not stored
 	}
 	row := store.Execution{
-		TenantID: req.TenantID, ExecutionID: executionID(req.TenantID, key), PipelineID: p.ID, PipelineVersion: p.VersionID(),
+		TenantID: req.TenantID, ExecutionID: id, PipelineID: p.ID, PipelineVersion: p.VersionID(),
 		Status: store.Queued, Version: 1, StepName: p.Steps[0].Name, Attempt: 1,
 		NextDueAt: now, SweepAt: r.firstLook(now), IdempotencyKey: clientKey, Input: in,
-		Fingerprint: hashParts(p.ID, string(req.Input.Encoding), req.Input.ContentType, req.Input.Message, digest)[:32],
-		CreateToken: newToken(),
-		CreatedAt:   now, UpdatedAt: now, ExpiresAt: expires,
+		Fingerprint: fingerprint, CreateToken: token,
+		CreatedAt: now, UpdatedAt: now, ExpiresAt: expires, RecordsExpireAt: records,
 	}
 	got, created, err := r.deps.Store.CreateOrGet(ctx, store.CreateRequest{Execution: row})
+	if (err == nil && !created) || errors.Is(err, store.ErrKeyMismatch) {
+		// Another create won the key meanwhile: the input just written
+		// belongs to no execution (best effort; its expiry ends it else).
+		r.discard(ctx, in)
+	}
 	if err != nil {
 		return SubmitResult{}, err
 	}
-	log := r.execLogger(&got)
 	if !created {
-		log.LogAttrs(ctx, slog.LevelInfo, "execution_deduplicated", slog.String("event", "execution_deduplicated"))
-		return SubmitResult{Execution: got, Duplicate: true}, nil
+		return r.duplicate(ctx, got), nil
 	}
+	log := r.execLogger(&got)
 	log.LogAttrs(ctx, slog.LevelInfo, "execution_submitted", slog.String("event", "execution_submitted"),
 		slog.String("pipeline_version", got.PipelineVersion),
 		slog.Int64("input_bytes", in.Length), slog.Bool("input_inline", in.ManifestID == ""))
 	r.dispatch(ctx, &got, 0)
 	return SubmitResult{Execution: got}, nil
+}
+
+// duplicate is the answer to a submit the key's live execution answers.
+func (r *Runtime) duplicate(ctx context.Context, e store.Execution) SubmitResult {
+	r.execLogger(&e).LogAttrs(ctx, slog.LevelInfo, "execution_deduplicated", slog.String("event", "execution_deduplicated"))
+	return SubmitResult{Execution: e, Duplicate: true}
+}
+
+// discard deletes the stored parts of a payload no execution references.
+func (r *Runtime) discard(ctx context.Context, ref payload.Ref) {
+	if ref.ManifestID == "" {
+		return
+	}
+	if err := payload.Delete(ctx, r.deps.Payloads, ref); err != nil {
+		r.deps.Logger.LogAttrs(ctx, slog.LevelWarn, "payload_discard_failed", slog.String("event", "payload_discard_failed"),
+			slog.String("payload_id", ref.ManifestID), slog.String("error", err.Error()))
+	}
 }
 
 // Status returns the execution's row as the tenant sees it.
@@ -451,7 +510,7 @@ func (r *Runtime) RedriveWith(ctx context.Context, key store.Key, opts RedriveOp
 	next.Error, next.DLQPending = nil, false
 	next.Note = store.Truncate(reason, store.MaxErrorMessage)
 	next.RedriveCount++
-	got, err := r.deps.Store.Update(ctx, store.Guard{Key: key, Version: e.Version}, next)
+	got, err := r.update(ctx, store.Guard{Key: key, Version: e.Version}, next)
 	if err != nil {
 		return e, err
 	}
@@ -491,11 +550,65 @@ func (r *Runtime) keepAlive(e *store.Execution, now time.Time) time.Time {
 }
 
 // recordsExpire is the expiry of records written for a row that expires at
-// rowExpires (payload chunks, effect records): one more retention, so that
-// later extensions of the row (a park up to its timeout, a re-drive) find
-// them still there.
+// rowExpires (payload parts, effect records): one more retention, so that
+// later extensions of the row find them still there for a while.
 func (r *Runtime) recordsExpire(rowExpires time.Time) time.Time {
 	return rowExpires.Add(r.cfg.ExecutionTTL)
+}
+
+// horizon is the records' horizon (store.Execution.RecordsExpireAt) of a
+// row whose horizon was cur once a write sets its expiry to expires: cur
+// while it stays at least half a retention past the expiry, else a
+// retention past it. So the horizon, and the records with it, move about
+// once per half a retention of an execution's life, not at every commit.
+func (r *Runtime) horizon(cur, expires time.Time) time.Time {
+	if !cur.IsZero() && !expires.Add(r.cfg.ExecutionTTL/2).After(cur) {
+		return cur
+	}
+	return r.recordsExpire(expires)
+}
+
+// keepRecords gives next the horizon its expiry needs. When the horizon
+// moves, it first extends every stored payload next references (input,
+// result, a late completion) to it, except those in written (this write's
+// own, written with the new horizon already): no record the row needs
+// expires while the row lives, however often it is extended (retries,
+// parks, re-drives). A payload already gone is logged and left (the step
+// reading it fails with payload_unreadable); any other failure is
+// returned, and the write must not happen.
+func (r *Runtime) keepRecords(ctx context.Context, next *store.Execution, written ...payload.Ref) error {
+	h := r.horizon(next.RecordsExpireAt, next.ExpiresAt)
+	if h.Equal(next.RecordsExpireAt) {
+		return nil
+	}
+	refs := []payload.Ref{next.Input, next.Result}
+	if next.Await != nil {
+		refs = append(refs, next.Await.LatePayload)
+	}
+	for _, ref := range refs {
+		if ref.ManifestID == "" || slices.ContainsFunc(written, func(w payload.Ref) bool { return w.ManifestID == ref.ManifestID }) {
+			continue
+		}
+		err := payload.Extend(ctx, r.deps.Payloads, ref, h)
+		switch {
+		case errors.Is(err, payload.ErrNotFound), errors.Is(err, payload.ErrCorrupt):
+			r.execLogger(next).LogAttrs(ctx, slog.LevelError, "payload_lost", slog.String("event", "payload_lost"),
+				slog.String("payload_id", ref.ManifestID), slog.String("error", err.Error()))
+		case err != nil:
+			return fmt.Errorf("runtime: keep the payloads of %s: %w", next.ExecutionID, err)
+		}
+	}
+	next.RecordsExpireAt = h
+	return nil
+}
+
+// update is Store.Update after keepRecords: every write that may move a
+// row's expiry goes through it.
+func (r *Runtime) update(ctx context.Context, g store.Guard, next store.Execution, written ...payload.Ref) (store.Execution, error) {
+	if err := r.keepRecords(ctx, &next, written...); err != nil {
+		return store.Execution{}, err
+	}
+	return r.deps.Store.Update(ctx, g, next)
 }
 
 func maxTime(a, b time.Time) time.Time {
@@ -505,14 +618,25 @@ func maxTime(a, b time.Time) time.Time {
 	return b
 }
 
-// checkRetention refuses a registry whose await steps may park an
-// execution longer than the retention could keep it.
+// checkRetention refuses a configuration whose executions would wait
+// longer than the retention: an await step's timeout, or a retry delay
+// (the default policy's, or a step's own), beyond it. The runtime keeps a
+// waiting row alive past its wait anyway; refusing at startup tells the
+// author that the wait is not what they meant.
 func checkRetention(cfg Config, reg *pipeline.Registry) error {
+	if cfg.Retry.MaxDelay > cfg.ExecutionTTL {
+		return fmt.Errorf("runtime: the retry delay may reach %s (pipeline.orchestrator.retry-max-delay), more than the execution retention %s (pipeline.orchestrator.execution-ttl-days)",
+			cfg.Retry.MaxDelay, cfg.ExecutionTTL)
+	}
 	for _, p := range reg.All() {
 		for _, s := range p.Steps {
 			if s.AwaitTimeout > cfg.ExecutionTTL {
 				return fmt.Errorf("runtime: pipeline %s step %s: await timeout %s exceeds the execution retention %s (pipeline.orchestrator.execution-ttl-days): the parked execution could not be kept that long",
 					p.ID, s.Name, s.AwaitTimeout, cfg.ExecutionTTL)
+			}
+			if s.Retry != nil && s.Retry.MaxDelay > cfg.ExecutionTTL {
+				return fmt.Errorf("runtime: pipeline %s step %s: its retry delay may reach %s (WithRetry MaxDelay), more than the execution retention %s (pipeline.orchestrator.execution-ttl-days)",
+					p.ID, s.Name, s.Retry.MaxDelay, cfg.ExecutionTTL)
 			}
 		}
 	}

@@ -194,6 +194,9 @@ type transition struct {
 	// next, set by a commit that also claimed the next step, is that step's row.
 	chained int
 	next    *store.Execution
+	// written is the payload this transition wrote for its commit (a
+	// step's output), with the horizon the commit sets already.
+	written payload.Ref
 }
 
 func (t *transition) run(ctx context.Context, takeover bool) error {
@@ -275,7 +278,7 @@ func (t *transition) stepInfo(step pipeline.Step) pipeline.StepInfo {
 		StepName: step.Name, StepIndex: row.StepIndex, Attempt: row.Attempt,
 		TransitionKey: row.TransitionKey(), FencingToken: row.Version,
 		IdempotencyKey: store.StepIdempotencyKey(row.TenantID, row.ExecutionID, step.Name),
-		Logger:         t.log, Effects: r.deps.Effects, ExpiresAt: r.recordsExpire(row.ExpiresAt),
+		Logger:         t.log, Effects: r.deps.Effects, ExpiresAt: r.horizon(row.RecordsExpireAt, row.ExpiresAt),
 		Rejects: r.deps.Rejects, Objects: r.deps.Objects, OutputBucket: r.cfg.OutputBucket,
 	}
 	if secret := r.cfg.AwaitSecret; secret != "" {
@@ -383,13 +386,17 @@ func (t *transition) succeed(ctx context.Context, out payload.Payload, stored *p
 		}
 	}
 	now := r.deps.Clock.Now()
+	expires := r.keepAlive(row, now)
+	if last {
+		expires = now.Add(r.cfg.ExecutionTTL)
+	}
 	var ref payload.Ref
 	if stored != nil {
 		ref = *stored
 	} else {
 		slot := "result/" + row.TenantID + "/" + row.ExecutionID + "/" + strconv.Itoa(row.StepIndex)
 		var err error
-		ref, err = payload.Write(ctx, r.deps.Payloads, out, slot, r.cfg.InlineBudget, r.recordsExpire(r.keepAlive(row, now)))
+		ref, err = payload.Write(ctx, r.deps.Payloads, out, slot, r.cfg.InlineBudget, r.horizon(row.RecordsExpireAt, expires))
 		if errors.Is(err, payload.ErrInvalid) {
 			return t.fail(ctx, pipeline.NonRetryable(CodeOutputUnstorable, fmt.Errorf("step %s output: %w", row.StepName, err)), policy)
 		}
@@ -400,9 +407,10 @@ func (t *transition) succeed(ctx context.Context, out payload.Payload, stored *p
 	next := t.base(now)
 	next.Result = ref
 	chain := !last && t.mayChain(ctx)
+	t.written = ref
 	switch {
 	case last:
-		next.Status, next.ExpiresAt = store.Succeeded, now.Add(r.cfg.ExecutionTTL)
+		next.Status, next.ExpiresAt = store.Succeeded, expires
 		next.SweepAt, next.Sweeps = time.Time{}, 0 // out of the sweep index
 	default:
 		next.Status, next.StepIndex, next.StepName = store.Queued, row.StepIndex+1, p.Steps[row.StepIndex+1].Name
@@ -412,7 +420,8 @@ func (t *transition) succeed(ctx context.Context, out payload.Payload, stored *p
 			next.Status, next.LeaseOwner, next.LeaseExpiresAt = store.Running, r.cfg.WorkerID, now.Add(r.cfg.Lease)
 		}
 	}
-	got, err := t.commit(ctx, next, !last, slog.Int64("result_bytes", ref.Length), slog.Bool("chained", chain))
+	keepSweep := !last && t.sweepKept(&next, now)
+	got, err := t.commit(ctx, next, keepSweep, slog.Int64("result_bytes", ref.Length), slog.Bool("chained", chain))
 	if err != nil || got == nil {
 		return err
 	}
@@ -428,6 +437,28 @@ func (t *transition) succeed(ctx context.Context, out payload.Payload, stored *p
 	}
 	r.handOver(ctx, got, 0)
 	return nil
+}
+
+// sweepKept reports whether a hand-over to the next step may leave the
+// sweep index as stored (no index write: the happy path): the sweeper has
+// re-dispatched nothing of this execution since it last made progress,
+// and its next look is no later than this worker's lease allows (a lapsed
+// lease, the tolerance and the grace). Otherwise next's look is pulled in
+// to what the next step needs (a grace after it is due, or after the
+// chained claim's lease) and the count of re-dispatches reset, so that a
+// work item lost after progress waits no longer than the first one did,
+// whatever the execution lived through before.
+func (t *transition) sweepKept(next *store.Execution, now time.Time) bool {
+	r, row := t.r, &t.row
+	slack := r.cfg.ClockSkewTolerance + r.cfg.SweepGrace
+	if row.Sweeps == 0 && !row.SweepAt.IsZero() && !row.SweepAt.After(row.LeaseExpiresAt.Add(slack)) {
+		return true
+	}
+	next.SweepAt, next.Sweeps = r.firstLook(now), 0
+	if next.Status == store.Running {
+		next.SweepAt = next.LeaseExpiresAt.Add(slack)
+	}
+	return false
 }
 
 // mayChain reports whether this worker may run the next step itself right
@@ -472,6 +503,9 @@ func (t *transition) fail(ctx context.Context, stepErr error, policy pipeline.Re
 		delay := policy.Backoff(row.Attempt)
 		next.Status, next.Attempt, next.Releases, next.NextDueAt = store.WaitRetry, row.Attempt+1, 0, now.Add(delay)
 		next.SweepAt, next.Sweeps = r.firstLook(next.NextDueAt), 0
+		// A row waiting for its retry is live: kept a retention past the
+		// retry time, however long the delay.
+		next.ExpiresAt = maxTime(next.ExpiresAt, next.NextDueAt.Add(r.cfg.ExecutionTTL))
 		got, err := t.commit(ctx, next, false, slog.String("error_code", code))
 		if err != nil || got == nil {
 			return err
@@ -569,6 +603,10 @@ func (t *transition) commit(ctx context.Context, next store.Execution, keepSweep
 	// A wall-clock bound besides the attempts: a lease and some.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Lease+5*time.Second)
 	defer cancel()
+	if err := r.keepRecords(cctx, &next, t.written); err != nil {
+		// Nothing is written: the step is tried again, as after a failed commit.
+		return nil, fmt.Errorf("runtime: commit %s: %w", t.row.TransitionKey(), err)
+	}
 	backoff := commitBackoff
 	for attempt := 1; ; attempt++ {
 		got, err := r.deps.Store.Update(cctx, guard, next)
@@ -729,7 +767,7 @@ func (r *Runtime) markDeadLettered(ctx context.Context, e store.Execution) (stor
 	next := e
 	next.Status, next.DLQPending, next.NextDueAt, next.UpdatedAt = store.DLQ, false, time.Time{}, now
 	next.SweepAt, next.Sweeps, next.ExpiresAt = time.Time{}, 0, now.Add(r.cfg.ExecutionTTL)
-	got, err := r.deps.Store.Update(ctx, store.Guard{Key: e.Key(), Version: e.Version}, next)
+	got, err := r.update(ctx, store.Guard{Key: e.Key(), Version: e.Version}, next)
 	if err != nil {
 		return e, err
 	}

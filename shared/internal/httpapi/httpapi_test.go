@@ -383,13 +383,23 @@ func TestSubmitKeyRequired(t *testing.T) {
 	}
 }
 
-func TestSubmitWithoutKeyDerivesOne(t *testing.T) {
+// TestSubmitWithoutKeyIsNew: without an Idempotency-Key every submit is a
+// new execution (audit item 2: the same body again answered 200
+// duplicate and nothing ran); SERVER_KEY_ONLY is the policy that
+// deduplicates identical bodies, while the execution's row lives.
+func TestSubmitWithoutKeyIsNew(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	first := e.mustSubmit("echo", "", `{"n":1}`)
 	w := e.submit("echo", "", `{"n":1}`)
+	if w.Code != http.StatusAccepted || decode[httpapi.SubmitResponse](t, w).ExecutionID == first.ExecutionID {
+		t.Errorf("same body without key: %d %s, want 202 and a new execution (not %s)", w.Code, w.Body, first.ExecutionID)
+	}
+	server := newEnv(t, func(c *engine.Config, _ *engine.Deps, _ *httpapi.Options) { c.IdempotencyPolicy = engine.ServerKeyOnly })
+	first = server.mustSubmit("echo", "", `{"n":1}`)
+	w = server.submit("echo", "client-key-ignored", `{"n":1}`)
 	if w.Code != http.StatusOK || decode[httpapi.SubmitResponse](t, w).ExecutionID != first.ExecutionID {
-		t.Errorf("same body without key: %d %s, want 200 duplicate of %s", w.Code, w.Body, first.ExecutionID)
+		t.Errorf("same body under SERVER_KEY_ONLY: %d %s, want 200 duplicate of %s", w.Code, w.Body, first.ExecutionID)
 	}
 }
 

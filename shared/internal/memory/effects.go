@@ -55,6 +55,10 @@ func (l *Effects) CreateOrGet(ctx context.Context, r effect.Record) (effect.Reco
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if old, ok := l.live(r.CommandID); ok {
+		if !old.ExpiresAt.IsZero() && r.ExpiresAt.After(old.ExpiresAt) {
+			old.ExpiresAt = r.ExpiresAt
+			l.records[old.CommandID] = old
+		}
 		return copyEffect(old), false, nil
 	}
 	r.Version = 1

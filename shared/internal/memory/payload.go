@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/qasync/qasync/shared/clock"
 	"github.com/qasync/qasync/shared/payload"
@@ -73,6 +74,36 @@ func (s *PayloadStore) GetPart(ctx context.Context, payloadID, name string) (pay
 	}
 	p.Data = bytes.Clone(p.Data)
 	return p, nil
+}
+
+// ExtendPart implements payload.Store.
+func (s *PayloadStore) ExtendPart(ctx context.Context, payloadID, name string, until time.Time) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	k := partKey{payloadID, name}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.parts[k]
+	if !ok || expired(p.ExpiresAt, s.clock.Now()) {
+		return fmt.Errorf("memstore: extend %s %s: %w", payloadID, name, payload.ErrNotFound)
+	}
+	if !p.ExpiresAt.IsZero() && until.After(p.ExpiresAt) {
+		p.ExpiresAt = until
+		s.parts[k] = p
+	}
+	return nil
+}
+
+// DeletePart implements payload.Store.
+func (s *PayloadStore) DeletePart(ctx context.Context, payloadID, name string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.parts, partKey{payloadID, name})
+	return nil
 }
 
 // LiveParts counts the parts the store holds that have not expired by

@@ -15,8 +15,9 @@ import (
 )
 
 // StateStore is the in-memory execution state store. It is safe for
-// concurrent use and mirrors the DynamoDB layout: an execution map, a key
-// map, and a sparse sweep set holding only rows with SweepAt set. It is
+// concurrent use and mirrors the DynamoDB layout: one row per slot (the
+// execution id's slot: store.Slot), and a sparse sweep set holding only
+// rows with SweepAt set. It is
 // also the history reader of its executions: every write that commits a
 // new row version records the events history.Derive gives for it, under
 // the same lock, so a history is never behind its row.
@@ -57,16 +58,17 @@ func (s *StateStore) CreateOrGet(ctx context.Context, req store.CreateRequest) (
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if row := s.live(e.Key(), s.clock.Now()); row != nil {
+	k := slotKey(e.Key())
+	if row := s.live(k, s.clock.Now()); row != nil {
 		if row.Fingerprint != e.Fingerprint {
 			return store.Execution{}, false, store.ErrKeyMismatch
 		}
 		return clone(*row), row.CreateToken != "" && row.CreateToken == e.CreateToken, nil
 	}
 	row := clone(e)
-	s.rows[e.Key()] = &row
+	s.rows[k] = &row
 	s.index(&row)
-	s.hist[e.Key()] = history.Derive(nil, &row)
+	s.hist[k] = history.Derive(nil, &row)
 	return clone(row), true, nil
 }
 
@@ -77,7 +79,7 @@ func (s *StateStore) Get(ctx context.Context, key store.Key) (store.Execution, e
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	row := s.live(key, s.clock.Now())
+	row := s.read(key, s.clock.Now())
 	if row == nil {
 		return store.Execution{}, store.ErrNotFound
 	}
@@ -94,7 +96,7 @@ func (s *StateStore) GetBatch(ctx context.Context, keys []store.Key) ([]store.Ex
 	now := s.clock.Now()
 	out := make([]store.Execution, 0, len(keys))
 	for _, k := range keys {
-		if row := s.live(k, now); row != nil {
+		if row := s.read(k, now); row != nil {
 			out = append(out, clone(*row))
 		}
 	}
@@ -108,7 +110,7 @@ func (s *StateStore) Claim(ctx context.Context, req store.ClaimRequest) (store.E
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	row := s.live(req.Key, s.clock.Now())
+	row := s.exact(req.Key, s.clock.Now())
 	if row == nil {
 		return store.Execution{}, store.ErrNotFound
 	}
@@ -134,7 +136,7 @@ func (s *StateStore) Renew(ctx context.Context, key store.Key, owner string, ver
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	row := s.live(key, s.clock.Now())
+	row := s.exact(key, s.clock.Now())
 	if row == nil || row.Status != store.Running || row.LeaseOwner != owner || row.Version != version {
 		return store.ErrLeaseLost
 	}
@@ -149,7 +151,7 @@ func (s *StateStore) Update(ctx context.Context, g store.Guard, next store.Execu
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	row := s.live(g.Key, s.clock.Now())
+	row := s.exact(g.Key, s.clock.Now())
 	if row == nil {
 		return store.Execution{}, store.ErrNotFound
 	}
@@ -185,7 +187,7 @@ func (s *StateStore) Reschedule(ctx context.Context, key store.Key, from, to tim
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	row := s.live(key, s.clock.Now())
+	row := s.exact(key, s.clock.Now())
 	if row == nil {
 		return store.ErrNotFound
 	}
@@ -214,7 +216,7 @@ func (s *StateStore) Due(ctx context.Context, q store.DueQuery) (store.DuePage, 
 		if row == nil || row.SweepAt.IsZero() || row.SweepAt.After(q.By) {
 			continue
 		}
-		ref := store.DueRef{Key: k, PipelineID: row.PipelineID, SweepAt: row.SweepAt}
+		ref := store.DueRef{Key: row.Key(), PipelineID: row.PipelineID, SweepAt: row.SweepAt}
 		if after != nil && !dueLess(*after, ref) {
 			continue
 		}
@@ -273,10 +275,10 @@ func (s *StateStore) History(ctx context.Context, key store.Key) ([]history.Even
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.live(key, s.clock.Now()) == nil {
+	if s.exact(key, s.clock.Now()) == nil {
 		return nil, store.ErrNotFound
 	}
-	return history.Number(s.hist[key]), nil
+	return history.Number(s.hist[slotKey(key)]), nil
 }
 
 // record appends the events of the write that turned old into row.
@@ -284,12 +286,38 @@ func (s *StateStore) History(ctx context.Context, key store.Key) ([]history.Even
 // they yield no event and do not call it.)
 func (s *StateStore) record(old, row *store.Execution) {
 	if evs := history.Derive(old, row); len(evs) > 0 {
-		s.hist[row.Key()] = append(s.hist[row.Key()], evs...)
+		k := slotKey(row.Key())
+		s.hist[k] = append(s.hist[k], evs...)
 	}
 }
 
-// live returns the unexpired row for key, dropping an expired one as
-// DynamoDB's TTL sweeper eventually would. Callers hold s.mu.
+// slotKey is where the rows of key's slot live in the maps.
+func slotKey(k store.Key) store.Key {
+	return store.Key{TenantID: k.TenantID, ExecutionID: store.Slot(k.ExecutionID)}
+}
+
+// read returns the unexpired row a read of key finds (store.Answers: its
+// very id, or any incarnation for a bare slot). Callers hold s.mu.
+func (s *StateStore) read(key store.Key, now time.Time) *store.Execution {
+	row := s.live(slotKey(key), now)
+	if row == nil || !store.Answers(key.ExecutionID, row.ExecutionID) {
+		return nil
+	}
+	return row
+}
+
+// exact returns the unexpired row with key's very id (a write's). Callers
+// hold s.mu.
+func (s *StateStore) exact(key store.Key, now time.Time) *store.Execution {
+	row := s.live(slotKey(key), now)
+	if row == nil || row.ExecutionID != key.ExecutionID {
+		return nil
+	}
+	return row
+}
+
+// live returns the unexpired row of the slot key k, dropping an expired
+// one as DynamoDB's TTL sweeper eventually would. Callers hold s.mu.
 func (s *StateStore) live(key store.Key, now time.Time) *store.Execution {
 	row, ok := s.rows[key]
 	if !ok {
@@ -307,9 +335,9 @@ func (s *StateStore) live(key store.Key, now time.Time) *store.Execution {
 // index keeps the sparse sweep set in step with the row. Callers hold s.mu.
 func (s *StateStore) index(row *store.Execution) {
 	if row.SweepAt.IsZero() {
-		delete(s.due, row.Key())
+		delete(s.due, slotKey(row.Key()))
 	} else {
-		s.due[row.Key()] = struct{}{}
+		s.due[slotKey(row.Key())] = struct{}{}
 	}
 }
 

@@ -124,6 +124,9 @@ func (b *embeddedBackend) open() error {
 		return err
 	}
 	b.db, b.gen = db, b.gen+1
+	b.w.mu.Lock()
+	b.w.reopenedAt = time.Now() // the leases of RUNNING rows are broken now
+	b.w.mu.Unlock()
 	return nil
 }
 

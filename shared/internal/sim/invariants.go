@@ -169,7 +169,9 @@ func (w *world) checkStall(inc *incarnation, e store.Execution, now time.Time) {
 	case store.Running:
 		since = e.LeaseExpiresAt.Add(w.cfg.tolerance)
 		if e.LeaseExpiresAt.IsZero() {
-			since = w.outageEnd // a lease broken when the store was opened again
+			w.mu.Lock()
+			since = w.reopenedAt // a lease broken when the store was opened again
+			w.mu.Unlock()
 		}
 	default:
 		return
@@ -187,8 +189,8 @@ func (w *world) checkStall(inc *incarnation, e store.Execution, now time.Time) {
 		fmt.Fprintf(os.Stderr, "stall-debug %s sweeps=%d waited=%s drops=%d\n", inc.exec, e.Sweeps, now.Sub(since), drops)
 	}
 	if bound := w.stallBound(drops) + down; now.Sub(since) > bound {
-		w.violate(invNoStall, inc.exec, "%s at step %d claimable since +%s, not claimed for %s (bound %s with %d work items lost and %s of outage since; sweeps counted on the row: %d, next sweep look %s)",
-			e.Status, e.StepIndex, fmtDur(since.Sub(w.start)), fmtDur(now.Sub(since)), bound, drops, down, e.Sweeps, fmtTime(w, e.SweepAt))
+		w.violate(invNoStall, inc.exec, "%s at step %d (lease %s) claimable since +%s, not claimed for %s (bound %s with %d work items lost and %s of outage since; sweeps counted on the row: %d, next sweep look %s)",
+			e.Status, e.StepIndex, fmtTime(w, e.LeaseExpiresAt), fmtDur(since.Sub(w.start)), fmtDur(now.Sub(since)), bound, drops, down, e.Sweeps, fmtTime(w, e.SweepAt))
 	}
 }
 
@@ -213,9 +215,6 @@ func (w *world) outage(from, to time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.outages = append(w.outages, [2]time.Time{from, to})
-	if to.After(w.outageEnd) {
-		w.outageEnd = to
-	}
 }
 
 // downSince sums the outages within [from, to].

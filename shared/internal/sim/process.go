@@ -217,6 +217,7 @@ func (p *proc) newRuntime(reg *pipeline.Registry, prov providers) (*engine.Runti
 		Clock:       skewClock{p.skew},
 		Logger:      log,
 		Observers:   []engine.Observer{p},
+		Rand:        p.w.randReader(),
 	}
 	return engine.New(p.w.cfg.engineConfig(p.name), deps)
 }
@@ -338,6 +339,14 @@ func (g *gatedPayloads) PutPart(ctx context.Context, part payload.Part) error {
 func (g *gatedPayloads) GetPart(ctx context.Context, id, name string) (part payload.Part, err error) {
 	err = g.p.do("get_part", ioRead, "", func() error { part, err = g.s.GetPart(ctx, id, name); return err })
 	return part, err
+}
+
+func (g *gatedPayloads) ExtendPart(ctx context.Context, id, name string, until time.Time) error {
+	return g.p.do("extend_part", ioWrite, "", func() error { return g.s.ExtendPart(ctx, id, name, until) })
+}
+
+func (g *gatedPayloads) DeletePart(ctx context.Context, id, name string) error {
+	return g.p.do("delete_part", ioWrite, "", func() error { return g.s.DeletePart(ctx, id, name) })
 }
 
 // gatedEffects is the effect log behind the gate.

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"runtime/debug"
@@ -245,10 +246,11 @@ type world struct {
 	deliveries int
 	// reported: the invariants already broken per execution.
 	reported map[string]bool
-	// outages are the times the workers could do nothing; outageEnd is
-	// the end of the latest.
-	outages   [][2]time.Time
-	outageEnd time.Time
+	// outages are the times the workers could do nothing.
+	outages [][2]time.Time
+	// reopenedAt is when the embedded store was last opened (breaking the
+	// leases its dead process held).
+	reopenedAt time.Time
 	// audits counts the audits (every sixth is a full one); finishing is
 	// set for the final checks.
 	audits    int
@@ -362,6 +364,30 @@ func (w *world) onceAt(t time.Time, name string, fn func()) {
 func (w *world) jitterLocked() time.Duration {
 	w.draws++
 	return time.Duration(w.rng.Int64N(int64(time.Millisecond))) + 1
+}
+
+// randReader is a source of random bytes for a runtime (its ids and
+// tokens), seeded from the run's seed: a run's ids repeat with its seed.
+func (w *world) randReader() io.Reader {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.draws++
+	return &lockedReader{r: rand.New(rand.NewChaCha8(seedBytes(w.rng.Uint64())))}
+}
+
+// lockedReader is a seeded rand.Rand as an io.Reader.
+type lockedReader struct {
+	mu sync.Mutex
+	r  *rand.Rand
+}
+
+func (l *lockedReader) Read(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := range b {
+		b[i] = byte(l.r.Uint32())
+	}
+	return len(b), nil
 }
 
 // chance draws true with probability p.

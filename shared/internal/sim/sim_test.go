@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // envInt reads an integer knob from the environment.
@@ -84,6 +85,55 @@ func TestFindSeeds(t *testing.T) {
 					t.Logf("%s: first broken by seed %d: %s", inv, seeds[inv], v.Detail)
 				} else {
 					t.Logf("%s: held for seeds 1..%d", inv, n)
+				}
+			}
+		})
+	}
+}
+
+// TestSimulatorIsDeterministic runs one seed twice on each store: the two
+// traces must be equal, line for line (a seed that finds a break finds it
+// again).
+func TestSimulatorIsDeterministic(t *testing.T) {
+	for _, st := range Stores {
+		t.Run(st, func(t *testing.T) {
+			t.Parallel()
+			o := Options{Seed: 20261202, Store: st, Executions: deterministicExecutions, VirtualDays: 3, KeepTrace: true}
+			a, b := Run(t, o), Run(t, o)
+			if len(a.Trace) == 0 {
+				t.Fatal("an empty trace")
+			}
+			for i := range min(len(a.Trace), len(b.Trace)) {
+				if a.Trace[i] != b.Trace[i] {
+					t.Fatalf("the runs of seed %d part at line %d:\n %s\n %s", o.Seed, i+1, a.Trace[i], b.Trace[i])
+				}
+			}
+			if len(a.Trace) != len(b.Trace) {
+				t.Fatalf("the runs of seed %d have %d and %d lines", o.Seed, len(a.Trace), len(b.Trace))
+			}
+		})
+	}
+}
+
+// TestSimulateBudget is make test's share of the simulation: a few seeds
+// on every store, fresh ones each day (the seeds are the day's), so that
+// CI explores as it goes; a failure prints the seed to repeat it with
+// make simulate. SIM_BUDGET sets the seeds per store (default 2). Under
+// the race detector, which slows a simulation tenfold, it does not run:
+// make test runs it without.
+func TestSimulateBudget(t *testing.T) {
+	if raceDetector {
+		t.Skip("make test runs the simulation budget without the race detector")
+	}
+	seeds := envInt(t, "SIM_BUDGET", 2)
+	base := uint64(time.Now().UTC().YearDay()) * 1000
+	for _, st := range Stores {
+		t.Run(st, func(t *testing.T) {
+			t.Parallel()
+			for i := range seeds {
+				rep := Run(t, Options{Seed: base + uint64(i), Store: st, Executions: 150, VirtualDays: 10})
+				if !rep.OK() {
+					t.Errorf("%s", rep.Table())
 				}
 			}
 		})

@@ -67,9 +67,13 @@ func (w *world) newProc(slot, gen, version int, dropOld bool) (*proc, error) {
 	}
 	p.rt = rt
 	log := rt.Logger()
-	p.worker = lambdahandlers.Worker(rt, w.cfg.lease, log, lambdahandlers.WithDeferrer(func(_ context.Context, receipt string, d time.Duration) error {
-		return w.work.changeVisibility(receipt, d)
-	}))
+	var opts []lambdahandlers.WorkerOption
+	if w.work != nil {
+		opts = append(opts, lambdahandlers.WithDeferrer(func(_ context.Context, receipt string, d time.Duration) error {
+			return w.work.changeVisibility(receipt, d)
+		}), lambdahandlers.WithRequeue(&gatedDispatcher{p: p, d: &queueDispatcher{w: w, q: w.work}}))
+	}
+	p.worker = lambdahandlers.Worker(rt, w.cfg.lease, log, opts...)
 	p.dlq = lambdahandlers.DLQ(rt, &gatedRecorder{p: p, r: prov.recorder}, nil, log)
 	p.sweeper = lambdahandlers.Sweeper(rt, 10*time.Second, log)
 	return p, nil

@@ -1,0 +1,8 @@
+//go:build !race
+
+package sim
+
+const (
+	raceDetector            = false
+	deterministicExecutions = 60
+)
