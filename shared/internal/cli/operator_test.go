@@ -147,7 +147,7 @@ func TestRedriveCommands(t *testing.T) {
 	if again.ExecutionID != one.ExecutionID || again.Version <= one.Version {
 		t.Fatalf("redrive %+v", again)
 	}
-	r.settle(clitest.PipelineFail, store.DLQ)
+	two := r.settle(clitest.PipelineFail, store.DLQ)
 	r.settle(clitest.PipelineOK, store.Succeeded)
 	// The re-driven one dead-letters again; wait for it.
 	waitFor(t, r, one.ExecutionID, store.DLQ)
@@ -167,6 +167,10 @@ func TestRedriveCommands(t *testing.T) {
 	if !p.Done || p.Matched != 2 || p.Redriven != 2 {
 		t.Fatalf("redrive --status %+v", p)
 	}
+	// Both, re-driven, fail again: FAILED until their dead letter is
+	// published, then DLQ. Once both are DLQ, no execution is FAILED.
+	waitFor(t, r, one.ExecutionID, store.DLQ)
+	waitFor(t, r, two.ExecutionID, store.DLQ)
 	started := r.ok("redrive", "--filter", "status=FAILED", "--reason", "none")
 	hasField(t, started, "matched", "0")
 	r.want(cli.ExitNotFound, "redrive", "--status", "no-such-redrive")

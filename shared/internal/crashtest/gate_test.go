@@ -362,17 +362,21 @@ func TestGatePoisonWorkItem(t *testing.T) {
 	const maxReceives = 2
 	st := crashtest.NewStack(t, crashtest.WithQueues(func(n schema.Names) []schema.Queue {
 		return []schema.Queue{
-			{Name: n.PoisonQueue, VisibilityTimeout: 2 * time.Second, Retention: time.Hour},
-			{Name: n.DLQQueue, VisibilityTimeout: 2 * time.Second, Retention: time.Hour},
-			{Name: n.RejectQueue, VisibilityTimeout: 2 * time.Second, Retention: time.Hour},
-			{Name: n.WorkQueue, VisibilityTimeout: 2 * time.Second, Retention: time.Hour, RedriveTo: n.PoisonQueue, MaxReceiveCount: maxReceives},
+			{Name: n.PoisonQueue, VisibilityTimeout: 5 * time.Second, Retention: time.Hour},
+			{Name: n.DLQQueue, VisibilityTimeout: 5 * time.Second, Retention: time.Hour},
+			{Name: n.RejectQueue, VisibilityTimeout: 5 * time.Second, Retention: time.Hour},
+			{Name: n.WorkQueue, VisibilityTimeout: 5 * time.Second, Retention: time.Hour, RedriveTo: n.PoisonQueue, MaxReceiveCount: maxReceives},
 		}
 	}))
-	// A 2 s visibility against a 4 s sweep grace: the crashed message is
-	// delivered again (towards the poison queue) before the sweeper
-	// dispatches a fresh one.
+	// A 5 s visibility, longer than the lease and the clock tolerance
+	// (1.5 s + 2 s), as a deployment's is: the crashed message comes back
+	// once the dead worker's lease has lapsed, so the next worker takes it
+	// over (and crashes) rather than deferring it, which would hand it back
+	// as a fresh message with its receive count reset. Against an 8 s sweep
+	// grace, the crashed message is delivered again (towards the poison
+	// queue) before the sweeper dispatches a fresh one.
 	env := st.Env(crashtest.GateTimings, crashtest.Settings{
-		"diag.allow-crash": "true", "sqs.visibility-timeout": "2s", "sweep-grace": "4s",
+		"diag.allow-crash": "true", "sqs.visibility-timeout": "5s", "sweep-grace": "8s",
 	})
 	sup := supervise(t, env, 12)
 	sub := mustSubmit(t, sup.addr(), crashtest.DrillID, "poison-1", `{"crashAttempts":99,"echo":"poison"}`)

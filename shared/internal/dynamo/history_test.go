@@ -62,7 +62,7 @@ func newHistoryStack(t *testing.T, mw ...func(*middleware.Stack) error) *history
 func (s *historyStack) image(k store.Key) map[string]types.AttributeValue {
 	s.t.Helper()
 	out, err := s.clients.DynamoDB.GetItem(context.Background(), &dynamodb.GetItemInput{TableName: aws.String(s.exec),
-		Key: map[string]types.AttributeValue{schema.AttrPK: &types.AttributeValueMemberS{Value: k.TenantID + "#" + k.ExecutionID}}, ConsistentRead: aws.Bool(true)})
+		Key: map[string]types.AttributeValue{schema.AttrPK: &types.AttributeValueMemberS{Value: k.TenantID + "#" + store.Slot(k.ExecutionID)}}, ConsistentRead: aws.Bool(true)})
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func (s *historyStack) pages(k store.Key) int {
 	s.t.Helper()
 	out, err := s.clients.DynamoDB.Query(context.Background(), &dynamodb.QueryInput{TableName: aws.String(s.table),
 		KeyConditionExpression:    aws.String("pk = :pk"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": &types.AttributeValueMemberS{Value: k.TenantID + "#" + k.ExecutionID}}})
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": &types.AttributeValueMemberS{Value: k.TenantID + "#" + store.Slot(k.ExecutionID)}}})
 	if err != nil {
 		s.t.Fatal(err)
 	}

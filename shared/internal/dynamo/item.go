@@ -98,6 +98,15 @@ func withIncarnation(k store.Key, item map[string]types.AttributeValue) store.Ke
 	return k
 }
 
+// createToken is a row's create token: ct when present, else the
+// incarnation (see encode).
+func createToken(item map[string]types.AttributeValue) string {
+	if _, ok := item[s.AttrCreateToken]; ok {
+		return (&reader{item: item}).str(s.AttrCreateToken)
+	}
+	return (&reader{item: item}).str(s.AttrIncarnation)
+}
+
 // validKey reports whether k can name a row: both parts present and no
 // '#' in the execution id.
 func validKey(k store.Key) bool {
@@ -142,11 +151,15 @@ func encode(e *store.Execution, shards int) map[string]types.AttributeValue {
 	if e.Fingerprint != "" {
 		item[s.AttrFingerprint] = str(e.Fingerprint)
 	}
-	if e.CreateToken != "" {
-		item[s.AttrCreateToken] = str(e.CreateToken)
-	}
-	if ic := store.Incarnation(e.ExecutionID); ic != "" {
+	// The runtime's create token is the incarnation: stored once, in ic,
+	// which saves 18 bytes of every write of the row. Only a token of its
+	// own (or none, beside an incarnation) is stored in ct.
+	ic := store.Incarnation(e.ExecutionID)
+	if ic != "" {
 		item[s.AttrIncarnation] = str(ic)
+	}
+	if e.CreateToken != ic {
+		item[s.AttrCreateToken] = str(e.CreateToken)
 	}
 	u := newUpdate()
 	mutable(u, e, false)
@@ -393,7 +406,7 @@ func decode(item map[string]types.AttributeValue) (store.Execution, error) {
 		SweepAt: r.millis(s.AttrSweepAt), Sweeps: r.int(s.AttrSweeps), PipelineVersion: r.str(s.AttrPipelineVersion),
 		Releases: r.int(s.AttrReleases), VersionWaitSince: r.millis(s.AttrVersionWaitSince),
 		LastTransitionKey: longTransitionKey(key.ExecutionID, r.str(s.AttrLastTransitionKey)), IdempotencyKey: r.str(s.AttrIdempotencyKey),
-		Fingerprint: r.str(s.AttrFingerprint), CreateToken: r.str(s.AttrCreateToken),
+		Fingerprint: r.str(s.AttrFingerprint), CreateToken: createToken(item),
 		Input: r.ref(s.AttrInput), Result: r.ref(s.AttrResult),
 		DLQPending: r.bool(s.AttrDLQPending), Note: r.str(s.AttrNote), RedriveCount: r.int(s.AttrRedriveCount),
 		CancelReason: r.str(s.AttrCancelReason), CancelRequestedAt: r.millis(s.AttrCancelRequested),

@@ -44,19 +44,21 @@ func valueSize(v types.AttributeValue) int {
 }
 
 // midRun is a row in the middle of a run: leased, a checkpoint written,
-// names at typical lengths.
+// names at typical lengths, an id with its incarnation, the records'
+// horizon set.
 func midRun(in, out []byte) store.Execution {
 	now := time.UnixMilli(1_790_000_000_000)
 	jsonRef := func(b []byte) payload.Ref {
 		return payload.Ref{Encoding: payload.EncodingJSON, ContentType: payload.ContentTypeJSON, Length: int64(len(b)), SHA256: payload.Digest(b), Inline: b}
 	}
 	return store.Execution{
-		TenantID: "acme-payments", ExecutionID: "0f5e8c4a-6b1d-8e2f-9a3b-4c5d6e7f8091", PipelineID: "orders.checkout",
+		TenantID: "acme-payments", ExecutionID: "0f5e8c4a-6b1d-8e2f-9a3b-4c5d6e7f8091.bbbbbbbbbbbbbbbb", PipelineID: "orders.checkout",
 		PipelineVersion: "v1-3f9a2b7c4d5e6f70", Status: store.Running, Version: 7, StepIndex: 2, StepName: "charge-card",
 		Attempt: 1, MaxAttempt: 4, LeaseOwner: "ip-10-0-12-34.ec2.in-0123456789abcdef", LeaseExpiresAt: now.Add(30 * time.Second),
-		NextDueAt: now, SweepAt: now.Add(45 * time.Second), LastTransitionKey: "0f5e8c4a-6b1d-8e2f-9a3b-4c5d6e7f8091:1:1",
+		NextDueAt: now, SweepAt: now.Add(45 * time.Second), LastTransitionKey: "0f5e8c4a-6b1d-8e2f-9a3b-4c5d6e7f8091.bbbbbbbbbbbbbbbb:1:1",
 		IdempotencyKey: "order-2026-12-01-000123", Fingerprint: strings.Repeat("a", 32), CreateToken: strings.Repeat("b", 16),
 		Input: jsonRef(in), Result: jsonRef(out), CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(30 * 24 * time.Hour),
+		RecordsExpireAt: now.Add(60 * 24 * time.Hour),
 	}
 }
 

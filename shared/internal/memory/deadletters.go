@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 	"sync"
 
@@ -20,6 +21,7 @@ type DeadLetters struct {
 
 	mu      sync.Mutex
 	records map[string]deadletter.Record
+	reap    reaper
 }
 
 var _ deadletter.Recorder = (*DeadLetters)(nil)
@@ -47,6 +49,9 @@ func (d *DeadLetters) Put(ctx context.Context, r deadletter.Record) (bool, error
 	defer d.mu.Unlock()
 	if old, ok := d.records[r.ID]; ok && !expired(old.ExpiresAt, now) {
 		return false, nil
+	}
+	if d.reap.due() {
+		maps.DeleteFunc(d.records, func(_ string, q deadletter.Record) bool { return expired(q.ExpiresAt, now) })
 	}
 	d.records[r.ID] = copyRecord(r)
 	return true, nil

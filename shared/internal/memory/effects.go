@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 
 	"github.com/qasync/qasync/shared/clock"
@@ -20,6 +21,7 @@ type Effects struct {
 
 	mu      sync.Mutex
 	records map[string]effect.Record
+	reap    reaper
 }
 
 var _ effect.Log = (*Effects)(nil)
@@ -60,6 +62,10 @@ func (l *Effects) CreateOrGet(ctx context.Context, r effect.Record) (effect.Reco
 			l.records[old.CommandID] = old
 		}
 		return copyEffect(old), false, nil
+	}
+	if l.reap.due() {
+		now := l.clock.Now()
+		maps.DeleteFunc(l.records, func(_ string, q effect.Record) bool { return expired(q.ExpiresAt, now) })
 	}
 	r.Version = 1
 	r = copyEffect(r)

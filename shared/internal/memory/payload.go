@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"time"
 
@@ -20,6 +21,7 @@ type PayloadStore struct {
 
 	mu    sync.Mutex
 	parts map[partKey]payload.Part
+	reap  reaper
 }
 
 // partKey is a part's (payload_id, payload_part) primary key.
@@ -49,6 +51,9 @@ func (s *PayloadStore) PutPart(ctx context.Context, p payload.Part) error {
 			return nil
 		}
 		return fmt.Errorf("memstore: put %s %s: %w", p.PayloadID, p.Name, payload.ErrConflict)
+	}
+	if s.reap.due() {
+		maps.DeleteFunc(s.parts, func(_ partKey, q payload.Part) bool { return expired(q.ExpiresAt, now) })
 	}
 	p.Data = bytes.Clone(p.Data)
 	s.parts[k] = p

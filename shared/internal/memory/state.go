@@ -29,6 +29,7 @@ type StateStore struct {
 	due  map[store.Key]struct{}
 	hist map[store.Key][]history.Event
 	jobs memJobs
+	reap reaper
 }
 
 var (
@@ -64,6 +65,12 @@ func (s *StateStore) CreateOrGet(ctx context.Context, req store.CreateRequest) (
 			return store.Execution{}, false, store.ErrKeyMismatch
 		}
 		return clone(*row), row.CreateToken != "" && row.CreateToken == e.CreateToken, nil
+	}
+	if s.reap.due() {
+		now := s.clock.Now()
+		for key := range s.rows {
+			s.live(key, now)
+		}
 	}
 	row := clone(e)
 	s.rows[k] = &row
@@ -365,3 +372,18 @@ func cloneBytes(b []byte) []byte {
 }
 
 func expired(at, now time.Time) bool { return !at.IsZero() && !now.Before(at) }
+
+// reapEvery is how many new entries a store takes between two passes that
+// drop its expired ones, as DynamoDB's TTL and the embedded janitor do:
+// reads already treat them as absent, and the passes keep a long-running
+// process's memory to what is live rather than all it ever stored. A pass
+// costs one look at every entry, once per reapEvery writes.
+const reapEvery = 1024
+
+// reaper counts a store's new entries and says when a pass is due.
+type reaper struct{ n int }
+
+func (r *reaper) due() bool {
+	r.n++
+	return r.n%reapEvery == 0
+}

@@ -141,7 +141,13 @@ func (w *world) vanished(inc *incarnation, last store.Execution, now time.Time) 
 	default:
 		w.violate(invNoVanish, inc.exec, "the execution's row is gone while it lived: last seen %s (step %d attempt %d, next due %s, expires %s) at +%s",
 			last.Status, last.StepIndex, last.Attempt, fmtTime(w, last.NextDueAt), fmtTime(w, last.ExpiresAt), fmtDur(inc.lastAt.Sub(w.start)))
+		return
 	}
+	// Expired as promised: its trace is forgotten (a run of months keeps
+	// the lines of the executions alive only).
+	w.mu.Lock()
+	w.trace.forget(inc.exec)
+	w.mu.Unlock()
 }
 
 func fmtTime(w *world, t time.Time) string {

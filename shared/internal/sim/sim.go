@@ -229,7 +229,7 @@ type world struct {
 	incList []*incarnation          // in creation order
 
 	report  Report
-	trace   []traceLine
+	trace   *traceLog
 	events  int
 	pending map[string]bool // coalesced events by name
 	// commits remembers (incarnation, transition key, status) of every
@@ -268,17 +268,12 @@ type world struct {
 	jobsUntil time.Time
 }
 
-type traceLine struct {
-	at   time.Duration
-	exec string // "" for global lines
-	text string
-}
-
 func newWorld(t *testing.T, o Options) (*world, error) {
 	w := &world{
 		t: t, o: o, rng: rand.New(rand.NewChaCha8(seedBytes(o.Seed))), start: time.Now(),
 		incs: map[string]*incarnation{}, pending: map[string]bool{}, commits: map[string]string{},
 		ctx: context.Background(), wake: make(chan struct{}, 1), latest: map[string]*incarnation{}, reported: map[string]bool{},
+		trace: newTraceLog(o.KeepTrace),
 	}
 	w.report = Report{Seed: o.Seed, Store: o.Store, Executions: o.Executions, VirtualDays: o.VirtualDays,
 		Faults: map[string]int{}, Outcomes: map[string]int{}, Checks: map[string]int{}}
@@ -440,12 +435,12 @@ func (w *world) check(inv string) {
 // tracef adds a line to the trace; exec names the execution it is about
 // ("" for a global line such as a crash or a deploy).
 func (w *world) tracef(exec, format string, args ...any) {
-	line := traceLine{at: w.since(), exec: exec, text: fmt.Sprintf(format, args...)}
+	at, text := w.since(), fmt.Sprintf(format, args...)
 	w.mu.Lock()
 	if debugDraws {
-		line.text = fmt.Sprintf("[%d] %s", w.draws, line.text)
+		text = fmt.Sprintf("[%d] %s", w.draws, text)
 	}
-	w.trace = append(w.trace, line)
+	w.trace.add(at, exec, text)
 	w.mu.Unlock()
 }
 
@@ -461,13 +456,11 @@ func (w *world) violate(inv, exec, format string, args ...any) {
 		}
 		w.reported[inv+"|"+exec] = true
 	}
-	for _, l := range w.trace {
-		if exec != "" && (l.exec == exec || (l.exec == "" && strings.Contains(l.text, exec))) {
-			v.Trace = append(v.Trace, "+"+fmtDur(l.at)+" "+l.text)
-		}
+	if exec != "" {
+		v.Trace = w.trace.about(exec)
 	}
-	if len(v.Trace) > 60 {
-		v.Trace = append(v.Trace[:20:20], append([]string{fmt.Sprintf("... %d lines ...", len(v.Trace)-40)}, v.Trace[len(v.Trace)-20:]...)...)
+	if len(v.Trace) > traceHead+traceTail+20 {
+		v.Trace = append(v.Trace[:traceHead:traceHead], append([]string{fmt.Sprintf("... %d lines ...", len(v.Trace)-traceHead-traceTail)}, v.Trace[len(v.Trace)-traceTail:]...)...)
 	}
 	w.report.Violations = append(w.report.Violations, v)
 	w.mu.Unlock()
@@ -555,7 +548,7 @@ func (w *world) run() Report {
 	w.report.Events = w.events
 	w.report.Virtual = w.since()
 	if w.o.KeepTrace {
-		for _, l := range w.trace {
+		for _, l := range w.trace.all {
 			w.report.Trace = append(w.report.Trace, "+"+fmtDur(l.at)+" "+l.text)
 		}
 	}

@@ -241,7 +241,7 @@ func countPages(t *testing.T, d *durable, k store.Key) int {
 	t.Helper()
 	out, err := d.clients.DynamoDB.Query(context.Background(), &dynamodb.QueryInput{TableName: aws.String(d.names.HistoryTable),
 		KeyConditionExpression:    aws.String("pk = :pk"),
-		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": &types.AttributeValueMemberS{Value: k.TenantID + "#" + k.ExecutionID}},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":pk": &types.AttributeValueMemberS{Value: k.TenantID + "#" + store.Slot(k.ExecutionID)}},
 		ConsistentRead:            aws.Bool(true)})
 	if err != nil {
 		t.Fatal(err)
