@@ -20,6 +20,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	st "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
 
+	"github.com/qasync/qasync/shared/clock"
 	s "github.com/qasync/qasync/shared/schema"
 )
 
@@ -39,6 +40,18 @@ type StreamOptions struct {
 	ReadsPerShard int
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// Clock tells the time of the shard list's age and of the positions'
+	// expiry. Default clock.System{}.
+	Clock clock.Clock
+}
+
+// StreamsAPI is what a StreamFeed calls of DynamoDB Streams:
+// *dynamodbstreams.Client implements it (tests give a stream of their
+// own, such as one whose records were trimmed).
+type StreamsAPI interface {
+	DescribeStream(context.Context, *dynamodbstreams.DescribeStreamInput, ...func(*dynamodbstreams.Options)) (*dynamodbstreams.DescribeStreamOutput, error)
+	GetShardIterator(context.Context, *dynamodbstreams.GetShardIteratorInput, ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetShardIteratorOutput, error)
+	GetRecords(context.Context, *dynamodbstreams.GetRecordsInput, ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetRecordsOutput, error)
 }
 
 // StreamFeed reads the execution table's stream into the history.
@@ -56,7 +69,7 @@ type StreamOptions struct {
 //
 // A StreamFeed is used by one goroutine at a time (Run, or Poll in tests).
 type StreamFeed struct {
-	streams *dynamodbstreams.Client
+	streams StreamsAPI
 	db      *dynamodb.Client
 	hist    *History
 	opts    StreamOptions
@@ -73,8 +86,8 @@ type StreamFeed struct {
 }
 
 // NewStreamFeed returns a feed of h from opts.ExecutionTable's stream.
-func NewStreamFeed(streams *dynamodbstreams.Client, db *dynamodb.Client, h *History, opts StreamOptions) (*StreamFeed, error) {
-	if opts.ExecutionTable == "" || h == nil || streams == nil {
+func NewStreamFeed(streams StreamsAPI, db *dynamodb.Client, h *History, opts StreamOptions) (*StreamFeed, error) {
+	if c, ok := streams.(*dynamodbstreams.Client); streams == nil || (ok && c == nil) || opts.ExecutionTable == "" || h == nil {
 		return nil, errors.New("dynamohistory: a stream feed needs the execution table's name, its streams client and the history")
 	}
 	if opts.Interval <= 0 {
@@ -88,6 +101,9 @@ func NewStreamFeed(streams *dynamodbstreams.Client, db *dynamodb.Client, h *Hist
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.System{}
 	}
 	return &StreamFeed{streams: streams, db: db, hist: h, opts: opts,
 		pos: map[string]string{}, done: map[string]bool{}, iters: map[string]string{}}, nil
@@ -130,12 +146,12 @@ func (f *StreamFeed) Poll(ctx context.Context) (int, error) {
 		}
 		f.loaded = false
 	}
-	if f.list == nil || time.Since(f.listed) >= shardListTTL {
+	if now := f.opts.Clock.Now(); f.list == nil || now.Sub(f.listed) >= shardListTTL {
 		shards, err := f.shards(ctx)
 		if err != nil {
 			return 0, err
 		}
-		f.list, f.listed = shards, time.Now()
+		f.list, f.listed = shards, now
 	}
 	shards := f.list
 	if !f.loaded {
@@ -305,7 +321,7 @@ func (f *StreamFeed) read(ctx context.Context, shard string) (n int, more bool, 
 func (f *StreamFeed) record(ctx context.Context, shard, seq string, done bool) error {
 	item := f.positionKey(shard)
 	item[s.AttrShardDone] = boolean(done)
-	item[s.AttrTTL] = seconds(time.Now().Add(48 * time.Hour))
+	item[s.AttrTTL] = seconds(f.opts.Clock.Now().Add(48 * time.Hour))
 	if seq != "" {
 		item[s.AttrSequence] = str(seq)
 	}
