@@ -88,15 +88,18 @@ type StreamsAPI interface {
 //
 // The stream keeps records for 24 hours. Whenever the feed finds that
 // records it had not read are gone (a stored position older than the
-// trim point, an iterator pointing at trimmed records, a shard whose
-// oldest record is past the shard's first, a shard with unread records,
-// or a parent it never finished, no longer in the stream) it logs
-// history_stream_trimmed (a warning with the shard, the cause and what is
-// known of the lost range: lost_after, the last sequence number applied,
-// and lost_before, the first one read since) and reads on from the oldest
-// record there is. A feed started on a stream older than 24 hours logs it
-// too, for the parents of the oldest shards: their records are lost to
-// the history as well.
+// trim point, an iterator pointing at trimmed records, a shard with
+// unread records or a parent it never finished that the stream no longer
+// lists) it logs history_stream_trimmed (a warning with the shard, the
+// cause and lost_after, the last sequence number applied: the records
+// after it up to the oldest one there is, or up to the shard's end, are
+// lost) and reads on from the oldest record there is. A feed started on
+// a stream older than 24 hours logs it too, for the parents of the
+// oldest shards: their records are lost to the history as well. What it
+// cannot tell is a loss at the start of a shard it never read whose
+// parent is still listed: a shard's StartingSequenceNumber is no record's
+// (DynamoDB Local gives the stream's counter when the shard opened), so
+// an oldest record past it proves nothing.
 //
 // A StreamFeed is used by one goroutine at a time (Run, or Poll in tests).
 type StreamFeed struct {
@@ -125,9 +128,6 @@ type shardState struct {
 	// oldest: open the shard at its oldest record, not after pos (records
 	// after pos were trimmed).
 	oldest bool
-	// startChecked: the shard's oldest record was compared with its
-	// first, or a loss from its start was logged already.
-	startChecked bool
 	// tries counts the failed attempts of the batch at pos, fails those
 	// that failed for good; next is when it may be tried again.
 	tries, fails int
@@ -281,7 +281,7 @@ func (f *StreamFeed) giveUpGone(ctx context.Context, shards []st.Shard, listed m
 	}
 	for _, id := range gone {
 		ss := f.shard(id)
-		f.trimmed(ctx, id, "shard_gone", ss.pos, "")
+		f.trimmed(ctx, id, "shard_gone", ss.pos)
 		ss.done, ss.iter = true, ""
 		if err := f.record(ctx, id, ss.pos, true); err != nil {
 			return err
@@ -291,12 +291,11 @@ func (f *StreamFeed) giveUpGone(ctx context.Context, shards []st.Shard, listed m
 }
 
 // trimmed logs that records of shard after sequence number after ("":
-// from its start) and before sequence number before ("": unknown) were
-// trimmed before the feed read them.
-func (f *StreamFeed) trimmed(ctx context.Context, shard, cause, after, before string) {
+// from its start) were trimmed before the feed read them.
+func (f *StreamFeed) trimmed(ctx context.Context, shard, cause, after string) {
 	f.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "history_stream_trimmed", slog.String("event", "history_stream_trimmed"),
 		slog.String("table", f.opts.ExecutionTable), slog.String("shard", shard), slog.String("cause", cause),
-		slog.String("lost_after", after), slog.String("lost_before", before))
+		slog.String("lost_after", after))
 }
 
 // shardListTTL is how long Poll uses a description of the stream's shards
@@ -380,8 +379,8 @@ func (f *StreamFeed) open(ctx context.Context, sh st.Shard, ss *shardState) (str
 		out, err := f.streams.GetShardIterator(ctx, in)
 		var trimmed *st.TrimmedDataAccessException
 		if errors.As(err, &trimmed) && in.SequenceNumber != nil {
-			f.trimmed(ctx, id, "position_trimmed", ss.pos, "")
-			ss.oldest, ss.startChecked = true, true
+			f.trimmed(ctx, id, "position_trimmed", ss.pos)
+			ss.oldest = true
 			continue
 		}
 		if err != nil {
@@ -410,8 +409,8 @@ func (f *StreamFeed) read(ctx context.Context, sh st.Shard) (n int, more bool, e
 	case errors.As(err, &trimmed):
 		// Records the iterator pointed at (after the stored position, or
 		// from the shard's start) aged out before it was used.
-		f.trimmed(ctx, id, "iterator_trimmed", ss.pos, "")
-		ss.iter, ss.oldest, ss.startChecked = "", true, true
+		f.trimmed(ctx, id, "iterator_trimmed", ss.pos)
+		ss.iter, ss.oldest = "", true
 		return 0, true, nil
 	case errors.As(err, &expired):
 		ss.iter = "" // start again from the recorded position
@@ -426,13 +425,6 @@ func (f *StreamFeed) read(ctx context.Context, sh st.Shard) (n int, more bool, e
 			continue
 		}
 		changes[i] = Change{Sequence: aws.ToString(r.Dynamodb.SequenceNumber), Old: FromStreamImage(r.Dynamodb.OldImage), New: FromStreamImage(r.Dynamodb.NewImage)}
-	}
-	if len(changes) > 0 && ss.pos == "" && !ss.startChecked {
-		// The shard's oldest record, read before any: is it its first?
-		ss.startChecked = true
-		if start := aws.ToString(sh.SequenceNumberRange.StartingSequenceNumber); start != "" && sequenceLess(start, changes[0].Sequence) {
-			f.trimmed(ctx, id, "shard_start_trimmed", "", changes[0].Sequence)
-		}
 	}
 	if err := f.hist.Apply(ctx, changes); err != nil {
 		ss.iter = "" // read the batch again from the recorded position
@@ -485,16 +477,6 @@ func (f *StreamFeed) failed(ctx context.Context, shard string, ss *shardState, c
 // an unavailable backend (throttling, a 5xx, the network) or a timeout.
 func transient(err error) bool {
 	return errors.Is(err, store.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
-}
-
-// sequenceLess reports whether sequence number a comes before b (both
-// decimal digits, of any length).
-func sequenceLess(a, b string) bool {
-	a, b = strings.TrimLeft(a, "0"), strings.TrimLeft(b, "0")
-	if len(a) != len(b) {
-		return len(a) < len(b)
-	}
-	return a < b
 }
 
 // record stores a shard's position (and whether it was read to its end).

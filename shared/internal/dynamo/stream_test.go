@@ -394,11 +394,10 @@ func TestStreamFeedRetriesThrottledBatches(t *testing.T) {
 
 // streamTrimmed is the history_stream_trimmed event.
 type streamTrimmed struct {
-	Level      string `json:"level"`
-	Shard      string `json:"shard"`
-	Cause      string `json:"cause"`
-	LostAfter  string `json:"lost_after"`
-	LostBefore string `json:"lost_before"`
+	Level     string `json:"level"`
+	Shard     string `json:"shard"`
+	Cause     string `json:"cause"`
+	LostAfter string `json:"lost_after"`
 }
 
 // trims returns the history_stream_trimmed events logged, checking that
@@ -434,11 +433,11 @@ func drain(t *testing.T, feed *dynamo.StreamFeed) {
 
 // TestStreamFeedWarnsOfTrimmedRecords: the feed comes back after more
 // than 24 hours. Whichever way it finds that records it had not read were
-// trimmed (a parent shard gone from the stream, a shard whose oldest
-// records went before it ever read it, a stored position older than the
-// trim point, an iterator that points at trimmed records), it logs
-// history_stream_trimmed (warn, the shard and what is known of the lost
-// range) once, and reads on from the oldest record there is.
+// trimmed (a closed parent shard gone from the stream, a closed parent
+// whose stored position is older than the trim point, an iterator that
+// points at trimmed records), it logs history_stream_trimmed (warn, the
+// shard and what is known of the lost range) once, and reads on from the
+// oldest record there is.
 func TestStreamFeedWarnsOfTrimmedRecords(t *testing.T) {
 	t.Parallel()
 	clk := clock.NewFake(time.Now())
@@ -474,30 +473,6 @@ func TestStreamFeedWarnsOfTrimmedRecords(t *testing.T) {
 		drain(t, restarted)
 		if evs := trims(t, restartedLogs); len(evs) != 0 {
 			t.Errorf("a restarted feed logged the loss again: %+v", evs)
-		}
-	})
-
-	t.Run("parent trimmed, never read", func(t *testing.T) {
-		t.Parallel()
-		// The feed never read the parent: it was down from before the
-		// parent opened until after its oldest records aged out.
-		s := newHistoryStack(t)
-		fs := &fakeStream{}
-		parent := fs.shard("shardId-p2", "")
-		lost := fs.add(parent, s.run("t1", "p2-a", 1)...)
-		kept := fs.add(parent, s.run("t1", "p2-b", 1)...)
-		child := fs.shard("shardId-p2-child", "shardId-p2")
-		fs.add(child, s.run("t1", "p2-c", 1)...)
-		fs.change(func() { parent.closed, parent.trimmed = true, len(lost) })
-		feed, logs := s.feedOn(fs, clk, 100)
-		drain(t, feed)
-		if evs := trims(t, logs); len(evs) != 1 || evs[0].Shard != "shardId-p2" || evs[0].LostAfter != "" || evs[0].LostBefore != kept[0] {
-			t.Fatalf("history_stream_trimmed events %+v; want one of shard shardId-p2, lost from its start to before %s", evs, kept[0])
-		}
-		for _, id := range []string{"p2-b", "p2-c"} {
-			if got := s.read(k(id)); got != lifecycleTypes(1) {
-				t.Errorf("history of %s: %q", id, got)
-			}
 		}
 	})
 
