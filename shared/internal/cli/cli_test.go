@@ -35,7 +35,7 @@ type runner struct {
 	env      map[string]string
 	terminal bool
 	stdin    string
-	requests atomic.Int64 // requests sent
+	requests atomic.Int64 // requests sent and answered (or failed)
 	// loseAnswers makes every request reach the server and its answer
 	// be lost on the way back (the connection dropped).
 	loseAnswers atomic.Bool
@@ -53,8 +53,8 @@ func (r *runner) admin() *runner {
 	return r
 }
 
-// counting counts the requests it sends, and loses their answers while
-// lose is set.
+// counting counts the requests it sends once their answers are in (or
+// they failed), and loses the answers while lose is set.
 type counting struct {
 	next http.RoundTripper
 	n    *atomic.Int64
@@ -62,8 +62,8 @@ type counting struct {
 }
 
 func (c counting) RoundTrip(req *http.Request) (*http.Response, error) {
-	c.n.Add(1)
 	resp, err := c.next.RoundTrip(req)
+	c.n.Add(1)
 	if err == nil && c.lose.Load() {
 		resp.Body.Close()
 		return nil, errors.New("connection reset by peer (the test lost the answer)")
