@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -205,14 +207,28 @@ func (c *Client) Cancel(ctx context.Context, executionID string, req CancelReque
 
 // StartRedrives starts a durable, rate-limited bulk re-drive of the
 // executions req.Filter selects (or, with DryRun, only counts them). An
-// operator route (as Redrive).
+// operator route (as Redrive). A new job answers 202; with
+// req.IdempotencyKey, a retry of a start whose answer was lost answers
+// the job it started (200, Duplicate set) instead of starting another.
 func (c *Client) StartRedrives(ctx context.Context, req BulkRedriveRequest) (BulkRedrive, error) {
 	if strings.TrimSpace(req.Reason) == "" {
 		return BulkRedrive{}, missing("the reason")
 	}
+	k := call{method: http.MethodPost, path: "/v1/redrives"}
+	if req.IdempotencyKey != "" {
+		k.header = http.Header{IdempotencyKeyHeader: {req.IdempotencyKey}}
+	}
 	var r BulkRedrive
-	_, err := c.doJSON(ctx, call{method: http.MethodPost, path: "/v1/redrives"}, req, &r)
+	_, err := c.doJSON(ctx, k, req, &r)
 	return r, err
+}
+
+// NewIdempotencyKey returns a random idempotency key (32 hex digits): make
+// one per operation and send it with every retry of that operation.
+func NewIdempotencyKey() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // RedriveProgress returns a bulk re-drive's progress.

@@ -46,7 +46,8 @@ const (
 	// TenantHeader carries the caller's tenant where the server takes it
 	// from a header (http.tenant-source=header).
 	TenantHeader = "X-Tenant-Id"
-	// IdempotencyKeyHeader carries a submission's idempotency key.
+	// IdempotencyKeyHeader carries the idempotency key of a submission or
+	// a bulk re-drive.
 	IdempotencyKeyHeader = "Idempotency-Key"
 	// MessageTypeHeader names the protobuf message of a body or result.
 	MessageTypeHeader = "X-Message-Type"

@@ -438,9 +438,21 @@ func TestBulkRedrive(t *testing.T) {
 			t.Fatalf("a dry run changed %s: %+v, %v", x.ExecutionID, e, err)
 		}
 	}
-	run, err := c.StartRedrives(ctx, client.BulkRedriveRequest{Filter: filter, Reason: "fixed upstream, OPS-7", RatePerSecond: 50})
-	if err != nil || run.Matched != 2 {
+	start := client.BulkRedriveRequest{Filter: filter, Reason: "fixed upstream, OPS-7", RatePerSecond: 50, IdempotencyKey: client.NewIdempotencyKey()}
+	run, err := c.StartRedrives(ctx, start)
+	if err != nil || run.Matched != 2 || run.Duplicate {
 		t.Fatalf("bulk re-drive: %+v, %v", run, err)
+	}
+	// A retry of the start (its answer lost) answers the job it started.
+	if again, err := c.StartRedrives(ctx, start); err != nil || again.RedriveID != run.RedriveID || !again.Duplicate {
+		t.Fatalf("the retried start: %+v, %v; want job %s, duplicate", again, err, run.RedriveID)
+	}
+	other := start
+	other.Reason = "another reason"
+	var ce *client.Error
+	if _, err := c.StartRedrives(ctx, other); !errors.As(err, &ce) || ce.StatusCode != http.StatusUnprocessableEntity ||
+		ce.Problem.Kind() != "idempotency-key-mismatch" {
+		t.Fatalf("the key with another request: %v, want a 422 idempotency-key-mismatch", err)
 	}
 	// The sweeper loop of the server drives the job: it looks for new
 	// jobs every few seconds (at least 5 s apart while it holds none),

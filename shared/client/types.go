@@ -235,6 +235,12 @@ type BulkRedriveRequest struct {
 	RatePerSecond int `json:"ratePerSecond,omitempty"`
 	// DryRun counts the matching executions and re-drives none.
 	DryRun bool `json:"dryRun,omitempty"`
+	// IdempotencyKey, when set, makes the start safe to retry (sent as
+	// the Idempotency-Key header): the same key and request answer the
+	// job the first one started (HTTP 200, Duplicate), the key with
+	// another request is a 422 *Error. Without one every call starts a
+	// new job. NewIdempotencyKey makes one to reuse across retries.
+	IdempotencyKey string `json:"-"`
 }
 
 // BulkRedrive is the answer to a started bulk re-drive.
@@ -245,6 +251,9 @@ type BulkRedrive struct {
 	// the scan was too large to finish before the answer (then
 	// RedriveProgress's Matched grows until the scan ends).
 	Matched int `json:"matched"`
+	// Duplicate is true when the idempotency key already named this job
+	// (HTTP 200): nothing new was started.
+	Duplicate bool `json:"duplicate"`
 }
 
 // RedriveProgress is a bulk re-drive's progress: GET /v1/redrives/{id}.

@@ -264,8 +264,10 @@ type Memory struct {
 	mu   sync.Mutex
 	envs []Envelope
 	// Err, when set, fails every Publish (to test publish-failure
-	// policies).
-	err error
+	// policies); failLeft more fail with failErr.
+	err      error
+	failLeft int
+	failErr  error
 }
 
 // NewMemory returns an empty Memory publisher.
@@ -281,6 +283,10 @@ func (m *Memory) Publish(ctx context.Context, env Envelope) error {
 	if m.err != nil {
 		return m.err
 	}
+	if m.failLeft > 0 {
+		m.failLeft--
+		return m.failErr
+	}
 	env.Payload = slices.Clone(env.Payload)
 	m.envs = append(m.envs, env)
 	return nil
@@ -291,6 +297,15 @@ func (m *Memory) FailWith(err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.err = err
+}
+
+// FailTimes makes the next n Publish calls fail with err and the ones
+// after them succeed: a sink that is down for a number of calls, however
+// long they take.
+func (m *Memory) FailTimes(n int, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.failLeft, m.failErr = n, err
 }
 
 // Envelopes returns what was published so far, in order.

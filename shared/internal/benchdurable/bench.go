@@ -163,13 +163,13 @@ func Run(t *testing.T, cfg Config) *Report {
 
 	table := awstest.Name(t, "ceiling")
 	awstest.Tables(t, clients, schema.Table{Name: table, PartitionKey: schema.Attr{Name: "pk", Type: schema.String}})
-	if rep.Ceiling, err = UpdateItemCeiling(ctx, clients.DynamoDB, table, cfg.CeilingWorkers, cfg.CeilingWarmup, cfg.CeilingDuration); err != nil {
+	if rep.Ceiling, err = UpdateItemCeiling(ctx, clients.DynamoDB, table, cfg.CeilingWorkers, cfg.CeilingWarmup, cfg.CeilingDuration, nil); err != nil {
 		t.Fatal(err)
 	}
 	viaProxy := dynamodb.NewFromConfig(clients.Config, func(o *dynamodb.Options) {
 		o.BaseEndpoint, o.DisableValidateResponseChecksum = aws.String(dp.URL), true
 	})
-	if rep.CeilingViaProxy, err = UpdateItemCeiling(ctx, viaProxy, table, cfg.CeilingWorkers, time.Second, cfg.CeilingDuration); err != nil {
+	if rep.CeilingViaProxy, err = UpdateItemCeiling(ctx, viaProxy, table, cfg.CeilingWorkers, time.Second, cfg.CeilingDuration, nil); err != nil {
 		t.Fatal(err)
 	}
 

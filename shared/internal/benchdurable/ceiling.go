@@ -14,6 +14,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/qasync/qasync/shared/clock"
 )
 
 // UpdateItemCeiling measures the conditional-write ceiling of a DynamoDB
@@ -23,9 +25,14 @@ import (
 // claims and commits are. The first warmup is not counted: DynamoDB
 // Local is a JVM, and on a 2-core machine its rate kept climbing for
 // 10-15 s of load (DefaultConfig warms up 15 s). The answer is the
-// writes per second completed during the d after it.
-func UpdateItemCeiling(ctx context.Context, db *dynamodb.Client, table string, workers int, warmup, d time.Duration) (float64, error) {
-	start := time.Now()
+// writes per second started and completed during the d after it, by clk
+// (nil: the system clock; a test's clock makes the windows hold a number
+// of readings instead of machine time).
+func UpdateItemCeiling(ctx context.Context, db *dynamodb.Client, table string, workers int, warmup, d time.Duration, clk clock.Clock) (float64, error) {
+	if clk == nil {
+		clk = clock.System{}
+	}
+	start := clk.Now()
 	// Each call writes items of its own: versions start again at 0.
 	prefix := "ceiling-" + strconv.FormatInt(start.UnixNano(), 36) + "-"
 	from, until := start.Add(warmup), start.Add(warmup+d)
@@ -36,7 +43,7 @@ func UpdateItemCeiling(ctx context.Context, db *dynamodb.Client, table string, w
 		wg.Go(func() {
 			key := map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: prefix + strconv.Itoa(w)}}
 			for v := 0; ; v++ {
-				now := time.Now()
+				now := clk.Now()
 				if !now.Before(until) || ctx.Err() != nil {
 					return
 				}
@@ -50,7 +57,7 @@ func UpdateItemCeiling(ctx context.Context, db *dynamodb.Client, table string, w
 					errs <- fmt.Errorf("benchdurable: ceiling UpdateItem: %w", err)
 					return
 				}
-				if done := time.Now(); !now.Before(from) && done.Before(until) {
+				if done := clk.Now(); !now.Before(from) && done.Before(until) {
 					counted.Add(1)
 				}
 			}

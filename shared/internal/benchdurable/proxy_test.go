@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qasync/qasync/shared/clock"
 	"github.com/qasync/qasync/shared/internal/awstest"
 	"github.com/qasync/qasync/shared/schema"
 )
@@ -137,9 +138,22 @@ func TestProxyWithoutCapacityPassesBodiesUnchanged(t *testing.T) {
 	}
 }
 
+// steppingClock moves on by step at every reading: a window of it holds
+// a number of readings, however fast the machine makes them.
+type steppingClock struct {
+	f    *clock.Fake
+	step time.Duration
+}
+
+func (c steppingClock) Now() time.Time { return c.f.Advance(c.step) }
+
 // TestDynamoDBLocalIgnoresSignatures confirms on the local stack what
 // ProxyOptions.Capacity relies on: DynamoDB Local answers a request whose
-// SigV4 signature is wrong. It also runs the ceiling briefly.
+// SigV4 signature is wrong. It also runs the ceiling briefly: its
+// conditional writes, each on the version the last one set, succeed and
+// are counted. The ceiling's windows are on a clock that moves 10 ms a
+// reading (two readings a write), so that the measured window holds
+// about 15 writes on any machine.
 func TestDynamoDBLocalIgnoresSignatures(t *testing.T) {
 	clients, _ := awstest.Clients(t)
 	ok, err := SignaturesUnverified(context.Background(), os.Getenv("AWS_ENDPOINT_URL_DYNAMODB"))
@@ -148,8 +162,9 @@ func TestDynamoDBLocalIgnoresSignatures(t *testing.T) {
 	}
 	table := awstest.Name(t, "ceiling")
 	awstest.Tables(t, clients, schema.Table{Name: table, PartitionKey: schema.Attr{Name: "pk", Type: schema.String}})
-	rate, err := UpdateItemCeiling(context.Background(), clients.DynamoDB, table, 2, 100*time.Millisecond, 300*time.Millisecond)
+	clk := steppingClock{clock.NewFake(time.Now()), 10 * time.Millisecond}
+	rate, err := UpdateItemCeiling(context.Background(), clients.DynamoDB, table, 2, 100*time.Millisecond, 300*time.Millisecond, clk)
 	if err != nil || rate <= 0 {
-		t.Fatalf("ceiling %.0f/s, %v: want conditional writes to succeed", rate, err)
+		t.Fatalf("ceiling %.0f/s, %v: want conditional writes to succeed and be counted", rate, err)
 	}
 }

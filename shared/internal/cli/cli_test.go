@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -34,8 +35,11 @@ type runner struct {
 	env      map[string]string
 	terminal bool
 	stdin    string
-	requests atomic.Int64 // requests sent
-	inputs   atomic.Int64 // numbers settle's inputs, so that none is a duplicate
+	requests atomic.Int64 // requests sent and answered (or failed)
+	// loseAnswers makes every request reach the server and its answer
+	// be lost on the way back (the connection dropped).
+	loseAnswers atomic.Bool
+	inputs      atomic.Int64 // numbers settle's inputs, so that none is a duplicate
 }
 
 func newRunner(t *testing.T, tg *clitest.Target) *runner {
@@ -49,14 +53,22 @@ func (r *runner) admin() *runner {
 	return r
 }
 
+// counting counts the requests it sends once their answers are in (or
+// they failed), and loses the answers while lose is set.
 type counting struct {
 	next http.RoundTripper
 	n    *atomic.Int64
+	lose *atomic.Bool
 }
 
 func (c counting) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := c.next.RoundTrip(req)
 	c.n.Add(1)
-	return c.next.RoundTrip(req)
+	if err == nil && c.lose.Load() {
+		resp.Body.Close()
+		return nil, errors.New("connection reset by peer (the test lost the answer)")
+	}
+	return resp, err
 }
 
 // run runs `qasync --tenant <tenant> args...`.
@@ -66,7 +78,7 @@ func (r *runner) run(args ...string) result {
 	env := cli.Env{Stdin: strings.NewReader(r.stdin), Stdout: &out, Stderr: &errOut,
 		Getenv:     func(k string) string { return r.env[k] },
 		Terminal:   func() bool { return r.terminal },
-		HTTPClient: &http.Client{Timeout: 10 * time.Second, Transport: counting{http.DefaultTransport, &r.requests}},
+		HTTPClient: &http.Client{Timeout: 10 * time.Second, Transport: counting{http.DefaultTransport, &r.requests, &r.loseAnswers}},
 		PollMin:    5 * time.Millisecond, PollMax: 50 * time.Millisecond}
 	ctx, cancel := context.WithTimeout(r.t.Context(), 30*time.Second)
 	defer cancel()

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -55,17 +56,20 @@ at once; a running step is cancelled at its next lease renewal and the execution
 CANCELLED. Cancelling a CANCELLED execution changes nothing; a SUCCEEDED, FAILED or DLQ
 one exits 4 (conflict). An operator route: --admin-token locally, the route's IAM
 permission behind API Gateway.`, flags: cancelCmd},
-	{name: "redrive", usage: "redrive ID --reason R | --filter F --reason R [--rate N] [--dry-run] | --status REDRIVE_ID", summary: "re-drive one execution, or many by filter (operator)",
+	{name: "redrive", usage: "redrive ID --reason R | --filter F --reason R [--rate N] [--dry-run] [--key K] | --status REDRIVE_ID", summary: "re-drive one execution, or many by filter (operator)",
 		help: `redrive ID --reason R
     sends a DLQ or FAILED execution back to its failed step for one more attempt
     (a REMOTE_OUTCOME_UNKNOWN one with --confirm-no-remote-effect). Another status exits 4.
-redrive --filter pipelineId=P,status=DLQ,errorCode=C,createdAfter=T,createdBefore=T --reason R [--rate N] [--dry-run] [--wait]
+redrive --filter pipelineId=P,status=DLQ,errorCode=C,createdAfter=T,createdBefore=T --reason R [--rate N] [--dry-run] [--key K] [--wait]
     starts a durable bulk re-drive of the executions the filter selects (status is DLQ
     and/or FAILED and may repeat: status=DLQ,status=FAILED; default both; times are
     RFC 3339, exclusive), at most --rate per second (default the server's, 10); --dry-run
-    only counts them. Prints the re-drive id and how many matched. The server's sweeper
-    loop drives the job (qasync serve looks for new jobs every few seconds): --wait
-    follows its progress until done.
+    only counts them. Prints the re-drive id, how many matched and whether the key named
+    a job already (duplicate). The server's sweeper loop drives the job (qasync serve
+    looks for new jobs every few seconds): --wait follows its progress until done.
+    The request carries an idempotency key, --key or a new one: when the answer is lost
+    (the connection dropped, a 5xx) the command prints its key, and the same command
+    with --key K answers the job it may have started instead of starting a second one.
 redrive --status REDRIVE_ID
     prints a bulk re-drive's progress: matched, redriven, skipped, failed, done, dry run.
 Each re-driven execution gets the re-drive's audit record ("redrive <id>: <reason>" for a
@@ -435,6 +439,7 @@ func redriveCmd(fs *flag.FlagSet) runFunc {
 	dryRun := fs.Bool("dry-run", false, "bulk: count the matching executions, re-drive none")
 	wait := fs.Bool("wait", false, "bulk: follow the progress until done")
 	progress := fs.String("status", "", "print the progress of bulk re-drive `REDRIVE_ID`")
+	key := fs.String("key", "", "bulk: idempotency key of the job (default: a new one); the same command with the same key is safe to retry")
 	expected := fs.Int64("expected-version", 0, "one: re-drive only if the execution is at this version")
 	confirm := fs.Bool("confirm-no-remote-effect", false, "one: the remote invocation of a REMOTE_OUTCOME_UNKNOWN execution can make no more effects")
 	return func(ctx context.Context, s *session, args []string) error {
@@ -460,7 +465,10 @@ func redriveCmd(fs *flag.FlagSet) runFunc {
 			if *rate < 0 {
 				return usagef("--rate %d: must be positive", *rate)
 			}
-			return s.bulkRedrive(ctx, client.BulkRedriveRequest{Filter: f, Reason: *reason, RatePerSecond: *rate, DryRun: *dryRun}, *wait)
+			return s.bulkRedrive(ctx, client.BulkRedriveRequest{Filter: f, Reason: *reason, RatePerSecond: *rate, DryRun: *dryRun, IdempotencyKey: *key}, *wait)
+		}
+		if *key != "" {
+			return usagef("--key is for a bulk re-drive (--filter)")
 		}
 		if err := wantArgs(args, "ID"); err != nil {
 			return usagef("%v (or --filter F, or --status REDRIVE_ID)", err)
@@ -485,13 +493,23 @@ func redriveCmd(fs *flag.FlagSet) runFunc {
 	}
 }
 
+// bulkRedrive starts a bulk re-drive under req's idempotency key (a new
+// one when none was given) and prints it; when the answer is lost it
+// tells the key to retry with.
 func (s *session) bulkRedrive(ctx context.Context, req client.BulkRedriveRequest, wait bool) error {
 	c, err := s.client()
 	if err != nil {
 		return err
 	}
+	if req.IdempotencyKey == "" {
+		req.IdempotencyKey = client.NewIdempotencyKey()
+	}
 	r, err := c.StartRedrives(ctx, req)
 	if err != nil {
+		if outcomeUnknown(err) {
+			fmt.Fprintf(s.env.Stderr, "qasync %s: the bulk re-drive may have started; to reach its job rather than start another, run the command again with --key %s\n",
+				s.cmd, req.IdempotencyKey)
+		}
 		return err
 	}
 	if s.json() && !wait {
@@ -499,7 +517,8 @@ func (s *session) bulkRedrive(ctx context.Context, req client.BulkRedriveRequest
 		return nil
 	}
 	if !s.json() {
-		fields(s.env.Stdout, "redrive", r.RedriveID, "matched", strconv.Itoa(r.Matched), "dry run", strconv.FormatBool(req.DryRun))
+		fields(s.env.Stdout, "redrive", r.RedriveID, "matched", strconv.Itoa(r.Matched), "dry run", strconv.FormatBool(req.DryRun),
+			"duplicate", strconv.FormatBool(r.Duplicate))
 	}
 	if !wait {
 		if !req.DryRun && !s.json() {
@@ -508,6 +527,17 @@ func (s *session) bulkRedrive(ctx context.Context, req client.BulkRedriveRequest
 		return nil
 	}
 	return s.redriveProgress(ctx, r.RedriveID, true)
+}
+
+// outcomeUnknown reports whether a request that failed with err may
+// still have done its work: no answer arrived (a transport error, a
+// timeout, an interruption) or the server failed (5xx).
+func outcomeUnknown(err error) bool {
+	var ce *client.Error
+	if errors.As(err, &ce) {
+		return ce.StatusCode >= 500
+	}
+	return !errors.Is(err, client.ErrMissingArgument)
 }
 
 // redriveProgress prints a bulk re-drive's progress, once or (follow)

@@ -177,6 +177,38 @@ func TestRedriveCommands(t *testing.T) {
 	r.want(cli.ExitUsage, "redrive", "--status", id, "--reason", "x")
 }
 
+// TestBulkRedriveRetriedCommand: a bulk re-drive whose answer is lost
+// prints its idempotency key; the same command again with --key answers
+// the job the first one started (duplicate), not a second job; the key
+// with another reason is refused (422, exit 1); --key is for a bulk
+// re-drive only.
+func TestBulkRedriveRetriedCommand(t *testing.T) {
+	t.Parallel()
+	r := newRunner(t, clitest.Real(t)).admin()
+	r.settle(clitest.PipelineFail, store.DLQ)
+	r.settle(clitest.PipelineFail, store.DLQ)
+	filter := "pipelineId=" + clitest.PipelineFail + ",status=DLQ"
+	r.loseAnswers.Store(true)
+	lost := r.want(cli.ExitFailure, "redrive", "--filter", filter, "--reason", "fixed, OPS-11", "--rate", "50")
+	m := regexp.MustCompile(`run the command again with --key (\S+)`).FindStringSubmatch(lost.stderr)
+	if m == nil {
+		t.Fatalf("a bulk re-drive whose answer was lost does not tell its key:\n%s", lost.stderr)
+	}
+	r.loseAnswers.Store(false)
+	retried := decode[client.BulkRedrive](t, r.ok("redrive", "--filter", filter, "--reason", "fixed, OPS-11", "--rate", "50", "--key", m[1], "-o", "json"))
+	if !retried.Duplicate || retried.Matched != 2 {
+		t.Fatalf("the retried command: %+v; want the first command's job (duplicate), 2 matched", retried)
+	}
+	text := r.ok("redrive", "--filter", filter, "--reason", "fixed, OPS-11", "--rate", "50", "--key", m[1])
+	hasField(t, text, "redrive", retried.RedriveID)
+	hasField(t, text, "duplicate", "true")
+	res := r.want(cli.ExitFailure, "redrive", "--filter", filter, "--reason", "another reason", "--key", m[1])
+	if !strings.Contains(res.stderr, "422") || strings.Contains(res.stderr, "--key") {
+		t.Fatalf("the key with another reason:\n%s", res.stderr)
+	}
+	r.want(cli.ExitUsage, "redrive", "some-id", "--reason", "x", "--key", "k")
+}
+
 // waitFor polls status until the execution is in want.
 func waitFor(t *testing.T, r *runner, id string, want store.Status) {
 	t.Helper()

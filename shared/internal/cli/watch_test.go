@@ -71,12 +71,18 @@ func watchAwait(t *testing.T, r *runner, args ...string) result {
 	}
 	e := r.settle(clitest.PipelineWait, store.WaitingExternal)
 	done := make(chan result, 1)
+	before := r.requests.Load()
 	go func() { done <- r.run(append([]string{"watch", e.ExecutionID}, args...)...) }()
 	awaitID, token, err := r.tg.ResumeToken(e.ExecutionID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond) // let watch see the parked execution first
+	// Let watch see the parked execution first: its first answer is in.
+	for seen := time.Now().Add(20 * time.Second); r.requests.Load() == before; time.Sleep(time.Millisecond) {
+		if time.Now().After(seen) {
+			t.Fatal("watch made no request")
+		}
+	}
 	if _, err := c.CompleteAwait(t.Context(), e.ExecutionID, awaitID, token, []byte(`{"approved":true}`), ""); err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,7 +21,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	st "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
 
+	"github.com/qasync/qasync/shared/clock"
 	s "github.com/qasync/qasync/shared/schema"
+	"github.com/qasync/qasync/shared/store"
 )
 
 // StreamOptions configure a StreamFeed.
@@ -28,7 +31,8 @@ type StreamOptions struct {
 	// ExecutionTable names the table whose stream is read (required).
 	ExecutionTable string
 	// Interval is how long Run waits after a pass that found no record
-	// (or failed) before the next. Default 1s.
+	// (or failed) before the next, and the first wait before a failed
+	// batch is tried again. Default 1s.
 	Interval time.Duration
 	// Limit bounds the records of one GetRecords call, 1 to 1000 (the
 	// service's maximum, and the default): the memory one batch takes.
@@ -37,8 +41,24 @@ type StreamOptions struct {
 	// while it keeps returning records, so that a busy shard does not hold
 	// the others back. Default 10.
 	ReadsPerShard int
+	// BatchAttempts bounds the attempts to apply a batch that fails for
+	// good (see StreamFeed) before its records are skipped, logged as
+	// history_batch_skipped. Default 5.
+	BatchAttempts int
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
+	// Clock tells the time of the shard list's age, of the positions'
+	// expiry and of a failed batch's next attempt. Default clock.System{}.
+	Clock clock.Clock
+}
+
+// StreamsAPI is what a StreamFeed calls of DynamoDB Streams:
+// *dynamodbstreams.Client implements it (tests give a stream of their
+// own, such as one whose records were trimmed).
+type StreamsAPI interface {
+	DescribeStream(context.Context, *dynamodbstreams.DescribeStreamInput, ...func(*dynamodbstreams.Options)) (*dynamodbstreams.DescribeStreamOutput, error)
+	GetShardIterator(context.Context, *dynamodbstreams.GetShardIteratorInput, ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetShardIteratorOutput, error)
+	GetRecords(context.Context, *dynamodbstreams.GetRecordsInput, ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetRecordsOutput, error)
 }
 
 // StreamFeed reads the execution table's stream into the history.
@@ -54,9 +74,36 @@ type StreamOptions struct {
 // changes). Several feeds on one table are harmless, not useful: they
 // write the same pages.
 //
+// A batch that cannot be applied is tried again, once a pass, waiting
+// Interval and then twice as long each time (up to batchBackoffMax), while
+// the other shards are read on; only the shard's children wait for it. A
+// failure of an unavailable backend (store.ErrUnavailable: throttling, a
+// 5xx, a network error) or a timeout is transient: the batch is tried
+// until it is applied. Any other failure is for good (a page the history
+// table refuses, such as an item over its size limit, or a key it does
+// not take): after BatchAttempts of them the batch's records are skipped,
+// logged as history_batch_skipped (an error with the shard, the batch's
+// sequence range and the failure; the executions whose pages did land
+// keep them), and the shard is read on.
+//
+// The stream keeps records for 24 hours. Whenever the feed finds that
+// records it had not read are gone (a stored position older than the
+// trim point, an iterator pointing at trimmed records, a shard with
+// unread records or a parent it never finished that the stream no longer
+// lists) it logs history_stream_trimmed (a warning with the shard, the
+// cause and lost_after, the last sequence number applied: the records
+// after it up to the oldest one there is, or up to the shard's end, are
+// lost) and reads on from the oldest record there is. A feed started on
+// a stream older than 24 hours logs it too, for the parents of the
+// oldest shards: their records are lost to the history as well. What it
+// cannot tell is a loss at the start of a shard it never read whose
+// parent is still listed: a shard's StartingSequenceNumber is no record's
+// (DynamoDB Local gives the stream's counter when the shard opened), so
+// an oldest record past it proves nothing.
+//
 // A StreamFeed is used by one goroutine at a time (Run, or Poll in tests).
 type StreamFeed struct {
-	streams *dynamodbstreams.Client
+	streams StreamsAPI
 	db      *dynamodb.Client
 	hist    *History
 	opts    StreamOptions
@@ -67,14 +114,32 @@ type StreamFeed struct {
 	// described again after shardListTTL, or when a shard ended.
 	list   []st.Shard
 	listed time.Time
-	pos    map[string]string // shard id -> last stored sequence number
-	done   map[string]bool   // shards read to their end
-	iters  map[string]string // shard id -> next shard iterator
+	state  map[string]*shardState // by shard id
 }
 
+// shardState is what the feed knows of one shard.
+type shardState struct {
+	// pos is the last sequence number stored ("" for none).
+	pos string
+	// done: read to its end (or given up as gone).
+	done bool
+	// iter is the next shard iterator ("": get one).
+	iter string
+	// oldest: open the shard at its oldest record, not after pos (records
+	// after pos were trimmed).
+	oldest bool
+	// tries counts the failed attempts of the batch at pos, fails those
+	// that failed for good; next is when it may be tried again.
+	tries, fails int
+	next         time.Time
+}
+
+// batchBackoffMax bounds the wait between two attempts of a failed batch.
+const batchBackoffMax = time.Minute
+
 // NewStreamFeed returns a feed of h from opts.ExecutionTable's stream.
-func NewStreamFeed(streams *dynamodbstreams.Client, db *dynamodb.Client, h *History, opts StreamOptions) (*StreamFeed, error) {
-	if opts.ExecutionTable == "" || h == nil || streams == nil {
+func NewStreamFeed(streams StreamsAPI, db *dynamodb.Client, h *History, opts StreamOptions) (*StreamFeed, error) {
+	if c, ok := streams.(*dynamodbstreams.Client); streams == nil || (ok && c == nil) || opts.ExecutionTable == "" || h == nil {
 		return nil, errors.New("dynamohistory: a stream feed needs the execution table's name, its streams client and the history")
 	}
 	if opts.Interval <= 0 {
@@ -86,11 +151,26 @@ func NewStreamFeed(streams *dynamodbstreams.Client, db *dynamodb.Client, h *Hist
 	if opts.ReadsPerShard <= 0 {
 		opts.ReadsPerShard = 10
 	}
+	if opts.BatchAttempts <= 0 {
+		opts.BatchAttempts = 5
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	return &StreamFeed{streams: streams, db: db, hist: h, opts: opts,
-		pos: map[string]string{}, done: map[string]bool{}, iters: map[string]string{}}, nil
+	if opts.Clock == nil {
+		opts.Clock = clock.System{}
+	}
+	return &StreamFeed{streams: streams, db: db, hist: h, opts: opts, state: map[string]*shardState{}}, nil
+}
+
+// shard returns the state of shard id.
+func (f *StreamFeed) shard(id string) *shardState {
+	ss := f.state[id]
+	if ss == nil {
+		ss = &shardState{}
+		f.state[id] = ss
+	}
+	return ss
 }
 
 // Run polls the stream until ctx ends; a pass that finds nothing new, or
@@ -117,7 +197,10 @@ func (f *StreamFeed) Run(ctx context.Context) error {
 
 // Poll makes one pass over the stream's shards, parents before children:
 // it reads each open shard (up to ReadsPerShard batches), applies every
-// batch and records its position. It returns how many records it applied.
+// batch and records its position. A shard that fails (a batch that
+// cannot be applied, a read that fails) ends its turn, and the others go
+// on; a failed batch's shard waits out its backoff. It returns how many
+// records it applied, and the failures of the pass.
 func (f *StreamFeed) Poll(ctx context.Context) (int, error) {
 	if f.arn == "" {
 		out, err := f.db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(f.opts.ExecutionTable)})
@@ -130,12 +213,12 @@ func (f *StreamFeed) Poll(ctx context.Context) (int, error) {
 		}
 		f.loaded = false
 	}
-	if f.list == nil || time.Since(f.listed) >= shardListTTL {
+	if now := f.opts.Clock.Now(); f.list == nil || now.Sub(f.listed) >= shardListTTL {
 		shards, err := f.shards(ctx)
 		if err != nil {
 			return 0, err
 		}
-		f.list, f.listed = shards, time.Now()
+		f.list, f.listed = shards, now
 	}
 	shards := f.list
 	if !f.loaded {
@@ -147,24 +230,72 @@ func (f *StreamFeed) Poll(ctx context.Context) (int, error) {
 	for _, sh := range shards {
 		listed[aws.ToString(sh.ShardId)] = true
 	}
+	if err := f.giveUpGone(ctx, shards, listed); err != nil {
+		return 0, err
+	}
 	total := 0
+	var errs []error
 	for _, sh := range shards {
 		id, parent := aws.ToString(sh.ShardId), aws.ToString(sh.ParentShardId)
-		if f.done[id] || (parent != "" && listed[parent] && !f.done[parent]) {
+		ss := f.shard(id)
+		switch {
+		case ctx.Err() != nil:
+			return total, errors.Join(append(errs, ctx.Err())...)
+		case ss.done, parent != "" && listed[parent] && !f.shard(parent).done:
 			continue // read; or its parent is not (its records come first)
+		case f.opts.Clock.Now().Before(ss.next):
+			continue // a failed batch waits out its backoff
 		}
 		for range f.opts.ReadsPerShard {
-			n, more, err := f.read(ctx, id)
+			n, more, err := f.read(ctx, sh)
 			total += n
 			if err != nil {
-				return total, err
+				errs = append(errs, err)
+				break
 			}
 			if !more {
 				break
 			}
 		}
 	}
-	return total, nil
+	return total, errors.Join(errs...)
+}
+
+// giveUpGone finds the shards whose records the feed had not all read and
+// that the stream no longer lists (every record of theirs aged out): a
+// shard with a stored position that was not read to its end, and a
+// parent of a listed shard that was not. It logs the loss, and records
+// them as done, so that their children are read and the loss is logged
+// once.
+func (f *StreamFeed) giveUpGone(ctx context.Context, shards []st.Shard, listed map[string]bool) error {
+	var gone []string
+	for id, ss := range f.state {
+		if !ss.done && ss.pos != "" && !listed[id] {
+			gone = append(gone, id)
+		}
+	}
+	for _, sh := range shards {
+		if parent := aws.ToString(sh.ParentShardId); parent != "" && !listed[parent] && !f.shard(parent).done && !slices.Contains(gone, parent) {
+			gone = append(gone, parent)
+		}
+	}
+	for _, id := range gone {
+		ss := f.shard(id)
+		f.trimmed(ctx, id, "shard_gone", ss.pos)
+		ss.done, ss.iter = true, ""
+		if err := f.record(ctx, id, ss.pos, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// trimmed logs that records of shard after sequence number after ("":
+// from its start) were trimmed before the feed read them.
+func (f *StreamFeed) trimmed(ctx context.Context, shard, cause, after string) {
+	f.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "history_stream_trimmed", slog.String("event", "history_stream_trimmed"),
+		slog.String("table", f.opts.ExecutionTable), slog.String("shard", shard), slog.String("cause", cause),
+		slog.String("lost_after", after))
 }
 
 // shardListTTL is how long Poll uses a description of the stream's shards
@@ -202,7 +333,8 @@ func (f *StreamFeed) positionKey(shard string) map[string]types.AttributeValue {
 // history table: no execution's key starts with '#'.
 const streamPositionPK = "#stream"
 
-// loadPositions reads the recorded positions of this stream's shards.
+// loadPositions reads the recorded positions of this stream's shards
+// (what the feed knows of another stream is dropped).
 func (f *StreamFeed) loadPositions(ctx context.Context) error {
 	in := &dynamodb.QueryInput{
 		TableName:                aws.String(f.hist.Table()),
@@ -213,6 +345,7 @@ func (f *StreamFeed) loadPositions(ctx context.Context) error {
 		},
 		ConsistentRead: aws.Bool(true),
 	}
+	state := map[string]*shardState{}
 	for {
 		out, err := f.db.Query(ctx, in)
 		if err != nil {
@@ -221,52 +354,70 @@ func (f *StreamFeed) loadPositions(ctx context.Context) error {
 		for _, item := range out.Items {
 			r := &reader{item: item}
 			shard := strings.TrimPrefix(r.str(s.AttrPage), f.arn+"|")
-			f.pos[shard], f.done[shard] = r.str(s.AttrSequence), r.bool(s.AttrShardDone)
+			state[shard] = &shardState{pos: r.str(s.AttrSequence), done: r.bool(s.AttrShardDone)}
 		}
 		if out.LastEvaluatedKey == nil {
 			break
 		}
 		in.ExclusiveStartKey = out.LastEvaluatedKey
 	}
-	f.loaded = true
+	f.state, f.loaded = state, true
 	return nil
 }
 
-// read reads one batch of a shard, applies it and records the position;
-// more reports that the shard returned records (and may hold more).
-func (f *StreamFeed) read(ctx context.Context, shard string) (n int, more bool, err error) {
-	iter := f.iters[shard]
-	if iter == "" {
-		in := &dynamodbstreams.GetShardIteratorInput{StreamArn: aws.String(f.arn), ShardId: aws.String(shard),
+// open returns an iterator of sh: after the stored position, or at the
+// oldest record when there is none. A position older than the trim point
+// is a loss: it is logged, and the shard opened at its oldest record.
+func (f *StreamFeed) open(ctx context.Context, sh st.Shard, ss *shardState) (string, error) {
+	id := aws.ToString(sh.ShardId)
+	for {
+		in := &dynamodbstreams.GetShardIteratorInput{StreamArn: aws.String(f.arn), ShardId: aws.String(id),
 			ShardIteratorType: st.ShardIteratorTypeTrimHorizon}
-		if seq := f.pos[shard]; seq != "" {
-			in.ShardIteratorType, in.SequenceNumber = st.ShardIteratorTypeAfterSequenceNumber, aws.String(seq)
+		if ss.pos != "" && !ss.oldest {
+			in.ShardIteratorType, in.SequenceNumber = st.ShardIteratorTypeAfterSequenceNumber, aws.String(ss.pos)
 		}
 		out, err := f.streams.GetShardIterator(ctx, in)
 		var trimmed *st.TrimmedDataAccessException
-		if errors.As(err, &trimmed) {
-			// The recorded position is older than the stream keeps: what
-			// lay between is gone. Read what there is.
-			f.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "history_stream_trimmed", slog.String("event", "history_stream_trimmed"),
-				slog.String("shard", shard), slog.String("position", f.pos[shard]))
-			delete(f.pos, shard)
-			return 0, false, nil
+		if errors.As(err, &trimmed) && in.SequenceNumber != nil {
+			f.trimmed(ctx, id, "position_trimmed", ss.pos)
+			ss.oldest = true
+			continue
 		}
 		if err != nil {
-			return 0, false, fmt.Errorf("dynamohistory: shard iterator of %s: %w", shard, err)
+			return "", fmt.Errorf("dynamohistory: shard iterator of %s: %w", id, err)
 		}
-		iter = aws.ToString(out.ShardIterator)
+		return aws.ToString(out.ShardIterator), nil
 	}
-	out, err := f.streams.GetRecords(ctx, &dynamodbstreams.GetRecordsInput{ShardIterator: aws.String(iter), Limit: aws.Int32(f.opts.Limit)})
+}
+
+// read reads one batch of a shard, applies it and records the position;
+// more reports that the shard may hold more now (it returned records, or
+// its iterator pointed at trimmed records and it opens again at its
+// oldest one).
+func (f *StreamFeed) read(ctx context.Context, sh st.Shard) (n int, more bool, err error) {
+	id := aws.ToString(sh.ShardId)
+	ss := f.shard(id)
+	if ss.iter == "" {
+		if ss.iter, err = f.open(ctx, sh, ss); err != nil {
+			return 0, false, err
+		}
+	}
+	out, err := f.streams.GetRecords(ctx, &dynamodbstreams.GetRecordsInput{ShardIterator: aws.String(ss.iter), Limit: aws.Int32(f.opts.Limit)})
 	var expired *st.ExpiredIteratorException
 	var trimmed *st.TrimmedDataAccessException
 	switch {
-	case errors.As(err, &expired), errors.As(err, &trimmed):
-		delete(f.iters, shard) // start again from the recorded position
+	case errors.As(err, &trimmed):
+		// Records the iterator pointed at (after the stored position, or
+		// from the shard's start) aged out before it was used.
+		f.trimmed(ctx, id, "iterator_trimmed", ss.pos)
+		ss.iter, ss.oldest = "", true
+		return 0, true, nil
+	case errors.As(err, &expired):
+		ss.iter = "" // start again from the recorded position
 		return 0, false, nil
 	case err != nil:
-		delete(f.iters, shard)
-		return 0, false, fmt.Errorf("dynamohistory: get records of %s: %w", shard, err)
+		ss.iter = ""
+		return 0, false, fmt.Errorf("dynamohistory: get records of %s: %w", id, err)
 	}
 	changes := make([]Change, len(out.Records))
 	for i, r := range out.Records {
@@ -276,28 +427,56 @@ func (f *StreamFeed) read(ctx context.Context, shard string) (n int, more bool, 
 		changes[i] = Change{Sequence: aws.ToString(r.Dynamodb.SequenceNumber), Old: FromStreamImage(r.Dynamodb.OldImage), New: FromStreamImage(r.Dynamodb.NewImage)}
 	}
 	if err := f.hist.Apply(ctx, changes); err != nil {
-		delete(f.iters, shard) // read the batch again from the recorded position
-		return 0, false, err
+		ss.iter = "" // read the batch again from the recorded position
+		if !f.failed(ctx, id, ss, changes, err) {
+			return 0, false, fmt.Errorf("dynamohistory: shard %s: %w", id, err)
+		}
 	}
+	ss.tries, ss.fails, ss.next = 0, 0, time.Time{}
 	closed := out.NextShardIterator == nil
 	if len(changes) > 0 || closed {
-		seq := f.pos[shard]
+		seq := ss.pos
 		if len(changes) > 0 {
 			seq = changes[len(changes)-1].Sequence
 		}
-		if err := f.record(ctx, shard, seq, closed); err != nil {
-			delete(f.iters, shard)
+		if err := f.record(ctx, id, seq, closed); err != nil {
+			ss.iter = ""
 			return len(changes), false, err
 		}
+		ss.oldest = false
 	}
 	if closed {
-		delete(f.iters, shard)
-		f.done[shard] = true
+		ss.iter, ss.done = "", true
 		f.list = nil // its children may be new: describe the stream again
 	} else {
-		f.iters[shard] = aws.ToString(out.NextShardIterator)
+		ss.iter = aws.ToString(out.NextShardIterator)
 	}
 	return len(changes), len(changes) > 0 && !closed, nil
+}
+
+// failed counts a failed attempt of a batch of shard and sets when it may
+// be tried again. It reports whether the batch is to be skipped: it
+// failed for good BatchAttempts times (then it logs history_batch_skipped).
+func (f *StreamFeed) failed(ctx context.Context, shard string, ss *shardState, changes []Change, err error) (skip bool) {
+	ss.tries++
+	if !transient(err) {
+		ss.fails++
+	}
+	if ss.fails >= f.opts.BatchAttempts && len(changes) > 0 {
+		f.opts.Logger.LogAttrs(ctx, slog.LevelError, "history_batch_skipped", slog.String("event", "history_batch_skipped"),
+			slog.String("table", f.opts.ExecutionTable), slog.String("shard", shard),
+			slog.String("first_sequence", changes[0].Sequence), slog.String("last_sequence", changes[len(changes)-1].Sequence),
+			slog.Int("records", len(changes)), slog.Int("attempts", ss.tries), slog.String("error", err.Error()))
+		return true
+	}
+	ss.next = f.opts.Clock.Now().Add(min(f.opts.Interval<<min(ss.tries-1, 16), batchBackoffMax))
+	return false
+}
+
+// transient reports whether a failure to apply a batch may pass by itself:
+// an unavailable backend (throttling, a 5xx, the network) or a timeout.
+func transient(err error) bool {
+	return errors.Is(err, store.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)
 }
 
 // record stores a shard's position (and whether it was read to its end).
@@ -305,14 +484,14 @@ func (f *StreamFeed) read(ctx context.Context, shard string) (n int, more bool, 
 func (f *StreamFeed) record(ctx context.Context, shard, seq string, done bool) error {
 	item := f.positionKey(shard)
 	item[s.AttrShardDone] = boolean(done)
-	item[s.AttrTTL] = seconds(time.Now().Add(48 * time.Hour))
+	item[s.AttrTTL] = seconds(f.opts.Clock.Now().Add(48 * time.Hour))
 	if seq != "" {
 		item[s.AttrSequence] = str(seq)
 	}
 	if _, err := f.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(f.hist.Table()), Item: item}); err != nil {
 		return translate("record the stream position", err)
 	}
-	f.pos[shard] = seq
+	f.shard(shard).pos = seq
 	return nil
 }
 

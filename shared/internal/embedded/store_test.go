@@ -152,9 +152,11 @@ func claiming(st *embedded.State, c *collector) dispatch.Handler {
 	}
 }
 
-// TestQueueDeliversDueItemsAndWakesAtOnce: a row due later is delivered
-// no earlier than its due time, and a commit wakes an idle worker at once
-// (no poll interval).
+// TestQueueDeliversDueItemsAndWakesAtOnce: a commit wakes an idle worker
+// at once (no poll interval), and a row due later is delivered no earlier
+// than its due time. The workers idle with a row due in an hour, so their
+// timers would sleep that long: a row due now is delivered only because
+// its commit woke them.
 func TestQueueDeliversDueItemsAndWakesAtOnce(t *testing.T) {
 	db := open(t, embedded.Options{})
 	st := db.State(nil)
@@ -162,22 +164,26 @@ func TestQueueDeliversDueItemsAndWakesAtOnce(t *testing.T) {
 	d := db.NewDispatcher(claiming(st, c), embedded.DispatcherOptions{Workers: 2})
 	d.Start()
 	defer d.Close(context.Background())
-	now := time.Now().Truncate(time.Millisecond)
-	later := row("t1", "later", 0)
-	later.NextDueAt, later.CreatedAt, later.UpdatedAt, later.ExpiresAt = now.Add(300*time.Millisecond), now, now, now.Add(time.Hour)
-	mustCreate(t, st, later)
-	time.Sleep(20 * time.Millisecond) // the workers are idle
-	soon := row("t1", "soon", 0)
-	soon.NextDueAt, soon.CreatedAt, soon.UpdatedAt, soon.ExpiresAt = now, now, now, now.Add(time.Hour)
-	start := time.Now()
-	mustCreate(t, st, soon)
-	items := c.wait(t, 1)
-	if items[0].ExecutionID != "soon" || time.Since(start) > 100*time.Millisecond {
-		t.Fatalf("first delivery %s after %v, want soon at once", items[0].ExecutionID, time.Since(start))
+	create := func(id string, due time.Duration) time.Time {
+		now := time.Now().Truncate(time.Millisecond)
+		r := row("t1", id, 0)
+		r.NextDueAt, r.CreatedAt, r.UpdatedAt, r.ExpiresAt = now.Add(due), now, now, now.Add(2*time.Hour)
+		mustCreate(t, st, r)
+		return now
 	}
-	items = c.wait(t, 2)
-	if items[1].ExecutionID != "later" || time.Since(now) < 300*time.Millisecond {
-		t.Fatalf("second delivery %s after %v, want later after 300ms", items[1].ExecutionID, time.Since(now))
+	create("far", time.Hour)
+	time.Sleep(20 * time.Millisecond) // the workers go back to sleep, until the far row is due
+	create("soon", 0)
+	if items := c.wait(t, 1); items[0].ExecutionID != "soon" {
+		t.Fatalf("first delivery %s, want soon", items[0].ExecutionID)
+	}
+	created := create("later", 300*time.Millisecond)
+	items := c.wait(t, 2)
+	if items[1].ExecutionID != "later" || time.Since(created) < 300*time.Millisecond {
+		t.Fatalf("second delivery %s after %v, want later, no earlier than its due time (300ms)", items[1].ExecutionID, time.Since(created))
+	}
+	if got := c.wait(t, 2); len(got) != 2 {
+		t.Fatalf("deliveries %+v: the row due in an hour was delivered", got)
 	}
 }
 

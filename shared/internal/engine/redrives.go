@@ -41,6 +41,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -118,6 +119,29 @@ type RedriveJob struct {
 	RatePerSecond int
 	Filter        RedriveFilter
 	CreatedAt     time.Time
+	// Duplicate: the start's idempotency key already named this job, so
+	// the start started nothing (RedrivesOptions.IdempotencyKey).
+	Duplicate bool
+}
+
+// RedrivesOptions are the inputs of a bulk re-drive (StartRedrivesWith).
+type RedrivesOptions struct {
+	// Filter selects the executions.
+	Filter RedriveFilter
+	// Reason goes into every re-driven execution's audit note (required).
+	Reason string
+	// RatePerSecond bounds the re-drives a second (0: DefaultRedriveRate).
+	RatePerSecond int
+	// DryRun only counts the matching executions.
+	DryRun bool
+	// IdempotencyKey, when set, makes the start safe to retry: the job id
+	// derives from the tenant and the key, so a start with a key that
+	// already named a live job returns that job (Duplicate) and starts
+	// nothing, and one whose request differs from that job's (filter,
+	// reason, rate, dry run) fails with store.ErrKeyMismatch. The key is
+	// kept as long as the job (the execution retention). "" starts a new
+	// job every time.
+	IdempotencyKey string
 }
 
 // redriveState is a job's document (store.Job.State).
@@ -130,6 +154,10 @@ type redriveState struct {
 	Reason     string         `json:"r"`
 	Rate       int            `json:"n"`
 	DryRun     bool           `json:"dry,omitempty"`
+	// Fingerprint identifies the request of a job started with an
+	// idempotency key (redrivesFingerprint), so that a retry of the start
+	// can tell its own request from another one under the same key.
+	Fingerprint string `json:"fp,omitempty"`
 	// Scan is the list cursor; Scanned once the list is exhausted.
 	Scan    string `json:"sc,omitempty"`
 	Scanned bool   `json:"sd,omitempty"`
@@ -178,16 +206,27 @@ func (j *redriveJob) view() RedriveJob {
 
 // StartRedrives starts a bulk re-drive of tenant's executions that match
 // filter, at most ratePerSecond a second (0: DefaultRedriveRate), each
-// with reason in its audit note. It records the job, scans the matching
-// executions for up to a few seconds (Matched; a larger scan goes on in
-// the driver) and returns; the driver re-drives them. A dry run only
-// counts. Errors: ErrInvalidRedrive (a blank reason, a rate outside
-// 0..MaxRedriveRate, a status other than DLQ and FAILED),
-// ErrRedrivesUnavailable.
+// with reason in its audit note: StartRedrivesWith without an idempotency
+// key (every call starts a new job).
 func (r *Runtime) StartRedrives(ctx context.Context, tenant string, filter RedriveFilter, reason string, ratePerSecond int, dryRun bool) (RedriveJob, error) {
+	return r.StartRedrivesWith(ctx, tenant, RedrivesOptions{Filter: filter, Reason: reason, RatePerSecond: ratePerSecond, DryRun: dryRun})
+}
+
+// StartRedrivesWith starts a bulk re-drive of tenant's executions that
+// match opts.Filter. It records the job, scans the matching executions
+// for up to a few seconds (Matched; a larger scan goes on in the driver)
+// and returns; the driver re-drives them. A dry run only counts. With an
+// idempotency key, a start that finds the key's job returns it with
+// Duplicate set (two concurrent starts with one key make one job: the
+// job store creates a key once). Errors: ErrInvalidRedrive (a blank
+// reason, a rate outside 0..MaxRedriveRate, a status other than DLQ and
+// FAILED), store.ErrKeyMismatch (the key named a job of another
+// request), ErrRedrivesUnavailable.
+func (r *Runtime) StartRedrivesWith(ctx context.Context, tenant string, opts RedrivesOptions) (RedriveJob, error) {
 	if r.deps.Jobs == nil {
 		return RedriveJob{}, ErrRedrivesUnavailable
 	}
+	filter, reason, ratePerSecond, dryRun := opts.Filter, opts.Reason, opts.RatePerSecond, opts.DryRun
 	switch {
 	case tenant == "":
 		return RedriveJob{}, fmt.Errorf("%w: a tenant is required", ErrInvalidRedrive)
@@ -214,10 +253,14 @@ func (r *Runtime) StartRedrives(ctx context.Context, tenant string, filter Redri
 	if frozen := now.Add(time.Millisecond); before.IsZero() || before.After(frozen) {
 		before = frozen // nothing submitted after the job started
 	}
-	id := r.newJobID()
+	id, fingerprint := r.newJobID(), ""
+	if opts.IdempotencyKey != "" {
+		id = redriveJobID(tenant, opts.IdempotencyKey)
+		fingerprint = redrivesFingerprint(filter, statuses, reason, ratePerSecond, dryRun)
+	}
 	job := &redriveJob{st: redriveState{
 		PipelineID: filter.PipelineID, Statuses: statuses, ErrorCode: filter.ErrorCode, After: filter.CreatedAfter, Before: before,
-		Reason: store.Truncate(reason, store.MaxErrorMessage-len(auditPrefix(id))), Rate: ratePerSecond, DryRun: dryRun,
+		Reason: store.Truncate(reason, store.MaxErrorMessage-len(auditPrefix(id))), Rate: ratePerSecond, DryRun: dryRun, Fingerprint: fingerprint,
 		// The start's own hold, apart from this process's driver, which
 		// leaves the job alone until the start hands it over.
 		Owner: r.cfg.WorkerID + "/start", LeaseUntil: now.Add(redriveLease),
@@ -231,8 +274,23 @@ func (r *Runtime) StartRedrives(ctx context.Context, tenant string, filter Redri
 	if len(job.rec.State) > store.MaxJobState {
 		return RedriveJob{}, fmt.Errorf("%w: the filter and reason take %d bytes, more than %d", ErrInvalidRedrive, len(job.rec.State), store.MaxJobState)
 	}
-	if err := r.deps.Jobs.CreateJob(ctx, job.rec); err != nil {
-		return RedriveJob{}, err
+	for try := 1; ; try++ {
+		err := r.deps.Jobs.CreateJob(ctx, job.rec)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, store.ErrConflict) || fingerprint == "" {
+			return RedriveJob{}, err
+		}
+		dup, err := r.keyedRedrive(ctx, job.rec.Key, fingerprint)
+		switch {
+		case errors.Is(err, store.ErrNotFound) && try < 2:
+			continue // the key's job expired between the create and the read
+		case errors.Is(err, store.ErrNotFound):
+			// Again: the caller retries (503), not a missing execution.
+			return RedriveJob{}, fmt.Errorf("runtime: bulk re-drive %s: %w: its job kept expiring while it was started", job.rec.Key, store.ErrUnavailable)
+		}
+		return dup, err
 	}
 	job.rec.Version = 1
 	log := r.jobLogger(job)
@@ -261,6 +319,56 @@ func (r *Runtime) StartRedrives(ctx context.Context, tenant string, filter Redri
 		r.jobDone(ctx, job)
 	}
 	return job.view(), nil
+}
+
+// keyedRedrive answers a start whose idempotency key already names a
+// live job (key): that job, Duplicate, when it was started by the same
+// request (fingerprint); else store.ErrKeyMismatch (store.ErrNotFound
+// when the job expired since).
+func (r *Runtime) keyedRedrive(ctx context.Context, key store.JobKey, fingerprint string) (RedriveJob, error) {
+	j, err := r.deps.Jobs.GetJob(ctx, key)
+	if err != nil {
+		return RedriveJob{}, err
+	}
+	job, err := decodeRedriveJob(j)
+	if err != nil {
+		return RedriveJob{}, err
+	}
+	if job.st.Fingerprint != fingerprint {
+		return RedriveJob{}, fmt.Errorf("%w: bulk re-drive %s was started with another request", store.ErrKeyMismatch, key)
+	}
+	r.jobLogger(job).LogAttrs(ctx, slog.LevelInfo, "bulk_redrive_deduplicated", slog.String("event", "bulk_redrive_deduplicated"))
+	v := job.view()
+	v.Duplicate = true
+	return v, nil
+}
+
+// redriveJobID is the id of the bulk re-drive tenant starts under an
+// idempotency key: 32 hex digits (the form of a random job id) of a
+// SHA-256 of both, length-prefixed, apart from the execution ids'.
+func redriveJobID(tenant, key string) string {
+	return hashParts("qasync-redrive", tenant, key)[:32]
+}
+
+// redrivesFingerprint identifies a bulk re-drive's request as the start
+// checked it (statuses defaulted and sorted, the rate defaulted), so that
+// a retry of the same request matches whatever the client left to the
+// defaults. CreatedBefore is the one asked for, not the start's cut-off.
+func redrivesFingerprint(f RedriveFilter, statuses []store.Status, reason string, rate int, dryRun bool) string {
+	parts := []string{f.PipelineID, f.ErrorCode, timeKey(f.CreatedAfter), timeKey(f.CreatedBefore), reason,
+		strconv.Itoa(rate), strconv.FormatBool(dryRun)}
+	for _, s := range statuses {
+		parts = append(parts, string(s))
+	}
+	return hashParts(parts...)[:32]
+}
+
+// timeKey renders t for a fingerprint ("" for the zero time).
+func timeKey(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339Nano)
 }
 
 // RedriveJob returns tenant's bulk re-drive id and its progress

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -198,6 +199,81 @@ func TestStartRedrivesRefusesBadRequests(t *testing.T) {
 	if _, err := plain.StartRedrives(ctx, "t1", engine.RedriveFilter{}, "r", 1, false); !errors.Is(err, engine.ErrRedrivesUnavailable) {
 		t.Errorf("StartRedrives without a job store: %v, want ErrRedrivesUnavailable", err)
 	}
+}
+
+// TestStartRedrivesWithKeyMakesOneJob: starts with one idempotency key,
+// concurrent or retried, make one job (one of them new, the others
+// Duplicate, all with its id), which re-drives each match once; the key
+// with another request is ErrKeyMismatch; the same key of another tenant,
+// or no key, starts a job of its own.
+func TestStartRedrivesWithKeyMakesOneJob(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		rt := c.worker("w", engine.Config{Retry: fastRetry}, nil, failsOnce("p.bad"))
+		execs := deadLettered(t, c, rt, "p.bad", "bad", 4)
+		ctx := context.Background()
+		opts := engine.RedrivesOptions{Filter: engine.RedriveFilter{PipelineID: "p.bad"}, Reason: "fixed, OPS-7", IdempotencyKey: "ops-7"}
+		const starts = 6
+		jobs := make([]engine.RedriveJob, starts)
+		errs := make([]error, starts)
+		var wg sync.WaitGroup
+		for i := range starts {
+			wg.Go(func() { jobs[i], errs[i] = rt.StartRedrivesWith(ctx, "t1", opts) })
+		}
+		wg.Wait()
+		created := 0
+		for i := range starts {
+			if errs[i] != nil || jobs[i].ID != jobs[0].ID {
+				t.Fatalf("start %d = %+v, %v; want job %s", i, jobs[i], errs[i], jobs[0].ID)
+			}
+			if !jobs[i].Duplicate {
+				created++
+			}
+		}
+		if created != 1 {
+			t.Fatalf("%d of %d concurrent starts with one key created a job, want 1", created, starts)
+		}
+		// A retry with the defaults spelled out is the same request.
+		spelled := opts
+		spelled.RatePerSecond, spelled.Filter.Statuses = engine.DefaultRedriveRate, []store.Status{store.Failed, store.DLQ}
+		if again, err := rt.StartRedrivesWith(ctx, "t1", spelled); err != nil || again.ID != jobs[0].ID || !again.Duplicate {
+			t.Fatalf("retry with the defaults spelled out = %+v, %v; want job %s, duplicate", again, err, jobs[0].ID)
+		}
+		for _, changed := range []func(*engine.RedrivesOptions){
+			func(o *engine.RedrivesOptions) { o.Reason = "another reason" },
+			func(o *engine.RedrivesOptions) { o.DryRun = true },
+			func(o *engine.RedrivesOptions) { o.Filter.ErrorCode = "upstream_down" },
+			func(o *engine.RedrivesOptions) { o.RatePerSecond = 99 },
+		} {
+			other := opts
+			changed(&other)
+			if _, err := rt.StartRedrivesWith(ctx, "t1", other); !errors.Is(err, store.ErrKeyMismatch) {
+				t.Fatalf("the key with another request (%+v): %v, want ErrKeyMismatch", other, err)
+			}
+		}
+		if _, err := rt.DriveRedrives(ctx, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range execs {
+			if row := c.get(e.ExecutionID); row.RedriveCount != 1 {
+				t.Fatalf("%s re-driven %d times, want once", e.ExecutionID, row.RedriveCount)
+			}
+		}
+		if n := strings.Count(c.logs.String(), `"event":"bulk_redrive_started"`); n != 1 {
+			t.Fatalf("%d bulk_redrive_started events, want 1", n)
+		}
+		theirs, err := rt.StartRedrivesWith(ctx, "t2", opts)
+		if err != nil || theirs.ID == jobs[0].ID || theirs.Duplicate {
+			t.Fatalf("tenant t2's start with the key = %+v, %v; want a job of its own", theirs, err)
+		}
+		unkeyed := opts
+		unkeyed.IdempotencyKey = ""
+		a, errA := rt.StartRedrivesWith(ctx, "t1", unkeyed)
+		b, errB := rt.StartRedrivesWith(ctx, "t1", unkeyed)
+		if errA != nil || errB != nil || a.ID == b.ID || a.Duplicate || b.Duplicate {
+			t.Fatalf("two starts without a key = %+v, %v and %+v, %v; want two jobs", a, errA, b, errB)
+		}
+	})
 }
 
 // crashable is the view of the stores of a process that can die: once

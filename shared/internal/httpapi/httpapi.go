@@ -17,7 +17,8 @@
 //	                                             "confirmedNoRemoteEffect": true)
 //	POST /v1/executions/{executionId}/cancel     operator cancel (as re-drive): 202, 200 when
 //	                                             already CANCELLED, 409 when ended
-//	POST /v1/redrives                            operator bulk re-drive (as re-drive): 202
+//	POST /v1/redrives                            operator bulk re-drive (as re-drive): 202 new,
+//	                                             200 when its Idempotency-Key named the job
 //	GET  /v1/redrives/{redriveId}                its progress (as re-drive)
 //	GET  /v1/dead-letters                        the tenant's dead letters, newest first
 //	POST /v1/executions/{executionId}/awaits/{awaitId}/complete

@@ -224,6 +224,10 @@ func TestOpenAPIDocumentMatchesEveryResponse(t *testing.T) {
 			{"POST", awaitPath, `{"pad":"` + strings.Repeat("p", 70<<10) + `"}`, map[string]string{"Content-Type": "application/json", "X-Resume-Token": token}, 413, true},
 
 			{"POST", "/v1/redrives", `{"filter":{"pipelineId":"fail","status":["DLQ"],"createdAfter":"2020-01-01T00:00:00Z"},"reason":"fixed","ratePerSecond":5}`, admin(nil), 202, true},
+			{"POST", "/v1/redrives", `{"reason":"keyed"}`, admin(map[string]string{"Idempotency-Key": "job-1"}), 202, true},
+			{"POST", "/v1/redrives", `{"reason":"keyed"}`, admin(map[string]string{"Idempotency-Key": "job-1"}), 200, true},
+			{"POST", "/v1/redrives", `{"reason":"keyed","dryRun":true}`, admin(map[string]string{"Idempotency-Key": "job-1"}), 422, true},
+			{"POST", "/v1/redrives", `{"reason":"x"}`, admin(map[string]string{"Idempotency-Key": ""}), 400, false},
 			{"POST", "/v1/redrives", `{"reason":"x","filter":{"status":["QUEUED"]}}`, admin(nil), 400, false},
 			{"POST", "/v1/redrives", `{"reason":"x"}`, js, 401, false},
 			{"POST", "/v1/redrives", big, admin(nil), 413, false},

@@ -108,13 +108,17 @@ type RedrivesFilter struct {
 	CreatedBefore string `json:"createdBefore,omitempty"`
 }
 
-// RedrivesResponse is the body of a 202 POST /v1/redrives.
+// RedrivesResponse is the body of POST /v1/redrives: 202 for a new job,
+// 200 when the request's Idempotency-Key already named the job.
 type RedrivesResponse struct {
 	RedriveID string `json:"redriveId"`
 	// Matched is how many executions the filter matched so far (final
 	// unless the scan was too large to finish before the answer; see
 	// GET /v1/redrives/{redriveId}).
 	Matched int `json:"matched"`
+	// Duplicate is true when the Idempotency-Key already named this job
+	// (HTTP 200): nothing new was started.
+	Duplicate bool `json:"duplicate"`
 }
 
 // RedriveProgress is the body of GET /v1/redrives/{redriveId}.
@@ -359,13 +363,20 @@ func (a *api) redriveJobURL(id string) string {
 }
 
 // startRedrives handles POST /v1/redrives (registered only where
-// re-drive is).
+// re-drive is). With an Idempotency-Key the job id derives from the
+// tenant and the key: a retried request answers the job it started (200,
+// the same id), the key with another body is 422; without one every
+// request starts a new job.
 func (a *api) startRedrives(w http.ResponseWriter, r *http.Request) {
 	body, ok := a.operatorBody(w, r)
 	if !ok {
 		return
 	}
 	tenant, ok := a.tenant(w, r)
+	if !ok {
+		return
+	}
+	key, ok := idempotencyKey(w, r)
 	if !ok {
 		return
 	}
@@ -379,8 +390,12 @@ func (a *api) startRedrives(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, kindInvalidRequest.problem(detail))
 		return
 	}
-	job, err := a.rt.StartRedrives(r.Context(), tenant, filter, req.Reason, rate, req.DryRun)
+	job, err := a.rt.StartRedrivesWith(r.Context(), tenant, engine.RedrivesOptions{Filter: filter, Reason: req.Reason, RatePerSecond: rate,
+		DryRun: req.DryRun, IdempotencyKey: key})
 	switch {
+	case errors.Is(err, store.ErrKeyMismatch):
+		writeProblem(w, kindKeyMismatch.problem("This Idempotency-Key was already used for a bulk re-drive with another filter, reason, rate or dry run."))
+		return
 	case errors.Is(err, engine.ErrInvalidRedrive):
 		writeProblem(w, kindInvalidRequest.problem("The bulk re-drive is not valid: check its filter, reason and rate."))
 		return
@@ -391,8 +406,12 @@ func (a *api) startRedrives(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
+	code := http.StatusAccepted
+	if job.Duplicate {
+		code = http.StatusOK
+	}
 	w.Header().Set("Location", a.redriveJobURL(job.ID))
-	writeJSON(w, http.StatusAccepted, RedrivesResponse{RedriveID: job.ID, Matched: job.Matched})
+	writeJSON(w, code, RedrivesResponse{RedriveID: job.ID, Matched: job.Matched, Duplicate: job.Duplicate})
 }
 
 // checkRedrives turns a bulk re-drive request into the engine's filter

@@ -234,6 +234,63 @@ func TestBulkRedriveRoutes(t *testing.T) {
 	wantProblem(t, get(e, "/v1/redrives/0123456789abcdef", auth...), http.StatusNotFound, "redrive-not-found")
 }
 
+// TestBulkRedriveRetriedWithKey: a client that lost the answer to POST
+// /v1/redrives and sends it again with the same Idempotency-Key gets the
+// job it started (200, the same redriveId and Location), not a second
+// job; the same key with another body is refused (422
+// idempotency-key-mismatch); another tenant's key is its own; without a
+// key every POST starts a new job.
+func TestBulkRedriveRetriedWithKey(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for i := range 3 {
+		e.mustSubmit("fail", fmt.Sprintf("f%d", i), fmt.Sprintf(`{"i":%d}`, i))
+	}
+	e.drive()
+	body := `{"filter":{"pipelineId":"fail","status":["DLQ"]},"reason":"fixed, OPS-7","ratePerSecond":50}`
+	first := post(e, "/v1/redrives", body, "Idempotency-Key", "ops-7-redrive")
+	if first.Code != http.StatusAccepted {
+		t.Fatalf("first POST /v1/redrives: %d %s", first.Code, first.Body)
+	}
+	started := decode[httpapi.RedrivesResponse](t, first)
+	// The answer was lost; the client sends the request again.
+	retry := post(e, "/v1/redrives", body, "Idempotency-Key", "ops-7-redrive")
+	again := decode[httpapi.RedrivesResponse](t, retry)
+	if retry.Code != http.StatusOK || again.RedriveID != started.RedriveID || !again.Duplicate || started.Duplicate ||
+		retry.Header().Get("Location") != first.Header().Get("Location") {
+		t.Fatalf("retried POST /v1/redrives: %d %s (Location %q); want 200 with the first job %s (Location %q)",
+			retry.Code, retry.Body, retry.Header().Get("Location"), started.RedriveID, first.Header().Get("Location"))
+	}
+	if held, err := e.rt.DriveRedrives(context.Background(), time.Minute); err != nil || held != 1 {
+		t.Fatalf("DriveRedrives held %d jobs, %v; want the one job", held, err)
+	}
+	auth := []string{"Authorization", "Bearer " + adminToken}
+	if p := decode[httpapi.RedriveProgress](t, get(e, "/v1/redrives/"+started.RedriveID, auth...)); p.Redriven != 3 || !p.Done {
+		t.Fatalf("progress %+v; want the 3 executions re-driven once", p)
+	}
+	// A retry after the job finished still answers the job.
+	if late := decode[httpapi.RedrivesResponse](t, post(e, "/v1/redrives", body, "Idempotency-Key", "ops-7-redrive")); late.RedriveID != started.RedriveID {
+		t.Fatalf("a retry after the job finished started %s, want %s", late.RedriveID, started.RedriveID)
+	}
+	p := wantProblem(t, post(e, "/v1/redrives", `{"filter":{"pipelineId":"fail"},"reason":"fixed, OPS-7","ratePerSecond":50}`,
+		"Idempotency-Key", "ops-7-redrive"), http.StatusUnprocessableEntity, "idempotency-key-mismatch")
+	if !strings.Contains(p.Detail, "Idempotency-Key") {
+		t.Errorf("mismatch detail %q does not name the header", p.Detail)
+	}
+	other := post(e, "/v1/redrives", body, "Idempotency-Key", "ops-7-redrive", "X-Tenant-Id", "other")
+	if o := decode[httpapi.RedrivesResponse](t, other); other.Code != http.StatusAccepted || o.RedriveID == started.RedriveID {
+		t.Fatalf("another tenant's POST with the key: %d %s; want its own new job", other.Code, other.Body)
+	}
+	a := decode[httpapi.RedrivesResponse](t, post(e, "/v1/redrives", `{"reason":"count","dryRun":true}`))
+	b := decode[httpapi.RedrivesResponse](t, post(e, "/v1/redrives", `{"reason":"count","dryRun":true}`))
+	if a.RedriveID == b.RedriveID {
+		t.Fatalf("two POSTs without a key answered one job %s, want two", a.RedriveID)
+	}
+	for _, key := range []string{strings.Repeat("k", httpapi.MaxIdempotencyKeyLen+1), "tab\tkey"} {
+		wantProblem(t, post(e, "/v1/redrives", body, "Idempotency-Key", key), http.StatusBadRequest, "invalid-idempotency-key")
+	}
+}
+
 func TestDeadLettersRoute(t *testing.T) {
 	t.Parallel()
 	dl := memory.NewDeadLetters(nil)

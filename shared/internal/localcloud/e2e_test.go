@@ -276,8 +276,7 @@ func TestE2EWorkerKilledMidStepIsTakenOver(t *testing.T) {
 	a.waitStatus(t, id, 20*time.Second, func(m map[string]any) bool {
 		return m["status"] == "RUNNING" && m["stepName"] == "work"
 	})
-	time.Sleep(500 * time.Millisecond) // well inside the 3 s step
-	pid := a.PID(localcloud.Worker)
+	pid := a.PID(localcloud.Worker) // killed at once, inside the 3 s step
 	if pid == 0 {
 		t.Fatal("worker not running")
 	}

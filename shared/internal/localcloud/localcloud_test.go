@@ -395,15 +395,23 @@ func TestRestartAfterSIGKILL(t *testing.T) {
 		t.Fatal("no pid")
 	}
 
-	// Kill the emulator while it runs an invocation: the invocation fails
-	// and the function process it left behind is killed too, so its
-	// work never completes (as when a Lambda environment dies).
+	// Kill the emulator while it runs an invocation (held by the function
+	// until the hold file goes): the invocation fails and the function
+	// process it left behind is killed too, so its work never completes
+	// (as when a Lambda environment dies).
+	hold := filepath.Join(t.TempDir(), "hold")
+	if err := os.WriteFile(hold, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	payload, _ := json.Marshal(map[string]any{"hold": hold, "record": true})
 	errc := make(chan error, 1)
 	go func() {
-		_, err := c.Invoke(ctx, localcloud.Submit, []byte(`{"sleepMs":1200,"record":true}`))
+		_, err := c.Invoke(ctx, localcloud.Submit, payload)
 		errc <- err
 	}()
-	time.Sleep(300 * time.Millisecond)
+	eventually(t, 20*time.Second, "the invocation running in the function", func() bool {
+		return len(readRecords[json.RawMessage](t, record, "started")) > 0
+	})
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -422,7 +430,12 @@ func TestRestartAfterSIGKILL(t *testing.T) {
 	if err != nil || string(out) != `{"again":true}` {
 		t.Fatalf("after restart: %q, %v", out, err)
 	}
-	time.Sleep(1200 * time.Millisecond) // past the killed invocation's sleep
+	// Release the hold: a function process the kill left behind would
+	// record the killed invocation now.
+	if err := os.Remove(hold); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
 	if got := readRecords[json.RawMessage](t, record, "direct"); len(got) != 0 {
 		t.Errorf("the killed invocation completed in a leftover process: %s", got)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go/middleware"
 
+	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/history"
 	"github.com/qasync/qasync/shared/internal/awsclient"
 	"github.com/qasync/qasync/shared/internal/dynamo"
@@ -47,12 +48,14 @@ type feedCost struct {
 // once after they all ended (batched true: one batch holds whole
 // executions, as a batching window longer than an execution does). It
 // checks every execution's history through the runtime and that the
-// runtime itself wrote exactly what it writes without a history.
+// runtime itself wrote exactly what it writes without a history. The
+// lease is ten minutes, so that no step, however slow the machine, has
+// its lease renewed (a renewal is a write of its own).
 func historyFeedRun(t *testing.T, steps, executions int, pause time.Duration, batched bool) feedCost {
 	t.Helper()
 	runMeter := awsclient.NewCapacityMeter()
 	p := slowPipeline(steps, pause)
-	d := openDurableWith(t, nil, []func(*middleware.Stack) error{runMeter.APIOption}, nil, p)
+	d := openDurableWith(t, func(c *config.Config) { c.Lease = 10 * time.Minute }, []func(*middleware.Stack) error{runMeter.APIOption}, nil, p)
 	feedMeter, feedCounter := awsclient.NewCapacityMeter(), awsclient.NewCounter()
 	var positions atomic.Int64
 	feedClients, err := awsclient.Load(context.Background(), feedMeter.APIOption, feedCounter.APIOption, countPositions(&positions))

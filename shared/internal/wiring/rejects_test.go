@@ -201,12 +201,8 @@ func TestRejectPublishFailurePolicy(t *testing.T) {
 		t.Fatalf("FAIL_PIPELINE, sink down: status %s attempt %d error %+v, want DLQ after 2 attempts with %s", row.Status, row.Attempt, row.Error, reject.CodePublishFailed)
 	}
 
-	set, _ = openMemory(t, func(c *config.Config) {
-		c.ItemRejectPublishFailurePolicy = "FAIL_PIPELINE"
-		c.MaxRetries, c.RetryDelay, c.RetryMaxDelay = 1, 300*time.Millisecond, 300*time.Millisecond
-	})
-	set.RejectMemory.FailWith(sinkDown)
-	time.AfterFunc(100*time.Millisecond, func() { set.RejectMemory.FailWith(nil) })
+	set, _ = openMemory(t, func(c *config.Config) { c.ItemRejectPublishFailurePolicy = "FAIL_PIPELINE" })
+	set.RejectMemory.FailTimes(1, sinkDown) // down for the first attempt, back for the retry
 	row = run(t, set, in)
 	if row.Status != store.Succeeded || row.Attempt != 2 {
 		t.Fatalf("FAIL_PIPELINE, sink back: status %s attempt %d, want SUCCEEDED on attempt 2", row.Status, row.Attempt)

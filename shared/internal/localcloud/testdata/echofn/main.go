@@ -27,8 +27,13 @@ type direct struct {
 	Panic   bool   `json:"panic"`
 	Exit    bool   `json:"exit"`
 	Env     string `json:"env"`
-	// Record appends the payload to direct.jsonl once the sleep is over.
+	// Record appends the payload to direct.jsonl once the sleep (and the
+	// hold) is over.
 	Record bool `json:"record"`
+	// Hold appends the payload to started.jsonl, then holds the
+	// invocation while the file it names exists: a test kills the
+	// function mid-invocation whatever the machine's speed.
+	Hold string `json:"hold"`
 }
 
 // sqsBody is the body of an SQS message sent by the tests.
@@ -111,6 +116,15 @@ func handle(ctx context.Context, raw json.RawMessage) (any, error) {
 		// Ignore the invocation's deadline, like a handler stuck in a call:
 		// returning at the deadline would race the emulator's own timeout.
 		time.Sleep(time.Duration(d.SleepMs) * time.Millisecond)
+	}
+	if d.Hold != "" {
+		record("started", raw)
+		for {
+			if _, err := os.Stat(d.Hold); err != nil {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
 	if d.Record {
 		record("direct", raw)
