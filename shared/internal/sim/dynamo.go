@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -34,8 +35,9 @@ func newDynamoBackend(w *world) (backend, error) {
 	w.mu.Lock()
 	seed := w.rng.Uint64()
 	w.mu.Unlock()
-	m := ddbmodel.New(ddbmodel.Options{Clock: clock.System{}, Seed: seed, MaxTTLLag: 48 * time.Hour})
-	b := &dynamoBackend{w: w, model: m, clients: m.Clients(), names: schema.Prefixed("sim")}
+	names := schema.Prefixed("sim")
+	m := ddbmodel.New(ddbmodel.Options{Clock: clock.System{}, Seed: seed, MaxTTLLag: 48 * time.Hour, Fault: feedFaults(w, names)})
+	b := &dynamoBackend{w: w, model: m, clients: m.Clients(), names: names}
 	ctx := context.Background()
 	if _, err := provision.CreateTables(ctx, b.clients.DynamoDB, schema.Tables(b.names)); err != nil {
 		return nil, fmt.Errorf("sim: create the tables on the model: %w", err)
@@ -63,6 +65,23 @@ func newDynamoBackend(w *world) (backend, error) {
 		}
 	})
 	return b, nil
+}
+
+// feedFaults is the model's fault hook: the history feed's requests (the
+// stream reads, the history table's page and position writes) are
+// throttled now and then, sometimes after the write landed, while the
+// faults are on. The feed must retry them (a throttle is never a reason to
+// skip a batch): the history invariant finds any event lost. The
+// runtime's own requests meet their faults in the processes instead.
+func feedFaults(w *world, names schema.Names) func(ddbmodel.Request) ddbmodel.Fault {
+	return func(r ddbmodel.Request) ddbmodel.Fault {
+		feed := r.Op == "GetRecords" || r.Op == "GetShardIterator" || (r.Op == "PutItem" && slices.Contains(r.Tables, names.HistoryTable))
+		if !feed || w.settling || !w.chance(w.cfg.rates.feedError) {
+			return ddbmodel.Fault{}
+		}
+		w.fault("history_feed_throttled")
+		return ddbmodel.Fault{Err: ddbmodel.Throttled(), AfterApply: r.Op == "PutItem" && w.chance(0.5)}
+	}
 }
 
 // adapters builds the DynamoDB adapters on clock c.

@@ -51,6 +51,10 @@ const (
 	// invBackupNoPin: a stalled backup reader holds no read transaction of
 	// the serving store.
 	invBackupNoPin = "a stalled backup reader pins nothing"
+	// invOneJobPerKey: a bulk re-drive started again with its idempotency
+	// key (a client retry after a lost answer) answers the key's job and
+	// starts no other.
+	invOneJobPerKey = "a keyed bulk re-drive starts one job"
 	// invConfigRefused: a configuration that cannot hold is refused.
 	invConfigRefused = "impossible configuration refused"
 	// invSetup: the simulator itself could not do something.
@@ -59,7 +63,7 @@ const (
 
 var invariantNames = []string{invSettles, invNoStall, invNoVanish, invExactlyOnce, invEffectIsolation, invDeadLetterIsolation,
 	invAwaitIsolation, invCheckpointReadable, invHistory, invRefusedStoresNothing, invKeylessIsNew, invNoFalsePoison,
-	invBackupNoPin, invConfigRefused, invSetup}
+	invBackupNoPin, invOneJobPerKey, invConfigRefused, invSetup}
 
 // stallBound is how long an execution may stay claimable without a claim:
 // a lost lease lapses (lease + tolerance), the sweeper looks within its

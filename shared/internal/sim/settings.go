@@ -58,6 +58,7 @@ type rates struct {
 	bodyResubmit   float64 // a key-less submission repeats an earlier body
 	deploysPerRun  int
 	bulkRedriveDay float64 // bulk re-drives per virtual day
+	feedError      float64 // DynamoDB: a history feed request is throttled
 }
 
 func drawSettings(rng *rand.Rand, o Options) settings {
@@ -103,7 +104,7 @@ func drawSettings(rng *rand.Rand, o Options) settings {
 		skew:     s.tolerance * 3 / 4,
 		diskFull: 0.02, backupStall: 0.02,
 		cancel: 0.03, redrive: 0.7, clientRetry: 0.1, keyReuse: 0.15, bodyResubmit: 0.1,
-		deploysPerRun: 1 + rng.IntN(3), bulkRedriveDay: 0.2,
+		deploysPerRun: 1 + rng.IntN(3), bulkRedriveDay: 0.2, feedError: 0.05,
 	}
 	return s
 }

@@ -266,6 +266,8 @@ type world struct {
 	draws int
 	// jobsUntil: a bulk re-drive may be running until then.
 	jobsUntil time.Time
+	// bulkKeys numbers the idempotency keys of bulk re-drives.
+	bulkKeys int
 }
 
 func newWorld(t *testing.T, o Options) (*world, error) {

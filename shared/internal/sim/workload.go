@@ -268,21 +268,63 @@ func (w *world) redrive(inc *incarnation) {
 	}
 }
 
-// bulkRedrive starts a bulk re-drive of one pipeline's DLQ executions.
+// bulkRedrive starts a bulk re-drive of one pipeline's DLQ executions;
+// half of them with an idempotency key, and of those half sent again by
+// the operator's client as after a lost answer (a while later, from
+// another process): the retry must answer the first start's job.
 func (w *world) bulkRedrive() {
 	p := w.liveProc()
 	if p == nil {
 		return
 	}
 	pid := pipelineIDs[w.intn(len(pipelineIDs))]
-	job, err := p.rt.StartRedrives(context.Background(), tenant, engine.RedriveFilter{PipelineID: pid, Statuses: []store.Status{store.DLQ}},
-		"sim: bulk re-drive", 50, false)
-	if err == nil {
+	opts := engine.RedrivesOptions{Filter: engine.RedriveFilter{PipelineID: pid, Statuses: []store.Status{store.DLQ}},
+		Reason: "sim: bulk re-drive", RatePerSecond: 50}
+	if w.chance(0.5) {
 		w.mu.Lock()
-		w.jobsUntil = time.Now().Add(time.Hour)
+		w.bulkKeys++
+		opts.IdempotencyKey = fmt.Sprintf("bulk-%d", w.bulkKeys)
 		w.mu.Unlock()
-		w.fault("bulk_redrive")
-		w.tracef("", "bulk re-drive %s of %s started: %d matched", job.ID, pid, job.Matched)
+	}
+	job, err := p.rt.StartRedrivesWith(context.Background(), tenant, opts)
+	if err != nil {
+		return
+	}
+	w.mu.Lock()
+	w.jobsUntil = time.Now().Add(time.Hour)
+	w.mu.Unlock()
+	w.fault("bulk_redrive")
+	w.tracef("", "bulk re-drive %s of %s started (key %q): %d matched", job.ID, pid, opts.IdempotencyKey, job.Matched)
+	if opts.IdempotencyKey == "" || !w.chance(0.5) {
+		return
+	}
+	w.fault("bulk_redrive_retried")
+	w.after(w.between(time.Second, 10*time.Minute), "bulk_redrive_retry", func() { w.bulkRedriveRetry(opts, job.ID) })
+}
+
+// bulkRedriveRetry sends a keyed bulk re-drive start again: it must
+// answer the job first started (its job lives a retention; the retry
+// comes within minutes).
+func (w *world) bulkRedriveRetry(opts engine.RedrivesOptions, first string) {
+	p := w.liveProc()
+	if p == nil {
+		w.after(time.Minute, "bulk_redrive_retry", func() { w.bulkRedriveRetry(opts, first) })
+		return
+	}
+	job, err := p.rt.StartRedrivesWith(context.Background(), tenant, opts)
+	switch {
+	case errors.Is(err, store.ErrUnavailable), errors.Is(err, errCrashed):
+		w.after(w.between(time.Second, time.Minute), "bulk_redrive_retry", func() { w.bulkRedriveRetry(opts, first) })
+		return
+	case err != nil:
+		w.violate(invOneJobPerKey, "", "bulk re-drive %s sent again with key %q: %v", first, opts.IdempotencyKey, err)
+		return
+	}
+	w.check(invOneJobPerKey)
+	w.tracef("", "bulk re-drive sent again with key %q: job %s (duplicate %v)", opts.IdempotencyKey, job.ID, job.Duplicate)
+	if job.ID != first || !job.Duplicate {
+		w.violate(invOneJobPerKey, "", "bulk re-drive sent again with key %q started job %s (duplicate %v), want the first start's %s",
+			opts.IdempotencyKey, job.ID, job.Duplicate, first)
 	}
 }
 
