@@ -38,8 +38,15 @@ func TestServeServesTheWebConsoleBesideTheAPI(t *testing.T) {
 		done <- server.Serve(ctx, cfg, reg, server.WithLogger(slog.New(slog.DiscardHandler)),
 			server.OnStarted(func(a net.Addr) { started <- a }))
 	}()
+	var base string
+	select {
+	case a := <-started:
+		base = "http://" + a.String()
+	case err := <-done:
+		stop()
+		t.Fatalf("server.Serve: %v", err)
+	}
 	t.Cleanup(func() { stop(); <-done })
-	base := "http://" + (<-started).String()
 
 	resp, err := http.Post(base+"/v1/pipelines/echo/executions", "application/json", strings.NewReader(`{"x":1}`))
 	if err != nil {

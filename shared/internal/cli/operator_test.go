@@ -59,8 +59,12 @@ func TestListCommand(t *testing.T) {
 
 	before := r.requests.Load()
 	all := decode[client.ExecutionPage](t, r.ok("list", "--limit", "0", "--page-size", "2", "-o", "json"))
-	if n := r.requests.Load() - before; n != 3 {
-		t.Fatalf("6 executions in pages of 2 took %d requests", n)
+	// Three full pages; a store may learn only at one more request that
+	// the third was the last (DynamoDB answers a query that filled its
+	// limit with a LastEvaluatedKey even when nothing follows, and which
+	// list bucket an execution falls in is random).
+	if n := r.requests.Load() - before; n != 3 && n != 4 {
+		t.Fatalf("6 executions in pages of 2 took %d requests, want 3 (or 4, the last one empty)", n)
 	}
 	if all.NextCursor != "" {
 		t.Fatalf("list of all: cursor %q", all.NextCursor)

@@ -13,14 +13,27 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"syscall"
 	"testing"
 
 	"github.com/qasync/qasync/shared/config"
 )
 
-// Main runs the package's tests (m.Run) and exits with their status, or
-// with 1 when they left the default data directory behind (Check).
-func Main(m *testing.M) { os.Exit(Check(m.Run, os.Stderr)) }
+// Main runs the package's tests (m.Run) under a umask of 022 and exits
+// with their status, or with 1 when they left the default data directory
+// behind (Check).
+//
+// The umask: t.TempDir makes its directories with mode 0777 less the
+// umask, so under the 002 of user-private-group systems (Debian and Ubuntu
+// desktops) they are group-writable, and the embedded store rightly
+// refuses a data directory others can write. The tests' own directories
+// are then made as CI makes them, whatever the developer's shell says;
+// what the store refuses is tested on its own
+// (TestOpenRefusesADataDirOthersCanWrite).
+func Main(m *testing.M) {
+	syscall.Umask(0o022)
+	os.Exit(Check(m.Run, os.Stderr))
+}
 
 // Check runs run and returns its status, or 1 when the default data
 // directory (relative to the working directory: the package directory)
