@@ -812,8 +812,13 @@ func testIncarnations(e *stateEnv) {
 		e.t.Fatalf("Get of the second incarnation = %+v, %v", read, err)
 	}
 	page, err := e.s.Due(e.ctx, store.DueQuery{By: e.clock.Now().Add(time.Hour), Limit: 10})
-	if err != nil || len(page.Refs) != 1 || page.Refs[0].Key != second.Key() {
+	// An index entry may name the bare slot (the DynamoDB index does not
+	// project the incarnation): it must then read as the second.
+	if err != nil || len(page.Refs) != 1 || page.Refs[0].Key.TenantID != second.TenantID || !store.Answers(page.Refs[0].Key.ExecutionID, second.ExecutionID) {
 		e.t.Fatalf("the sweep index = %+v, %v; want the second incarnation only", page.Refs, err)
+	}
+	if rows, err := e.s.GetBatch(e.ctx, []store.Key{page.Refs[0].Key}); err != nil || len(rows) != 1 || rows[0].ExecutionID != second.ExecutionID {
+		e.t.Fatalf("GetBatch of the sweep index's entry = %+v, %v; want the second incarnation", rows, err)
 	}
 	list, err := e.s.List(e.ctx, store.ListQuery{TenantID: e.tenant})
 	if err != nil || len(list.Executions) != 1 || list.Executions[0].ExecutionID != second.ExecutionID {

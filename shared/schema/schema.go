@@ -266,12 +266,15 @@ func ExecutionTable(name string) Table {
 			Name:             DueIndexName,
 			PartitionKey:     Attr{AttrDueShard, Number},
 			SortKey:          Attr{AttrSweepAt, Number},
-			NonKeyAttributes: []string{AttrPipelineID, AttrIncarnation},
+			// Not the incarnation: an index entry is its row's, and the
+			// sweeper reads the row itself by its slot; an index's
+			// projection cannot change in a deployed stack.
+			NonKeyAttributes: []string{AttrPipelineID},
 		}, {
 			Name:             ListIndexName,
 			PartitionKey:     Attr{AttrListKey, String},
 			SortKey:          Attr{AttrCreated, Number},
-			NonKeyAttributes: []string{AttrPipelineID, AttrIncarnation},
+			NonKeyAttributes: []string{AttrPipelineID},
 		}},
 		TTLAttribute: AttrTTL,
 		Stream:       StreamNewAndOldImages,

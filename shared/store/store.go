@@ -184,6 +184,9 @@ type DuePage struct {
 
 // DueRef is one entry of the sweep index.
 type DueRef struct {
+	// Key is the row's; its execution id may be a bare slot (an index
+	// that does not hold the incarnation), which GetBatch answers with
+	// the slot's live row.
 	Key        Key
 	PipelineID string
 	SweepAt    time.Time

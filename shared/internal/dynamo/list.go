@@ -76,12 +76,12 @@ func (st *StateStore) List(ctx context.Context, q store.ListQuery) (store.ListPa
 		if err != nil {
 			return store.ListPage{}, err
 		}
-		byKey := make(map[store.Key]store.Execution, len(rows))
+		bySlot := make(map[store.Key]store.Execution, len(rows))
 		for _, r := range rows {
-			byKey[r.Key()] = r
+			bySlot[store.Key{TenantID: r.TenantID, ExecutionID: store.Slot(r.ExecutionID)}] = r
 		}
 		for _, it := range picked {
-			if r, ok := byKey[it.key]; ok && q.Matches(&r) {
+			if r, ok := bySlot[it.key]; ok && q.Matches(&r) {
 				page.Executions = append(page.Executions, r)
 			}
 		}
@@ -233,7 +233,9 @@ func decodeListItem(item map[string]types.AttributeValue) (listItem, error) {
 	if !ok || r.err != nil {
 		return listItem{}, fmt.Errorf("dynamostore: list index entry with a malformed %s or %s", s.AttrPK, s.AttrCreated)
 	}
-	return listItem{key: withIncarnation(key, item), at: at}, nil
+	// The key names the slot: the index does not hold the incarnation
+	// (see schema.ExecutionTable), and the row read next is the slot's.
+	return listItem{key: key, at: at}, nil
 }
 
 // listCursor is the position of a list query in each bucket.

@@ -569,7 +569,8 @@ func (st *StateStore) dueShard(ctx context.Context, shard int, dueBy time.Time, 
 			if !ok {
 				return refs, false, fmt.Errorf("dynamostore: due index entry with a malformed %s", s.AttrPK)
 			}
-			key = withIncarnation(key, item)
+			// The key names the slot (the index does not hold the
+			// incarnation); GetBatch answers it with the slot's live row.
 			refs = append(refs, dueItem{shard: shard, ref: store.DueRef{
 				Key:        key,
 				PipelineID: r.str(s.AttrPipelineID), SweepAt: r.millis(s.AttrSweepAt),
