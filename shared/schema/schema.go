@@ -263,9 +263,9 @@ func ExecutionTable(name string) Table {
 		Name:         name,
 		PartitionKey: Attr{AttrPK, String},
 		Indexes: []Index{{
-			Name:             DueIndexName,
-			PartitionKey:     Attr{AttrDueShard, Number},
-			SortKey:          Attr{AttrSweepAt, Number},
+			Name:         DueIndexName,
+			PartitionKey: Attr{AttrDueShard, Number},
+			SortKey:      Attr{AttrSweepAt, Number},
 			// Not the incarnation: an index entry is its row's, and the
 			// sweeper reads the row itself by its slot; an index's
 			// projection cannot change in a deployed stack.
