@@ -90,11 +90,13 @@ func (w *world) audit() {
 	ctx := context.Background()
 	v := w.back.view()
 	w.mu.Lock()
-	incs := slices.Clone(w.incList)
+	w.alive = slices.DeleteFunc(w.alive, func(i *incarnation) bool { return i.gone })
+	incs := slices.Clone(w.alive)
 	w.audits++
 	full := w.audits%6 == 0 || w.finishing
 	w.mu.Unlock()
 	now := time.Now()
+	w.progress(now, len(incs))
 	for _, inc := range incs {
 		w.mu.Lock()
 		gone, last := inc.gone, inc.last

@@ -43,6 +43,9 @@ type Options struct {
 	// KeepTrace keeps the whole event trace in the report (a failure
 	// keeps the trace of the executions involved anyway).
 	KeepTrace bool
+	// Progress, when set, is told every 30 virtual days how far the run
+	// is (a long run takes an hour); it changes nothing in the run.
+	Progress io.Writer
 }
 
 func (o *Options) defaults() {
@@ -227,6 +230,9 @@ type world struct {
 	subs    []*submission
 	incs    map[string]*incarnation // by incarnation key
 	incList []*incarnation          // in creation order
+	// alive are the incarnations whose rows have not expired yet, in
+	// creation order: what the audits look at (the audits drop the gone).
+	alive []*incarnation
 
 	report  Report
 	trace   *traceLog
@@ -268,6 +274,8 @@ type world struct {
 	jobsUntil time.Time
 	// bulkKeys numbers the idempotency keys of bulk re-drives.
 	bulkKeys int
+	// nextProgress is when the run next reports its progress.
+	nextProgress time.Duration
 }
 
 func newWorld(t *testing.T, o Options) (*world, error) {

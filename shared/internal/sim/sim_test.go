@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -41,7 +42,7 @@ func TestSimulate(t *testing.T) {
 		t.Run(st, func(t *testing.T) {
 			t.Parallel()
 			rep := Run(t, Options{Seed: seed, Store: st, Executions: envInt(t, "SIM_EXECUTIONS", 300), VirtualDays: envInt(t, "SIM_VIRTUAL_DAYS", 30),
-				KeepTrace: os.Getenv("SIM_TRACE_FILE") != ""})
+				KeepTrace: os.Getenv("SIM_TRACE_FILE") != "", Progress: progressTo()})
 			fmt.Println(rep.Table())
 			if f := os.Getenv("SIM_TRACE_FILE"); f != "" {
 				if err := os.WriteFile(f+"."+st, []byte(strings.Join(rep.Trace, "\n")+"\n"), 0o644); err != nil {
@@ -53,6 +54,15 @@ func TestSimulate(t *testing.T) {
 			}
 		})
 	}
+}
+
+// progressTo is where a run reports its progress: stderr under
+// SIM_PROGRESS=1 (long runs), else nowhere.
+func progressTo() io.Writer {
+	if os.Getenv("SIM_PROGRESS") != "" {
+		return os.Stderr
+	}
+	return nil
 }
 
 // TestFindSeeds runs seeds 1..SIM_FIND on each store (SIM_STORES) and

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -125,3 +126,23 @@ func (t *traceLog) about(exec string) []string {
 	}
 	return out
 }
+
+// progress tells Options.Progress how far the run is, once every 30
+// virtual days (from the audits, so that it adds no event to the run).
+func (w *world) progress(now time.Time, alive int) {
+	if w.o.Progress == nil {
+		return
+	}
+	at := now.Sub(w.start)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if at < w.nextProgress {
+		return
+	}
+	w.nextProgress = at.Truncate(progressEvery) + progressEvery
+	fmt.Fprintf(w.o.Progress, "simulation %s seed=%d: +%s, %d executions created, %d alive, %d events, %d violations\n",
+		w.o.Store, w.o.Seed, fmtDur(at), len(w.incList), alive, w.events, len(w.report.Violations))
+}
+
+// progressEvery is how often (in virtual time) a long run reports.
+const progressEvery = 30 * 24 * time.Hour

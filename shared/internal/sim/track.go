@@ -82,6 +82,7 @@ func (w *world) created(s *submission, e store.Execution, exact bool) *incarnati
 		version: e.PipelineVersion, sub: s, createdAt: at, last: e, lastAt: time.Now()}
 	w.incs[inc.key] = inc
 	w.incList = append(w.incList, inc)
+	w.alive = append(w.alive, inc)
 	if old := w.latest[e.ExecutionID]; old == nil || !old.createdAt.After(at) {
 		w.latest[e.ExecutionID] = inc
 	}
