@@ -328,8 +328,9 @@ func TestAwaitRetriedAtItsRetentionKeepsItsCheckpoint(t *testing.T) {
 
 // Item 10: the sweeper's count of re-dispatches was never reset by
 // progress, so the wait for a work item lost late in an execution's life
-// grew from a grace to 15 minutes. After progress, a lost item is found
-// a grace after it was due, whatever came before.
+// grew from a grace to 15 minutes. After progress (the claim that came
+// through), a lost item is found within a lease, the tolerance and the
+// grace of the claim, as on any execution, whatever came before.
 func TestLostItemAfterProgressIsSweptAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newCluster(t)
@@ -349,12 +350,13 @@ func TestLostItemAfterProgressIsSweptAtOnce(t *testing.T) {
 			t.Fatalf("sweeps %d after five lost items, want at least 4", got.Sweeps)
 		}
 		deliver(rt, c.queue) // step a commits and hands b over
-		if got := c.get(e.ExecutionID); got.StepIndex != 1 || got.Sweeps != 0 || got.SweepAt.After(time.Now().Add(grace)) {
-			t.Fatalf("after progress: step %d, sweeps %d, next look in %s; want step 1, no sweeps counted, a look within the grace",
-				got.StepIndex, got.Sweeps, got.SweepAt.Sub(time.Now()))
+		bound := 30*time.Second + 2*time.Second + grace // the default lease and tolerance, the grace
+		if got := c.get(e.ExecutionID); got.StepIndex != 1 || got.Sweeps != 0 || got.SweepAt.After(time.Now().Add(bound)) {
+			t.Fatalf("after progress: step %d, sweeps %d, next look in %s; want step 1, no sweeps counted, a look within %s",
+				got.StepIndex, got.Sweeps, got.SweepAt.Sub(time.Now()), bound)
 		}
 		c.queue.take() // b's item is lost
-		time.Sleep(grace + time.Second)
+		time.Sleep(bound + time.Second)
 		res, err := rt.SweepOnce(context.Background())
 		if err != nil || res.Redispatched != 1 {
 			t.Fatalf("a sweep a grace after the loss re-dispatched %d (%v), want 1", res.Redispatched, err)
@@ -518,4 +520,77 @@ func TestLapsedLeaseInALiveProcessIsTakenOver(t *testing.T) {
 			t.Fatalf("six sweeps later: %s at step %d (sweeps %d); want taken over and SUCCEEDED", got.Status, got.StepIndex, got.Sweeps)
 		}
 	})
+}
+
+// Found by the long simulation (seed 20261202, 100,000 executions over
+// 730 virtual days, memory): an execution whose first work items were lost
+// again and again was claimed at last, and the claiming worker froze. The
+// claim left the sweeper's next look where the re-dispatches had spaced it
+// (grace x 2^n, up to 15 minutes) instead of a lease, the tolerance and
+// the grace after the claim, so the takeover came minutes late. A claim
+// after re-dispatches pulls the look in and resets their count.
+func TestTakeoverAfterRedispatchesIsPrompt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		cfg := engine.Config{Lease: 30 * time.Second, SweepGrace: 10 * time.Second, ClockSkewTolerance: 2 * time.Second, ChainMaxSteps: 1, Retry: fastRetry}
+		release := make(chan struct{})
+		defer func() { close(release); synctest.Wait() }() // the frozen worker's step ends with the test
+		hang := pipeline.Pipeline{ID: "p.hang", Steps: []pipeline.Step{
+			pipeline.NewStep("hang", func(_ context.Context, info pipeline.StepInfo, in map[string]any) (map[string]any, error) {
+				if info.Attempt == 1 {
+					<-release // the first worker freezes here: no commit, no renewal
+				}
+				return in, nil
+			}),
+		}}
+		live := c.worker("w2", cfg, nil, hang)
+		reg, _ := pipeline.NewRegistry(hang)
+		frozenCfg := cfg
+		frozenCfg.WorkerID = "w1"
+		frozen, err := engine.New(frozenCfg, engine.Deps{Registry: reg, Store: noRenewals{c.store}, Payloads: c.payloads, Dispatcher: c.queue, DeadLetter: c.dlq})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := submitTo(t, live, "p.hang", "k", map[string]any{})
+		for range 5 { // its items are lost: the sweeper spaces its looks out
+			c.queue.take()
+			time.Sleep(20 * time.Minute)
+			if _, err := live.SweepOnce(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := c.get(e.ExecutionID); got.Sweeps < 4 {
+			t.Fatalf("sweeps %d after five lost items, want at least 4", got.Sweeps)
+		}
+		items := c.queue.take()
+		if len(items) != 1 {
+			t.Fatalf("%d work items, want the last re-dispatch's", len(items))
+		}
+		go func() { _ = frozen.Process(context.Background(), items[0].Item) }()
+		synctest.Wait()
+		claimed := c.get(e.ExecutionID)
+		if claimed.Status != store.Running || claimed.LeaseOwner != "w1" {
+			t.Fatalf("after the delivery: %s held by %q, want RUNNING by w1", claimed.Status, claimed.LeaseOwner)
+		}
+		// The lease lapses; a sweep a lease, the tolerance and the grace
+		// after the claim re-dispatches it.
+		time.Sleep(cfg.Lease + cfg.ClockSkewTolerance + cfg.SweepGrace + time.Second)
+		res, err := live.SweepOnce(context.Background())
+		if err != nil || res.Redispatched != 1 {
+			got := c.get(e.ExecutionID)
+			t.Fatalf("a sweep %s after the claim re-dispatched %d (%v), want 1: next look in %s, %d sweeps counted",
+				cfg.Lease+cfg.ClockSkewTolerance+cfg.SweepGrace+time.Second, res.Redispatched, err, got.SweepAt.Sub(time.Now()), got.Sweeps)
+		}
+		deliver(live, c.queue)
+		if got := c.get(e.ExecutionID); got.Status != store.Succeeded || got.Attempt != 2 {
+			t.Fatalf("after the takeover: %s at attempt %d, want SUCCEEDED at 2", got.Status, got.Attempt)
+		}
+	})
+}
+
+// noRenewals is a store on which lease renewals fail (a frozen worker's).
+type noRenewals struct{ store.Store }
+
+func (noRenewals) Renew(context.Context, store.Key, string, int64, time.Time) error {
+	return store.ErrUnavailable
 }

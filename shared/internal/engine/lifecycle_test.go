@@ -334,7 +334,10 @@ func TestSweeperFindsLostDispatch(t *testing.T) {
 		if got := h.get(e.ExecutionID); got.Status != store.Queued || got.StepIndex != 1 {
 			t.Fatalf("after first sweep: %+v", got)
 		}
-		time.Sleep(2 * time.Second)
+		// Step b's item is lost too: found once the claim of a (which came
+		// through) is a lease, the tolerance and the grace old, as any
+		// execution's lost hand-over is.
+		time.Sleep(30*time.Second + 2*time.Second)
 		h.sweep()
 		synctest.Wait()
 		if got := h.get(e.ExecutionID); got.Status != store.Succeeded {

@@ -108,6 +108,7 @@ func (r *Runtime) Process(ctx context.Context, item dispatch.WorkItem) error {
 	if err != nil {
 		return err
 	}
+	r.lookAfterClaim(ctx, &claimed)
 	log := r.execLogger(&claimed).With(slog.String("transition_key", claimed.TransitionKey()))
 	log.LogAttrs(ctx, slog.LevelInfo, "lease_claimed", slog.String("event", "lease_claimed"),
 		slog.Int64("version", claimed.Version), slog.Bool("takeover", takeover))
@@ -128,6 +129,23 @@ func (r *Runtime) Process(ctx context.Context, item dispatch.WorkItem) error {
 		log.LogAttrs(ctx, slog.LevelInfo, "lease_claimed", slog.String("event", "lease_claimed"),
 			slog.Int64("version", next.Version), slog.Bool("takeover", false), slog.Bool("chained", true))
 		t, takeover = &transition{r: r, row: next, log: log, p: p}, false
+	}
+}
+
+// lookAfterClaim pulls the sweeper's next look at a row just claimed in to
+// the claim's lease (its lapse, the tolerance and the grace) when the
+// sweeper had re-dispatched the row (its looks spaced out for lost or
+// queued work items, up to maxSweepSpacing) or will look later than that:
+// the work item got through, so a worker dying now is taken over as
+// promptly as after a first claim. One Reschedule, only off the happy path
+// (a claim writes no index key); a failed one leaves the spaced look.
+func (r *Runtime) lookAfterClaim(ctx context.Context, e *store.Execution) {
+	look := e.LeaseExpiresAt.Add(r.cfg.ClockSkewTolerance + r.cfg.SweepGrace)
+	if e.SweepAt.IsZero() || (e.Sweeps == 0 && !e.SweepAt.After(look)) {
+		return
+	}
+	if err := r.deps.Store.Reschedule(ctx, e.Key(), e.SweepAt, look, 0); err == nil {
+		e.SweepAt, e.Sweeps = look, 0
 	}
 }
 
