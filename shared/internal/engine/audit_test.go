@@ -349,7 +349,7 @@ func TestLostItemAfterProgressIsSweptAtOnce(t *testing.T) {
 		if got := c.get(e.ExecutionID); got.Sweeps < 4 {
 			t.Fatalf("sweeps %d after five lost items, want at least 4", got.Sweeps)
 		}
-		deliver(rt, c.queue) // step a commits and hands b over
+		deliver(rt, c.queue)                            // step a commits and hands b over
 		bound := 30*time.Second + 2*time.Second + grace // the default lease and tolerance, the grace
 		if got := c.get(e.ExecutionID); got.StepIndex != 1 || got.Sweeps != 0 || got.SweepAt.After(time.Now().Add(bound)) {
 			t.Fatalf("after progress: step %d, sweeps %d, next look in %s; want step 1, no sweeps counted, a look within %s",
