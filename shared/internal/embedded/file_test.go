@@ -14,6 +14,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/qasync/qasync/shared/clock"
+	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/store"
 )
 
@@ -271,5 +272,57 @@ func TestTornMetaPage(t *testing.T) {
 	}
 	if err := reopen(dir); !errors.Is(err, ErrDamaged) {
 		t.Fatalf("Open with both meta pages torn: %v, want ErrDamaged", err)
+	}
+}
+
+// TestExpireDeletesOnlyIntactExpiredParts: the janitor's scan reads a
+// part's expiry without its checksum; it deletes an expired part, keeps
+// a live one, and keeps an expired part whose bytes were damaged (the
+// deleting transaction verifies the checksum), so the damage stays
+// visible as ErrDamaged rather than becoming a missing part.
+func TestExpireDeletesOnlyIntactExpiredParts(t *testing.T) {
+	clk := clock.NewFake(fileEpoch)
+	db, err := Open(t.TempDir(), Options{Clock: clk, NoControl: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	ps := db.Payloads(nil)
+	for _, p := range []payload.Part{
+		{PayloadID: "p", Name: "expired", Data: []byte("gone"), ExpiresAt: fileEpoch.Add(time.Hour)},
+		{PayloadID: "p", Name: "live", Data: []byte("kept"), ExpiresAt: fileEpoch.Add(72 * time.Hour)},
+		{PayloadID: "p", Name: "damaged", Data: []byte("bits"), ExpiresAt: fileEpoch.Add(time.Hour)},
+	} {
+		if err := ps.PutPart(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.bolt.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bParts)
+		v := bytes.Clone(b.Get(partKey("p", "damaged")))
+		v[len(v)-1] ^= 0x01
+		return b.Put(partKey("p", "damaged"), v)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(48 * time.Hour)
+	if n, err := db.Expire(ctx); err != nil || n != 1 {
+		t.Fatalf("Expire = %d, %v; want 1 (the intact expired part)", n, err)
+	}
+	if _, err := ps.GetPart(ctx, "p", "live"); err != nil {
+		t.Fatalf("the live part: %v", err)
+	}
+	if err := db.bolt.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bParts)
+		if b.Get(partKey("p", "expired")) != nil {
+			return errors.New("the expired part is still stored")
+		}
+		if _, err := decodePart(b.Get(partKey("p", "damaged"))); !errors.Is(err, ErrDamaged) {
+			return fmt.Errorf("the damaged part: %v, want it kept and ErrDamaged", err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }

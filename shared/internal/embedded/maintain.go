@@ -2,6 +2,7 @@ package embedded
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"sync"
 	"time"
@@ -115,14 +116,17 @@ func (db *DB) Expire(ctx context.Context) (int, error) {
 			if err != nil {
 				return false
 			}
-			e, err := decodeRow(body)
-			return err == nil && e.Expired(now)
+			var r struct {
+				X int64 `json:"x,omitempty"`
+			}
+			// Only the expiry: the scan reads every row of the file.
+			return json.Unmarshal(body, &r) == nil && expired(fromSecs(r.X), now)
 		}); err != nil {
 			return err
 		}
 		if err := scan(bParts, func(v []byte) bool {
-			p, err := decodePart(v)
-			return err == nil && expired(p.ExpiresAt, now)
+			at, ok := partExpiryUnchecked(v)
+			return ok && expired(at, now)
 		}); err != nil {
 			return err
 		}
@@ -210,7 +214,7 @@ func (db *DB) Expire(ctx context.Context) (int, error) {
 				case string(bParts):
 					if val := t.bucket(bParts).Get(v.key); val == nil {
 						continue
-					} else if p, err := decodePart(val); err != nil || !expired(p.ExpiresAt, now) {
+					} else if at, err := partExpiry(val); err != nil || !expired(at, now) {
 						continue // written anew since the scan (a part re-put after it expired)
 					}
 					if err := t.bucket(bParts).Delete(v.key); err != nil {

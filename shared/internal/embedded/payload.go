@@ -48,6 +48,29 @@ func decodePart(v []byte) (payload.Part, error) {
 	return payload.Part{ExpiresAt: fromSecs(int64(binary.BigEndian.Uint64(body))), Data: bytes.Clone(body[8:])}, nil
 }
 
+// partExpiry reads a stored part's expiry only: the checksum is verified
+// as by decodePart, but the bytes are not copied (the janitor's hourly
+// scan and the counts read every part of the file).
+func partExpiry(v []byte) (time.Time, error) {
+	body, err := unseal(v)
+	if err != nil || len(body) < 8 {
+		return time.Time{}, fmt.Errorf("%w: payload part: %v", ErrDamaged, errors.Join(err, errChecksum))
+	}
+	return fromSecs(int64(binary.BigEndian.Uint64(body))), nil
+}
+
+// partExpiryUnchecked reads a stored part's expiry without verifying its
+// checksum: the janitor's hourly scan and the counts would otherwise
+// checksum every payload byte of the file. A part the scan finds expired
+// is deleted only after partExpiry, checksum verified, agrees in the
+// deleting transaction, so a damaged part is never deleted unseen.
+func partExpiryUnchecked(v []byte) (time.Time, bool) {
+	if len(v) < 12 {
+		return time.Time{}, false
+	}
+	return fromSecs(int64(binary.BigEndian.Uint64(v[4:12]))), true
+}
+
 // PutPart implements payload.Store. Identical bytes again are accepted
 // (the stored expiry is kept); other bytes are payload.ErrConflict unless
 // the stored part expired.
@@ -139,7 +162,7 @@ func (db *DB) LiveParts() int {
 	n, now := 0, db.clock.Now()
 	_ = db.bolt.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(bParts).ForEach(func(_, v []byte) error {
-			if p, err := decodePart(v); err == nil && !expired(p.ExpiresAt, now) {
+			if at, ok := partExpiryUnchecked(v); ok && !expired(at, now) {
 				n++
 			}
 			return nil
