@@ -343,11 +343,23 @@ func (t *transition) invoke(ctx context.Context, step pipeline.Step, in payload.
 // the refusal was an operator's cancel (the version moved under this
 // worker's lease), it ends the execution CANCELLED first and cancels the
 // step with cause ErrCancelled, so that a step that ignores its context
-// does not hold the cancel up.
+// does not hold the cancel up. The lease's lapse by this worker's clock
+// cancels the step too, whether or not a renewal answers: a renewal that
+// hangs (the store unreachable, the call never returning) must not let
+// the step run on into another worker's takeover, which waits the
+// clock-skew tolerance beyond the lapse.
 func (t *transition) renew(ctx context.Context, cancel context.CancelCauseFunc, done <-chan struct{}) {
 	r, row := t.r, &t.row
 	tick := time.NewTicker(r.cfg.Lease / 3)
 	defer tick.Stop()
+	lapse := time.AfterFunc(row.LeaseExpiresAt.Sub(r.deps.Clock.Now()), func() {
+		select {
+		case <-done: // the step had ended: its commit's condition decides
+		default:
+			cancel(ErrLeaseLost)
+		}
+	})
+	defer lapse.Stop()
 	for {
 		select {
 		case <-done:
@@ -369,6 +381,9 @@ func (t *transition) renew(ctx context.Context, cancel context.CancelCauseFunc, 
 		switch {
 		case err == nil:
 			row.LeaseExpiresAt = until
+			if lapse.Stop() { // not yet fired: the lapse moves with the lease
+				lapse.Reset(until.Sub(r.deps.Clock.Now()))
+			}
 			t.log.LogAttrs(ctx, slog.LevelDebug, "lease_renewed", slog.String("event", "lease_renewed"),
 				slog.Time("lease_expires_at", until))
 		case errors.Is(err, store.ErrLeaseLost) && t.cancelRequested(ctx):
