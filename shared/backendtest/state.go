@@ -92,6 +92,7 @@ func runState(t *testing.T, f func(*testing.T, clock.Clock) store.Store) {
 		{"KeysScopedToTenant", testKeysScopedToTenant},
 		{"GetMissing", testGetMissing},
 		{"ClaimMovesToRunning", testClaim},
+		{"ClaimMovesTheSweepWhenAsked", testClaimSweep},
 		{"ClaimRefusals", testClaimRefusals},
 		{"ClaimAfterLeaseExpiry", testClaimAfterExpiry},
 		{"ClaimClockSkewBounds", testClaimSkew},
@@ -248,6 +249,48 @@ func testClaim(e *stateEnv) {
 	read, _ := e.s.Get(e.ctx, x.Key())
 	if read.Version != 2 || read.LeaseOwner != "w1" {
 		e.t.Fatalf("Get after claim = %+v", read)
+	}
+}
+
+// testClaimSweep: a claim with SweepAt moves the sweep index entry and
+// resets the re-dispatch count in the claim's own write.
+func testClaimSweep(e *stateEnv) {
+	x := e.create("a")
+	spaced := x.SweepAt.Add(time.Hour)
+	if err := e.s.Reschedule(e.ctx, x.Key(), x.SweepAt, spaced, 5); err != nil {
+		e.t.Fatalf("Reschedule: %v", err)
+	}
+	now := e.clock.Now()
+	look := now.Add(15 * time.Second)
+	got, err := e.s.Claim(e.ctx, store.ClaimRequest{Key: x.Key(), ExpectVersion: x.Version, Owner: "w1", Now: now,
+		DueBy: now, TakeoverBy: now, LeaseUntil: now.Add(10 * time.Second), Attempt: x.Attempt, SweepAt: look})
+	if err != nil {
+		e.t.Fatalf("Claim: %v", err)
+	}
+	if !got.SweepAt.Equal(look) || got.Sweeps != 0 || got.LeaseOwner != "w1" {
+		e.t.Fatalf("claimed row: sweep %v with %d sweeps, owner %q; want %v, 0, w1", got.SweepAt, got.Sweeps, got.LeaseOwner, look)
+	}
+	if read, _ := e.s.Get(e.ctx, x.Key()); !read.SweepAt.Equal(look) || read.Sweeps != 0 {
+		e.t.Fatalf("Get after the claim: sweep %v with %d sweeps, want %v, 0", read.SweepAt, read.Sweeps, look)
+	}
+	found := false
+	q := store.DueQuery{By: look, Limit: 1000}
+	for range 100 { // pages of the whole (shared) index, bounded
+		due, err := e.s.Due(e.ctx, q)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		for _, ref := range due.Refs {
+			if ref.Key.TenantID == e.tenant && store.Slot(ref.Key.ExecutionID) == store.Slot(x.ExecutionID) {
+				found = found || ref.SweepAt.Equal(look)
+			}
+		}
+		if q.Cursor = due.Cursor; found || q.Cursor == "" {
+			break
+		}
+	}
+	if !found {
+		e.t.Fatalf("the sweep index does not hold the row at the claim's look %v", look)
 	}
 }
 

@@ -149,6 +149,14 @@ type ClaimRequest struct {
 	// Releases is the release count the row gets (kept for the same
 	// attempt, 0 for a new one).
 	Releases int
+	// SweepAt, when set, moves the sweeper's next look to it and resets
+	// the re-dispatch count (Sweeps) in the claim's own write. The engine
+	// sets it when the sweeper had re-dispatched the row (its looks
+	// spaced out for lost work items): a worker that dies right after
+	// the claim, or whose claim's answer is lost, is then taken over
+	// within the claim's lease. Zero leaves the sweep as it is: a claim
+	// on the happy path writes no index key.
+	SweepAt time.Time
 }
 
 // Guard is the condition of an Update.

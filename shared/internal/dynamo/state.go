@@ -301,7 +301,8 @@ func (st *StateStore) batchGet(ctx context.Context, keys []map[string]types.Attr
 }
 
 // Claim implements store.Store as one conditional UpdateItem. It writes no
-// index key: the row's sweep_at stays as it is.
+// index key (the row's sweep_at stays as it is) unless req.SweepAt moves
+// the sweeper's look (after re-dispatches).
 func (st *StateStore) Claim(ctx context.Context, req store.ClaimRequest) (store.Execution, error) {
 	ctx, cancel := st.deadline(ctx)
 	defer cancel()
@@ -311,6 +312,10 @@ func (st *StateStore) Claim(ctx context.Context, req store.ClaimRequest) (store.
 	u.set(s.AttrLeaseExpires, millis(req.LeaseUntil))
 	u.set(s.AttrAttempt, num(req.Attempt))
 	u.set(s.AttrReleases, num(req.Releases))
+	if !req.SweepAt.IsZero() {
+		u.set(s.AttrSweepAt, millis(req.SweepAt))
+		u.set(s.AttrSweeps, num(0))
+	}
 	u.set(s.AttrVersion, num(req.ExpectVersion+1))
 	u.set(s.AttrUpdated, millis(req.Now))
 	cond := fmt.Sprintf("%s = %s AND ((%s IN (%s, %s) AND %s <= %s) OR (%s = %s AND %s <= %s)) AND %s",

@@ -242,6 +242,9 @@ func (s *State) Claim(ctx context.Context, req store.ClaimRequest) (store.Execut
 		next := row
 		next.Status, next.LeaseOwner, next.LeaseExpiresAt = store.Running, req.Owner, req.LeaseUntil
 		next.Attempt, next.Releases = req.Attempt, req.Releases
+		if !req.SweepAt.IsZero() {
+			next.SweepAt, next.Sweeps = req.SweepAt, 0
+		}
 		next.Version++
 		next.UpdatedAt = req.Now
 		next = normalize(next)

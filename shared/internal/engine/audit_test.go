@@ -668,3 +668,74 @@ func (h hungRenewals) Renew(context.Context, store.Key, string, int64, time.Time
 	<-h.hung
 	return store.ErrUnavailable
 }
+
+// TestClaimAnswerLostAfterRedispatchesIsPrompt: found by the long
+// simulation (seed 20261202, 100,000 executions over 730 virtual days,
+// memory, day 239): a claim that came through the sweeper's re-dispatches
+// landed but its answer was lost, so its worker never pulled the
+// sweeper's look in (TestTakeoverAfterRedispatchesIsPrompt's fix ran after
+// the answer); the next re-dispatches were lost too and the lapsed lease
+// waited ten minutes. The claim now moves the look in its own write.
+func TestClaimAnswerLostAfterRedispatchesIsPrompt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		cfg := engine.Config{Lease: 30 * time.Second, SweepGrace: 10 * time.Second, ClockSkewTolerance: 2 * time.Second, ChainMaxSteps: 1, Retry: fastRetry}
+		p := pipeline.Pipeline{ID: "p.one", Steps: []pipeline.Step{
+			pipeline.NewStep("one", func(_ context.Context, _ pipeline.StepInfo, in map[string]any) (map[string]any, error) {
+				return in, nil
+			}),
+		}}
+		live := c.worker("w2", cfg, nil, p)
+		reg, _ := pipeline.NewRegistry(p)
+		lostCfg := cfg
+		lostCfg.WorkerID = "w1"
+		lost, err := engine.New(lostCfg, engine.Deps{Registry: reg, Store: claimAnswerLost{c.store}, Payloads: c.payloads, Dispatcher: c.queue, DeadLetter: c.dlq})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := submitTo(t, live, "p.one", "k", map[string]any{})
+		for range 5 { // its items are lost: the sweeper spaces its looks out
+			c.queue.take()
+			time.Sleep(20 * time.Minute)
+			if _, err := live.SweepOnce(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := c.get(e.ExecutionID); got.Sweeps < 4 {
+			t.Fatalf("sweeps %d after five lost items, want at least 4", got.Sweeps)
+		}
+		items := c.queue.take()
+		if len(items) != 1 {
+			t.Fatalf("%d work items, want the last re-dispatch's", len(items))
+		}
+		if err := lost.Process(context.Background(), items[0].Item); err == nil {
+			t.Fatal("the claim's answer was lost, yet Process reported no error")
+		}
+		claimed := c.get(e.ExecutionID)
+		if claimed.Status != store.Running || claimed.LeaseOwner != "w1" {
+			t.Fatalf("after the delivery: %s held by %q, want RUNNING by w1 (the claim landed)", claimed.Status, claimed.LeaseOwner)
+		}
+		time.Sleep(cfg.Lease + cfg.ClockSkewTolerance + cfg.SweepGrace + time.Second)
+		res, err := live.SweepOnce(context.Background())
+		if err != nil || res.Redispatched != 1 {
+			got := c.get(e.ExecutionID)
+			t.Fatalf("a sweep %s after the claim re-dispatched %d (%v), want 1: next look in %s, %d sweeps counted",
+				cfg.Lease+cfg.ClockSkewTolerance+cfg.SweepGrace+time.Second, res.Redispatched, err, got.SweepAt.Sub(time.Now()), got.Sweeps)
+		}
+		deliver(live, c.queue)
+		if got := c.get(e.ExecutionID); got.Status != store.Succeeded || got.Attempt != 2 {
+			t.Fatalf("after the takeover: %s at attempt %d, want SUCCEEDED at 2", got.Status, got.Attempt)
+		}
+	})
+}
+
+// claimAnswerLost is a store whose claims land and answer an error (the
+// answer lost on the way back).
+type claimAnswerLost struct{ store.Store }
+
+func (s claimAnswerLost) Claim(ctx context.Context, req store.ClaimRequest) (store.Execution, error) {
+	if _, err := s.Store.Claim(ctx, req); err != nil {
+		return store.Execution{}, err
+	}
+	return store.Execution{}, store.ErrUnavailable
+}

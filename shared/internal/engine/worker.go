@@ -97,10 +97,12 @@ func (r *Runtime) Process(ctx context.Context, item dispatch.WorkItem) error {
 	if takeover {
 		attempt, releases = attempt+1, 0 // the vanished worker's attempt counts
 	}
+	lease := now.Add(r.cfg.Lease)
 	claimed, err := r.deps.Store.Claim(ctx, store.ClaimRequest{
 		Key: key, ExpectVersion: row.Version, Owner: r.cfg.WorkerID,
 		Now: now, DueBy: now.Add(tol), TakeoverBy: now.Add(-tol),
-		LeaseUntil: now.Add(r.cfg.Lease), Attempt: attempt, Releases: releases,
+		LeaseUntil: lease, Attempt: attempt, Releases: releases,
+		SweepAt: r.claimLook(&row, lease),
 	})
 	if errors.Is(err, store.ErrConflict) || errors.Is(err, store.ErrNotFound) {
 		return nil // another worker won the race
@@ -132,16 +134,29 @@ func (r *Runtime) Process(ctx context.Context, item dispatch.WorkItem) error {
 	}
 }
 
-// lookAfterClaim pulls the sweeper's next look at a row just claimed in to
-// the claim's lease (its lapse, the tolerance and the grace) when the
-// sweeper had re-dispatched the row (its looks spaced out for lost or
-// queued work items, up to maxSweepSpacing) or will look later than that:
-// the work item got through, so a worker dying now is taken over as
-// promptly as after a first claim. One Reschedule, only off the happy path
-// (a claim writes no index key); a failed one leaves the spaced look.
+// claimLook is the sweeper's next look a claim of row (its lease ending
+// at lease) writes with itself: the lease's lapse, the tolerance and the
+// grace, when the sweeper had re-dispatched the row (its looks spaced out
+// for lost or queued work items, up to maxSweepSpacing) or will look
+// later than that. The work item got through, so a worker dying right
+// after the claim, or whose claim's answer was lost, is taken over as
+// promptly as after a first claim. Zero on the happy path: the claim then
+// writes no index key.
+func (r *Runtime) claimLook(row *store.Execution, lease time.Time) time.Time {
+	look := lease.Add(r.cfg.ClockSkewTolerance + r.cfg.SweepGrace)
+	if row.SweepAt.IsZero() || (row.Sweeps == 0 && !row.SweepAt.After(look)) {
+		return time.Time{}
+	}
+	return look
+}
+
+// lookAfterClaim pulls the sweeper's look in after a claim whose row the
+// sweeper re-dispatched between this worker's read and its claim (the
+// claim then moved nothing, see claimLook). One Reschedule, off the happy
+// path; a failed one leaves the spaced look.
 func (r *Runtime) lookAfterClaim(ctx context.Context, e *store.Execution) {
-	look := e.LeaseExpiresAt.Add(r.cfg.ClockSkewTolerance + r.cfg.SweepGrace)
-	if e.SweepAt.IsZero() || (e.Sweeps == 0 && !e.SweepAt.After(look)) {
+	look := r.claimLook(e, e.LeaseExpiresAt)
+	if look.IsZero() {
 		return
 	}
 	if err := r.deps.Store.Reschedule(ctx, e.Key(), e.SweepAt, look, 0); err == nil {

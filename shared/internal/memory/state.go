@@ -130,6 +130,9 @@ func (s *StateStore) Claim(ctx context.Context, req store.ClaimRequest) (store.E
 	row.LeaseExpiresAt = req.LeaseUntil
 	row.Attempt = req.Attempt
 	row.Releases = req.Releases
+	if !req.SweepAt.IsZero() {
+		row.SweepAt, row.Sweeps = req.SweepAt, 0
+	}
 	row.Version++
 	row.UpdatedAt = req.Now
 	s.record(&old, row)
