@@ -234,10 +234,15 @@ type world struct {
 	// creation order: what the audits look at (the audits drop the gone).
 	alive []*incarnation
 
-	report  Report
-	trace   *traceLog
-	events  int
-	pending map[string]bool // coalesced events by name
+	report Report
+	trace  *traceLog
+	events int
+	// instant and atInstant count the events run at one virtual instant:
+	// past maxEventsPerInstant the simulator itself is spinning (time
+	// cannot move), a failure with its seed rather than a hang.
+	instant   time.Time
+	atInstant int
+	pending   map[string]bool // coalesced events by name
 	// commits remembers (incarnation, transition key, status) of every
 	// logged commit, to find one committed twice.
 	commits map[string]string
@@ -507,6 +512,10 @@ var periodic = map[string]bool{"sweep": true, "audit": true, "history_feed": tru
 
 // run is the main loop: events in time order until the workload is done
 // and everything settled (or the virtual deadline).
+// maxEventsPerInstant bounds the events of one virtual instant; a real
+// run has a few dozen at most (a burst of deliveries and their commits).
+const maxEventsPerInstant = 100_000
+
 func (w *world) run() Report {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -546,7 +555,17 @@ func (w *world) run() Report {
 		if !periodic[ev.name] {
 			w.quietUntil = time.Time{}
 		}
+		if now := time.Now(); now.Equal(w.instant) {
+			w.atInstant++
+		} else {
+			w.instant, w.atInstant = now, 0
+		}
+		spinning := w.atInstant > maxEventsPerInstant
 		w.mu.Unlock()
+		if spinning {
+			w.violate(invSetup, "", "%d events at one virtual instant (the last: %s): the simulator spins without letting time move", w.atInstant, ev.name)
+			break
+		}
 		ev.fn()
 		synctest.Wait()
 		w.events++

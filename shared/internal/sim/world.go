@@ -246,7 +246,14 @@ func (w *world) pump() {
 		if next.IsZero() {
 			return
 		}
-		if busy || next.After(time.Now()) {
+		if busy {
+			// Every delivery slot is taken: the first to end wakes the main
+			// loop, which pumps again. An event at the entry's time instead
+			// would, once that time had passed, run again and again at one
+			// instant while the deliveries wait for time to move.
+			return
+		}
+		if next.After(time.Now()) {
 			w.onceAt(next.Add(time.Millisecond), "pump", func() {})
 			return
 		}
