@@ -129,6 +129,42 @@ func TestDurableSweeperLookCost(t *testing.T) {
 	}
 }
 
+// TestDurableClaimAfterRedispatchCost: a claim writes no index key, but
+// after the sweeper re-dispatched the row it moves the sweep time in its
+// own write (ClaimRequest.SweepAt): one write unit of the row and two of
+// the sweep index, in the one request the claim makes anyway.
+func TestDurableClaimAfterRedispatchCost(t *testing.T) {
+	t.Parallel()
+	meter := awsclient.NewCapacityMeter()
+	p := costPipeline(1, 10)
+	d := openDurableWith(t, nil, []func(*middleware.Stack) error{meter.APIOption}, nil, p)
+	st := d.set.Runtime.Store()
+	ctx := context.Background()
+	claim := func(e store.Execution, look time.Time) (float64, float64) {
+		t.Helper()
+		now := time.Now()
+		meter.Reset()
+		if _, err := st.Claim(ctx, store.ClaimRequest{Key: e.Key(), ExpectVersion: e.Version, Owner: "w1", Now: now,
+			DueBy: now.Add(time.Minute), TakeoverBy: now, LeaseUntil: now.Add(30 * time.Second), Attempt: 1, SweepAt: look}); err != nil {
+			t.Fatal(err)
+		}
+		return meter.Snapshot().Writes()
+	}
+	plain := d.submit(p.ID, "claimed", map[string]any{})
+	if table, index := claim(plain, time.Time{}); table != 1 || index != 0 {
+		t.Errorf("a claim costs %.0f table + %.0f index write units, want 1 + 0", table, index)
+	}
+	e := d.submit(p.ID, "redispatched", map[string]any{})
+	if err := st.Reschedule(ctx, e.Key(), e.SweepAt, e.SweepAt.Add(10*time.Minute), 4); err != nil {
+		t.Fatal(err)
+	}
+	table, index := claim(e, time.Now().Add(42*time.Second))
+	t.Logf("a claim after re-dispatches, moving the sweep time: %.0f table + %.0f index write units", table, index)
+	if table != 1 || index != 2 {
+		t.Errorf("a claim after re-dispatches costs %.0f table + %.0f index write units, want 1 + 2", table, index)
+	}
+}
+
 // TestDurableLargeStepOutputIsWrittenOnce: a step output above the inline
 // budget is written once beside the row (the payload table) and the row
 // keeps one write unit per step.
