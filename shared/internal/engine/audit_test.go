@@ -610,21 +610,28 @@ func TestHungRenewalCancelsTheStepAtItsLease(t *testing.T) {
 		cfg := engine.Config{Lease: 30 * time.Second, SweepGrace: 10 * time.Second, ClockSkewTolerance: 2 * time.Second, ChainMaxSteps: 1, Retry: fastRetry}
 		hung := make(chan struct{})
 		defer func() { close(hung); synctest.Wait() }() // the renewals answer with the test's end
+		var mu sync.Mutex // the step's goroutine writes, the test reads
 		var claimedAt, cancelledAt time.Time
 		var cause error
 		charged := 0
 		slow := pipeline.Pipeline{ID: "p.slow", Steps: []pipeline.Step{
 			pipeline.NewStep("charge", func(ctx context.Context, info pipeline.StepInfo, in map[string]any) (map[string]any, error) {
 				if info.Attempt == 1 {
+					mu.Lock()
 					claimedAt = time.Now()
+					mu.Unlock()
 					select {
 					case <-time.After(4 * cfg.Lease): // a slow downstream, then the charge
 					case <-ctx.Done():
+						mu.Lock()
 						cancelledAt, cause = time.Now(), context.Cause(ctx)
+						mu.Unlock()
 						return nil, ctx.Err()
 					}
 				}
+				mu.Lock()
 				charged++
+				mu.Unlock()
 				return in, nil
 			}),
 		}}
@@ -640,19 +647,25 @@ func TestHungRenewalCancelsTheStepAtItsLease(t *testing.T) {
 		items := c.queue.take()
 		go func() { _ = cut.Process(context.Background(), items[0].Item) }()
 		time.Sleep(cfg.Lease + cfg.ClockSkewTolerance + cfg.SweepGrace + time.Second)
-		if cause == nil {
-			t.Fatalf("the step still runs %s after its claim though its lease lapsed (renewals hang)", time.Since(claimedAt))
+		mu.Lock()
+		claimed, cancelled, why := claimedAt, cancelledAt, cause
+		mu.Unlock()
+		if why == nil {
+			t.Fatalf("the step still runs %s after its claim though its lease lapsed (renewals hang)", time.Since(claimed))
 		}
-		if !errors.Is(cause, engine.ErrLeaseLost) || cancelledAt.Sub(claimedAt) > cfg.Lease {
-			t.Fatalf("the step was cancelled %s after its claim with %v, want ErrLeaseLost within the lease (%s)", cancelledAt.Sub(claimedAt), cause, cfg.Lease)
+		if !errors.Is(why, engine.ErrLeaseLost) || cancelled.Sub(claimed) > cfg.Lease {
+			t.Fatalf("the step was cancelled %s after its claim with %v, want ErrLeaseLost within the lease (%s)", cancelled.Sub(claimed), why, cfg.Lease)
 		}
 		if _, err := live.SweepOnce(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		deliver(live, c.queue)
 		time.Sleep(4 * cfg.Lease)
-		if got := c.get(e.ExecutionID); got.Status != store.Succeeded || charged != 1 {
-			t.Fatalf("after the takeover: %s, charged %d times; want SUCCEEDED, charged once", got.Status, charged)
+		mu.Lock()
+		n := charged
+		mu.Unlock()
+		if got := c.get(e.ExecutionID); got.Status != store.Succeeded || n != 1 {
+			t.Fatalf("after the takeover: %s, charged %d times; want SUCCEEDED, charged once", got.Status, n)
 		}
 	})
 }

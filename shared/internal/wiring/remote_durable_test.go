@@ -59,6 +59,11 @@ func TestDurableRemoteOutcomeUnknown(t *testing.T) {
 	if parked.Error == nil || parked.Error.Code != pipeline.CodeRemoteOutcomeUnknown || !parked.NextDueAt.IsZero() || parked.Attempt != 1 {
 		t.Fatalf("parked row = %+v %+v", parked, parked.Error)
 	}
+	// The event follows the commit that await saw: wait for it (under load
+	// the worker may not have reached it yet), then make sure it came once.
+	for end := time.Now().Add(10 * time.Second); unknown.Load() == 0 && time.Now().Before(end); {
+		time.Sleep(10 * time.Millisecond)
+	}
 	if unknown.Load() != 1 {
 		t.Errorf("%d outcome-unknown events", unknown.Load())
 	}
