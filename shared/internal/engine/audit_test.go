@@ -610,7 +610,7 @@ func TestHungRenewalCancelsTheStepAtItsLease(t *testing.T) {
 		cfg := engine.Config{Lease: 30 * time.Second, SweepGrace: 10 * time.Second, ClockSkewTolerance: 2 * time.Second, ChainMaxSteps: 1, Retry: fastRetry}
 		hung := make(chan struct{})
 		defer func() { close(hung); synctest.Wait() }() // the renewals answer with the test's end
-		var mu sync.Mutex // the step's goroutine writes, the test reads
+		var mu sync.Mutex                               // the step's goroutine writes, the test reads
 		var claimedAt, cancelledAt time.Time
 		var cause error
 		charged := 0
