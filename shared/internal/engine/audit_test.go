@@ -610,7 +610,8 @@ func TestHungRenewalCancelsTheStepAtItsLease(t *testing.T) {
 		cfg := engine.Config{Lease: 30 * time.Second, SweepGrace: 10 * time.Second, ClockSkewTolerance: 2 * time.Second, ChainMaxSteps: 1, Retry: fastRetry}
 		hung := make(chan struct{})
 		defer func() { close(hung); synctest.Wait() }() // the renewals answer with the test's end
-		var mu sync.Mutex                               // the step's goroutine writes, the test reads
+		// The step's goroutine writes these, the test reads them.
+		var mu sync.Mutex
 		var claimedAt, cancelledAt time.Time
 		var cause error
 		charged := 0
