@@ -552,40 +552,56 @@ func TestTakeoverAfterRedispatchesIsPrompt(t *testing.T) {
 			t.Fatal(err)
 		}
 		e := submitTo(t, live, "p.hang", "k", map[string]any{})
-		for range 5 { // its items are lost: the sweeper spaces its looks out
-			c.queue.take()
-			time.Sleep(20 * time.Minute)
-			if _, err := live.SweepOnce(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if got := c.get(e.ExecutionID); got.Sweeps < 4 {
-			t.Fatalf("sweeps %d after five lost items, want at least 4", got.Sweeps)
-		}
-		items := c.queue.take()
-		if len(items) != 1 {
-			t.Fatalf("%d work items, want the last re-dispatch's", len(items))
-		}
+		items := loseFiveItems(t, c, live, e)
 		go func() { _ = frozen.Process(context.Background(), items[0].Item) }()
 		synctest.Wait()
 		claimed := c.get(e.ExecutionID)
 		if claimed.Status != store.Running || claimed.LeaseOwner != "w1" {
 			t.Fatalf("after the delivery: %s held by %q, want RUNNING by w1", claimed.Status, claimed.LeaseOwner)
 		}
-		// The lease lapses; a sweep a lease, the tolerance and the grace
-		// after the claim re-dispatches it.
-		time.Sleep(cfg.Lease + cfg.ClockSkewTolerance + cfg.SweepGrace + time.Second)
-		res, err := live.SweepOnce(context.Background())
-		if err != nil || res.Redispatched != 1 {
-			got := c.get(e.ExecutionID)
-			t.Fatalf("a sweep %s after the claim re-dispatched %d (%v), want 1: next look in %s, %d sweeps counted",
-				cfg.Lease+cfg.ClockSkewTolerance+cfg.SweepGrace+time.Second, res.Redispatched, err, got.SweepAt.Sub(time.Now()), got.Sweeps)
-		}
-		deliver(live, c.queue)
-		if got := c.get(e.ExecutionID); got.Status != store.Succeeded || got.Attempt != 2 {
-			t.Fatalf("after the takeover: %s at attempt %d, want SUCCEEDED at 2", got.Status, got.Attempt)
-		}
+		expectPromptTakeover(t, c, live, cfg, e)
 	})
+}
+
+// loseFiveItems loses e's work items five times, each re-dispatched by a
+// sweep 20 minutes later (the sweeper spaces its looks out), and returns
+// the last re-dispatch's item.
+func loseFiveItems(t *testing.T, c *cluster, live *engine.Runtime, e store.Execution) []dispatch.Message {
+	t.Helper()
+	for range 5 {
+		c.queue.take()
+		time.Sleep(20 * time.Minute)
+		if _, err := live.SweepOnce(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := c.get(e.ExecutionID); got.Sweeps < 4 {
+		t.Fatalf("sweeps %d after five lost items, want at least 4", got.Sweeps)
+	}
+	items := c.queue.take()
+	if len(items) != 1 {
+		t.Fatalf("%d work items, want the last re-dispatch's", len(items))
+	}
+	return items
+}
+
+// expectPromptTakeover: once the lease of a claim lapses, a sweep a
+// lease, the tolerance and the grace after the claim re-dispatches e, and
+// live takes it over to SUCCEEDED at attempt 2.
+func expectPromptTakeover(t *testing.T, c *cluster, live *engine.Runtime, cfg engine.Config, e store.Execution) {
+	t.Helper()
+	wait := cfg.Lease + cfg.ClockSkewTolerance + cfg.SweepGrace + time.Second
+	time.Sleep(wait)
+	res, err := live.SweepOnce(context.Background())
+	if err != nil || res.Redispatched != 1 {
+		got := c.get(e.ExecutionID)
+		t.Fatalf("a sweep %s after the claim re-dispatched %d (%v), want 1: next look in %s, %d sweeps counted",
+			wait, res.Redispatched, err, got.SweepAt.Sub(time.Now()), got.Sweeps)
+	}
+	deliver(live, c.queue)
+	if got := c.get(e.ExecutionID); got.Status != store.Succeeded || got.Attempt != 2 {
+		t.Fatalf("after the takeover: %s at attempt %d, want SUCCEEDED at 2", got.Status, got.Attempt)
+	}
 }
 
 // noRenewals is a store on which lease renewals fail (a frozen worker's).
@@ -708,20 +724,7 @@ func TestClaimAnswerLostAfterRedispatchesIsPrompt(t *testing.T) {
 			t.Fatal(err)
 		}
 		e := submitTo(t, live, "p.one", "k", map[string]any{})
-		for range 5 { // its items are lost: the sweeper spaces its looks out
-			c.queue.take()
-			time.Sleep(20 * time.Minute)
-			if _, err := live.SweepOnce(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if got := c.get(e.ExecutionID); got.Sweeps < 4 {
-			t.Fatalf("sweeps %d after five lost items, want at least 4", got.Sweeps)
-		}
-		items := c.queue.take()
-		if len(items) != 1 {
-			t.Fatalf("%d work items, want the last re-dispatch's", len(items))
-		}
+		items := loseFiveItems(t, c, live, e)
 		if err := lost.Process(context.Background(), items[0].Item); err == nil {
 			t.Fatal("the claim's answer was lost, yet Process reported no error")
 		}
@@ -729,17 +732,7 @@ func TestClaimAnswerLostAfterRedispatchesIsPrompt(t *testing.T) {
 		if claimed.Status != store.Running || claimed.LeaseOwner != "w1" {
 			t.Fatalf("after the delivery: %s held by %q, want RUNNING by w1 (the claim landed)", claimed.Status, claimed.LeaseOwner)
 		}
-		time.Sleep(cfg.Lease + cfg.ClockSkewTolerance + cfg.SweepGrace + time.Second)
-		res, err := live.SweepOnce(context.Background())
-		if err != nil || res.Redispatched != 1 {
-			got := c.get(e.ExecutionID)
-			t.Fatalf("a sweep %s after the claim re-dispatched %d (%v), want 1: next look in %s, %d sweeps counted",
-				cfg.Lease+cfg.ClockSkewTolerance+cfg.SweepGrace+time.Second, res.Redispatched, err, got.SweepAt.Sub(time.Now()), got.Sweeps)
-		}
-		deliver(live, c.queue)
-		if got := c.get(e.ExecutionID); got.Status != store.Succeeded || got.Attempt != 2 {
-			t.Fatalf("after the takeover: %s at attempt %d, want SUCCEEDED at 2", got.Status, got.Attempt)
-		}
+		expectPromptTakeover(t, c, live, cfg, e)
 	})
 }
 
