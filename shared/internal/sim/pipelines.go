@@ -123,6 +123,14 @@ func (p *proc) stepPrologue(ctx context.Context, info pipeline.StepInfo) error {
 			return context.Cause(ctx)
 		}
 	}
+	if p.isCrashed() {
+		// The process died while its step was in progress: a real crash
+		// ends the step's code with it, so the step reaches no outside
+		// system (the bank, the partner) after the crash. Without this,
+		// a step of a dead embedded process charged after the restarted
+		// one had broken its lease and taken it over.
+		return errCrashed
+	}
 	return nil
 }
 
