@@ -544,13 +544,7 @@ func TestTakeoverAfterRedispatchesIsPrompt(t *testing.T) {
 			}),
 		}}
 		live := c.worker("w2", cfg, nil, hang)
-		reg, _ := pipeline.NewRegistry(hang)
-		frozenCfg := cfg
-		frozenCfg.WorkerID = "w1"
-		frozen, err := engine.New(frozenCfg, engine.Deps{Registry: reg, Store: noRenewals{c.store}, Payloads: c.payloads, Dispatcher: c.queue, DeadLetter: c.dlq})
-		if err != nil {
-			t.Fatal(err)
-		}
+		frozen := c.workerOn("w1", cfg, nil, noRenewals{c.store}, hang)
 		e := submitTo(t, live, "p.hang", "k", map[string]any{})
 		items := loseFiveItems(t, c, live, e)
 		go func() { _ = frozen.Process(context.Background(), items[0].Item) }()
@@ -653,13 +647,7 @@ func TestHungRenewalCancelsTheStepAtItsLease(t *testing.T) {
 			}),
 		}}
 		live := c.worker("w2", cfg, nil, slow)
-		reg, _ := pipeline.NewRegistry(slow)
-		cutCfg := cfg
-		cutCfg.WorkerID = "w1"
-		cut, err := engine.New(cutCfg, engine.Deps{Registry: reg, Store: hungRenewals{c.store, hung}, Payloads: c.payloads, Dispatcher: c.queue, DeadLetter: c.dlq})
-		if err != nil {
-			t.Fatal(err)
-		}
+		cut := c.workerOn("w1", cfg, nil, hungRenewals{c.store, hung}, slow)
 		e := submitTo(t, live, "p.slow", "k", map[string]any{})
 		items := c.queue.take()
 		go func() { _ = cut.Process(context.Background(), items[0].Item) }()
@@ -716,13 +704,7 @@ func TestClaimAnswerLostAfterRedispatchesIsPrompt(t *testing.T) {
 			}),
 		}}
 		live := c.worker("w2", cfg, nil, p)
-		reg, _ := pipeline.NewRegistry(p)
-		lostCfg := cfg
-		lostCfg.WorkerID = "w1"
-		lost, err := engine.New(lostCfg, engine.Deps{Registry: reg, Store: claimAnswerLost{c.store}, Payloads: c.payloads, Dispatcher: c.queue, DeadLetter: c.dlq})
-		if err != nil {
-			t.Fatal(err)
-		}
+		lost := c.workerOn("w1", cfg, nil, claimAnswerLost{c.store}, p)
 		e := submitTo(t, live, "p.one", "k", map[string]any{})
 		items := loseFiveItems(t, c, live, e)
 		if err := lost.Process(context.Background(), items[0].Item); err == nil {

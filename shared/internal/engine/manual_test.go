@@ -103,13 +103,20 @@ func newCluster(t *testing.T) *cluster {
 // worker is one runtime of the cluster: its own registry, id and clock.
 func (c *cluster) worker(id string, cfg engine.Config, clk clock.Clock, ps ...pipeline.Pipeline) *engine.Runtime {
 	c.t.Helper()
+	return c.workerOn(id, cfg, clk, c.store, ps...)
+}
+
+// workerOn is a worker whose state store is st (the cluster's wrapped:
+// a worker cut off from it, or one whose answers are lost).
+func (c *cluster) workerOn(id string, cfg engine.Config, clk clock.Clock, st store.Store, ps ...pipeline.Pipeline) *engine.Runtime {
+	c.t.Helper()
 	reg, err := pipeline.NewRegistry(ps...)
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	cfg.WorkerID = id
 	rt, err := engine.New(cfg, engine.Deps{
-		Registry: reg, Store: c.store, Payloads: c.payloads, Effects: c.effects, Dispatcher: c.queue, DeadLetter: c.dlq, Clock: clk, Observers: c.observers,
+		Registry: reg, Store: st, Payloads: c.payloads, Effects: c.effects, Dispatcher: c.queue, DeadLetter: c.dlq, Clock: clk, Observers: c.observers,
 		Logger: slog.New(slog.NewJSONHandler(c.logs, &slog.HandlerOptions{Level: slog.LevelDebug})).With(slog.String("worker", id)),
 	})
 	if err != nil {
