@@ -326,6 +326,24 @@ func runHistory(t *testing.T, f func(*testing.T, clock.Clock) (store.Store, hist
 			t.Errorf("REDRIVEN reason %q, want the operator's", got[6].Reason)
 		}
 	})
+	t.Run("Sleep", func(t *testing.T) {
+		t.Parallel()
+		e := setupHistory(t, f, ok("a"), pipeline.Sleep("nap", time.Hour), ok("b"))
+		x := e.submit()
+		e.deliver()
+		e.clock.Advance(time.Hour) // the wake-up
+		e.deliver()
+		got := e.expect(x,
+			want{history.Submitted, 0, 1, queued},
+			want{history.StepStarted, 0, 1, running},
+			want{history.StepSucceeded, 0, 1, running}, want{history.StepStarted, 1, 1, running},
+			want{history.StepSucceeded, 1, 1, queued}, want{history.Sleeping, 1, 1, queued},
+			want{history.StepStarted, 2, 1, running}, want{history.StepSucceeded, 2, 1, store.Succeeded},
+			want{history.Succeeded, 2, 1, store.Succeeded})
+		if w := got[5].WakeAt; !w.Equal(got[5].At.Add(time.Hour)) {
+			t.Errorf("the sleep's wake-up is %v, want its commit time %v plus the hour", w, got[5].At)
+		}
+	})
 	t.Run("TakeoverRenewalsReschedules", func(t *testing.T) {
 		t.Parallel()
 		e := setupHistory(t, f, ok("a"))

@@ -190,6 +190,8 @@ type Event struct {
 	Error *EventError `json:"error,omitempty"`
 	// RetryAt is when a failed step runs again (STEP_FAILED with a retry).
 	RetryAt time.Time `json:"retryAt,omitzero"`
+	// WakeAt is when a sleep step's execution wakes up (SLEEPING).
+	WakeAt time.Time `json:"wakeAt,omitzero"`
 	// Worker is the lease owner (STEP_STARTED, LEASE_TAKEN_OVER).
 	Worker string `json:"worker,omitempty"`
 	// Reason is an operator's reason (REDRIVEN: "redrive <id>: <reason>"

@@ -31,6 +31,8 @@ import (
 //     OUTCOME_UNKNOWN;
 //   - an await's completion: AWAIT_COMPLETED (also a late one, kept for
 //     reconciliation); its timeout: STEP_FAILED with AWAIT_TIMEOUT;
+//   - a sleep step's commit (the next step scheduled later than the
+//     write): STEP_SUCCEEDED and SLEEPING, with WakeAt;
 //   - an operator's re-drive (RedriveCount grows): REDRIVEN; a cancel
 //     request (CancelRequestedAt set): CANCEL_REQUESTED; the row becoming
 //     CANCELLED: CANCELLED (a cancel of a row that is not running is one
@@ -93,6 +95,10 @@ func Derive(old, new *store.Execution) []Event {
 			}
 		}
 		d.ended(Awaiting, reason)
+	}
+	if new.Status == store.Queued && new.StepIndex > old.StepIndex && new.NextDueAt.After(new.UpdatedAt) {
+		e := d.add(Sleeping, d.old, "until "+new.NextDueAt.UTC().Format(time.RFC3339Nano))
+		e.WakeAt = new.NextDueAt
 	}
 	if new.Status == store.DLQ && old.Status != store.DLQ {
 		d.add(DeadLettered, new, "").Error = failure(new.Error)

@@ -28,6 +28,7 @@ const (
 	LeaseTakenOver  Type = "LEASE_TAKEN_OVER"
 	Awaiting        Type = "AWAITING"
 	AwaitCompleted  Type = "AWAIT_COMPLETED"
+	Sleeping        Type = "SLEEPING"
 	OutcomeUnknown  Type = "OUTCOME_UNKNOWN"
 	Redriven        Type = "REDRIVEN"
 	CancelRequested Type = "CANCEL_REQUESTED"
@@ -53,6 +54,9 @@ type Event struct {
 	Error *store.Failure
 	// RetryAt is when a failed step runs again (STEP_FAILED with a retry).
 	RetryAt time.Time
+	// WakeAt is when a sleep step's execution wakes up and its next step
+	// runs (SLEEPING).
+	WakeAt time.Time
 	// Worker is the lease owner: the worker that started the attempt
 	// (STEP_STARTED, LEASE_TAKEN_OVER) or ran it (STEP_SUCCEEDED,
 	// STEP_FAILED, AWAITING, OUTCOME_UNKNOWN; empty when the attempt ended

@@ -73,3 +73,36 @@ func ExampleMustRegistry() {
 	// [demo]
 	// refused: true
 }
+
+// Durable sleeps between steps: the execution waits three days, then
+// until the invoice's due date, holding no worker meanwhile; each step
+// after a sleep gets the sleep's input.
+func ExampleSleep() {
+	type Invoice struct {
+		ID  string `json:"id"`
+		Due int64  `json:"due"` // unix seconds
+	}
+	step := func(name string) pipeline.Step {
+		return pipeline.NewStep(name, func(_ context.Context, _ pipeline.StepInfo, inv Invoice) (Invoice, error) { return inv, nil })
+	}
+	reg, err := pipeline.NewRegistry(pipeline.Pipeline{ID: "billing.invoice", Steps: []pipeline.Step{
+		step("send"),
+		pipeline.Sleep("grace", 3*24*time.Hour),
+		step("remind"),
+		pipeline.SleepUntil("until-due", func(inv Invoice) time.Time { return time.Unix(inv.Due, 0) }),
+		step("escalate"),
+	}})
+	if err != nil {
+		panic(err)
+	}
+	p, _ := reg.Get("billing.invoice")
+	for _, s := range p.Steps {
+		fmt.Println(s.Name, s.IsSleep())
+	}
+	// Output:
+	// send false
+	// grace true
+	// remind false
+	// until-due true
+	// escalate false
+}

@@ -107,6 +107,13 @@ type Step struct {
 	// start when it exceeds the execution retention, which could not keep
 	// the parked execution that long.
 	AwaitTimeout time.Duration
+	// Wake, when set, makes the step a durable sleep (Sleep, SleepUntil):
+	// the runtime does not run Run but schedules the next step, with this
+	// step's input, at the time Wake returns.
+	Wake WakeFunc
+	// SleepFor is a Sleep step's fixed duration (zero for SleepUntil): the
+	// runtime refuses to start when it exceeds the execution retention.
+	SleepFor time.Duration
 	// Run executes the step.
 	Run StepFunc
 	// Accepts lists the payload encodings the step's input may have; nil
@@ -308,6 +315,9 @@ func (p *Pipeline) Validate() error {
 			return fmt.Errorf("pipeline %s: duplicate step name %q", p.ID, s.Name)
 		case s.Run == nil:
 			return fmt.Errorf("pipeline %s: step %s has no function", p.ID, s.Name)
+		}
+		if err := s.validateSleep(i == len(p.Steps)-1); err != nil {
+			return fmt.Errorf("pipeline %s: %w", p.ID, err)
 		}
 		if s.Retry != nil {
 			if err := s.Retry.Validate(); err != nil {

@@ -151,6 +151,9 @@ func eventDetail(ev client.Event) string {
 	if ev.Error != nil {
 		parts = append(parts, ev.Error.Code+": "+ev.Error.Message)
 	}
+	if !ev.WakeAt.IsZero() {
+		parts = append(parts, "wakes at "+ts(ev.WakeAt))
+	}
 	if !ev.RetryAt.IsZero() {
 		parts = append(parts, "retry at "+ts(ev.RetryAt))
 	}

@@ -217,6 +217,8 @@ func (wt *watcher) apply(ev client.Event) {
 		}
 	case history.Awaiting:
 		st.status, st.note = string(store.WaitingExternal), ev.Reason
+	case history.Sleeping:
+		st.note = "sleeping until " + ts(ev.WakeAt)
 	case history.AwaitCompleted:
 		// The await step is queued to run again with the completion (its
 		// STEP_STARTED and STEP_SUCCEEDED follow); a late completion

@@ -39,11 +39,12 @@ const (
 	spanRun     = "run"
 	spanAwait   = "await"
 	spanBackoff = "backoff"
+	spanSleep   = "sleep"
 )
 
 // span is an interval of the chart.
 type span struct {
-	Kind      string // run, await, backoff
+	Kind      string // run, await, backoff, sleep
 	StepIndex int
 	StepName  string
 	Attempt   int
@@ -66,6 +67,8 @@ func (s span) Label() string {
 		return s.StepName + " await"
 	case spanBackoff:
 		return s.StepName + " back-off"
+	case spanSleep:
+		return s.StepName + " sleep"
 	}
 	return s.StepName + " #" + strconv.Itoa(s.Attempt)
 }
@@ -151,6 +154,10 @@ func buildTimeline(events []history.Event, e *store.Execution, now time.Time) ti
 			row.Kind = "waiting"
 			took(closeSpan(&run, ev.At, "awaiting"))
 			await = &span{Kind: spanAwait, StepIndex: ev.StepIndex, StepName: ev.StepName, Attempt: ev.Attempt, Start: ev.At, Open: true}
+		case history.Sleeping:
+			row.Kind = "waiting"
+			t.Spans = append(t.Spans, span{Kind: spanSleep, StepIndex: ev.StepIndex, StepName: ev.StepName, Attempt: ev.Attempt,
+				Start: ev.At, End: ev.WakeAt, Outcome: "sleeping"})
 		case history.AwaitCompleted:
 			row.Kind = "ok"
 			took(closeSpan(&await, ev.At, "completed"))
@@ -229,6 +236,8 @@ func stepRows(spans []span, events []eventRow) []stepRow {
 		case spanAwait:
 			r.Waited += s.Duration()
 			r.Outcome = s.Outcome
+		case spanSleep:
+			r.Waited += s.Duration()
 		}
 	}
 	for _, ev := range events {

@@ -71,3 +71,33 @@ func TestDurationsForPeople(t *testing.T) {
 		}
 	}
 }
+
+// TestTimelineShowsASleep: a sleep step's SLEEPING event draws a sleep
+// span to its wake-up (past the last event while it sleeps), counted as
+// the step's waiting time.
+func TestTimelineShowsASleep(t *testing.T) {
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	ev := []history.Event{
+		{Type: history.Submitted, At: at(0)},
+		{Type: history.StepStarted, At: at(1), StepIndex: 0, StepName: "nap", Attempt: 1, Worker: "w1"},
+		{Type: history.StepSucceeded, At: at(2), StepIndex: 0, StepName: "nap", Attempt: 1, Worker: "w1"},
+		{Type: history.Sleeping, At: at(2), StepIndex: 0, StepName: "nap", Attempt: 1, WakeAt: at(3602)},
+	}
+	tl := buildTimeline(ev, &store.Execution{Status: store.Queued, CreatedAt: at(0)}, at(60))
+	var sleep *span
+	for i := range tl.Spans {
+		if tl.Spans[i].Kind == spanSleep {
+			sleep = &tl.Spans[i]
+		}
+	}
+	if sleep == nil || sleep.Duration() != time.Hour || sleep.Label() != "nap sleep" {
+		t.Fatalf("spans %+v; want an hour's sleep span of nap", tl.Spans)
+	}
+	if !tl.End.Equal(at(3602)) || tl.Events[3].Kind != "waiting" {
+		t.Errorf("end %v (want the wake-up), event kind %q", tl.End, tl.Events[3].Kind)
+	}
+	if len(tl.Steps) != 1 || tl.Steps[0].Waited != time.Hour {
+		t.Errorf("steps %+v; want the hour counted as waited", tl.Steps)
+	}
+}

@@ -347,6 +347,7 @@ type storedEvent struct {
 	Terminal  string       `json:"tr,omitempty"`
 	HasError  bool         `json:"e,omitempty"`
 	RetryAt   int64        `json:"ra,omitempty"`
+	WakeAt    int64        `json:"wa,omitempty"`
 	Worker    string       `json:"w,omitempty"`
 	Reason    string       `json:"r,omitempty"`
 	Version   int64        `json:"v"`
@@ -363,6 +364,9 @@ func encodeEvents(evs []history.Event) ([]byte, error) {
 		}
 		if !e.RetryAt.IsZero() {
 			se.RetryAt = e.RetryAt.UnixMilli()
+		}
+		if !e.WakeAt.IsZero() {
+			se.WakeAt = e.WakeAt.UnixMilli()
 		}
 		out[i] = se
 	}
@@ -383,6 +387,9 @@ func decodeEvents(b []byte) ([]history.Event, error) {
 		}
 		if se.RetryAt != 0 {
 			e.RetryAt = time.UnixMilli(se.RetryAt).UTC()
+		}
+		if se.WakeAt != 0 {
+			e.WakeAt = time.UnixMilli(se.WakeAt).UTC()
 		}
 		out[i] = e
 	}

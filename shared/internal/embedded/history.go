@@ -32,6 +32,7 @@ type eventRec struct {
 	S  store.Status   `json:"s,omitempty"`
 	Er *store.Failure `json:"er,omitempty"`
 	RA int64          `json:"ra,omitempty"`
+	WA int64          `json:"wa,omitempty"`
 	W  string         `json:"w,omitempty"`
 	R  string         `json:"r,omitempty"`
 	V  int64          `json:"v"`
@@ -46,7 +47,7 @@ func (t *txn) record(k []byte, old, next *store.Execution) error {
 	b := t.bucket(bHist)
 	for _, ev := range events {
 		v, err := sealJSON(eventRec{T: ev.Type, At: ms(ev.At), SI: ev.StepIndex, SN: ev.StepName, A: ev.Attempt, S: ev.Status,
-			Er: ev.Error, RA: ms(ev.RetryAt), W: ev.Worker, R: ev.Reason, V: ev.Version})
+			Er: ev.Error, RA: ms(ev.RetryAt), WA: ms(ev.WakeAt), W: ev.Worker, R: ev.Reason, V: ev.Version})
 		if err != nil {
 			return err
 		}
@@ -91,7 +92,7 @@ func (s *State) History(ctx context.Context, key store.Key) ([]history.Event, er
 				return err
 			}
 			out = append(out, history.Event{Type: r.T, At: fromMs(r.At), StepIndex: r.SI, StepName: r.SN,
-				Attempt: r.A, Status: r.S, Error: r.Er, RetryAt: fromMs(r.RA), Worker: r.W, Reason: r.R, Version: r.V,
+				Attempt: r.A, Status: r.S, Error: r.Er, RetryAt: fromMs(r.RA), WakeAt: fromMs(r.WA), Worker: r.W, Reason: r.R, Version: r.V,
 				Index: int(binary.BigEndian.Uint16(hk[len(k)+8:]))}) // the event's position, from its key
 		}
 		return nil

@@ -619,7 +619,7 @@ func maxTime(a, b time.Time) time.Time {
 }
 
 // checkRetention refuses a configuration whose executions would wait
-// longer than the retention: an await step's timeout, or a retry delay
+// longer than the retention: an await step's timeout, a sleep, or a retry delay
 // (the default policy's, or a step's own), beyond it. The runtime keeps a
 // waiting row alive past its wait anyway; refusing at startup tells the
 // author that the wait is not what they meant.
@@ -633,6 +633,10 @@ func checkRetention(cfg Config, reg *pipeline.Registry) error {
 			if s.AwaitTimeout > cfg.ExecutionTTL {
 				return fmt.Errorf("runtime: pipeline %s step %s: await timeout %s exceeds the execution retention %s (pipeline.orchestrator.execution-ttl-days): the parked execution could not be kept that long",
 					p.ID, s.Name, s.AwaitTimeout, cfg.ExecutionTTL)
+			}
+			if s.SleepFor > cfg.ExecutionTTL {
+				return fmt.Errorf("runtime: pipeline %s step %s: sleep %s exceeds the execution retention %s (pipeline.orchestrator.execution-ttl-days)",
+					p.ID, s.Name, s.SleepFor, cfg.ExecutionTTL)
 			}
 			if s.Retry != nil && s.Retry.MaxDelay > cfg.ExecutionTTL {
 				return fmt.Errorf("runtime: pipeline %s step %s: its retry delay may reach %s (WithRetry MaxDelay), more than the execution retention %s (pipeline.orchestrator.execution-ttl-days)",

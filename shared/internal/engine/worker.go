@@ -264,6 +264,9 @@ func (t *transition) run(ctx context.Context, takeover bool) error {
 		// (already stored as Result) is the step's output.
 		return t.succeed(ctx, in, &row.Result, policy)
 	}
+	if step.IsSleep() {
+		return t.sleep(ctx, step, in, src, policy)
+	}
 
 	out, cause, stepErr := t.invoke(ctx, step, in)
 	switch {
@@ -484,6 +487,41 @@ func (t *transition) succeed(ctx context.Context, out payload.Payload, stored *p
 		return nil
 	}
 	r.handOver(ctx, got, 0)
+	return nil
+}
+
+// sleep commits a durable sleep step: the next step is scheduled, with
+// this step's input as its own (the stored reference, no payload write),
+// at the wake-up time, and handed to the queue with that delay (a queue
+// that caps delays hands a not-due item back until it is due; the sweep
+// look at a grace after the wake-up finds a lost one). One write, the
+// step's commit; the row is kept a retention past the wake-up.
+func (t *transition) sleep(ctx context.Context, step pipeline.Step, in payload.Payload, src payload.Ref, policy pipeline.RetryPolicy) error {
+	r, row := t.r, &t.row
+	now := r.deps.Clock.Now()
+	wake, err := step.Wake(ctx, t.stepInfo(step), in, now)
+	if err != nil {
+		return t.fail(ctx, err, policy)
+	}
+	if wake.After(now.Add(r.cfg.ExecutionTTL)) {
+		return t.fail(ctx, pipeline.NonRetryable(pipeline.CodeSleepBeyondRetention,
+			fmt.Errorf("step %s would sleep until %s, beyond the execution retention %s (pipeline.orchestrator.execution-ttl-days)",
+				step.Name, wake.UTC().Format(time.RFC3339), r.cfg.ExecutionTTL)), policy)
+	}
+	wake = maxTime(wake, now)
+	next := t.base(now)
+	next.Result = src
+	next.Status, next.StepIndex, next.StepName = store.Queued, row.StepIndex+1, t.p.Steps[row.StepIndex+1].Name
+	next.Attempt, next.MaxAttempt, next.NextDueAt = 1, 0, wake
+	next.SweepAt, next.Sweeps = r.firstLook(wake), 0
+	next.ExpiresAt = maxTime(next.ExpiresAt, wake.Add(r.cfg.ExecutionTTL))
+	got, err := t.commit(ctx, next, false, slog.Time("wake_at", wake))
+	if err != nil || got == nil {
+		return err
+	}
+	r.execLogger(got).LogAttrs(ctx, slog.LevelInfo, "sleep_started", slog.String("event", "sleep_started"),
+		slog.String("sleep_step", step.Name), slog.Time("wake_at", wake), slog.Duration("sleep", wake.Sub(now)))
+	r.handOver(ctx, got, wake.Sub(now))
 	return nil
 }
 

@@ -65,6 +65,8 @@ type HistoryEvent struct {
 	Error *HistoryError `json:"error,omitempty"`
 	// RetryAt is when a failed step runs again (STEP_FAILED with a retry).
 	RetryAt string `json:"retryAt,omitempty"`
+	// WakeAt is when a sleep step's execution wakes up (SLEEPING).
+	WakeAt string `json:"wakeAt,omitempty"`
 	// Worker is the lease owner (STEP_STARTED, LEASE_TAKEN_OVER).
 	Worker string `json:"worker,omitempty"`
 	// Reason is the operator's reason (REDRIVEN, CANCEL_REQUESTED,
@@ -286,6 +288,9 @@ func historyEvent(ev history.Event) HistoryEvent {
 	}
 	if !ev.RetryAt.IsZero() {
 		out.RetryAt = formatTime(ev.RetryAt)
+	}
+	if !ev.WakeAt.IsZero() {
+		out.WakeAt = formatTime(ev.WakeAt)
 	}
 	return out
 }

@@ -55,6 +55,9 @@ const (
 	// key (a client retry after a lost answer) answers the key's job and
 	// starts no other.
 	invOneJobPerKey = "a keyed bulk re-drive starts one job"
+	// invSleepOnTime: the step after a durable sleep never runs before
+	// the wake-up (less the clock-skew tolerance and a worker's skew).
+	invSleepOnTime = "sleeps end no earlier than their wake-up"
 	// invConfigRefused: a configuration that cannot hold is refused.
 	invConfigRefused = "impossible configuration refused"
 	// invSetup: the simulator itself could not do something.
@@ -63,7 +66,7 @@ const (
 
 var invariantNames = []string{invSettles, invNoStall, invNoVanish, invExactlyOnce, invEffectIsolation, invDeadLetterIsolation,
 	invAwaitIsolation, invCheckpointReadable, invHistory, invRefusedStoresNothing, invKeylessIsNew, invNoFalsePoison,
-	invBackupNoPin, invOneJobPerKey, invConfigRefused, invSetup}
+	invBackupNoPin, invOneJobPerKey, invSleepOnTime, invConfigRefused, invSetup}
 
 // stallBound is how long an execution may stay claimable without a claim:
 // a lost lease lapses (lease + tolerance), the sweeper looks within its

@@ -22,9 +22,10 @@ const (
 	pipeChain   = "sim.chain"   // twelve steps
 	pipeFail    = "sim.fail"    // check (fails non-retryably until re-driven enough), done
 	pipeLong    = "sim.long"    // forty steps: a long life of hand-overs
+	pipeNap     = "sim.nap"     // doze (sets the wake-up), nap (a durable sleep until it), rise
 )
 
-var pipelineIDs = []string{pipePay, pipeApprove, pipeFlaky, pipeChain, pipeFail, pipeLong}
+var pipelineIDs = []string{pipePay, pipeApprove, pipeFlaky, pipeChain, pipeFail, pipeLong, pipeNap}
 
 // chainNames are the names of n numbered steps.
 func chainNames(prefix string, n int) []string {
@@ -45,7 +46,10 @@ type doc struct {
 	Script script   `json:"script"`
 	// Pad makes some bodies larger than the inline budget (their input
 	// and results then live in the payload store).
-	Pad      string    `json:"pad,omitempty"`
+	Pad string `json:"pad,omitempty"`
+	// WakeAt is when the nap pipeline's sleep ends (unix ms, true time),
+	// set by its doze step.
+	WakeAt   int64     `json:"wakeAt,omitempty"`
 	Charged  *charge   `json:"charged,omitempty"`
 	Approval *approval `json:"approval,omitempty"`
 }
@@ -56,6 +60,8 @@ type script struct {
 	FailFirst int `json:"failFirst,omitempty"`
 	// FailUntil: the check step fails non-retryably while attempt <= FailUntil.
 	FailUntil int `json:"failUntil,omitempty"`
+	// NapFor: the nap pipeline sleeps this long (ms) after its doze step.
+	NapFor int64 `json:"napFor,omitempty"`
 }
 
 // charge is what the bank's charge returns.
@@ -94,6 +100,7 @@ func (p *proc) registry(version int, dropOld bool) (*pipeline.Registry, error) {
 		{ID: pipeChain, Steps: steps(chainNames("c", 12))},
 		{ID: pipeLong, Steps: steps(chainNames("l", 40))},
 		{ID: pipeFail, Steps: []pipeline.Step{p.checkStep(), plain("done")}},
+		{ID: pipeNap, Steps: []pipeline.Step{p.dozeStep(), napStep(), p.riseStep()}},
 	}
 	switch {
 	case version == 1:
@@ -219,6 +226,43 @@ func (p *proc) checkStep() pipeline.Step {
 	})
 }
 
+// dozeStep sets the document's wake-up time: its napFor from the true
+// time it runs (the committed run's time counts).
+func (p *proc) dozeStep() pipeline.Step {
+	return pipeline.NewStep("doze", func(ctx context.Context, info pipeline.StepInfo, in doc) (doc, error) {
+		if err := p.stepPrologue(ctx, info); err != nil {
+			return doc{}, err
+		}
+		in.WakeAt = time.Now().Add(time.Duration(in.Script.NapFor) * time.Millisecond).UnixMilli()
+		in.Path = append(in.Path, "doze")
+		return in, nil
+	})
+}
+
+// napStep sleeps until the document's wake-up time (past the retention,
+// now and then: the step dead-letters, and a re-drive later sleeps).
+func napStep() pipeline.Step {
+	return pipeline.SleepUntil("nap", func(in doc) time.Time { return time.UnixMilli(in.WakeAt) })
+}
+
+// riseStep runs after the sleep: never before the wake-up time, less the
+// clock-skew tolerance and the skew a worker's clock may have.
+func (p *proc) riseStep() pipeline.Step {
+	return pipeline.NewStep("rise", func(ctx context.Context, info pipeline.StepInfo, in doc) (doc, error) {
+		if err := p.stepPrologue(ctx, info); err != nil {
+			return doc{}, err
+		}
+		w := p.w
+		w.check(invSleepOnTime)
+		if early := time.UnixMilli(in.WakeAt).Sub(time.Now()); early > w.cfg.tolerance+w.cfg.rates.skew {
+			w.violate(invSleepOnTime, info.ExecutionID, "the step after the sleep ran %s before its wake-up at +%s (attempt %d on %s)",
+				early, fmtDur(time.UnixMilli(in.WakeAt).Sub(w.start)), info.Attempt, p.name)
+		}
+		in.Path = append(in.Path, "rise")
+		return in, nil
+	})
+}
+
 // stepNames lists the steps of a definition the way the path records them.
 func stepNames(pipelineID string, version string) []string {
 	switch pipelineID {
@@ -237,6 +281,8 @@ func stepNames(pipelineID string, version string) []string {
 		return chainNames("l", 40)
 	case pipeFail:
 		return []string{"check", "done"}
+	case pipeNap:
+		return []string{"doze", "rise"}
 	}
 	return nil
 }

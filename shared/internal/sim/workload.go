@@ -110,7 +110,7 @@ func (w *world) drawSubmission(s *submission, earlier []*submission) {
 		}
 		return
 	}
-	s.pipeline = []string{pipePay, pipePay, pipeApprove, pipeApprove, pipeFlaky, pipeChain, pipeChain, pipeFail, pipeLong}[w.intn(9)]
+	s.pipeline = []string{pipePay, pipePay, pipeApprove, pipeApprove, pipeFlaky, pipeChain, pipeChain, pipeFail, pipeLong, pipeNap}[w.intn(10)]
 	if w.cfg.policy == engine.ClientKeyRequired || w.chance(0.7) {
 		s.key = fmt.Sprintf("key-%d", s.n)
 	}
@@ -120,6 +120,12 @@ func (w *world) drawSubmission(s *submission, earlier []*submission) {
 		s.body.Script.FailFirst = w.intn(4)
 	case pipeFail:
 		s.body.Script.FailUntil = 1 + w.intn(3)
+	case pipeNap:
+		// Seconds (the queue's delay), hours (past the queue's delay limit),
+		// days (the sweeper's due index), now and then past the retention.
+		nap := []time.Duration{w.between(time.Second, time.Minute), w.between(20*time.Minute, 12*time.Hour),
+			w.between(day, w.cfg.ttl*11/10)}[w.intn(3)]
+		s.body.Script.NapFor = nap.Milliseconds()
 	}
 	switch {
 	case w.chance(0.01):

@@ -165,6 +165,28 @@ func TestDurableClaimAfterRedispatchCost(t *testing.T) {
 	}
 }
 
+// TestDurableSleepCost measures what a durable sleep adds to a run
+// (docs/cost.md): the sleep step's commit is the step's one row write,
+// moving the sweep look to the wake-up (two index units); the wake-up is
+// the next step's normal claim (one row write: the chain is broken) and
+// one SQS send with its delay.
+func TestDurableSleepCost(t *testing.T) {
+	t.Parallel()
+	p := costPipeline(3, 100)
+	p.ID = "p.nap"
+	p.Steps[1] = pipeline.Sleep("nap", time.Second)
+	c := measureRun(t, p, 100)
+	plain := measureRun(t, costPipeline(3, 100), 100)
+	t.Logf("a, sleep 1s, b: run %.0f table + %.0f index write units, requests %v; three plain steps: %.0f + %.0f, requests %v",
+		c.runTable, c.runIndex, c.runRequests, plain.runTable, plain.runIndex, plain.runRequests)
+	if c.runTable != plain.runTable+1 || c.runIndex != plain.runIndex+2 {
+		t.Errorf("the sleep added %.0f table + %.0f index write units to the run, want 1 + 2", c.runTable-plain.runTable, c.runIndex-plain.runIndex)
+	}
+	if sends := c.runRequests["SQS.SendMessage"] - plain.runRequests["SQS.SendMessage"]; sends != 1 {
+		t.Errorf("the sleep added %d SQS sends, want 1 (the delayed hand-over)", sends)
+	}
+}
+
 // TestDurableLargeStepOutputIsWrittenOnce: a step output above the inline
 // budget is written once beside the row (the payload table) and the row
 // keeps one write unit per step.
