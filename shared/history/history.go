@@ -10,7 +10,12 @@
 package history
 
 import (
+	"cmp"
 	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/qasync/qasync/shared/store"
@@ -82,4 +87,84 @@ type Event struct {
 // another tenant, or of no execution, returns store.ErrNotFound.
 type Reader interface {
 	History(ctx context.Context, key store.Key) ([]Event, error)
+}
+
+// MaxPage is the most events a page of history holds (PageOf): about
+// 250 KB of JSON, far below API Gateway's 6 MB and 10 MB limits.
+const MaxPage = 1000
+
+// Cursor marks where a page of history ended: its last event's Version,
+// Index and Seq. The zero Cursor is the start.
+type Cursor struct {
+	Version int64
+	Index   int
+	Seq     int
+}
+
+// cursorPrefix starts every encoded cursor (its format's version).
+const cursorPrefix = "h1."
+
+// String encodes the cursor for an API: "h1.<version>.<index>.<seq>";
+// the zero cursor is "".
+func (c Cursor) String() string {
+	if c == (Cursor{}) {
+		return ""
+	}
+	return fmt.Sprintf("%s%d.%d.%d", cursorPrefix, c.Version, c.Index, c.Seq)
+}
+
+// ParseCursor decodes Cursor.String's form ("" is the start).
+func ParseCursor(s string) (Cursor, error) {
+	if s == "" {
+		return Cursor{}, nil
+	}
+	var c Cursor
+	rest, ok := strings.CutPrefix(s, cursorPrefix)
+	parts := strings.Split(rest, ".")
+	if !ok || len(parts) != 3 {
+		return Cursor{}, fmt.Errorf("history: cursor %q is not one this API gave", s)
+	}
+	var err error
+	if c.Version, err = strconv.ParseInt(parts[0], 10, 64); err == nil {
+		if c.Index, err = strconv.Atoi(parts[1]); err == nil {
+			c.Seq, err = strconv.Atoi(parts[2])
+		}
+	}
+	if err != nil || c.Version < 0 || c.Index < 0 || c.Seq < 0 {
+		return Cursor{}, fmt.Errorf("history: cursor %q is not one this API gave", s)
+	}
+	return c, nil
+}
+
+// Page is part of a history: events numbered on from the cursor it was
+// read after, and Next, the cursor of the page after it (nil at the end).
+type Page struct {
+	Events []Event
+	Next   *Cursor
+}
+
+// PageOf returns the page of up to limit events (at most MaxPage; 0
+// means MaxPage) that follows after in the history made of events (as a
+// provider gives them: any order, repeats allowed, as Number takes them).
+// Its events are numbered on from after.Seq. A history read page by page
+// while it grows gives each event once, with the Seq it gets in the
+// whole history, since events only ever join at its end.
+func PageOf(events []Event, after Cursor, limit int) Page {
+	if limit <= 0 || limit > MaxPage {
+		limit = MaxPage
+	}
+	all := Number(events)
+	start := sort.Search(len(all), func(i int) bool {
+		return cmp.Or(cmp.Compare(all[i].Version, after.Version), cmp.Compare(all[i].Index, after.Index)) > 0
+	})
+	rest := all[start:]
+	p := Page{Events: rest[:min(limit, len(rest))]}
+	for i := range p.Events {
+		p.Events[i].Seq = after.Seq + i + 1
+	}
+	if len(rest) > limit {
+		last := p.Events[len(p.Events)-1]
+		p.Next = &Cursor{Version: last.Version, Index: last.Index, Seq: last.Seq}
+	}
+	return p
 }
