@@ -2,9 +2,11 @@ package engine
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/qasync/qasync/shared/store"
 )
@@ -79,4 +81,19 @@ func (r *Runtime) random(b []byte) {
 	r.randMu.Lock()
 	defer r.randMu.Unlock()
 	_, _ = io.ReadFull(r.deps.Rand, b)
+}
+
+// jitter spreads a backoff d over [d/2, d), drawn from Deps.Rand, so that
+// retries that failed together (a throttled burst, one process's commits
+// failing at one instant) do not come back together. Drawn from the
+// runtime's source, it keeps a seeded simulation's timers apart and its
+// runs reproducible.
+func (r *Runtime) jitter(d time.Duration) time.Duration {
+	half := d / 2
+	if half <= 0 {
+		return d
+	}
+	var b [8]byte
+	r.random(b[:])
+	return half + time.Duration(binary.BigEndian.Uint64(b[:])%uint64(half))
 }

@@ -734,7 +734,7 @@ func (t *transition) commit(ctx context.Context, next store.Execution, keepSweep
 		}
 		t.log.LogAttrs(ctx, slog.LevelWarn, "commit_retry", slog.String("event", "commit_retry"),
 			slog.Int("writes", attempt), slog.String("error", err.Error()))
-		if sleepCtx(cctx, backoff) != nil {
+		if sleepCtx(cctx, r.jitter(backoff)) != nil {
 			return nil, fmt.Errorf("runtime: commit %s: %w", t.row.TransitionKey(), err)
 		}
 		backoff = min(2*backoff, commitBackoffMax)

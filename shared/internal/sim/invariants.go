@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/qasync/qasync/shared/deadletter"
+	"github.com/qasync/qasync/shared/history"
 	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/store"
 )
@@ -444,6 +445,22 @@ func (w *world) checkHistory(ctx context.Context, v view, inc *incarnation, e st
 	}
 	if len(evs) == 0 {
 		w.violate(invHistory, inc.exec, "no history for a %s execution", e.Status)
+		return
+	}
+	// Read page by page (as the API serves it, in small pages here), the
+	// history is the same events, each once, numbered alike.
+	var paged []history.Event
+	var after history.Cursor
+	for range len(evs) + 1 {
+		p := history.PageOf(evs, after, 7)
+		paged = append(paged, p.Events...)
+		if p.Next == nil {
+			break
+		}
+		after = *p.Next
+	}
+	if !slices.EqualFunc(paged, evs, func(a, b history.Event) bool { return a.Seq == b.Seq && a.Version == b.Version && a.Index == b.Index }) {
+		w.violate(invHistory, inc.exec, "read in pages of 7, the history has %d events, read whole %d", len(paged), len(evs))
 		return
 	}
 	if last := evs[len(evs)-1]; last.Version > e.Version {
