@@ -51,6 +51,15 @@ func runsOf(runs *sync.Map, name string) int {
 	return *n.(*int)
 }
 
+// wokeOnce: the napping execution e ended SUCCEEDED, the step after its
+// sleep run once.
+func wokeOnce(t *testing.T, c *cluster, e store.Execution, runs *sync.Map) {
+	t.Helper()
+	if got := c.get(e.ExecutionID); got.Status != store.Succeeded || runsOf(runs, "b") != 1 {
+		t.Fatalf("%s, b ran %d times; want SUCCEEDED, b once", got.Status, runsOf(runs, "b"))
+	}
+}
+
 // A sleep of days: the step after it runs once, at the wake-up time, not
 // before; the wait is one write (the sleep step's commit, which schedules
 // the next step) and the queue carries the delay; the history shows it.
@@ -137,9 +146,7 @@ func TestSleepOfSeconds(t *testing.T) {
 		if err := rt.Process(context.Background(), msgs[0].Item); err != nil {
 			t.Fatal(err)
 		}
-		if got := c.get(e.ExecutionID); got.Status != store.Succeeded || runsOf(&runs, "b") != 1 {
-			t.Fatalf("%s, b ran %d times; want SUCCEEDED, once", got.Status, runsOf(&runs, "b"))
-		}
+		wokeOnce(t, c, e, &runs)
 	})
 }
 
@@ -162,9 +169,7 @@ func TestSleepWithLostItemIsSweptAtWake(t *testing.T) {
 			t.Fatal(err)
 		}
 		runAll(t, rt, c.queue)
-		if got := c.get(e.ExecutionID); got.Status != store.Succeeded || runsOf(&runs, "b") != 1 {
-			t.Fatalf("%s, b ran %d times; want SUCCEEDED once, found by the sweeper", got.Status, runsOf(&runs, "b"))
-		}
+		wokeOnce(t, c, e, &runs)
 	})
 }
 
