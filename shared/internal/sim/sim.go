@@ -257,6 +257,9 @@ type world struct {
 	deliveries int
 	// reported: the invariants already broken per execution.
 	reported map[string]bool
+	// debugGlobal counts the violations SIM_DEBUG printed (the first
+	// also prints the hour of global lines before it).
+	debugGlobal int
 	// outages are the times the workers could do nothing.
 	outages [][2]time.Time
 	// reopenedAt is when the embedded store was last opened (breaking the
@@ -481,7 +484,23 @@ func (w *world) violate(inv, exec, format string, args ...any) {
 	w.mu.Unlock()
 	w.tracef(exec, "VIOLATION %s: %s", inv, v.Detail)
 	if os.Getenv("SIM_DEBUG") != "" {
-		fmt.Fprintf(os.Stderr, "sim: violation %s at +%s %s: %s\n", inv, fmtDur(v.At), exec, v.Detail)
+		// Each violation as it happens, with its trace; the first also with
+		// what every process went through in the hour before it.
+		w.mu.Lock()
+		inFlight := w.deliveries
+		w.debugGlobal++
+		var global []string
+		if w.debugGlobal == 1 {
+			global = w.trace.globalSince(v.At - time.Hour)
+		}
+		w.mu.Unlock()
+		fmt.Fprintf(os.Stderr, "sim: violation %s at +%s %s: %s (embedded deliveries in flight: %d)\n", inv, fmtDur(v.At), exec, v.Detail, inFlight)
+		for _, line := range v.Trace {
+			fmt.Fprintf(os.Stderr, "sim:   %s\n", line)
+		}
+		for _, line := range global {
+			fmt.Fprintf(os.Stderr, "sim: global %s\n", line)
+		}
 	}
 }
 

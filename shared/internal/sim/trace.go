@@ -146,3 +146,20 @@ func (w *world) progress(now time.Time, alive int) {
 
 // progressEvery is how often (in virtual time) a long run reports.
 const progressEvery = 30 * 24 * time.Hour
+
+// globalSince is the kept global lines from at on, in order (SIM_DEBUG:
+// what the processes went through before a violation).
+func (t *traceLog) globalSince(at time.Duration) []string {
+	var ls []traceLine
+	for _, l := range t.global {
+		if l.at >= at {
+			ls = append(ls, l)
+		}
+	}
+	slices.SortFunc(ls, func(a, b traceLine) int { return a.seq - b.seq })
+	out := make([]string, len(ls))
+	for i, l := range ls {
+		out[i] = "+" + fmtDur(l.at) + " " + l.text
+	}
+	return out
+}
