@@ -102,8 +102,25 @@ func (File) Get(ctx context.Context, uri string) ([]byte, error) {
 	return b, err
 }
 
-// S3 stores objects in S3: s3://bucket/key.
-type S3 struct{ Client *s3.Client }
+// S3 stores objects in S3: s3://bucket/key, through Client, or when it is
+// nil through the client Connect returns (asked for at each call; a
+// session builds it on the first).
+type S3 struct {
+	Client  *s3.Client
+	Connect func(context.Context) (*s3.Client, error)
+}
+
+// client is the client of a call.
+func (s S3) client(ctx context.Context) (*s3.Client, error) {
+	if s.Client != nil || s.Connect == nil {
+		return s.Client, nil
+	}
+	c, err := s.Connect(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("objectstore: S3 client: %w", err)
+	}
+	return c, nil
+}
 
 var _ Store = S3{}
 
@@ -130,7 +147,11 @@ func (s S3) Put(ctx context.Context, uri string, data []byte, contentType string
 	if contentType != "" {
 		in.ContentType = aws.String(contentType)
 	}
-	if _, err := s.Client.PutObject(ctx, in); err != nil {
+	c, err := s.client(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := c.PutObject(ctx, in); err != nil {
 		return fmt.Errorf("objectstore: put %s: %w", uri, err)
 	}
 	return nil
@@ -142,7 +163,11 @@ func (s S3) Get(ctx context.Context, uri string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	out, err := s.Client.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+	c, err := s.client(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
 	if err != nil {
 		var nk interface{ ErrorCode() string }
 		if errors.As(err, &nk) && (nk.ErrorCode() == "NoSuchKey" || nk.ErrorCode() == "NotFound") {

@@ -80,6 +80,13 @@ func NewDispatcher(client *sqs.Client, queueURL string, opts ...DispatcherOption
 	return d
 }
 
+// Defer makes a message received from the dispatcher's queue invisible
+// for d (see the package function Defer): the worker function keeps a
+// record that is not due yet in the queue it came from.
+func (d *Dispatcher) Defer(ctx context.Context, receiptHandle string, wait time.Duration) error {
+	return Defer(ctx, d.client, d.queueURL, receiptHandle, wait)
+}
+
 // SendError reports messages that SQS did not accept: entries it refused
 // in a batch response, or every message of a call that failed as a whole.
 // Messages not listed were accepted.
