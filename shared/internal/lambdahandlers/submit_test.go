@@ -44,7 +44,7 @@ func TestSubmitFixture(t *testing.T) {
 	if ct := resp.Headers["Content-Type"]; ct != "application/json" {
 		t.Errorf("Content-Type %q", ct)
 	}
-	row, err := env.set.Runtime.Status(context.Background(), store.Key{TenantID: fixtureTenant, ExecutionID: doc.ExecutionID})
+	row, err := env.p.Runtime.Status(context.Background(), store.Key{TenantID: fixtureTenant, ExecutionID: doc.ExecutionID})
 	if err != nil {
 		t.Fatalf("the execution is not in the IAM caller's tenant: %v", err)
 	}
@@ -69,7 +69,7 @@ func TestSubmitFixture(t *testing.T) {
 // seedSucceeded stores the fixture execution as SUCCEEDED with result.
 func seedSucceeded(t *testing.T, env memEnv, result string) {
 	t.Helper()
-	rt := env.set.Runtime
+	rt := env.p.Runtime
 	ref, err := payload.Write(context.Background(), rt.Payloads(), payload.Payload{Encoding: payload.EncodingJSON, ContentType: payload.ContentTypeJSON, Data: []byte(result)},
 		"result/"+fixtureExecution, payload.DefaultInlineBudget, time.Now().Add(time.Hour))
 	if err != nil {

@@ -19,7 +19,7 @@ import (
 
 // BatchHandler handles one batch of queue messages in the form the AWS
 // Lambda SQS event source delivers them (the signature of a Lambda SQS
-// handler such as lambdafn.DLQ). The response's BatchItemFailures name the
+// handler such as the dlq function's). The response's BatchItemFailures name the
 // messages to deliver again; an error fails the whole batch.
 type BatchHandler func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error)
 

@@ -17,8 +17,12 @@ import (
 	"github.com/aws/smithy-go/middleware"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
+	"github.com/qasync/qasync/shared/clock"
+	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/deadletter"
 	"github.com/qasync/qasync/shared/dispatch"
+	"github.com/qasync/qasync/shared/internal/awsclient"
+	"github.com/qasync/qasync/shared/internal/engine"
 	"github.com/qasync/qasync/shared/store"
 )
 
@@ -201,4 +205,59 @@ func (f *FaultyDispatcher) Dispatch(ctx context.Context, msgs ...dispatch.Messag
 		return nil
 	}
 	return f.Inner.Dispatch(ctx, out...)
+}
+
+// anyFault reports whether a test fault is configured.
+func anyFault(c config.Config) bool {
+	return c.FaultDynamoErrorRate > 0 || c.FaultDispatchDuplicateRate > 0 || c.FaultDispatchDropRate > 0 ||
+		c.FaultCommitErrorRate > 0 || c.FaultDLQErrorRate > 0 || c.FaultDLQOutageUntil > 0 || c.FaultClockOffset != 0
+}
+
+// faultClock is the process's clock: the system clock, shifted by
+// faults.clock-offset-ms when set (logging every configured fault once,
+// as event test_faults_enabled).
+func faultClock(c config.Config, log *slog.Logger) clock.Clock {
+	if !anyFault(c) {
+		return clock.System{}
+	}
+	log.LogAttrs(context.Background(), slog.LevelWarn, "test_faults_enabled", slog.String("event", "test_faults_enabled"),
+		slog.Float64("dynamo_error_rate", c.FaultDynamoErrorRate),
+		slog.Float64("dispatch_duplicate_rate", c.FaultDispatchDuplicateRate),
+		slog.Float64("dispatch_drop_rate", c.FaultDispatchDropRate),
+		slog.Float64("commit_error_rate", c.FaultCommitErrorRate),
+		slog.Float64("dlq_error_rate", c.FaultDLQErrorRate),
+		slog.Int64("dlq_outage_until_ms", c.FaultDLQOutageUntil),
+		slog.Int64("clock_offset_ms", c.FaultClockOffset.Milliseconds()))
+	if c.FaultClockOffset != 0 {
+		return OffsetClock(c.FaultClockOffset) // a skewed worker
+	}
+	return clock.System{}
+}
+
+// faultAWS adds DynamoFaults to the session's clients when
+// faults.dynamo-error-rate is set.
+func faultAWS(c config.Config, sess *awsclient.Session, log *slog.Logger) error {
+	if c.FaultDynamoErrorRate <= 0 {
+		return nil
+	}
+	if sess == nil {
+		return fmt.Errorf("%s: this process has no AWS clients to fail", config.FullKey("faults.dynamo-error-rate"))
+	}
+	sess.AddAPIOptions(DynamoFaults(c.FaultDynamoErrorRate, log))
+	return nil
+}
+
+// faultSeams wraps the runtime's dispatcher, store and dead-letter
+// publisher in the faults the configuration sets.
+func faultSeams(c config.Config, log *slog.Logger, d engine.Deps) engine.Deps {
+	if c.FaultDispatchDuplicateRate > 0 || c.FaultDispatchDropRate > 0 {
+		d.Dispatcher = &FaultyDispatcher{Inner: d.Dispatcher, DuplicateRate: c.FaultDispatchDuplicateRate, DropRate: c.FaultDispatchDropRate, Logger: log}
+	}
+	if c.FaultCommitErrorRate > 0 {
+		d.Store = &FaultyStore{Store: d.Store, CommitRate: c.FaultCommitErrorRate, Logger: log}
+	}
+	if c.FaultDLQErrorRate > 0 || c.FaultDLQOutageUntil > 0 {
+		d.DeadLetter = &FaultyDLQ{Inner: d.DeadLetter, Rate: c.FaultDLQErrorRate, OutageUntil: time.UnixMilli(c.FaultDLQOutageUntil), Logger: log}
+	}
+	return d
 }

@@ -106,7 +106,7 @@ func TestOpenWrapsTheDispatcherWhenFaultsAreSet(t *testing.T) {
 	reg, _ := pipeline.NewRegistry()
 	c := config.Default()
 	c.StateProvider = "memory"
-	set, err := wiring.Open(context.Background(), c, reg, slog.New(slog.DiscardHandler))
+	set, err := open(context.Background(), c, reg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,11 +115,11 @@ func TestOpenWrapsTheDispatcherWhenFaultsAreSet(t *testing.T) {
 	}
 	_ = set.Close(context.Background())
 	c.FaultDispatchDropRate = 0.6
-	if _, err := wiring.Open(context.Background(), c, reg, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "faults.dispatch-drop-rate") {
+	if _, err := open(context.Background(), c, reg, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "faults.dispatch-drop-rate") {
 		t.Errorf("drop rate 0.6: %v, want an error naming the key", err)
 	}
 	c.FaultDispatchDropRate, c.FaultDispatchDuplicateRate = 0.1, 0.5
-	set, err = wiring.Open(context.Background(), c, reg, slog.New(slog.DiscardHandler))
+	set, err = open(context.Background(), c, reg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

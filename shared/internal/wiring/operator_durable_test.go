@@ -31,9 +31,9 @@ import (
 )
 
 // reopen opens another process's runtime on d's tables and queues.
-func (d *durable) reopen() *wiring.Set {
+func (d *durable) reopen() *wiring.Process {
 	d.t.Helper()
-	set, err := wiring.Open(context.Background(), d.cfg, d.reg, slog.New(slog.DiscardHandler), wiring.WithDrainTimeout(5*time.Second))
+	set, err := open(context.Background(), d.cfg, d.reg, slog.New(slog.DiscardHandler), withDrainTimeout(5*time.Second))
 	if err != nil {
 		d.t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestDurableCancelRunningStep(t *testing.T) {
 		}),
 	}}
 	events := &cancelEvents{}
-	d := openDurableWith(t, nil, nil, []wiring.Option{wiring.WithObserver(events)}, p)
+	d := openDurableWith(t, nil, nil, []option{withObserver(events)}, p)
 	d.start()
 	e := d.submit("p.long", "k1", map[string]any{})
 	select {
@@ -270,7 +270,7 @@ func TestLocalDeadLettersAreListed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	set, err := wiring.Open(context.Background(), c, reg, slog.New(slog.DiscardHandler))
+	set, err := open(context.Background(), c, reg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,8 @@ import (
 	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/internal/awsclient"
 	"github.com/qasync/qasync/shared/internal/awstest"
-	"github.com/qasync/qasync/shared/internal/wiring"
+	"github.com/qasync/qasync/shared/internal/memory"
+	"github.com/qasync/qasync/shared/internal/sqsbackend"
 	"github.com/qasync/qasync/shared/pipeline"
 	"github.com/qasync/qasync/shared/schema"
 )
@@ -19,7 +20,7 @@ func TestOpenRefusesInvalidConfig(t *testing.T) {
 	c := config.Default()
 	c.StateProvider = "memory"
 	c.SweepLimit = 0
-	if _, err := wiring.Open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "sweep-limit") {
+	if _, err := open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "sweep-limit") {
 		t.Fatalf("err = %v, want one naming sweep-limit", err)
 	}
 }
@@ -33,7 +34,7 @@ func TestConfiguredZeroMeansZero(t *testing.T) {
 	c.SweepGrace, c.InlineBudgetBytes, c.ClockSkewTolerance = 0, 0, 0
 	c.PipelineVersionWait, c.DispatchTimeout, c.ReleaseLimit = 3*time.Minute, 150*time.Millisecond, 4
 	reg, _ := pipeline.NewRegistry()
-	set, err := wiring.Open(context.Background(), c, reg, slog.New(slog.DiscardHandler))
+	set, err := open(context.Background(), c, reg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +46,7 @@ func TestConfiguredZeroMeansZero(t *testing.T) {
 	}
 	dc := config.Default()
 	dc.StateProvider = "memory"
-	def, err := wiring.Open(context.Background(), dc, reg, slog.New(slog.DiscardHandler))
+	def, err := open(context.Background(), dc, reg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +61,7 @@ func TestOpenMapsConfig(t *testing.T) {
 	c.StateProvider = "memory"
 	c.Lease, c.MaxRetries = 1234e6, 7
 	reg, _ := pipeline.NewRegistry()
-	set, err := wiring.Open(context.Background(), c, reg, slog.New(slog.DiscardHandler))
+	set, err := open(context.Background(), c, reg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,8 +70,8 @@ func TestOpenMapsConfig(t *testing.T) {
 	if got.Lease != c.Lease || got.Retry.MaxRetries != 7 || got.InlineBudget != c.InlineBudgetBytes || string(got.IdempotencyPolicy) != c.IdempotencyPolicy {
 		t.Fatalf("runtime config = %+v", got)
 	}
-	if set.Local == nil || set.Poller != nil || set.Clients != nil {
-		t.Fatalf("memory configuration built %+v", set)
+	if _, ok := set.Seams.Dispatcher.(*memory.Dispatcher); !ok || len(set.Seams.Loops) != 0 {
+		t.Fatalf("memory configuration built dispatcher %T and %d loops, want the in-process pool and none", set.Seams.Dispatcher, len(set.Seams.Loops))
 	}
 }
 
@@ -82,7 +83,7 @@ func TestStrictStartupNamesEveryMissingResource(t *testing.T) {
 	n := awstest.Names(t) // never created
 	c := durableConfig(n, "http://127.0.0.1:1/000000000000/"+n.WorkQueue, "http://127.0.0.1:1/000000000000/"+n.DLQQueue, "http://127.0.0.1:1/000000000000/"+n.RejectQueue)
 	c.StrictStartup = true
-	_, err := wiring.Open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler))
+	_, err := open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler))
 	if err == nil {
 		t.Fatal("strict startup accepted missing tables and queues")
 	}
@@ -103,12 +104,14 @@ func TestStrictStartupAcceptsProvisionedStack(t *testing.T) {
 	urls := awstest.Queues(t, clients, schema.Queues(n)...)
 	c := durableConfig(n, urls[n.WorkQueue], urls[n.DLQQueue], urls[n.RejectQueue])
 	c.StrictStartup = true
-	set, err := wiring.Open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler))
+	set, err := open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatalf("strict startup on a provisioned stack: %v", err)
 	}
-	if set.Poller == nil || set.Local != nil {
-		t.Fatalf("sqs configuration built %+v", set)
+	defer set.Close(context.Background())
+	// The poller, the DLQ and poison queues' consumers, the stream feed.
+	if _, ok := set.Seams.Dispatcher.(*sqsbackend.Dispatcher); !ok || len(set.Seams.Loops) != 4 {
+		t.Fatalf("sqs configuration built dispatcher %T and %d loops, want SQS and 4", set.Seams.Dispatcher, len(set.Seams.Loops))
 	}
 }
 
@@ -139,7 +142,7 @@ func TestStrictStartupRefusesInProcessProvidersBeforeAnyAWSCall(t *testing.T) {
 	c := config.Default()
 	c.StateProvider, c.StrictStartup = "dynamo", true // dlq-provider log, dispatcher-provider event, tenant-source header by default
 	counter := awsclient.NewCounter()
-	_, err := wiring.Open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler), wiring.WithAPIOptions(counter.APIOption))
+	_, err := open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler), withAPIOptions(counter.APIOption))
 	if err == nil {
 		t.Fatal("strict startup accepted in-process providers with state-provider dynamo")
 	}
@@ -164,12 +167,12 @@ func TestStrictStartupRefusesHeaderTenant(t *testing.T) {
 	c := config.Default()
 	c.StateProvider = "memory"
 	c.StrictStartup = true
-	_, err := wiring.Open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler))
+	_, err := open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler))
 	if err == nil || !strings.Contains(err.Error(), "pipeline.orchestrator.http.tenant-source:") {
 		t.Fatalf("strict startup with tenant-source header: error %v, want one naming pipeline.orchestrator.http.tenant-source", err)
 	}
 	c.TenantSource = "none"
-	set, err := wiring.Open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler))
+	set, err := open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatalf("strict startup with tenant-source none: %v", err)
 	}
@@ -189,12 +192,12 @@ func TestStrictStartupRefusesNonDurableRejectSink(t *testing.T) {
 		c := durableConfig(n, urls[n.WorkQueue], urls[n.DLQQueue], "")
 		c.ItemRejectProvider = provider
 		c.StrictStartup = true
-		_, err := wiring.Open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler))
+		_, err := open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler))
 		if err == nil || !strings.Contains(err.Error(), "pipeline.item-reject.provider:") {
 			t.Fatalf("strict startup with item-reject.provider=%s: error %v, want one naming pipeline.item-reject.provider", provider, err)
 		}
 		c.StrictStartup = false
-		set, err := wiring.Open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler))
+		set, err := open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler))
 		if err != nil {
 			t.Fatalf("non-strict startup with item-reject.provider=%s: %v", provider, err)
 		}

@@ -1,6 +1,7 @@
-package apigw
+package httpapi
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -9,20 +10,38 @@ import (
 	"strings"
 
 	"github.com/aws/aws-lambda-go/events"
-
-	"github.com/qasync/qasync/shared/config"
-	"github.com/qasync/qasync/shared/internal/httpapi"
 )
+
+// gatewayKey is the context key of the API Gateway request context.
+type gatewayKey struct{}
+
+// WithGatewayContext returns a copy of parent carrying rc, the request
+// context of the API Gateway event a request came from (package apigw
+// sets it on every request it builds), which the identity tenant
+// functions read.
+func WithGatewayContext(parent context.Context, rc events.APIGatewayV2HTTPRequestContext) context.Context {
+	return context.WithValue(parent, gatewayKey{}, &rc)
+}
+
+// GatewayContext returns the API Gateway request context a request's
+// context carries (WithGatewayContext), and whether it carries one.
+func GatewayContext(ctx context.Context) (events.APIGatewayV2HTTPRequestContext, bool) {
+	rc, ok := ctx.Value(gatewayKey{}).(*events.APIGatewayV2HTTPRequestContext)
+	if !ok || rc == nil {
+		return events.APIGatewayV2HTTPRequestContext{}, false
+	}
+	return *rc, true
+}
 
 // ErrNoIdentity is wrapped by the errors of TenantFromIAM,
 // TenantFromIAMAccount and TenantFromJWT when the request carries no authorizer identity (the route
 // has no IAM or JWT authorizer, or the request did not come through API
-// Gateway). It matches httpapi.ErrUnauthenticated, which the router answers
-// with 401; other tenant errors match httpapi.ErrInvalidTenant (400).
-var ErrNoIdentity = errors.New("apigw: no authorizer identity")
+// Gateway). It matches ErrUnauthenticated, which the router answers
+// with 401; other tenant errors match ErrInvalidTenant (400).
+var ErrNoIdentity = errors.New("httpapi: no authorizer identity")
 
 // tenantError is a tenant function's error: its message is the detail the
-// client sees; it matches httpapi.ErrInvalidTenant and, when noIdentity,
+// client sees; it matches ErrInvalidTenant and, when noIdentity,
 // ErrNoIdentity.
 type tenantError struct {
 	msg        string
@@ -32,20 +51,20 @@ type tenantError struct {
 // Error returns the detail shown to the client.
 func (e *tenantError) Error() string { return e.msg }
 
-// Is makes errors.Is match httpapi.ErrInvalidTenant for a bad tenant, and
-// ErrNoIdentity and httpapi.ErrUnauthenticated (answered with 401) for a
+// Is makes errors.Is match ErrInvalidTenant for a bad tenant, and
+// ErrNoIdentity and ErrUnauthenticated (answered with 401) for a
 // missing identity.
 func (e *tenantError) Is(target error) bool {
 	if e.noIdentity {
-		return target == ErrNoIdentity || target == httpapi.ErrUnauthenticated
+		return target == ErrNoIdentity || target == ErrUnauthenticated
 	}
-	return target == httpapi.ErrInvalidTenant
+	return target == ErrInvalidTenant
 }
 
 // invalidTenantDetail describes a valid tenant id, for error messages.
-var invalidTenantDetail = fmt.Sprintf("1-%d characters of A-Z, a-z, 0-9, '.', '_' and '-'", httpapi.MaxTenantLen)
+var invalidTenantDetail = fmt.Sprintf("1-%d characters of A-Z, a-z, 0-9, '.', '_' and '-'", MaxTenantLen)
 
-// TenantFromIAM is an httpapi.Options.TenantFunc for routes with an IAM
+// TenantFromIAM is an Options.TenantFunc for routes with an IAM
 // authorizer: the tenant is the calling principal, read from
 // requestContext.authorizer.iam.userArn (see TenantOfPrincipal): the IAM
 // role of an assumed-role session (never the session name, which the
@@ -55,7 +74,7 @@ var invalidTenantDetail = fmt.Sprintf("1-%d characters of A-Z, a-z, 0-9, '.', '_
 // error wrapping ErrNoIdentity (401); an ARN that names no role or user
 // (a federated user, another kind of principal), or whose account differs
 // from authorizer.iam.accountId, is refused with an error wrapping
-// httpapi.ErrInvalidTenant (400).
+// ErrInvalidTenant (400).
 func TenantFromIAM(r *http.Request) (string, error) {
 	iam, err := iamCaller(r)
 	if err != nil {
@@ -74,12 +93,12 @@ func TenantFromIAM(r *http.Request) (string, error) {
 	return tenant, nil
 }
 
-// TenantFromIAMAccount is an httpapi.Options.TenantFunc for routes with
+// TenantFromIAMAccount is an Options.TenantFunc for routes with
 // an IAM authorizer (http.tenant-source=iam-account): the tenant is the
 // AWS account id of the signing caller
 // (requestContext.authorizer.iam.accountId), so every principal of one
 // account shares a tenant. Without one the error wraps ErrNoIdentity;
-// every error wraps httpapi.ErrInvalidTenant.
+// every error wraps ErrInvalidTenant.
 func TenantFromIAMAccount(r *http.Request) (string, error) {
 	iam, err := iamCaller(r)
 	if err != nil {
@@ -88,7 +107,7 @@ func TenantFromIAMAccount(r *http.Request) (string, error) {
 	if iam.AccountID == "" {
 		return "", &tenantError{msg: "the request carries no IAM caller identity", noIdentity: true}
 	}
-	if !httpapi.ValidTenantID(iam.AccountID) {
+	if !ValidTenantID(iam.AccountID) {
 		return "", &tenantError{msg: "the IAM caller's account id is not a valid tenant id (" + invalidTenantDetail + ")"}
 	}
 	return iam.AccountID, nil
@@ -97,7 +116,7 @@ func TenantFromIAMAccount(r *http.Request) (string, error) {
 // iamCaller returns the IAM authorizer identity of r, or an error
 // wrapping ErrNoIdentity.
 func iamCaller(r *http.Request) (*events.APIGatewayV2HTTPRequestContextAuthorizerIAMDescription, error) {
-	rc, ok := FromContext(r.Context())
+	rc, ok := GatewayContext(r.Context())
 	if !ok || rc.Authorizer == nil || rc.Authorizer.IAM == nil {
 		return nil, &tenantError{msg: "the request carries no IAM caller identity", noIdentity: true}
 	}
@@ -121,7 +140,7 @@ func iamCaller(r *http.Request) (*events.APIGatewayV2HTTPRequestContextAuthorize
 // kind differs from the readable one, so the two forms never meet. An
 // ARN of another principal (a federated user, whose name its federator
 // chooses; a service) is refused with an error wrapping
-// httpapi.ErrInvalidTenant.
+// ErrInvalidTenant.
 func TenantOfPrincipal(arn string) (string, error) {
 	t, _, err := principalTenant(arn)
 	return t, err
@@ -157,7 +176,7 @@ func principalTenant(arn string) (tenant, account string, err error) {
 	if name == "" {
 		return unusable("names no IAM role or user")
 	}
-	if t := account + "." + kind + "." + name; httpapi.ValidTenantID(t) {
+	if t := account + "." + kind + "." + name; ValidTenantID(t) {
 		return t, account, nil
 	}
 	sum := sha256.Sum256([]byte(name))
@@ -177,18 +196,18 @@ func awsAccountID(s string) bool {
 	return true
 }
 
-// TenantFromJWT returns an httpapi.Options.TenantFunc for routes with a
+// TenantFromJWT returns an Options.TenantFunc for routes with a
 // JWT authorizer: the tenant is the value of claim in
 // requestContext.authorizer.jwt.claims. A request without the claim gets
 // an error wrapping ErrNoIdentity; a value that is not a valid tenant id
-// (see httpapi.ValidTenantID) is refused without being quoted. Every
-// error wraps httpapi.ErrInvalidTenant. It panics if claim is empty.
+// (see ValidTenantID) is refused without being quoted. Every
+// error wraps ErrInvalidTenant. It panics if claim is empty.
 func TenantFromJWT(claim string) func(*http.Request) (string, error) {
 	if claim == "" {
-		panic("apigw: TenantFromJWT: empty claim name")
+		panic("httpapi: TenantFromJWT: empty claim name")
 	}
 	return func(r *http.Request) (string, error) {
-		rc, ok := FromContext(r.Context())
+		rc, ok := GatewayContext(r.Context())
 		if !ok || rc.Authorizer == nil || rc.Authorizer.JWT == nil {
 			return "", &tenantError{msg: "the request carries no JWT authorizer identity", noIdentity: true}
 		}
@@ -196,34 +215,35 @@ func TenantFromJWT(claim string) func(*http.Request) (string, error) {
 		if !ok || v == "" {
 			return "", &tenantError{msg: fmt.Sprintf("the request's JWT has no %q claim", claim)}
 		}
-		if !httpapi.ValidTenantID(v) {
+		if !ValidTenantID(v) {
 			return "", &tenantError{msg: fmt.Sprintf("the JWT claim %q is not a valid tenant id (%s)", claim, invalidTenantDetail)}
 		}
 		return v, nil
 	}
 }
 
-// TenantFunc returns the tenant function that c.TenantSource names:
-// header -> httpapi.TenantFromHeader, none -> httpapi.FixedTenant of
-// httpapi.DefaultTenant, iam -> TenantFromIAM, iam-account ->
-// TenantFromIAMAccount, jwt -> TenantFromJWT of c.TenantClaim. An unknown source (which config validation refuses)
-// yields a function that fails every request, never one that trusts it.
-func TenantFunc(c config.Config) func(*http.Request) (string, error) {
-	switch c.TenantSource {
+// TenantFunc returns the tenant function that source names (the
+// http.tenant-source key): header -> TenantFromHeader, none ->
+// FixedTenant of DefaultTenant, iam -> TenantFromIAM, iam-account ->
+// TenantFromIAMAccount, jwt -> TenantFromJWT of claim (http.tenant-claim).
+// An unknown source (which config validation refuses) yields a function
+// that fails every request, never one that trusts it.
+func TenantFunc(source, claim string) func(*http.Request) (string, error) {
+	switch source {
 	case "header":
-		return httpapi.TenantFromHeader
+		return TenantFromHeader
 	case "none":
-		return httpapi.FixedTenant(httpapi.DefaultTenant)
+		return FixedTenant(DefaultTenant)
 	case "iam":
 		return TenantFromIAM
 	case "iam-account":
 		return TenantFromIAMAccount
 	case "jwt":
-		if c.TenantClaim == "" {
+		if claim == "" {
 			break
 		}
-		return TenantFromJWT(c.TenantClaim)
+		return TenantFromJWT(claim)
 	}
-	err := fmt.Errorf("apigw: unsupported tenant source %q", c.TenantSource)
+	err := fmt.Errorf("httpapi: unsupported tenant source %q", source)
 	return func(*http.Request) (string, error) { return "", err }
 }
