@@ -48,7 +48,9 @@ func ExampleFunc() {
 	})
 
 	reg, err := pipeline.NewRegistry(pipeline.Pipeline{ID: "hello", Steps: []pipeline.Step{
-		pipeline.NewStep("greet", func(_ context.Context, _ pipeline.StepInfo, name string) (string, error) { return "hello, " + name, nil }),
+		pipeline.NewStep("greet", func(_ context.Context, _ pipeline.StepInfo, name string) (string, error) {
+			return "hello, " + name, nil
+		}),
 	}})
 	if err != nil {
 		panic(err)

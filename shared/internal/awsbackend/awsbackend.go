@@ -71,7 +71,9 @@ func NewServing(sess *awsclient.Session, o ServingOptions) backend.Backend {
 		o.DrainTimeout = DefaultDrainTimeout
 	}
 	c := clientsOf(sess)
-	c.streams = func(ctx context.Context) (*dynamodbstreams.Client, error) { return awsclient.DynamoDBStreams(ctx, sess) }
+	c.streams = func(ctx context.Context) (*dynamodbstreams.Client, error) {
+		return awsclient.DynamoDBStreams(ctx, sess)
+	}
 	return &provider{clients: c, loops: servingLoops, drain: o.DrainTimeout}
 }
 
