@@ -242,7 +242,7 @@ func Boot(ctx context.Context, fn Function, reg *pipeline.Registry, opts ...Opti
 	if reg == nil {
 		return fail(errors.New("lambdafn: Boot needs a pipeline registry"))
 	}
-	sess := awsclient.NewSession()
+	sess := awsclient.NewEnvSession()
 	wo := wiring.Options{
 		Backends: map[string]backend.Backend{"memory": memory.Backend(), "dynamo": awsbackend.New(sess)},
 		Backend:  o.backend, Logger: log, AWS: sess,

@@ -15,7 +15,8 @@ import (
 )
 
 // Session is one process's AWS access: it loads the SDK's configuration
-// once, on the first client asked for (LoadConfig), and builds each client
+// once, on the first client asked for (LoadConfig, or LoadEnvConfig for a
+// Lambda function), and builds each client
 // once, when first asked for, with the same adjustments as FromConfig. A
 // process pays for, and its binary links, only the clients its code asks
 // for: the worker function never builds the DynamoDB Streams client, the
@@ -26,6 +27,7 @@ import (
 // every client. It is safe for concurrent use.
 type Session struct {
 	mu         sync.Mutex
+	load       func(context.Context, ...func(*middleware.Stack) error) (aws.Config, error)
 	apiOptions []func(*middleware.Stack) error
 	fixed      *aws.Config // NewSessionFrom's configuration
 	loaded     bool
@@ -42,10 +44,18 @@ type Session struct {
 	secretsManager  *secretsmanager.Client
 }
 
-// NewSession returns a session whose clients carry apiOptions (for
-// example a Counter's) besides the SDK's own middleware.
+// NewSession returns a session on the SDK's default configuration
+// (LoadConfig) whose clients carry apiOptions (for example a Counter's)
+// besides the SDK's own middleware.
 func NewSession(apiOptions ...func(*middleware.Stack) error) *Session {
-	return &Session{apiOptions: apiOptions}
+	return &Session{load: LoadConfig, apiOptions: apiOptions}
+}
+
+// NewEnvSession returns a session on the configuration the environment
+// alone holds (LoadEnvConfig): the Lambda functions', which so link none
+// of the SDK's other credential sources.
+func NewEnvSession(apiOptions ...func(*middleware.Stack) error) *Session {
+	return &Session{load: LoadEnvConfig, apiOptions: apiOptions}
 }
 
 // NewSessionFrom returns a session on cfg instead of the SDK's default
@@ -79,7 +89,7 @@ func (s *Session) config(ctx context.Context) (aws.Config, error) {
 			s.cfg = *s.fixed
 			s.cfg.APIOptions = append(append([]func(*middleware.Stack) error(nil), s.cfg.APIOptions...), s.apiOptions...)
 		} else {
-			s.cfg, s.err = LoadConfig(ctx, s.apiOptions...)
+			s.cfg, s.err = s.load(ctx, s.apiOptions...)
 		}
 		s.loaded = true
 	}
