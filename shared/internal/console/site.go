@@ -10,7 +10,7 @@ import (
 )
 
 // Site is the HTTP handler of a process that serves HTTP (qasync serve,
-// the submit function): the HTTP API of rt with the console mounted under
+// the submit function): the HTTP API of rt serving the console under
 // Prefix, both configured from c (http.max-body-bytes, admin.token,
 // admin.redrive-authorized-upstream, http.tenant-source and
 // http.tenant-claim). The tenant function is chosen here, once, for both:
@@ -20,13 +20,12 @@ import (
 // than fall back to a header. It is wiring's Options.HTTP.
 func Site(rt *engine.Runtime, c config.Config, log *slog.Logger) http.Handler {
 	tenant := httpapi.TenantFunc(c.TenantSource, c.TenantClaim)
-	api := httpapi.New(rt, httpapi.Options{
-		MaxBodyBytes: c.MaxBodyBytes, AdminToken: c.AdminToken,
-		RedriveAuthorizedUpstream: c.RedriveAuthorizedUpstream, TenantFunc: tenant, Logger: log,
-	})
 	con := New(Engine(rt), Options{
 		AdminToken: c.AdminToken, TenantFunc: tenant, TenantCookie: c.TenantSource == "header",
 		Pipelines: rt.Registry().IDs(), Logger: log,
 	})
-	return Mount(api, con)
+	return httpapi.New(rt, httpapi.Options{
+		MaxBodyBytes: c.MaxBodyBytes, AdminToken: c.AdminToken,
+		RedriveAuthorizedUpstream: c.RedriveAuthorizedUpstream, TenantFunc: tenant, Logger: log, Console: con,
+	})
 }

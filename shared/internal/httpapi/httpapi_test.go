@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -901,5 +902,29 @@ func TestRedriveAuthorizedUpstream(t *testing.T) {
 	doc := decode[httpapi.StatusResponse](t, w)
 	if doc.Status != store.Queued {
 		t.Fatalf("redriven execution: %+v", doc)
+	}
+}
+
+// TestConsoleServedUnderItsPrefix: with Options.Console the handler hands
+// ConsolePrefix and the paths under it to the console (unlogged: the
+// console logs its own) and everything else to its routes.
+func TestConsoleServedUnderItsPrefix(t *testing.T) {
+	var got []string
+	con := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got = append(got, r.URL.Path) })
+	e := newEnv(t, withHTTP(func(o *httpapi.Options) { o.Console = con }))
+	codes := map[string]int{}
+	for _, p := range []string{"/console", "/console/executions/x", "/consoles", "/healthz"} {
+		rec := httptest.NewRecorder()
+		e.h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, p, nil))
+		codes[p] = rec.Code
+	}
+	if want := []string{"/console", "/console/executions/x"}; !slices.Equal(got, want) {
+		t.Errorf("the console got %q, want %q", got, want)
+	}
+	if codes["/consoles"] != http.StatusNotFound || codes["/healthz"] != http.StatusOK {
+		t.Errorf("the API answered %v, want /consoles 404 and /healthz 200", codes)
+	}
+	if n := strings.Count(e.logs.String(), `"event":"http_request"`); n != 2 {
+		t.Errorf("%d http_request events, want 2 (the API's requests only)", n)
 	}
 }

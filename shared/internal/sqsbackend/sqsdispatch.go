@@ -244,3 +244,31 @@ func DelaySeconds(delay time.Duration) int32 {
 	}
 	return int32((delay + time.Second - 1) / time.Second)
 }
+
+// Decode parses the body of a work queue message into a work item, as the
+// poller does. Its errors never quote the body.
+func Decode(body string) (dispatch.WorkItem, error) { return decode(body) }
+
+// decode parses a message body. Its errors never quote the body.
+func decode(body string) (dispatch.WorkItem, error) {
+	var item dispatch.WorkItem
+	if err := json.Unmarshal([]byte(body), &item); err != nil {
+		var syntax *json.SyntaxError
+		var typ *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &syntax):
+			return item, fmt.Errorf("body is not JSON (syntax error at offset %d)", syntax.Offset)
+		case errors.As(err, &typ):
+			return item, fmt.Errorf("body field %q has the wrong type", typ.Field)
+		default:
+			return item, errors.New("body is not a JSON work item")
+		}
+	}
+	switch {
+	case item.TenantID == "":
+		return item, errors.New("work item has no tenantId")
+	case item.ExecutionID == "":
+		return item, errors.New("work item has no executionId")
+	}
+	return item, nil
+}
