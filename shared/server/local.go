@@ -21,10 +21,12 @@ import (
 	"github.com/qasync/qasync/shared/internal/sqsbackend"
 )
 
-// localCmd runs the serverless topology on this machine: the four Lambda
-// function binaries under the Runtime Interface Emulator, with the glue
-// AWS provides around them emulated by package localcloud (API Gateway
-// front, SQS event source mappings, EventBridge schedule).
+// localCmd runs the serverless topology on this machine: the submit,
+// worker, sweeper and dlq function binaries under the Runtime Interface
+// Emulator, with the glue AWS provides around them emulated by package
+// localcloud (API Gateway front, SQS event source mappings, EventBridge
+// schedule), and, for the history function, the execution table's stream
+// fed in this process.
 //
 //	qasync local [config flags] [--local-* flags]
 //

@@ -53,11 +53,11 @@ func (d *DeadLetters) live(item map[string]types.AttributeValue) bool {
 // condition is a repeat: created is false and the first record stays.
 func (d *DeadLetters) Put(ctx context.Context, r deadletter.Record) (bool, error) {
 	if r.ID == "" {
-		return false, errors.New("dynamostore: a dead-letter record needs an id")
+		return false, errors.New("dynamo: a dead-letter record needs an id")
 	}
 	doc, err := json.Marshal(r)
 	if err != nil {
-		return false, fmt.Errorf("dynamostore: encode dead letter %s: %w", r.ID, err)
+		return false, fmt.Errorf("dynamo: encode dead letter %s: %w", r.ID, err)
 	}
 	ctx, cancel := withDeadline(ctx, d.timeout)
 	defer cancel()
@@ -92,7 +92,7 @@ func (d *DeadLetters) Put(ctx context.Context, r deadletter.Record) (bool, error
 // expired record is deadletter.ErrNotFound.
 func (d *DeadLetters) Get(ctx context.Context, id string) (deadletter.Record, error) {
 	if id == "" {
-		return deadletter.Record{}, fmt.Errorf("dynamostore: dead letter with an empty id: %w", deadletter.ErrNotFound)
+		return deadletter.Record{}, fmt.Errorf("dynamo: dead letter with an empty id: %w", deadletter.ErrNotFound)
 	}
 	ctx, cancel := withDeadline(ctx, d.timeout)
 	defer cancel()
@@ -101,7 +101,7 @@ func (d *DeadLetters) Get(ctx context.Context, id string) (deadletter.Record, er
 		return deadletter.Record{}, translate("get dead letter", err)
 	}
 	if out.Item == nil || !d.live(out.Item) {
-		return deadletter.Record{}, fmt.Errorf("dynamostore: dead letter %s: %w", id, deadletter.ErrNotFound)
+		return deadletter.Record{}, fmt.Errorf("dynamo: dead letter %s: %w", id, deadletter.ErrNotFound)
 	}
 	return decodeRecord(id, out.Item)
 }
@@ -115,11 +115,11 @@ func decodeRecord(id string, item map[string]types.AttributeValue) (deadletter.R
 	case *types.AttributeValueMemberB:
 		doc = v.Value
 	default:
-		return deadletter.Record{}, fmt.Errorf("dynamostore: dead letter %s: attribute %s is not a string or binary", id, s.AttrRecord)
+		return deadletter.Record{}, fmt.Errorf("dynamo: dead letter %s: attribute %s is not a string or binary", id, s.AttrRecord)
 	}
 	var r deadletter.Record
 	if err := json.Unmarshal(doc, &r); err != nil {
-		return deadletter.Record{}, fmt.Errorf("dynamostore: decode dead letter %s: %w", id, err)
+		return deadletter.Record{}, fmt.Errorf("dynamo: decode dead letter %s: %w", id, err)
 	}
 	r.ID = id
 	return r, nil
@@ -213,7 +213,7 @@ func decodeRecordCursor(q deadletter.ListQuery) (map[string]types.AttributeValue
 		err = json.Unmarshal(b, &c)
 	}
 	if err != nil || c.Query != q.Fingerprint() || c.ID == "" {
-		return nil, fmt.Errorf("dynamostore: %w: not a cursor of this dead-letter list query", deadletter.ErrInvalidCursor)
+		return nil, fmt.Errorf("dynamo: %w: not a cursor of this dead-letter list query", deadletter.ErrInvalidCursor)
 	}
 	return map[string]types.AttributeValue{
 		s.AttrRecordTenant: str(q.TenantID), s.AttrRecordedAt: num(c.At), s.AttrRecordID: str(c.ID),

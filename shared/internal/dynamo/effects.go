@@ -121,7 +121,7 @@ func decodeEffect(item map[string]types.AttributeValue) (effect.Record, error) {
 // failed condition's old item, or a consistent read).
 func (l *Effects) CreateOrGet(ctx context.Context, rec effect.Record) (effect.Record, bool, error) {
 	if err := rec.Check(); err != nil {
-		return effect.Record{}, false, fmt.Errorf("dynamostore: %w", err)
+		return effect.Record{}, false, fmt.Errorf("dynamo: %w", err)
 	}
 	ctx, cancel := l.deadline(ctx)
 	defer cancel()
@@ -191,7 +191,7 @@ func (l *Effects) extend(ctx context.Context, rec effect.Record, until time.Time
 // Get implements effect.Log with a strongly consistent read.
 func (l *Effects) Get(ctx context.Context, id string) (effect.Record, error) {
 	if id == "" {
-		return effect.Record{}, fmt.Errorf("dynamostore: command with an empty id: %w", effect.ErrNotFound)
+		return effect.Record{}, fmt.Errorf("dynamo: command with an empty id: %w", effect.ErrNotFound)
 	}
 	ctx, cancel := l.deadline(ctx)
 	defer cancel()
@@ -200,7 +200,7 @@ func (l *Effects) Get(ctx context.Context, id string) (effect.Record, error) {
 		return effect.Record{}, translate("get command", err)
 	}
 	if out.Item == nil || !l.live(out.Item) {
-		return effect.Record{}, fmt.Errorf("dynamostore: command %s: %w", id, effect.ErrNotFound)
+		return effect.Record{}, fmt.Errorf("dynamo: command %s: %w", id, effect.ErrNotFound)
 	}
 	return decodeEffect(out.Item)
 }
@@ -210,7 +210,7 @@ func (l *Effects) Get(ctx context.Context, id string) (effect.Record, error) {
 // old item as the current record.
 func (l *Effects) Transition(ctx context.Context, expect int64, next effect.Record) (effect.Record, error) {
 	if err := next.Check(); err != nil {
-		return effect.Record{}, fmt.Errorf("dynamostore: %w", err)
+		return effect.Record{}, fmt.Errorf("dynamo: %w", err)
 	}
 	ctx, cancel := l.deadline(ctx)
 	defer cancel()
@@ -234,16 +234,16 @@ func (l *Effects) Transition(ctx context.Context, expect int64, next effect.Reco
 			if gerr != nil {
 				return effect.Record{}, gerr
 			}
-			return cur, fmt.Errorf("dynamostore: command %s at version %d, not %d: %w", next.CommandID, cur.Version, expect, effect.ErrConflict)
+			return cur, fmt.Errorf("dynamo: command %s at version %d, not %d: %w", next.CommandID, cur.Version, expect, effect.ErrConflict)
 		}
 		if !l.live(old) {
-			return effect.Record{}, fmt.Errorf("dynamostore: command %s: %w", next.CommandID, effect.ErrNotFound)
+			return effect.Record{}, fmt.Errorf("dynamo: command %s: %w", next.CommandID, effect.ErrNotFound)
 		}
 		cur, derr := decodeEffect(old)
 		if derr != nil {
 			return effect.Record{}, derr
 		}
-		return cur, fmt.Errorf("dynamostore: command %s at version %d, not %d: %w", next.CommandID, cur.Version, expect, effect.ErrConflict)
+		return cur, fmt.Errorf("dynamo: command %s at version %d, not %d: %w", next.CommandID, cur.Version, expect, effect.ErrConflict)
 	}
 	if err != nil {
 		return effect.Record{}, translate("transition command", err)

@@ -61,10 +61,10 @@ var _ history.Reader = (*History)(nil)
 // NewHistory returns the history of state's executions in opts.Table.
 func NewHistory(db *dynamodb.Client, state *StateStore, opts HistoryOptions) (*History, error) {
 	if opts.Table == "" {
-		return nil, errors.New("dynamohistory: the history table name is required")
+		return nil, errors.New("dynamo: history: the history table name is required")
 	}
 	if state == nil {
-		return nil, errors.New("dynamohistory: the history needs its state store (it reads the rows)")
+		return nil, errors.New("dynamo: history: the history needs its state store (it reads the rows)")
 	}
 	if opts.Retention <= 0 {
 		opts.Retention = 30 * 24 * time.Hour
@@ -106,7 +106,7 @@ type ApplyError struct {
 }
 
 func (e *ApplyError) Error() string {
-	return fmt.Sprintf("dynamohistory: %v (batch stored before change %d)", e.Err, e.First)
+	return fmt.Sprintf("dynamo: history: %v (batch stored before change %d)", e.Err, e.First)
 }
 
 func (e *ApplyError) Unwrap() error { return e.Err }
@@ -328,7 +328,7 @@ func pageBody(evs []history.Event) ([]byte, error) {
 func readPage(body []byte) ([]history.Event, error) {
 	js, err := io.ReadAll(flate.NewReader(bytes.NewReader(body)))
 	if err != nil {
-		return nil, fmt.Errorf("dynamohistory: a page's %s is not compressed events: %w", s.AttrEvents, err)
+		return nil, fmt.Errorf("dynamo: history: a page's %s is not compressed events: %w", s.AttrEvents, err)
 	}
 	return decodeEvents(js)
 }
@@ -372,7 +372,7 @@ func encodeEvents(evs []history.Event) ([]byte, error) {
 func decodeEvents(b []byte) ([]history.Event, error) {
 	var in []storedEvent
 	if err := json.Unmarshal(b, &in); err != nil {
-		return nil, fmt.Errorf("dynamohistory: a page's %s is not its events: %w", s.AttrEvents, err)
+		return nil, fmt.Errorf("dynamo: history: a page's %s is not its events: %w", s.AttrEvents, err)
 	}
 	out := make([]history.Event, len(in))
 	for i, se := range in {

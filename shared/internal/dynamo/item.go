@@ -299,7 +299,7 @@ type reader struct {
 
 func (r *reader) fail(name, want string) {
 	if r.err == nil {
-		r.err = fmt.Errorf("dynamostore: attribute %s is not %s", name, want)
+		r.err = fmt.Errorf("dynamo: attribute %s is not %s", name, want)
 	}
 }
 
@@ -395,7 +395,7 @@ func decode(item map[string]types.AttributeValue) (store.Execution, error) {
 	r := &reader{item: item}
 	key, ok := splitPK(r.str(s.AttrPK))
 	if !ok && r.err == nil {
-		r.err = fmt.Errorf("dynamostore: attribute %s is not <tenant>#<execution id>", s.AttrPK)
+		r.err = fmt.Errorf("dynamo: attribute %s is not <tenant>#<execution id>", s.AttrPK)
 	}
 	key = withIncarnation(key, item)
 	e := store.Execution{

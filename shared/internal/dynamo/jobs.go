@@ -36,7 +36,7 @@ func jobRef(k store.JobKey) string { return k.TenantID + "#" + k.ID }
 // state within store.MaxJobState.
 func validJob(j store.Job) error {
 	if !validJobKey(j.Key) || j.ExpiresAt.IsZero() || len(j.State) > store.MaxJobState {
-		return fmt.Errorf("dynamostore: a job needs a tenant and an id without '#', an expiry and at most %d bytes of state", store.MaxJobState)
+		return fmt.Errorf("dynamo: a job needs a tenant and an id without '#', an expiry and at most %d bytes of state", store.MaxJobState)
 	}
 	return nil
 }
@@ -198,7 +198,7 @@ func (st *StateStore) activeSet(ctx context.Context, op, ref string) error {
 // PutJobPage implements store.JobStore with one PutItem.
 func (st *StateStore) PutJobPage(ctx context.Context, key store.JobKey, n int, ids []string, expires time.Time) error {
 	if !validJobKey(key) || n < 0 || len(ids) > store.MaxJobPage {
-		return fmt.Errorf("dynamostore: job page %d of %d ids: pages are numbered from 0 and hold at most %d", n, len(ids), store.MaxJobPage)
+		return fmt.Errorf("dynamo: job page %d of %d ids: pages are numbered from 0 and hold at most %d", n, len(ids), store.MaxJobPage)
 	}
 	ctx, cancel := st.deadline(ctx)
 	defer cancel()

@@ -231,7 +231,7 @@ func decodeListItem(item map[string]types.AttributeValue) (listItem, error) {
 	key, ok := splitPK(r.str(s.AttrPK))
 	at := r.int64(s.AttrCreated)
 	if !ok || r.err != nil {
-		return listItem{}, fmt.Errorf("dynamostore: list index entry with a malformed %s or %s", s.AttrPK, s.AttrCreated)
+		return listItem{}, fmt.Errorf("dynamo: list index entry with a malformed %s or %s", s.AttrPK, s.AttrCreated)
 	}
 	// The key names the slot: the index does not hold the incarnation
 	// (see schema.ExecutionTable), and the row read next is the slot's.
@@ -287,7 +287,7 @@ func decodeListCursor(c, query string, shards int) (*listCursor, error) {
 		err = json.Unmarshal(b, &cur)
 	}
 	if err != nil || cur.Query != query || len(cur.Buckets) != shards {
-		return nil, fmt.Errorf("dynamostore: %w: not a cursor of this list query (or of a table with another shard count)", store.ErrInvalidCursor)
+		return nil, fmt.Errorf("dynamo: %w: not a cursor of this list query (or of a table with another shard count)", store.ErrInvalidCursor)
 	}
 	return &cur, nil
 }

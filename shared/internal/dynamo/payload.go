@@ -50,7 +50,7 @@ func (ps *PayloadStore) live(item map[string]types.AttributeValue) bool {
 // replay and accepted.
 func (ps *PayloadStore) PutPart(ctx context.Context, p payload.Part) error {
 	if p.PayloadID == "" || p.Name == "" {
-		return errors.New("dynamostore: payload part needs an id and a name")
+		return errors.New("dynamo: payload part needs an id and a name")
 	}
 	ctx, cancel := withDeadline(ctx, ps.timeout)
 	defer cancel()
@@ -71,7 +71,7 @@ func (ps *PayloadStore) PutPart(ctx context.Context, p payload.Part) error {
 		if old := ccf.Item; old != nil && bytes.Equal((&reader{item: old}).bytes(s.AttrData), p.Data) {
 			return nil
 		}
-		return fmt.Errorf("dynamostore: payload %s/%s: %w", p.PayloadID, p.Name, payload.ErrConflict)
+		return fmt.Errorf("dynamo: payload %s/%s: %w", p.PayloadID, p.Name, payload.ErrConflict)
 	}
 	if err != nil {
 		return translate("put payload part", err)
@@ -100,7 +100,7 @@ func (ps *PayloadStore) ExtendPart(ctx context.Context, payloadID, name string, 
 		if old := ccf.Item; old != nil && ps.live(old) {
 			return nil // kept that long already (or without an expiry)
 		}
-		return fmt.Errorf("dynamostore: extend payload %s/%s: %w", payloadID, name, payload.ErrNotFound)
+		return fmt.Errorf("dynamo: extend payload %s/%s: %w", payloadID, name, payload.ErrNotFound)
 	}
 	return translate("extend payload part", err)
 }

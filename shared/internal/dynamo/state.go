@@ -61,7 +61,7 @@ var _ store.Store = (*StateStore)(nil)
 // NewStateStore returns a store on the given tables.
 func NewStateStore(db *dynamodb.Client, opts Options) (*StateStore, error) {
 	if opts.ExecutionTable == "" {
-		return nil, errors.New("dynamostore: the execution table name is required")
+		return nil, errors.New("dynamo: the execution table name is required")
 	}
 	if opts.DueShards <= 0 {
 		opts.DueShards = s.DefaultDueShards
@@ -172,7 +172,7 @@ func (st *StateStore) CreateOrGet(ctx context.Context, req store.CreateRequest) 
 	defer cancel()
 	e := req.Execution
 	if !validKey(e.Key()) {
-		return store.Execution{}, false, errors.New("dynamostore: create needs a tenant and an execution id without '#'")
+		return store.Execution{}, false, errors.New("dynamo: create needs a tenant and an execution id without '#'")
 	}
 	if err := st.recordShards(ctx); err != nil {
 		return store.Execution{}, false, err
@@ -289,7 +289,7 @@ func (st *StateStore) batchGet(ctx context.Context, keys []map[string]types.Attr
 			req = res.UnprocessedKeys[st.opts.ExecutionTable].Keys
 			if len(req) > 0 {
 				if try >= 8 {
-					return nil, fmt.Errorf("dynamostore: batch get: %w: %d keys left unprocessed", store.ErrUnavailable, len(req))
+					return nil, fmt.Errorf("dynamo: batch get: %w: %d keys left unprocessed", store.ErrUnavailable, len(req))
 				}
 				if err := sleep(ctx, time.Duration(10<<try)*time.Millisecond); err != nil {
 					return nil, err
@@ -429,7 +429,7 @@ func (st *StateStore) found(item map[string]types.AttributeValue, key store.Key)
 	return ok && withIncarnation(k, item) == key
 }
 
-var errCondition = errors.New("dynamostore: condition failed")
+var errCondition = errors.New("dynamo: condition failed")
 
 // conditionalUpdate runs UpdateItem returning the new item, or errCondition
 // with the old item (nil when there was none).
@@ -572,7 +572,7 @@ func (st *StateStore) dueShard(ctx context.Context, shard int, dueBy time.Time, 
 			r := &reader{item: item}
 			key, ok := splitPK(r.str(s.AttrPK))
 			if !ok {
-				return refs, false, fmt.Errorf("dynamostore: due index entry with a malformed %s", s.AttrPK)
+				return refs, false, fmt.Errorf("dynamo: due index entry with a malformed %s", s.AttrPK)
 			}
 			// The key names the slot (the index does not hold the
 			// incarnation); GetBatch answers it with the slot's live row.
@@ -621,7 +621,7 @@ func decodeDueCursor(c string, shards int) ([]dueCursor, error) {
 		err = json.Unmarshal(b, &cur)
 	}
 	if err != nil || len(cur) != shards {
-		return nil, errors.New("dynamostore: invalid due cursor (or one from a table with another shard count)")
+		return nil, errors.New("dynamo: invalid due cursor (or one from a table with another shard count)")
 	}
 	for i := range cur {
 		if cur[i].Exec != "" {
@@ -641,21 +641,21 @@ func translate(op string, err error) error {
 		return nil
 	}
 	if unreachable(err) {
-		return fmt.Errorf("dynamostore: %s: %w: %v", op, store.ErrUnavailable, err)
+		return fmt.Errorf("dynamo: %s: %w: %v", op, store.ErrUnavailable, err)
 	}
 	var api smithy.APIError
 	if errors.As(err, &api) {
 		switch api.ErrorCode() {
 		case "ProvisionedThroughputExceededException", "RequestLimitExceeded", "ThrottlingException",
 			"InternalServerError", "ServiceUnavailable", "LimitExceededException":
-			return fmt.Errorf("dynamostore: %s: %w: %v", op, store.ErrUnavailable, err)
+			return fmt.Errorf("dynamo: %s: %w: %v", op, store.ErrUnavailable, err)
 		}
 	}
 	var resp *smithyhttp.ResponseError
 	if errors.As(err, &resp) && resp.HTTPStatusCode() >= 500 {
-		return fmt.Errorf("dynamostore: %s: %w: %v", op, store.ErrUnavailable, err)
+		return fmt.Errorf("dynamo: %s: %w: %v", op, store.ErrUnavailable, err)
 	}
-	return fmt.Errorf("dynamostore: %s: %w", op, err)
+	return fmt.Errorf("dynamo: %s: %w", op, err)
 }
 
 // sleep waits d plus jitter, or until ctx ends.

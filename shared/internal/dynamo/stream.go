@@ -140,7 +140,7 @@ const batchBackoffMax = time.Minute
 // NewStreamFeed returns a feed of h from opts.ExecutionTable's stream.
 func NewStreamFeed(streams StreamsAPI, db *dynamodb.Client, h *History, opts StreamOptions) (*StreamFeed, error) {
 	if c, ok := streams.(*dynamodbstreams.Client); streams == nil || (ok && c == nil) || opts.ExecutionTable == "" || h == nil {
-		return nil, errors.New("dynamohistory: a stream feed needs the execution table's name, its streams client and the history")
+		return nil, errors.New("dynamo: history: a stream feed needs the execution table's name, its streams client and the history")
 	}
 	if opts.Interval <= 0 {
 		opts.Interval = time.Second
@@ -209,7 +209,7 @@ func (f *StreamFeed) Poll(ctx context.Context) (int, error) {
 		}
 		f.arn = aws.ToString(out.Table.LatestStreamArn)
 		if f.arn == "" {
-			return 0, fmt.Errorf("dynamohistory: table %s has no stream (qasync provision adds it)", f.opts.ExecutionTable)
+			return 0, fmt.Errorf("dynamo: history: table %s has no stream (qasync provision adds it)", f.opts.ExecutionTable)
 		}
 		f.loaded = false
 	}
@@ -314,7 +314,7 @@ func (f *StreamFeed) shards(ctx context.Context) ([]st.Shard, error) {
 			f.arn, f.list = "", nil // the stream was replaced: find the table's new one
 		}
 		if err != nil {
-			return nil, fmt.Errorf("dynamohistory: describe stream: %w", err)
+			return nil, fmt.Errorf("dynamo: history: describe stream: %w", err)
 		}
 		shards = append(shards, out.StreamDescription.Shards...)
 		if out.StreamDescription.LastEvaluatedShardId == nil {
@@ -384,7 +384,7 @@ func (f *StreamFeed) open(ctx context.Context, sh st.Shard, ss *shardState) (str
 			continue
 		}
 		if err != nil {
-			return "", fmt.Errorf("dynamohistory: shard iterator of %s: %w", id, err)
+			return "", fmt.Errorf("dynamo: history: shard iterator of %s: %w", id, err)
 		}
 		return aws.ToString(out.ShardIterator), nil
 	}
@@ -417,7 +417,7 @@ func (f *StreamFeed) read(ctx context.Context, sh st.Shard) (n int, more bool, e
 		return 0, false, nil
 	case err != nil:
 		ss.iter = ""
-		return 0, false, fmt.Errorf("dynamohistory: get records of %s: %w", id, err)
+		return 0, false, fmt.Errorf("dynamo: history: get records of %s: %w", id, err)
 	}
 	changes := make([]Change, len(out.Records))
 	for i, r := range out.Records {
@@ -429,7 +429,7 @@ func (f *StreamFeed) read(ctx context.Context, sh st.Shard) (n int, more bool, e
 	if err := f.hist.Apply(ctx, changes); err != nil {
 		ss.iter = "" // read the batch again from the recorded position
 		if !f.failed(ctx, id, ss, changes, err) {
-			return 0, false, fmt.Errorf("dynamohistory: shard %s: %w", id, err)
+			return 0, false, fmt.Errorf("dynamo: history: shard %s: %w", id, err)
 		}
 	}
 	ss.tries, ss.fails, ss.next = 0, 0, time.Time{}

@@ -54,7 +54,7 @@ const MetricDeadLetterRecords = "DeadLetterRecords"
 // configuration first).
 func DLQ(rt *engine.Runtime, rec deadletter.Recorder, m *metrics.EMF, log *slog.Logger) func(context.Context, events.SQSEvent) (events.SQSEventResponse, error) {
 	if rec == nil {
-		panic("lambdafn: DLQ: nil dead-letter Recorder")
+		panic("lambdahandlers: DLQ: nil dead-letter Recorder")
 	}
 	if log == nil {
 		log = slog.Default()

@@ -111,7 +111,7 @@ func NewPoller(client *sqs.Client, queueURL string, h dispatch.Handler, opts Pol
 // not cancelled with it. Run must not be called twice at once.
 func (p *Poller) Run(ctx context.Context) error {
 	if p.handler == nil {
-		return errors.New("sqsdispatch: poller has no handler")
+		return errors.New("sqsbackend: poller has no handler")
 	}
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer hcancel()
@@ -261,7 +261,7 @@ func (p *Poller) delete(ctx context.Context, log *slog.Logger, receipt *string) 
 func (p *Poller) call(ctx context.Context, item dispatch.WorkItem) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			err = fmt.Errorf("sqsdispatch: handler panicked: %v", v)
+			err = fmt.Errorf("sqsbackend: handler panicked: %v", v)
 			p.log.LogAttrs(ctx, slog.LevelError, "handler_panicked", slog.String("event", "handler_panicked"),
 				slog.String("execution_id", item.ExecutionID), slog.String("tenant", item.TenantID), slog.Any("panic", v))
 		}

@@ -105,7 +105,7 @@ type SendError struct {
 
 // Error implements error.
 func (e *SendError) Error() string {
-	msg := fmt.Sprintf("sqsdispatch: %d of %d messages not accepted", e.Failed, e.Total)
+	msg := fmt.Sprintf("sqsbackend: %d of %d messages not accepted", e.Failed, e.Total)
 	if len(e.Codes) > 0 {
 		msg += fmt.Sprintf(" (%d refused, first code %q)", len(e.Codes), e.Codes[0])
 	}
@@ -124,7 +124,7 @@ func (e *SendError) Unwrap() error { return e.Err }
 // unless ctx has ended. A cancelled ctx sends nothing.
 func (d *Dispatcher) Dispatch(ctx context.Context, msgs ...dispatch.Message) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("sqsdispatch: %w", err)
+		return fmt.Errorf("sqsbackend: %w", err)
 	}
 	switch len(msgs) {
 	case 0:
@@ -221,7 +221,7 @@ func (d *Dispatcher) sendBatch(ctx context.Context, group []dispatch.Message, se
 func encode(item dispatch.WorkItem) (string, error) {
 	b, err := json.Marshal(item)
 	if err != nil {
-		return "", fmt.Errorf("sqsdispatch: encode work item: %w", err)
+		return "", fmt.Errorf("sqsbackend: encode work item: %w", err)
 	}
 	return string(b), nil
 }
