@@ -22,7 +22,6 @@ import (
 	st "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
 
 	"github.com/qasync/qasync/shared/clock"
-	s "github.com/qasync/qasync/shared/schema"
 	"github.com/qasync/qasync/shared/store"
 )
 
@@ -326,7 +325,7 @@ func (f *StreamFeed) shards(ctx context.Context) ([]st.Shard, error) {
 
 // positionKey is the key of a shard's position item.
 func (f *StreamFeed) positionKey(shard string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{s.AttrPK: str(streamPositionPK), s.AttrPage: str(f.arn + "|" + shard)}
+	return map[string]types.AttributeValue{AttrPK: str(streamPositionPK), AttrPage: str(f.arn + "|" + shard)}
 }
 
 // streamPositionPK is the partition key of the feed's positions in the
@@ -339,7 +338,7 @@ func (f *StreamFeed) loadPositions(ctx context.Context) error {
 	in := &dynamodb.QueryInput{
 		TableName:                aws.String(f.hist.Table()),
 		KeyConditionExpression:   aws.String("#pk = :pk AND begins_with(#pg, :arn)"),
-		ExpressionAttributeNames: map[string]string{"#pk": s.AttrPK, "#pg": s.AttrPage},
+		ExpressionAttributeNames: map[string]string{"#pk": AttrPK, "#pg": AttrPage},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":pk": str(streamPositionPK), ":arn": str(f.arn + "|"),
 		},
@@ -353,8 +352,8 @@ func (f *StreamFeed) loadPositions(ctx context.Context) error {
 		}
 		for _, item := range out.Items {
 			r := &reader{item: item}
-			shard := strings.TrimPrefix(r.str(s.AttrPage), f.arn+"|")
-			state[shard] = &shardState{pos: r.str(s.AttrSequence), done: r.bool(s.AttrShardDone)}
+			shard := strings.TrimPrefix(r.str(AttrPage), f.arn+"|")
+			state[shard] = &shardState{pos: r.str(AttrSequence), done: r.bool(AttrShardDone)}
 		}
 		if out.LastEvaluatedKey == nil {
 			break
@@ -483,10 +482,10 @@ func transient(err error) bool {
 // It expires after two days: the stream keeps records for one.
 func (f *StreamFeed) record(ctx context.Context, shard, seq string, done bool) error {
 	item := f.positionKey(shard)
-	item[s.AttrShardDone] = boolean(done)
-	item[s.AttrTTL] = seconds(f.opts.Clock.Now().Add(48 * time.Hour))
+	item[AttrShardDone] = boolean(done)
+	item[AttrTTL] = seconds(f.opts.Clock.Now().Add(48 * time.Hour))
 	if seq != "" {
-		item[s.AttrSequence] = str(seq)
+		item[AttrSequence] = str(seq)
 	}
 	if _, err := f.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(f.hist.Table()), Item: item}); err != nil {
 		return translate("record the stream position", err)

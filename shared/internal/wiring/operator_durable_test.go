@@ -22,11 +22,11 @@ import (
 
 	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/deadletter"
+	"github.com/qasync/qasync/shared/internal/dynamo"
 	"github.com/qasync/qasync/shared/internal/engine"
 	"github.com/qasync/qasync/shared/internal/wiring"
 	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/pipeline"
-	"github.com/qasync/qasync/shared/schema"
 	"github.com/qasync/qasync/shared/store"
 )
 
@@ -194,7 +194,7 @@ func stopAfterRedrives(n int32, reason string, stop *atomic.Pointer[context.Canc
 func isRedrive(u *dynamodb.UpdateItemInput, reason string) bool {
 	unleased := false
 	for placeholder, name := range u.ExpressionAttributeNames {
-		if name == schema.AttrLeaseOwner && strings.Contains(aws.ToString(u.ConditionExpression), "attribute_not_exists("+placeholder+")") {
+		if name == dynamo.AttrLeaseOwner && strings.Contains(aws.ToString(u.ConditionExpression), "attribute_not_exists("+placeholder+")") {
 			unleased = true
 		}
 	}
