@@ -210,12 +210,12 @@ func TestBootNeedsPipelines(t *testing.T) {
 
 // TestBootWithPipelinesReadsTheConfig: WithPipelines builds the registry
 // from the configuration Boot loaded (here: a pipeline served only with
-// diag.enabled, as the examples' diag.drill is), and its error fails Boot.
+// an output bucket configured), and its error fails Boot.
 func TestBootWithPipelinesReadsTheConfig(t *testing.T) {
 	const gated = "t.gated"
 	build := func(cfg config.Config) (*pipeline.Registry, error) {
 		ps := []pipeline.Pipeline{{ID: echoID, Steps: []pipeline.Step{pipeline.NewStep("echo", func(_ context.Context, _ pipeline.StepInfo, in any) (any, error) { return in, nil })}}}
-		if cfg.DiagEnabled {
+		if cfg.OutputBucket != "" {
 			ps = append(ps, pipeline.Pipeline{ID: gated, Steps: ps[0].Steps})
 		}
 		return pipeline.NewRegistry(ps...)
@@ -223,7 +223,7 @@ func TestBootWithPipelinesReadsTheConfig(t *testing.T) {
 	for _, enabled := range []bool{false, true} {
 		m := map[string]string{"PIPELINE_ORCHESTRATOR_HTTP_TENANT_SOURCE": "iam"}
 		if enabled {
-			m["PIPELINE_ORCHESTRATOR_DIAG_ENABLED"] = "true"
+			m["PIPELINE_ORCHESTRATOR_OUTPUT_BUCKET"] = "reports"
 		}
 		env, err := lambdafn.Boot(context.Background(), submitfn.Function, nil, lambdafn.WithPipelines(build), lambdafn.WithLogOutput(&logtest.Buffer{}), lambdafn.WithLookupEnv(envMap(m)))
 		if err != nil {
@@ -232,7 +232,7 @@ func TestBootWithPipelinesReadsTheConfig(t *testing.T) {
 		resp := call(t, env, http.MethodPost, "/v1/pipelines/"+gated+"/executions", `{"echo":1}`)
 		_ = env.Close(context.Background())
 		if want := map[bool]int{false: http.StatusNotFound, true: http.StatusAccepted}[enabled]; resp.StatusCode != want {
-			t.Errorf("diag.enabled=%v: submit of %s answered %d, want %d: %s", enabled, gated, resp.StatusCode, want, resp.Body)
+			t.Errorf("output.bucket set %v: submit of %s answered %d, want %d: %s", enabled, gated, resp.StatusCode, want, resp.Body)
 		}
 	}
 

@@ -39,6 +39,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambdacontext"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
+	"github.com/qasync/qasync/internal/testkeys"
 	"github.com/qasync/qasync/shared/backend"
 	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/internal/awsbackend"
@@ -242,10 +243,14 @@ func Boot(ctx context.Context, fn Function, reg *pipeline.Registry, opts ...Opti
 	if reg == nil {
 		return fail(errors.New("lambdafn: Boot needs a pipeline registry"))
 	}
+	keys, err := testkeys.Load(o.lookupEnv)
+	if err != nil {
+		return fail(err)
+	}
 	sess := awsclient.NewEnvSession()
 	wo := wiring.Options{
 		Backends: map[string]backend.Backend{"memory": memory.Backend(), "dynamo": awsbackend.New(sess)},
-		Backend:  o.backend, Logger: log, AWS: sess,
+		Backend:  o.backend, Logger: log, AWS: sess, Faults: keys.Faults,
 	}
 	if r.Parts != nil {
 		r.Parts(&wo, sess)

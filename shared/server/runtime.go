@@ -9,6 +9,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/qasync/qasync/internal/testkeys"
 	"github.com/qasync/qasync/shared/backend"
 	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/internal/awsbackend"
@@ -111,8 +112,13 @@ func (o *options) logger(cfg config.Config) *slog.Logger {
 // the backend cfg names among the three this binary offers (or
 // WithBackend's), its loops standing in for the Lambda event sources, the
 // object store of steps' outputs (file:// and s3://), the await secret
-// fetched from its ARN, and OnFinished's observer.
+// fetched from its ARN, the test-only faults of the environment
+// (testkeys), and OnFinished's observer.
 func (o *options) assemble(ctx context.Context, cfg config.Config, reg *pipeline.Registry, log *slog.Logger, withHTTP bool) (*wiring.Process, error) {
+	keys, err := testkeys.Load(os.LookupEnv)
+	if err != nil {
+		return nil, err
+	}
 	sess := awsclient.NewSession()
 	wo := wiring.Options{
 		Backends: map[string]backend.Backend{
@@ -122,6 +128,7 @@ func (o *options) assemble(ctx context.Context, cfg config.Config, reg *pipeline
 		Backend: o.backend, Logger: log, AWS: sess,
 		Objects: objects.Router{File: objects.File{}, S3: objects.S3{Connect: func(ctx context.Context) (*s3.Client, error) { return awsclient.S3(ctx, sess) }}},
 		Secrets: wiring.Secrets(func(ctx context.Context) (wiring.SecretGetter, error) { return awsclient.SecretsManager(ctx, sess) }),
+		Faults:  keys.Faults,
 	}
 	if withHTTP {
 		wo.HTTP = console.Site

@@ -8,6 +8,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go/middleware"
 
+	"github.com/qasync/qasync/internal/testkeys"
 	"github.com/qasync/qasync/shared/backend"
 	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/internal/awsbackend"
@@ -27,6 +28,7 @@ type openOptions struct {
 	drain     time.Duration
 	observers []engine.Observer
 	objects   pipeline.ObjectStore
+	faults    testkeys.Faults
 }
 
 // option adjusts open.
@@ -44,6 +46,9 @@ func withDrainTimeout(d time.Duration) option { return func(o *openOptions) { o.
 func withObserver(obs engine.Observer) option {
 	return func(o *openOptions) { o.observers = append(o.observers, obs) }
 }
+
+// withFaults sets the test-only faults.
+func withFaults(f testkeys.Faults) option { return func(o *openOptions) { o.faults = f } }
 
 // withObjects replaces the object store of pipelines' Output.
 func withObjects(s pipeline.ObjectStore) option { return func(o *openOptions) { o.objects = s } }
@@ -67,7 +72,7 @@ func open(ctx context.Context, c config.Config, reg *pipeline.Registry, log *slo
 			"embedded": embedded.Backend(), "memory": memory.Backend(),
 			"dynamo": awsbackend.NewServing(sess, awsbackend.ServingOptions{DrainTimeout: o.drain}),
 		},
-		Logger: log, AWS: sess, Objects: objs, Observers: o.observers,
+		Logger: log, AWS: sess, Objects: objs, Observers: o.observers, Faults: o.faults,
 		Secrets: wiring.Secrets(func(ctx context.Context) (wiring.SecretGetter, error) { return awsclient.SecretsManager(ctx, sess) }),
 	})
 }

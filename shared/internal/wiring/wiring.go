@@ -12,7 +12,8 @@
 // wiring fills in with the defaults every process has (the in-process
 // dispatcher, the log dead-letter sink that records with the backend's
 // recorder, the log or memory reject sink), refusing a provider key the
-// backend does not serve. The test-only faults.* keys wrap the result.
+// backend does not serve. The test-only faults.* keys (Options.Faults)
+// wrap the result.
 package wiring
 
 import (
@@ -27,6 +28,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/qasync/qasync/internal/testkeys"
 	"github.com/qasync/qasync/shared/backend"
 	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/deadletter"
@@ -72,6 +74,10 @@ type Options struct {
 	// Observers hear the runtime's events besides the configured metrics
 	// and lifecycle events.
 	Observers []engine.Observer
+	// Faults are the test-only faults.* keys (testkeys.Load): the
+	// process's clock skewed, its DynamoDB calls, dispatches, commits and
+	// dead-letter publishes failed at the given rates. Zero: none.
+	Faults testkeys.Faults
 }
 
 // Process is an assembled process.
@@ -132,8 +138,8 @@ func Assemble(ctx context.Context, c config.Config, reg *pipeline.Registry, o Op
 			return nil, fmt.Errorf("%s: %q is not offered by this process", config.FullKey("state-provider"), c.StateProvider)
 		}
 	}
-	clk := faultClock(c, log)
-	if err := faultAWS(c, o.AWS, log); err != nil {
+	clk := faultClock(o.Faults, log)
+	if err := faultAWS(o.Faults, o.AWS, log); err != nil {
 		return nil, err
 	}
 	p := &Process{Config: c, Logger: log}
@@ -187,7 +193,7 @@ func Assemble(ctx context.Context, c config.Config, reg *pipeline.Registry, o Op
 		}
 		observers = append(observers, lifecycle.New(eb, c.EventsBusName, lifecycle.WithLogger(log)))
 	}
-	deps := faultSeams(c, log, engine.Deps{
+	deps := faultSeams(o.Faults, log, engine.Deps{
 		Registry: reg, Store: p.Seams.State, Payloads: p.Seams.Payloads, Dispatcher: p.Seams.Dispatcher,
 		DeadLetter: p.Seams.DeadLetters, Effects: p.Seams.Effects, Clock: clk, Logger: log, Observers: observers,
 		Rejects: &reject.Sink{Publisher: p.Seams.Rejects, IncludePayload: c.ItemRejectIncludePayload,
