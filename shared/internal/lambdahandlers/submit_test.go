@@ -10,6 +10,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/qasync/qasync/shared/client"
 	"github.com/qasync/qasync/shared/internal/httpapi"
 	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/store"
@@ -31,7 +32,7 @@ func TestSubmitFixture(t *testing.T) {
 	if resp.StatusCode != http.StatusAccepted || resp.IsBase64Encoded {
 		t.Fatalf("status %d base64 %v, body %s", resp.StatusCode, resp.IsBase64Encoded, resp.Body)
 	}
-	var doc httpapi.SubmitResponse
+	var doc client.Submission
 	if err := json.Unmarshal([]byte(resp.Body), &doc); err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +55,7 @@ func TestSubmitFixture(t *testing.T) {
 
 	var again events.APIGatewayV2HTTPResponse
 	invoke(t, context.Background(), h, ev, &again)
-	var dup httpapi.SubmitResponse
+	var dup client.Submission
 	if err := json.Unmarshal([]byte(again.Body), &dup); err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +92,7 @@ func TestStatusFixture(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d: %s", resp.StatusCode, resp.Body)
 	}
-	var doc httpapi.StatusResponse
+	var doc client.Execution
 	if err := json.Unmarshal([]byte(resp.Body), &doc); err != nil {
 		t.Fatal(err)
 	}
