@@ -23,13 +23,13 @@ const MiB = 1 << 20
 // default credential chain or the embedded store breaks it. The submit
 // function is the heaviest: its console renders pages with html/template,
 // whose method lookups by name keep every exported method of the SDK
-// clients it holds.
+// clients it holds (4.1 MiB of it; the goal is 12 MiB each).
 var budget = map[string]struct{ bootstrap, zip float64 }{
-	"submit":  {16.5, 5.6},
+	"submit":  {15.25, 5.35},
 	"worker":  {11.5, 4.2},
 	"sweeper": {10.6, 3.9},
 	"dlq":     {10.5, 3.8},
-	"history": {10.5, 3.9},
+	"history": {10.2, 3.8},
 }
 
 // forbidden are the packages no function imports, directly or not, and

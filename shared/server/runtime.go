@@ -126,9 +126,10 @@ func (o *options) assemble(ctx context.Context, cfg config.Config, reg *pipeline
 			"dynamo": awsbackend.NewServing(sess, awsbackend.ServingOptions{DrainTimeout: drainTimeout}),
 		},
 		Backend: o.backend, Logger: log, AWS: sess,
-		Objects: objects.Router{File: objects.File{}, S3: objects.S3{Connect: func(ctx context.Context) (*s3.Client, error) { return awsclient.S3(ctx, sess) }}},
-		Secrets: wiring.Secrets(func(ctx context.Context) (wiring.SecretGetter, error) { return awsclient.SecretsManager(ctx, sess) }),
-		Faults:  keys.Faults,
+		Objects:   objects.Router{File: objects.File{}, S3: objects.S3{Connect: func(ctx context.Context) (*s3.Client, error) { return awsclient.S3(ctx, sess) }}},
+		Secrets:   wiring.Secrets(func(ctx context.Context) (wiring.SecretGetter, error) { return awsclient.SecretsManager(ctx, sess) }),
+		Faults:    keys.Faults,
+		Lifecycle: wiring.LifecycleEvents(sess),
 	}
 	if withHTTP {
 		wo.HTTP = console.Site

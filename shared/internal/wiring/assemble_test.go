@@ -72,7 +72,7 @@ func open(ctx context.Context, c config.Config, reg *pipeline.Registry, log *slo
 			"embedded": embedded.Backend(), "memory": memory.Backend(),
 			"dynamo": awsbackend.NewServing(sess, awsbackend.ServingOptions{DrainTimeout: o.drain}),
 		},
-		Logger: log, AWS: sess, Objects: objs, Observers: o.observers, Faults: o.faults,
+		Logger: log, AWS: sess, Objects: objs, Observers: o.observers, Faults: o.faults, Lifecycle: wiring.LifecycleEvents(sess),
 		Secrets: wiring.Secrets(func(ctx context.Context) (wiring.SecretGetter, error) { return awsclient.SecretsManager(ctx, sess) }),
 	})
 }

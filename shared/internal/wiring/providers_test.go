@@ -7,13 +7,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qasync/qasync/shared/backend"
 	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/internal/awsclient"
 	"github.com/qasync/qasync/shared/internal/awstest"
+	"github.com/qasync/qasync/shared/internal/engine"
+	"github.com/qasync/qasync/shared/internal/logtest"
 	"github.com/qasync/qasync/shared/internal/memory"
 	"github.com/qasync/qasync/shared/internal/sqsbackend"
+	"github.com/qasync/qasync/shared/internal/wiring"
+	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/pipeline"
 	"github.com/qasync/qasync/shared/schema"
+	"github.com/qasync/qasync/shared/store"
 )
 
 func TestOpenRefusesInvalidConfig(t *testing.T) {
@@ -202,5 +208,59 @@ func TestStrictStartupRefusesNonDurableRejectSink(t *testing.T) {
 			t.Fatalf("non-strict startup with item-reject.provider=%s: %v", provider, err)
 		}
 		_ = set.Close(context.Background())
+	}
+}
+
+// TestLifecycleEventsArePublishedByTheProcessesThatOfferThem: with
+// events.bus-name set, a process assembled with a Lifecycle part
+// observes the runtime's events through it, and one without (the submit
+// and history functions) starts and logs lifecycle_events_not_published.
+func TestLifecycleEventsArePublishedByTheProcessesThatOfferThem(t *testing.T) {
+	t.Parallel()
+	c := config.Default()
+	c.StateProvider, c.EventsBusName = "memory", "orders-bus"
+	p := pipeline.Pipeline{ID: "t.one", Steps: []pipeline.Step{pipeline.NewStep("one", func(_ context.Context, _ pipeline.StepInfo, in any) (any, error) { return in, nil })}}
+	reg, err := pipeline.NewRegistry(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := make(chan engine.Event, 16)
+	var bus string
+	opts := wiring.Options{Backends: map[string]backend.Backend{"memory": memory.Backend()}, Logger: slog.New(slog.DiscardHandler),
+		Lifecycle: func(_ context.Context, b string, _ *slog.Logger) (engine.Observer, error) {
+			bus = b
+			return engine.ObserverFunc(func(_ context.Context, ev engine.Event) {
+				if ev.Terminal() {
+					events <- ev
+				}
+			}), nil
+		}}
+	proc, err := wiring.Assemble(context.Background(), c, reg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proc.Close(context.Background())
+	in, _ := payload.JSON(map[string]int{})
+	if _, err := proc.Runtime.Submit(context.Background(), engine.SubmitRequest{TenantID: "t", PipelineID: p.ID, IdempotencyKey: "k", Input: in}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-events:
+		if bus != "orders-bus" || ev.Execution.Status != store.Succeeded {
+			t.Errorf("bus %q, event %+v", bus, ev.Execution)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no terminal event reached the lifecycle publisher")
+	}
+
+	logs, log := logtest.New()
+	opts.Lifecycle, opts.Logger = nil, log
+	quiet, err := wiring.Assemble(context.Background(), c, reg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer quiet.Close(context.Background())
+	if !strings.Contains(logs.String(), `"event":"lifecycle_events_not_published"`) {
+		t.Errorf("no lifecycle_events_not_published warning:\n%s", logs.String())
 	}
 }

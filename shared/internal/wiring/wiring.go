@@ -55,14 +55,18 @@ type Options struct {
 	Backend backend.Backend
 	// Logger defaults to discarding.
 	Logger *slog.Logger
-	// AWS is the process's AWS session: lifecycle events
-	// (events.bus-name) and the test faults' DynamoDB middleware use it,
-	// as do the parts below that call AWS. Nil: configuration that needs
-	// AWS outside the backend is refused.
+	// AWS is the process's AWS session: the test faults' DynamoDB
+	// middleware goes on it. Nil: a DynamoDB fault is refused.
 	AWS *awsclient.Session
 	// HTTP builds the process's HTTP handler once the runtime exists
 	// (nil: the process serves no HTTP).
 	HTTP func(rt *engine.Runtime, c config.Config, log *slog.Logger) http.Handler
+	// Lifecycle builds the publisher of terminal lifecycle events to the
+	// EventBridge bus of events.bus-name (LifecycleEvents). Nil: the
+	// process publishes none (the submit and history functions, whose
+	// commits are not the terminal ones the events report), and a
+	// configured bus is logged as lifecycle_events_not_published.
+	Lifecycle func(ctx context.Context, bus string, log *slog.Logger) (engine.Observer, error)
 	// Objects is the object store of pipelines' Output, handed to the
 	// steps (nil: the process runs no step that publishes one).
 	Objects pipeline.ObjectStore
@@ -181,17 +185,18 @@ func Assemble(ctx context.Context, c config.Config, reg *pipeline.Registry, o Op
 		p.Metrics = metrics.New(os.Stdout, c.MetricsNamespace)
 		observers = append(observers, p.Metrics)
 	}
-	if c.EventsBusName != "" {
-		if o.AWS == nil {
-			_ = p.Close(context.Background())
-			return nil, fmt.Errorf("%s: lifecycle events need AWS, which this process has no access to", config.FullKey("events.bus-name"))
-		}
-		eb, err := awsclient.EventBridge(ctx, o.AWS)
+	switch {
+	case c.EventsBusName == "":
+	case o.Lifecycle == nil:
+		log.LogAttrs(ctx, slog.LevelWarn, "lifecycle_events_not_published", slog.String("event", "lifecycle_events_not_published"),
+			slog.String("bus", c.EventsBusName), slog.String("reason", "this process does not publish lifecycle events (the worker, sweeper and dlq functions and qasync serve do)"))
+	default:
+		obs, err := o.Lifecycle(ctx, c.EventsBusName, log)
 		if err != nil {
 			_ = p.Close(context.Background())
-			return nil, fmt.Errorf("%s: AWS configuration: %w", config.FullKey("events.bus-name"), err)
+			return nil, fmt.Errorf("%s: %w", config.FullKey("events.bus-name"), err)
 		}
-		observers = append(observers, lifecycle.New(eb, c.EventsBusName, lifecycle.WithLogger(log)))
+		observers = append(observers, obs)
 	}
 	deps := faultSeams(o.Faults, log, engine.Deps{
 		Registry: reg, Store: p.Seams.State, Payloads: p.Seams.Payloads, Dispatcher: p.Seams.Dispatcher,
@@ -397,4 +402,16 @@ func strictConfig(c config.Config) error {
 		key("http.tenant-source", errors.New(`strict startup refuses header (any caller can send X-Tenant-Id and read another tenant's executions): use iam or jwt behind API Gateway, or none for a single tenant`))
 	}
 	return errors.Join(errs...)
+}
+
+// LifecycleEvents is the Options.Lifecycle of a process that publishes
+// lifecycle events: an EventBridge publisher on sess's client.
+func LifecycleEvents(sess *awsclient.Session) func(context.Context, string, *slog.Logger) (engine.Observer, error) {
+	return func(ctx context.Context, bus string, log *slog.Logger) (engine.Observer, error) {
+		eb, err := awsclient.EventBridge(ctx, sess)
+		if err != nil {
+			return nil, fmt.Errorf("AWS configuration: %w", err)
+		}
+		return lifecycle.New(eb, bus, lifecycle.WithLogger(log)), nil
+	}
 }
