@@ -111,13 +111,14 @@ rie: $(RIE) ## install the AWS Lambda Runtime Interface Emulator (pinned) into .
 $(RIE):
 	GOBIN=$(BIN) go install github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie@$(RIE_VERSION)
 
-# The serverless topology on this machine: the four functions (host builds
-# in .cache/local/<fn>/bootstrap) under RIE, with the API Gateway front, the
+# The serverless topology on this machine: the functions (host builds in
+# .cache/local/<fn>/bootstrap), submit, worker, sweeper and dlq under RIE
+# and the history function's stream fed in qasync local's process, with the API Gateway front, the
 # SQS event source mappings and the sweeper's schedule emulated by
 # `qasync local`, on the local stack (tables and queues named local-*). The
 # stack is stopped on exit if this target started it. As with `make run`,
 # submits need no Idempotency-Key.
-local-cloud: build-local rie ## run the four Lambda functions under RIE on $(ADDR), durable on the local stack
+local-cloud: build-local rie ## run the Lambda functions under RIE on $(ADDR), durable on the local stack
 	@for fn in $(LAMBDA_FNS); do go build -tags lambda.norpc -o $(LOCAL)/$$fn/bootstrap ./functions/$$fn; done
 	$(STACK) run bash -c 'set -euo pipefail; \
 	  eval "$$($(BIN)/qasync provision local)"; \
@@ -283,7 +284,7 @@ EXAMPLE_CDK := $(EXAMPLE)/infra
 
 .PHONY: examples-bundles examples-test
 
-examples-bundles: ## build the example service's four Lambda functions into examples/invoices/dist (linux/arm64)
+examples-bundles: ## build the example service's five Lambda functions into examples/invoices/dist (linux/arm64)
 	$(call lambda-bundles,$(EXAMPLE),functions,$(DIST))
 
 # The module downloads come from the same cache (GOMODCACHE above).

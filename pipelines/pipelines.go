@@ -3,6 +3,9 @@
 package pipelines
 
 import (
+	"os"
+
+	"github.com/qasync/qasync/internal/testkeys"
 	"github.com/qasync/qasync/pipelines/checkout"
 	"github.com/qasync/qasync/pipelines/diag"
 	"github.com/qasync/qasync/shared/config"
@@ -42,16 +45,23 @@ func Registry(o Options) (*pipeline.Registry, error) {
 	return pipeline.NewRegistry(ps...)
 }
 
-// FromConfig is the registry the configuration asks for (diag.enabled,
-// diag.drill-versions), with the test-only knobs of the examples applied:
+// FromConfig is the registry the process's test-only diag.* keys ask for
+// (testkeys.Load, from the environment: diag.enabled,
+// diag.drill-versions), with the examples' test knobs applied:
 // diag.allow-crash lets diag.drill's crashAttempts exit the process, and
 // diag.payment-ledger makes checkout charge a ledger file that outlives
 // the process (pausing diag.payment-pause after each charge). The mains
-// of this repository (cmd/qasync, functions/*) serve it.
-func FromConfig(cfg config.Config) (*pipeline.Registry, error) {
-	diag.AllowCrash(cfg.DiagAllowCrash)
-	if cfg.DiagPaymentLedger != "" {
-		checkout.UsePayments(&checkout.LedgerPayments{Path: cfg.DiagPaymentLedger, Pause: cfg.DiagPaymentPause})
+// of this repository (cmd/qasync, functions/*) serve it; its signature is
+// what server.WithPipelines and lambdafn.WithPipelines take.
+func FromConfig(config.Config) (*pipeline.Registry, error) {
+	keys, err := testkeys.Load(os.LookupEnv)
+	if err != nil {
+		return nil, err
 	}
-	return Registry(Options{Diag: cfg.DiagEnabled, DrillVersions: cfg.DiagDrillVersions})
+	d := keys.Diag
+	diag.AllowCrash(d.AllowCrash)
+	if d.PaymentLedger != "" {
+		checkout.UsePayments(&checkout.LedgerPayments{Path: d.PaymentLedger, Pause: d.PaymentPause})
+	}
+	return Registry(Options{Diag: d.Enabled, DrillVersions: d.DrillVersions})
 }

@@ -14,4 +14,4 @@ import (
 	"github.com/qasync/qasync/shared/server"
 )
 
-func main() { os.Exit(server.Main(os.Args[1:], pipelines.FromConfig)) }
+func main() { os.Exit(server.Main(os.Args[1:], nil, server.WithPipelines(pipelines.FromConfig))) }

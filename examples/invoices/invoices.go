@@ -22,7 +22,7 @@
 //   - render writes the invoice document.
 //
 // Every step's output depends on its input and tenant alone, so a replayed step
-// yields the same output. The service's mains are one line each: the four
+// yields the same output. The service's mains are one line each: the five
 // Lambda functions (functions/*) over lambdafn.Main, the local server
 // (cmd/local) over server.Main; infra/ deploys it with qasync's CDK stack.
 package invoices

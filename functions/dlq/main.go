@@ -6,6 +6,7 @@ package main
 import (
 	"github.com/qasync/qasync/pipelines"
 	"github.com/qasync/qasync/shared/lambdafn"
+	"github.com/qasync/qasync/shared/lambdafn/dlq"
 )
 
-func main() { lambdafn.Main(lambdafn.DLQ, nil, lambdafn.WithPipelines(pipelines.FromConfig)) }
+func main() { lambdafn.Main(dlq.Function, nil, lambdafn.WithPipelines(pipelines.FromConfig)) }

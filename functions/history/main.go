@@ -1,12 +1,12 @@
-// Command history is the history Lambda function of this repository's
-// example pipelines: the execution table's stream -> the executions'
-// history (lambdafn.Main does the work; a service of your own has a main
+// Command history is the history Lambda function of this repository's example
+// pipelines (lambdafn.Main does the work; a service of your own has a main
 // just like this one with its own registry).
 package main
 
 import (
 	"github.com/qasync/qasync/pipelines"
 	"github.com/qasync/qasync/shared/lambdafn"
+	"github.com/qasync/qasync/shared/lambdafn/history"
 )
 
-func main() { lambdafn.Main(lambdafn.History, nil, lambdafn.WithPipelines(pipelines.FromConfig)) }
+func main() { lambdafn.Main(history.Function, nil, lambdafn.WithPipelines(pipelines.FromConfig)) }

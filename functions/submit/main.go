@@ -6,6 +6,7 @@ package main
 import (
 	"github.com/qasync/qasync/pipelines"
 	"github.com/qasync/qasync/shared/lambdafn"
+	"github.com/qasync/qasync/shared/lambdafn/submit"
 )
 
-func main() { lambdafn.Main(lambdafn.Submit, nil, lambdafn.WithPipelines(pipelines.FromConfig)) }
+func main() { lambdafn.Main(submit.Function, nil, lambdafn.WithPipelines(pipelines.FromConfig)) }

@@ -6,6 +6,7 @@ package main
 import (
 	"github.com/qasync/qasync/pipelines"
 	"github.com/qasync/qasync/shared/lambdafn"
+	"github.com/qasync/qasync/shared/lambdafn/sweeper"
 )
 
-func main() { lambdafn.Main(lambdafn.Sweeper, nil, lambdafn.WithPipelines(pipelines.FromConfig)) }
+func main() { lambdafn.Main(sweeper.Function, nil, lambdafn.WithPipelines(pipelines.FromConfig)) }

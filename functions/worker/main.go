@@ -6,6 +6,7 @@ package main
 import (
 	"github.com/qasync/qasync/pipelines"
 	"github.com/qasync/qasync/shared/lambdafn"
+	"github.com/qasync/qasync/shared/lambdafn/worker"
 )
 
-func main() { lambdafn.Main(lambdafn.Worker, nil, lambdafn.WithPipelines(pipelines.FromConfig)) }
+func main() { lambdafn.Main(worker.Function, nil, lambdafn.WithPipelines(pipelines.FromConfig)) }

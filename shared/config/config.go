@@ -230,40 +230,6 @@ type Config struct {
 	// a received work item stays hidden; the poller extends it while a
 	// transition runs.
 	SQSVisibility time.Duration
-	// FaultDynamoErrorRate is key "faults.dynamo-error-rate", default 0
-	// (off), between 0 and 0.5. Test only (chaos runs): the share of
-	// DynamoDB request attempts failed with an injected throttling or 500
-	// error before they are sent, which the SDK's retryer then handles like
-	// real ones.
-	FaultDynamoErrorRate float64
-	// FaultDispatchDuplicateRate is key "faults.dispatch-duplicate-rate",
-	// default 0 (off), between 0 and 0.5. Test only: the share of
-	// dispatched work items sent twice.
-	FaultDispatchDuplicateRate float64
-	// FaultDispatchDropRate is key "faults.dispatch-drop-rate", default 0
-	// (off), between 0 and 0.5. Test only: the share of dispatched work
-	// items silently not sent (as if lost), left to the sweeper.
-	FaultDispatchDropRate float64
-	// DiagAllowCrash is key "diag.allow-crash", default false. Test only,
-	// never in production: lets the diag.drill pipeline's crashAttempts
-	// exit the whole process to simulate a worker crash. qasync serve
-	// honors it (diag.AllowCrash); the Lambda functions do not.
-	DiagAllowCrash bool
-	// DiagPaymentLedger is key "diag.payment-ledger", default empty (off).
-	// Test only: a file where the checkout pipeline's fake payment
-	// provider appends every charge (and looks charges up to reconcile),
-	// so that a test can count charges across processes. qasync serve
-	// honors it; the Lambda functions do not.
-	DiagPaymentLedger string
-	// DiagPaymentPause is key "diag.payment-pause", default 0. Test only:
-	// with diag.payment-ledger, how long capture-payment waits after
-	// charging before it returns, so that a test can kill the process
-	// between the charge and the commit.
-	DiagPaymentPause time.Duration
-	// DiagEnabled is key "diag.enabled", default false: serve the
-	// diag.drill fault drill. It is meant for local and dev use (it can
-	// return large results and sleep); the CDK prod stage leaves it off.
-	DiagEnabled bool
 	// AllowHeaderTenant is key "http.allow-header-tenant", default false:
 	// lets a Lambda deployment take the tenant from the X-Tenant-Id header
 	// (http.tenant-source=header), which anyone can send; for development
@@ -294,29 +260,6 @@ type Config struct {
 	// next step, which runs without a queue round trip); 1 turns chaining
 	// off.
 	ChainMaxSteps int
-	// FaultCommitErrorRate is key "faults.commit-error-rate", default 0
-	// (off), 0 to 0.5. Test only (chaos): the share of step commits failed
-	// with an injected unavailable error, half of them before the write
-	// and half after it landed (an unknown outcome).
-	FaultCommitErrorRate float64
-	// FaultDLQErrorRate is key "faults.dlq-error-rate", default 0 (off), 0
-	// to 1. Test only (chaos): the share of dead-letter publishes failed,
-	// simulating a DLQ outage.
-	FaultDLQErrorRate float64
-	// FaultDLQOutageUntil is key "faults.dlq-outage-until-ms", default 0
-	// (none). Test only (chaos): every dead-letter publish fails until this
-	// wall-clock time (Unix milliseconds), a DLQ outage that processes
-	// started at different times share.
-	FaultDLQOutageUntil int64
-	// FaultClockOffset is key "faults.clock-offset-ms", default 0, -60000
-	// to 60000. Test only (chaos): milliseconds added to this process's
-	// clock, to run workers with skewed clocks.
-	FaultClockOffset time.Duration
-	// DiagDrillVersions is key "diag.drill-versions", default "1": which
-	// definitions of diag.drill this process serves ("1", "2" or "1,2"; the
-	// last one listed takes new submissions). Test only (chaos: a rolling
-	// deploy switches some processes to version 2).
-	DiagDrillVersions string
 	// ItemRejectProvider is key pipeline.item-reject.provider: where
 	// steps' rejected items go: embedded (kept in the embedded store),
 	// log, memory or sqs; empty (default) means embedded with
@@ -378,7 +321,6 @@ func Default() Config {
 		DispatchTimeout:        2 * time.Second,
 		ReleaseLimit:           10,
 		ChainMaxSteps:          16,
-		DiagDrillVersions:      "1",
 
 		HTTPReadHeaderTimeout: 10 * time.Second,
 		HTTPReadTimeout:       time.Minute,
@@ -589,30 +531,6 @@ var entries = []entry{
 		func(c *Config) *int { return &c.SQSWaitSeconds }, parseInt[int], between(1, 20)),
 	field("sqs.visibility-timeout", "Visibility timeout of a received work item (duration); the poller extends it while a transition runs; 1s to 12h.",
 		func(c *Config) *time.Duration { return &c.SQSVisibility }, parseDuration, between(time.Second, 12*time.Hour)),
-	field("faults.dynamo-error-rate", "Test only (chaos): share of DynamoDB request attempts failed with an injected throttling or 500 error before they are sent; the SDK retries them like real ones; 0 (off) to 0.5.",
-		func(c *Config) *float64 { return &c.FaultDynamoErrorRate }, parseFloat, between(0.0, 0.5)),
-	field("faults.dispatch-duplicate-rate", "Test only (chaos): share of dispatched work items sent twice; 0 (off) to 0.5.",
-		func(c *Config) *float64 { return &c.FaultDispatchDuplicateRate }, parseFloat, between(0.0, 0.5)),
-	field("faults.dispatch-drop-rate", "Test only (chaos): share of dispatched work items silently dropped (left to the sweeper); 0 (off) to 0.5.",
-		func(c *Config) *float64 { return &c.FaultDispatchDropRate }, parseFloat, between(0.0, 0.5)),
-	field("faults.commit-error-rate", "Test only (chaos): share of step commits failed with an injected unavailable error, half before the write and half after it landed (unknown outcome); 0 (off) to 0.5.",
-		func(c *Config) *float64 { return &c.FaultCommitErrorRate }, parseFloat, between(0.0, 0.5)),
-	field("faults.dlq-error-rate", "Test only (chaos): share of dead-letter publishes failed, as in a DLQ outage; 0 (off) to 1.",
-		func(c *Config) *float64 { return &c.FaultDLQErrorRate }, parseFloat, between(0.0, 1.0)),
-	field("faults.dlq-outage-until-ms", "Test only (chaos): every dead-letter publish fails until this wall-clock time, in Unix milliseconds (a DLQ outage shared by processes started at different times); 0: none.",
-		func(c *Config) *int64 { return &c.FaultDLQOutageUntil }, parseInt[int64], atLeast[int64](0)),
-	millis(field("faults.clock-offset-ms", "Test only (chaos): milliseconds added to this process's clock (may be negative); -60000 to 60000.",
-		func(c *Config) *time.Duration { return &c.FaultClockOffset }, parseMillis, between(-time.Minute, time.Minute))),
-	field("diag.enabled", "Serve the diag.drill fault drill, for local and dev use (one submit can hold a worker 60 s and store a 1 MiB result); make run and make local-cloud set it, production stages leave it off and diag.drill is then an unknown pipeline (404).",
-		func(c *Config) *bool { return &c.DiagEnabled }, parseBool, nil),
-	field("diag.drill-versions", "Test only: the definitions of diag.drill this process serves, 1, 2 or 1,2 (the last listed takes new submissions).",
-		func(c *Config) *string { return &c.DiagDrillVersions }, verbatim, oneOf("1", "2", "1,2", "2,1")),
-	field("diag.allow-crash", "Test only, never in production: let diag.drill's crashAttempts exit the process (status 3) to simulate a worker crash; honored by qasync serve.",
-		func(c *Config) *bool { return &c.DiagAllowCrash }, parseBool, nil),
-	field("diag.payment-ledger", "Test only: file where checkout's fake payment provider appends each charge and looks charges up, to count them across processes; empty: in-process ids; honored by qasync serve.",
-		func(c *Config) *string { return &c.DiagPaymentLedger }, verbatim, nil),
-	field("diag.payment-pause", "Test only: with diag.payment-ledger, how long capture-payment waits after charging before it returns (duration); 0 to 10m.",
-		func(c *Config) *time.Duration { return &c.DiagPaymentPause }, parseDuration, between(0, 10*time.Minute)),
 	field("item-reject.provider", "Item Reject Sink of steps' rejected items and streams: embedded (kept in the embedded store), log, memory or sqs; empty: embedded with state-provider embedded, else log; strict startup with state-provider dynamo requires sqs.",
 		func(c *Config) *string { return &c.ItemRejectProvider }, lower, all(oneOf("", "embedded", "log", "memory", "sqs"), embeddedOnly)),
 	field("item-reject.queue-url", "SQS queue URL of the Item Reject Sink; required when item-reject.provider is sqs.",

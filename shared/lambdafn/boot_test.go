@@ -12,32 +12,46 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambdacontext"
 
+	"github.com/qasync/qasync/shared/backend"
 	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/internal/logtest"
+	"github.com/qasync/qasync/shared/internal/memory"
 	"github.com/qasync/qasync/shared/lambdafn"
+	dlqfn "github.com/qasync/qasync/shared/lambdafn/dlq"
+	historyfn "github.com/qasync/qasync/shared/lambdafn/history"
+	submitfn "github.com/qasync/qasync/shared/lambdafn/submit"
+	sweeperfn "github.com/qasync/qasync/shared/lambdafn/sweeper"
+	workerfn "github.com/qasync/qasync/shared/lambdafn/worker"
 	"github.com/qasync/qasync/shared/pipeline"
 )
 
-// TestBootMemory: Boot on the memory providers returns an Env whose
-// handlers work: the Submit handler runs a submission to its result (the
-// in-process dispatcher) in the IAM caller's tenant (tenant-source iam),
-// the Worker handler keeps the configured lease as its time margin, the
-// Sweeper handler sweeps. Boot logs boot_completed (with the config, never
-// the admin token) and warns that the providers are not durable.
+// TestBootMemory: the functions booted on one memory backend (as the
+// deployed ones share DynamoDB) work: the submit handler runs a
+// submission to its result (the in-process dispatcher) in the IAM
+// caller's tenant (tenant-source iam), the worker handler keeps the
+// configured lease as its time margin, the sweeper handler sweeps. Boot
+// logs boot_completed (with the config, never the admin token) once per
+// function, each record naming the function.
 func TestBootMemory(t *testing.T) {
 	var out logtest.Buffer
-	env, err := lambdafn.Boot(context.Background(), registry(t), lambdafn.WithLogOutput(&out), lambdafn.WithLookupEnv(envMap(map[string]string{
-		"PIPELINE_ORCHESTRATOR_ADMIN_TOKEN":        "s3cr3t-token",
-		"PIPELINE_ORCHESTRATOR_HTTP_TENANT_SOURCE": "iam",
-		"PIPELINE_ORCHESTRATOR_LEASE_MS":           "1500",
-		"AWS_LAMBDA_FUNCTION_NAME":                 "qasync-worker",
-		"AWS_LAMBDA_LOG_LEVEL":                     "DEBUG",
-	})))
-	if err != nil {
-		t.Fatal(err)
+	shared := sharedMemory()
+	boot := func(fn lambdafn.Function) *lambdafn.Env {
+		env, err := lambdafn.Boot(context.Background(), fn, registry(t), lambdafn.WithBackend(shared), lambdafn.WithLogOutput(&out),
+			lambdafn.WithLookupEnv(envMap(map[string]string{
+				"PIPELINE_ORCHESTRATOR_ADMIN_TOKEN":        "s3cr3t-token",
+				"PIPELINE_ORCHESTRATOR_HTTP_TENANT_SOURCE": "iam",
+				"PIPELINE_ORCHESTRATOR_LEASE_MS":           "1500",
+				"AWS_LAMBDA_FUNCTION_NAME":                 "qasync-" + string(fn),
+				"AWS_LAMBDA_LOG_LEVEL":                     "DEBUG",
+			})))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = env.Close(context.Background()) })
+		return env
 	}
-	defer env.Close(context.Background())
-	if env.Logger == nil || env.Config.TenantSource != "iam" || env.Config.Lease != 1500*time.Millisecond {
+	env := boot(submitfn.Function)
+	if env.Logger == nil || env.Function != submitfn.Function || env.Config.TenantSource != "iam" || env.Config.Lease != 1500*time.Millisecond {
 		t.Fatalf("env %+v", env)
 	}
 
@@ -49,7 +63,7 @@ func TestBootMemory(t *testing.T) {
 	other := apiRequest(http.MethodGet, "/v1/executions/"+s.ExecutionID, "")
 	other.RequestContext.Authorizer.IAM.UserARN = "arn:aws:sts::123456789012:assumed-role/other-client/x"
 	var resp events.APIGatewayV2HTTPResponse
-	invoke(t, context.Background(), handler(t, env, lambdafn.Submit), other, &resp)
+	invoke(t, context.Background(), handler(t, env), other, &resp)
 	if resp.StatusCode != http.StatusNotFound {
 		t.Errorf("another IAM role read the execution: %d %s", resp.StatusCode, resp.Body)
 	}
@@ -57,7 +71,7 @@ func TestBootMemory(t *testing.T) {
 	// A duplicate work item of the finished execution: acknowledged when
 	// there is time for a lease (10 s), left for another invocation when
 	// there is less than the 1.5 s lease.
-	worker := handler(t, env, lambdafn.Worker)
+	worker := handler(t, boot(workerfn.Function))
 	batch := events.SQSEvent{Records: []events.SQSMessage{{MessageId: "m-1",
 		Body: `{"tenantId":"123456789012.role.order-service","executionId":"` + s.ExecutionID + `","pipelineId":"` + echoID + `"}`}}}
 	for _, tc := range []struct {
@@ -72,8 +86,10 @@ func TestBootMemory(t *testing.T) {
 			t.Errorf("worker with %s left: %d batch item failures, want %d", tc.left, len(r.BatchItemFailures), tc.failures)
 		}
 	}
-	var rep lambdafn.SweepReport
-	invoke(t, context.Background(), handler(t, env, lambdafn.Sweeper), events.EventBridgeEvent{DetailType: "Scheduled Event"}, &rep)
+	var rep struct {
+		Sweeps int `json:"sweeps"`
+	}
+	invoke(t, context.Background(), handler(t, boot(sweeperfn.Function)), events.EventBridgeEvent{DetailType: "Scheduled Event"}, &rep)
 	if rep.Sweeps < 1 {
 		t.Errorf("sweep report %+v", rep)
 	}
@@ -87,28 +103,28 @@ func TestBootMemory(t *testing.T) {
 		if err := json.Unmarshal([]byte(line), &m); err != nil {
 			t.Fatal(err)
 		}
-		if m["function"] != "qasync-worker" {
+		if f, _ := m["function"].(string); !strings.HasPrefix(f, "qasync-") {
 			t.Errorf("no function key: %s", line)
 		}
 	}
-	if len(logEvents(t, out.Lines(), "boot_completed")) != 1 || len(logEvents(t, out.Lines(), "boot_not_durable")) != 1 {
+	if len(logEvents(t, out.Lines(), "boot_completed")) != 3 {
 		t.Errorf("boot events missing:\n%s", logs)
 	}
 }
 
-// TestBootDLQFunctionRecords: Main boots the dlq function with
-// RequireRecorder; on the memory providers Boot succeeds and the DLQ
-// handler records what it is given (a body that is neither an envelope
-// nor a work item becomes a poison record, logged without the body).
+// TestBootDLQFunctionRecords: the dlq function boots on the memory
+// backend (warning boot_not_durable) and its handler records what it is
+// given (a body that is neither an envelope nor a work item becomes a
+// poison record, logged without the body).
 func TestBootDLQFunctionRecords(t *testing.T) {
 	var out logtest.Buffer
-	env, err := lambdafn.Boot(context.Background(), registry(t), lambdafn.RequireRecorder(), lambdafn.WithLogOutput(&out), lambdafn.WithLookupEnv(envMap(nil)))
+	env, err := lambdafn.Boot(context.Background(), dlqfn.Function, registry(t), lambdafn.WithLogOutput(&out), lambdafn.WithLookupEnv(envMap(nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer env.Close(context.Background())
 	var resp events.SQSEventResponse
-	invoke(t, context.Background(), handler(t, env, lambdafn.DLQ), events.SQSEvent{Records: []events.SQSMessage{{MessageId: "m-1", Body: "s3cr3t garbage"}}}, &resp)
+	invoke(t, context.Background(), handler(t, env), events.SQSEvent{Records: []events.SQSMessage{{MessageId: "m-1", Body: "s3cr3t garbage"}}}, &resp)
 	if len(resp.BatchItemFailures) != 0 {
 		t.Fatalf("batch item failures %+v", resp.BatchItemFailures)
 	}
@@ -119,29 +135,46 @@ func TestBootDLQFunctionRecords(t *testing.T) {
 	if strings.Contains(out.String(), "s3cr3t") {
 		t.Error("the body reached the logs")
 	}
+	if len(logEvents(t, out.Lines(), "boot_not_durable")) != 1 {
+		t.Errorf("no boot_not_durable warning:\n%s", out.String())
+	}
 }
 
-// TestHandlerOfAnEnvThatDidNotBoot: Handler refuses an Env without a
-// runtime and a function it does not know, naming the five it does; on
-// the memory providers there is no history function (no stream).
+// TestBootDLQFunctionNeedsARecorder: a backend that keeps no dead-letter
+// records fails the dlq function's boot with ErrNoRecorder.
+func TestBootDLQFunctionNeedsARecorder(t *testing.T) {
+	noRecords := backend.Func(func(ctx context.Context, env backend.Env) (*backend.Seams, error) {
+		s, err := memory.Backend().Open(ctx, env)
+		if err == nil {
+			s.Recorder = nil
+		}
+		return s, err
+	})
+	var out logtest.Buffer
+	_, err := lambdafn.Boot(context.Background(), dlqfn.Function, registry(t), lambdafn.WithBackend(noRecords), lambdafn.WithLogOutput(&out), lambdafn.WithLookupEnv(envMap(nil)))
+	if !errors.Is(err, lambdafn.ErrNoRecorder) || !strings.Contains(out.String(), `"boot_failed"`) {
+		t.Fatalf("dlq function without a recorder: %v, logs %s", err, out.String())
+	}
+}
+
+// TestHandlerOfAnEnvThatDidNotBoot: Handler refuses an Env that did not
+// boot; Boot refuses a function whose package is not linked, naming the
+// five; on the memory backend there is no history function (no stream).
 func TestHandlerOfAnEnvThatDidNotBoot(t *testing.T) {
 	var zero *lambdafn.Env
-	if _, err := zero.Handler(lambdafn.Submit); err == nil {
+	if _, err := zero.Handler(); err == nil {
 		t.Error("a nil Env gave a handler")
 	}
-	if _, err := (&lambdafn.Env{}).Handler(lambdafn.Worker); err == nil {
+	if _, err := (&lambdafn.Env{}).Handler(); err == nil {
 		t.Error("an Env that did not boot gave a handler")
 	}
-	env, err := lambdafn.Boot(context.Background(), registry(t), lambdafn.WithLogOutput(&logtest.Buffer{}), lambdafn.WithLookupEnv(envMap(nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer env.Close(context.Background())
-	if _, err := env.Handler("scheduler"); err == nil || !strings.Contains(err.Error(), "submit, worker, sweeper, dlq or history") {
+	_, err := lambdafn.Boot(context.Background(), "scheduler", registry(t), lambdafn.WithLogOutput(&logtest.Buffer{}), lambdafn.WithLookupEnv(envMap(nil)))
+	if err == nil || !strings.Contains(err.Error(), "submit, worker, sweeper, dlq or history") {
 		t.Errorf("unknown function: %v", err)
 	}
-	if _, err := env.Handler(lambdafn.History); !errors.Is(err, lambdafn.ErrNoHistory) {
-		t.Errorf("history function on the memory providers: err = %v, want ErrNoHistory", err)
+	_, err = lambdafn.Boot(context.Background(), historyfn.Function, registry(t), lambdafn.WithLogOutput(&logtest.Buffer{}), lambdafn.WithLookupEnv(envMap(nil)))
+	if !errors.Is(err, lambdafn.ErrNoHistory) {
+		t.Errorf("history function on the memory backend: err = %v, want ErrNoHistory", err)
 	}
 }
 
@@ -149,7 +182,7 @@ func TestHandlerOfAnEnvThatDidNotBoot(t *testing.T) {
 // naming the key; the Env has its logger and no handlers.
 func TestBootBadConfig(t *testing.T) {
 	var out logtest.Buffer
-	env, err := lambdafn.Boot(context.Background(), registry(t), lambdafn.WithLogOutput(&out),
+	env, err := lambdafn.Boot(context.Background(), submitfn.Function, registry(t), lambdafn.WithLogOutput(&out),
 		lambdafn.WithLookupEnv(envMap(map[string]string{"PIPELINE_ORCHESTRATOR_LEASE_MS": "5"})))
 	if err == nil || env.Logger == nil {
 		t.Fatalf("err %v", err)
@@ -157,7 +190,7 @@ func TestBootBadConfig(t *testing.T) {
 	if !strings.Contains(out.String(), `"boot_failed"`) || !strings.Contains(out.String(), "lease-ms") {
 		t.Errorf("logs %s", out.String())
 	}
-	if _, err := env.Handler(lambdafn.Submit); err == nil {
+	if _, err := env.Handler(); err == nil {
 		t.Error("a failed boot gave a handler")
 	}
 }
@@ -166,23 +199,23 @@ func TestBootBadConfig(t *testing.T) {
 // WithPipelines) fails, logged as boot_failed.
 func TestBootNeedsPipelines(t *testing.T) {
 	var out logtest.Buffer
-	env, err := lambdafn.Boot(context.Background(), nil, lambdafn.WithLogOutput(&out), lambdafn.WithLookupEnv(envMap(nil)))
+	env, err := lambdafn.Boot(context.Background(), submitfn.Function, nil, lambdafn.WithLogOutput(&out), lambdafn.WithLookupEnv(envMap(nil)))
 	if err == nil || !strings.Contains(err.Error(), "registry") || !strings.Contains(out.String(), `"boot_failed"`) {
 		t.Fatalf("err %v, logs %s", err, out.String())
 	}
-	if _, err := env.Handler(lambdafn.Submit); err == nil {
+	if _, err := env.Handler(); err == nil {
 		t.Error("a failed boot gave a handler")
 	}
 }
 
 // TestBootWithPipelinesReadsTheConfig: WithPipelines builds the registry
 // from the configuration Boot loaded (here: a pipeline served only with
-// diag.enabled, as the examples' diag.drill is), and its error fails Boot.
+// an output bucket configured), and its error fails Boot.
 func TestBootWithPipelinesReadsTheConfig(t *testing.T) {
 	const gated = "t.gated"
 	build := func(cfg config.Config) (*pipeline.Registry, error) {
 		ps := []pipeline.Pipeline{{ID: echoID, Steps: []pipeline.Step{pipeline.NewStep("echo", func(_ context.Context, _ pipeline.StepInfo, in any) (any, error) { return in, nil })}}}
-		if cfg.DiagEnabled {
+		if cfg.OutputBucket != "" {
 			ps = append(ps, pipeline.Pipeline{ID: gated, Steps: ps[0].Steps})
 		}
 		return pipeline.NewRegistry(ps...)
@@ -190,22 +223,22 @@ func TestBootWithPipelinesReadsTheConfig(t *testing.T) {
 	for _, enabled := range []bool{false, true} {
 		m := map[string]string{"PIPELINE_ORCHESTRATOR_HTTP_TENANT_SOURCE": "iam"}
 		if enabled {
-			m["PIPELINE_ORCHESTRATOR_DIAG_ENABLED"] = "true"
+			m["PIPELINE_ORCHESTRATOR_OUTPUT_BUCKET"] = "reports"
 		}
-		env, err := lambdafn.Boot(context.Background(), nil, lambdafn.WithPipelines(build), lambdafn.WithLogOutput(&logtest.Buffer{}), lambdafn.WithLookupEnv(envMap(m)))
+		env, err := lambdafn.Boot(context.Background(), submitfn.Function, nil, lambdafn.WithPipelines(build), lambdafn.WithLogOutput(&logtest.Buffer{}), lambdafn.WithLookupEnv(envMap(m)))
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp := call(t, env, http.MethodPost, "/v1/pipelines/"+gated+"/executions", `{"echo":1}`)
 		_ = env.Close(context.Background())
 		if want := map[bool]int{false: http.StatusNotFound, true: http.StatusAccepted}[enabled]; resp.StatusCode != want {
-			t.Errorf("diag.enabled=%v: submit of %s answered %d, want %d: %s", enabled, gated, resp.StatusCode, want, resp.Body)
+			t.Errorf("output.bucket set %v: submit of %s answered %d, want %d: %s", enabled, gated, resp.StatusCode, want, resp.Body)
 		}
 	}
 
 	var out logtest.Buffer
 	bad := errors.New("pipelines: no such setting")
-	_, err := lambdafn.Boot(context.Background(), nil, lambdafn.WithPipelines(func(config.Config) (*pipeline.Registry, error) { return nil, bad }),
+	_, err := lambdafn.Boot(context.Background(), submitfn.Function, nil, lambdafn.WithPipelines(func(config.Config) (*pipeline.Registry, error) { return nil, bad }),
 		lambdafn.WithLogOutput(&out), lambdafn.WithLookupEnv(envMap(nil)))
 	if !errors.Is(err, bad) || !strings.Contains(out.String(), `"boot_failed"`) {
 		t.Errorf("err %v, logs %s", err, out.String())
@@ -250,7 +283,7 @@ func TestBootRefusesHeaderTenantInLambda(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out logtest.Buffer
-			env, err := lambdafn.Boot(context.Background(), registry(t), lambdafn.WithLogOutput(&out), lambdafn.WithLookupEnv(envMap(tc.env)))
+			env, err := lambdafn.Boot(context.Background(), submitfn.Function, registry(t), lambdafn.WithLogOutput(&out), lambdafn.WithLookupEnv(envMap(tc.env)))
 			if !tc.refuse {
 				if err != nil {
 					t.Fatalf("Boot: %v", err)
@@ -267,7 +300,7 @@ func TestBootRefusesHeaderTenantInLambda(t *testing.T) {
 					t.Errorf("error does not name %s: %v", key, err)
 				}
 			}
-			if _, herr := env.Handler(lambdafn.Submit); herr == nil || !strings.Contains(out.String(), `"boot_failed"`) {
+			if _, herr := env.Handler(); herr == nil || !strings.Contains(out.String(), `"boot_failed"`) {
 				t.Errorf("handler error %v, logs %s", herr, out.String())
 			}
 		})
@@ -279,15 +312,16 @@ func TestBootRefusesHeaderTenantInLambda(t *testing.T) {
 // naming state-provider; with no state provider set, a function runs in
 // memory (it never defaults to the embedded store).
 func TestBootRefusesTheEmbeddedStore(t *testing.T) {
-	_, err := lambdafn.Boot(context.Background(), registry(t), lambdafn.WithLogOutput(&logtest.Buffer{}),
+	_, err := lambdafn.Boot(context.Background(), workerfn.Function, registry(t), lambdafn.WithLogOutput(&logtest.Buffer{}),
 		lambdafn.WithLookupEnv(envMap(map[string]string{"PIPELINE_ORCHESTRATOR_STATE_PROVIDER": "embedded"})))
 	if err == nil || !strings.Contains(err.Error(), "pipeline.orchestrator.state-provider") {
 		t.Fatalf("Boot with state-provider embedded: %v, want a refusal naming the key", err)
 	}
-	env, err := lambdafn.Boot(context.Background(), registry(t), lambdafn.WithLogOutput(&logtest.Buffer{}), lambdafn.WithLookupEnv(envMap(nil)))
+	env, err := lambdafn.Boot(context.Background(), workerfn.Function, registry(t), lambdafn.WithLogOutput(&logtest.Buffer{}), lambdafn.WithLookupEnv(envMap(nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer env.Close(context.Background())
 	if env.Config.StateProvider != "memory" {
 		t.Fatalf("state provider %q with nothing set, want memory", env.Config.StateProvider)
 	}

@@ -1,7 +1,7 @@
 package lambdafn_test
 
 import (
-	"context"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -15,14 +15,10 @@ import (
 // /console with the console's pages, in the caller's tenant (here the IAM
 // principal), with the console's cookies in the response's Cookies.
 func TestSubmitFunctionServesTheConsole(t *testing.T) {
-	env, err := lambdafn.Boot(context.Background(), registry(t), lambdafn.WithLookupEnv(envMap(map[string]string{
+	env := bootSubmit(t, registry(t), lambdafn.WithLogOutput(io.Discard), lambdafn.WithLookupEnv(envMap(map[string]string{
 		"PIPELINE_ORCHESTRATOR_ADMIN_TOKEN":        "console-token",
 		"PIPELINE_ORCHESTRATOR_HTTP_TENANT_SOURCE": "iam",
 	})))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer env.Close(context.Background())
 	s := submit(t, env, echoID, `{"echo":1}`)
 	resp := call(t, env, http.MethodGet, "/console/executions/"+s.ExecutionID, "")
 	if resp.StatusCode != http.StatusOK || resp.Headers["Content-Type"] != "text/html; charset=utf-8" || !strings.Contains(resp.Body, s.ExecutionID) ||

@@ -20,6 +20,8 @@ import (
 	"github.com/qasync/qasync/shared/internal/logtest"
 	"github.com/qasync/qasync/shared/internal/sqsbackend"
 	"github.com/qasync/qasync/shared/lambdafn"
+	submitfn "github.com/qasync/qasync/shared/lambdafn/submit"
+	workerfn "github.com/qasync/qasync/shared/lambdafn/worker"
 	"github.com/qasync/qasync/shared/pipeline"
 	"github.com/qasync/qasync/shared/schema"
 )
@@ -60,10 +62,11 @@ func TestWorkerFunctionRollingDeployNeverPoisons(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	newEnv, _ := bootStack(t, newReg, env)
-	oldEnv, oldLogs := bootStack(t, oldReg, env)
-	oldWorker := workerOf(t, oldEnv)
-	newWorker := workerOf(t, newEnv)
+	newEnv, _ := bootStack(t, submitfn.Function, newReg, env)
+	oldWorkerEnv, oldLogs := bootStack(t, workerfn.Function, oldReg, env)
+	newWorkerEnv, _ := bootStack(t, workerfn.Function, newReg, env)
+	oldWorker := workerOf(t, oldWorkerEnv)
+	newWorker := workerOf(t, newWorkerEnv)
 
 	s := submit(t, newEnv, echoID, `{"echo":"deploy"}`)
 	var (
@@ -136,16 +139,16 @@ func TestWorkerFunctionRollingDeployNeverPoisons(t *testing.T) {
 	}
 }
 
-// bootStack boots the functions' Env for reg on the local stack with the
+// bootStack boots function fn for reg on the local stack with the
 // configuration keys of cfg, logging to the returned buffer.
-func bootStack(t *testing.T, reg *pipeline.Registry, cfg map[string]string) (*lambdafn.Env, *logtest.Buffer) {
+func bootStack(t *testing.T, fn lambdafn.Function, reg *pipeline.Registry, cfg map[string]string) (*lambdafn.Env, *logtest.Buffer) {
 	t.Helper()
 	vars := map[string]string{}
 	for k, v := range cfg {
 		vars[config.EnvName(config.FullKey(k))] = v
 	}
 	var out logtest.Buffer
-	env, err := lambdafn.Boot(context.Background(), reg, lambdafn.WithLogOutput(&out), lambdafn.WithLookupEnv(envMap(vars)))
+	env, err := lambdafn.Boot(context.Background(), fn, reg, lambdafn.WithLogOutput(&out), lambdafn.WithLookupEnv(envMap(vars)))
 	if err != nil {
 		t.Fatalf("Boot: %v\n%s", err, out.String())
 	}
@@ -161,7 +164,7 @@ func bootStack(t *testing.T, reg *pipeline.Registry, cfg map[string]string) (*la
 // workerOf is env's worker handler.
 func workerOf(t *testing.T, env *lambdafn.Env) sqsbackend.BatchHandler {
 	t.Helper()
-	h, ok := handler(t, env, lambdafn.Worker).(func(context.Context, events.SQSEvent) (events.SQSEventResponse, error))
+	h, ok := handler(t, env).(func(context.Context, events.SQSEvent) (events.SQSEventResponse, error))
 	if !ok {
 		t.Fatal("the worker handler is not an SQS batch handler")
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,13 +12,16 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/qasync/qasync/shared/await"
+	"github.com/qasync/qasync/shared/backend"
+	"github.com/qasync/qasync/shared/internal/memory"
 	"github.com/qasync/qasync/shared/lambdafn"
+	submitfn "github.com/qasync/qasync/shared/lambdafn/submit"
 	"github.com/qasync/qasync/shared/pipeline"
 )
 
-// The tests boot the functions through the public API only (Boot,
-// Env.Handler), with these test-local pipelines, and check what booted by
-// invoking the handlers as the Lambda runtime would.
+// The tests boot the functions through the public API (Boot, Env.Handler,
+// the function packages), with these test-local pipelines, and check what
+// booted by invoking the handlers as the Lambda runtime would.
 const (
 	// echoID is a one-step pipeline returning {"echo": <its input's echo>}.
 	echoID = "t.echo"
@@ -63,14 +67,38 @@ func registry(t *testing.T) *pipeline.Registry {
 	return reg
 }
 
-// handler returns env's handler of fn, failing the test on an error.
-func handler(t *testing.T, env *lambdafn.Env, fn lambdafn.Function) any {
+// handler returns env's handler, failing the test on an error.
+func handler(t *testing.T, env *lambdafn.Env) any {
 	t.Helper()
-	h, err := env.Handler(fn)
+	h, err := env.Handler()
 	if err != nil {
-		t.Fatalf("Handler(%s): %v", fn, err)
+		t.Fatalf("Handler of %s: %v", env.Function, err)
 	}
 	return h
+}
+
+// sharedMemory is a backend whose every Open returns the seams of one
+// memory backend, so that functions booted on it (each with its own
+// in-process dispatcher) share their executions, as the deployed
+// functions share DynamoDB.
+func sharedMemory() backend.Backend {
+	var (
+		mu    sync.Mutex
+		seams *backend.Seams
+	)
+	return backend.Func(func(ctx context.Context, env backend.Env) (*backend.Seams, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if seams == nil {
+			s, err := memory.Backend().Open(ctx, env)
+			if err != nil {
+				return nil, err
+			}
+			seams = s
+		}
+		c := *seams
+		return &c, nil
+	})
 }
 
 // invoke feeds ev (JSON-encoded) through h as the Lambda runtime would and
@@ -106,11 +134,12 @@ func apiRequest(method, path, body string) events.APIGatewayV2HTTPRequest {
 	return ev
 }
 
-// call invokes env's Submit handler with a request and returns the response.
+// call invokes env's handler (the submit function's) with a request and
+// returns the response.
 func call(t *testing.T, env *lambdafn.Env, method, path, body string) events.APIGatewayV2HTTPResponse {
 	t.Helper()
 	var resp events.APIGatewayV2HTTPResponse
-	invoke(t, context.Background(), handler(t, env, lambdafn.Submit), apiRequest(method, path, body), &resp)
+	invoke(t, context.Background(), handler(t, env), apiRequest(method, path, body), &resp)
 	return resp
 }
 
@@ -180,4 +209,16 @@ func logEvents(t *testing.T, lines []string, name string) []map[string]any {
 		}
 	}
 	return out
+}
+
+// bootSubmit boots the submit function for reg with opts, failing the
+// test on an error; the test closes it.
+func bootSubmit(t *testing.T, reg *pipeline.Registry, opts ...lambdafn.Option) *lambdafn.Env {
+	t.Helper()
+	env, err := lambdafn.Boot(context.Background(), submitfn.Function, reg, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Close(context.Background()) })
+	return env
 }

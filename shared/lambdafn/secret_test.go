@@ -13,6 +13,7 @@ import (
 	"github.com/qasync/qasync/shared/await"
 	"github.com/qasync/qasync/shared/internal/logtest"
 	"github.com/qasync/qasync/shared/lambdafn"
+	submitfn "github.com/qasync/qasync/shared/lambdafn/submit"
 )
 
 const (
@@ -72,7 +73,7 @@ func TestBootResolvesResumeTokenSecret(t *testing.T) {
 	_, calls := fakeSecretsManager(t, false)
 	var out logtest.Buffer
 	reg, awaits := testPipelines(t)
-	env, err := lambdafn.Boot(context.Background(), reg, lambdafn.WithLogOutput(&out), lambdafn.WithLookupEnv(envMap(map[string]string{
+	env, err := lambdafn.Boot(context.Background(), submitfn.Function, reg, lambdafn.WithLogOutput(&out), lambdafn.WithLookupEnv(envMap(map[string]string{
 		"PIPELINE_ORCHESTRATOR_AWAIT_RESUME_TOKEN_SECRET_ARN": testSecretARN,
 		"PIPELINE_ORCHESTRATOR_LOG_LEVEL":                     "debug",
 	})))
@@ -100,7 +101,7 @@ func TestBootResolvesResumeTokenSecret(t *testing.T) {
 func TestBootSecretValueWins(t *testing.T) {
 	_, calls := fakeSecretsManager(t, true)
 	reg, awaits := testPipelines(t)
-	env, err := lambdafn.Boot(context.Background(), reg, lambdafn.WithLogOutput(io.Discard), lambdafn.WithLookupEnv(envMap(map[string]string{
+	env, err := lambdafn.Boot(context.Background(), submitfn.Function, reg, lambdafn.WithLogOutput(io.Discard), lambdafn.WithLookupEnv(envMap(map[string]string{
 		"PIPELINE_ORCHESTRATOR_AWAIT_RESUME_TOKEN_SECRET":     "explicit",
 		"PIPELINE_ORCHESTRATOR_AWAIT_RESUME_TOKEN_SECRET_ARN": testSecretARN,
 	})))
@@ -119,7 +120,7 @@ func TestBootSecretValueWins(t *testing.T) {
 func TestBootFailsWhenSecretFetchFails(t *testing.T) {
 	fakeSecretsManager(t, true)
 	var out logtest.Buffer
-	env, err := lambdafn.Boot(context.Background(), registry(t), lambdafn.WithLogOutput(&out), lambdafn.WithLookupEnv(envMap(map[string]string{
+	env, err := lambdafn.Boot(context.Background(), submitfn.Function, registry(t), lambdafn.WithLogOutput(&out), lambdafn.WithLookupEnv(envMap(map[string]string{
 		"PIPELINE_ORCHESTRATOR_AWAIT_RESUME_TOKEN_SECRET_ARN": testSecretARN,
 	})))
 	if err == nil {
@@ -130,7 +131,7 @@ func TestBootFailsWhenSecretFetchFails(t *testing.T) {
 	if !strings.Contains(err.Error(), key) || !strings.Contains(err.Error(), "ResourceNotFoundException") {
 		t.Fatalf("err %v", err)
 	}
-	if _, err := env.Handler(lambdafn.Submit); err == nil {
+	if _, err := env.Handler(); err == nil {
 		t.Error("a failed boot gave a handler")
 	}
 	if logs := out.String(); !strings.Contains(logs, `"boot_failed"`) || !strings.Contains(logs, key) {

@@ -57,7 +57,8 @@ type StepInfo struct {
 	// runtime has none (the helpers then log the envelope).
 	Rejects RejectSink
 	// Objects is the object store that a pipeline's Output is published
-	// to (package objectstore); nil when the runtime has none.
+	// to (the runtime's: file:// and s3://); nil when the runtime has
+	// none.
 	Objects ObjectStore
 	// ResumeToken returns the resume token of an await this step starts
 	// (package await: await.Token); nil when the runtime has no

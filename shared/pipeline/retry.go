@@ -1,5 +1,6 @@
-// Package retry holds the retry policy: data with documented defaults and
-// pure functions of the attempt number. It reads no clock.
+// The retry policy: data with documented defaults and pure functions of
+// the attempt number. It reads no clock.
+
 package pipeline
 
 import (
@@ -29,13 +30,13 @@ var DefaultRetry = RetryPolicy{MaxRetries: 3, Delay: time.Second, Multiplier: 2,
 func (p RetryPolicy) Validate() error {
 	switch {
 	case p.MaxRetries < 0:
-		return fmt.Errorf("retry: MaxRetries must be >= 0, got %d", p.MaxRetries)
+		return fmt.Errorf("pipeline: retry policy: MaxRetries must be >= 0, got %d", p.MaxRetries)
 	case p.Delay <= 0:
-		return fmt.Errorf("retry: Delay must be positive, got %s", p.Delay)
+		return fmt.Errorf("pipeline: retry policy: Delay must be positive, got %s", p.Delay)
 	case p.Multiplier < 1:
-		return fmt.Errorf("retry: Multiplier must be >= 1, got %g", p.Multiplier)
+		return fmt.Errorf("pipeline: retry policy: Multiplier must be >= 1, got %g", p.Multiplier)
 	case p.MaxDelay < p.Delay:
-		return fmt.Errorf("retry: MaxDelay %s is below Delay %s", p.MaxDelay, p.Delay)
+		return fmt.Errorf("pipeline: retry policy: MaxDelay %s is below Delay %s", p.MaxDelay, p.Delay)
 	}
 	return nil
 }

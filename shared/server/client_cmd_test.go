@@ -25,7 +25,7 @@ func mainOutput(t *testing.T, args ...string) (int, string) {
 	os.Stdout = w
 	read := make(chan string)
 	go func() { b, _ := io.ReadAll(r); read <- string(b) }()
-	code := server.Main(args, server.Static(nil))
+	code := server.Main(args, nil)
 	os.Stdout = stdout
 	w.Close()
 	return code, <-read

@@ -88,6 +88,6 @@ func ExampleMain() {
 	if err != nil {
 		panic(err)
 	}
-	_ = func() int { return server.Main([]string{"serve", "--addr", "127.0.0.1:8080"}, server.Static(reg)) }
-	// In a main: os.Exit(server.Main(os.Args[1:], server.Static(reg)))
+	_ = func() int { return server.Main([]string{"serve", "--addr", "127.0.0.1:8080"}, reg) }
+	// In a main: os.Exit(server.Main(os.Args[1:], reg))
 }

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/qasync/qasync/internal/testkeys"
 	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/internal/awsclient"
 	"github.com/qasync/qasync/shared/internal/dynamo"
@@ -21,10 +22,12 @@ import (
 	"github.com/qasync/qasync/shared/internal/sqsbackend"
 )
 
-// localCmd runs the serverless topology on this machine: the four Lambda
-// function binaries under the Runtime Interface Emulator, with the glue
-// AWS provides around them emulated by package localcloud (API Gateway
-// front, SQS event source mappings, EventBridge schedule).
+// localCmd runs the serverless topology on this machine: the submit,
+// worker, sweeper and dlq function binaries under the Runtime Interface
+// Emulator, with the glue AWS provides around them emulated by package
+// localcloud (API Gateway front, SQS event source mappings, EventBridge
+// schedule), and, for the history function, the execution table's stream
+// fed in this process.
 //
 //	qasync local [config flags] [--local-* flags]
 //
@@ -130,7 +133,7 @@ func localCmd(args []string) int {
   functions under RIE: submit, worker (x%d, timeout %v), sweeper (every %v), dlq; their output: %s
   queues: work -> worker, dlq + poison -> dlq; the execution table's stream -> history (in this process)
 `, c.URL(), lo.workerConcurrency, lo.workerTimeout, lo.sweepEvery, logs)
-	if cfg.DiagEnabled {
+	if keys, _ := testkeys.Load(os.LookupEnv); keys.Diag.Enabled {
 		fmt.Fprintf(os.Stderr, `try:
   curl -si -X POST %s/v1/pipelines/diag.drill/executions -H 'Content-Type: application/json' -d '{"echo":"hello"}'
   curl -s %s/v1/executions/<executionId>

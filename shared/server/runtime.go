@@ -7,11 +7,18 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/qasync/qasync/internal/testkeys"
+	"github.com/qasync/qasync/shared/backend"
 	"github.com/qasync/qasync/shared/config"
-	"github.com/qasync/qasync/shared/internal/dynamo"
+	"github.com/qasync/qasync/shared/internal/awsbackend"
+	"github.com/qasync/qasync/shared/internal/awsclient"
+	"github.com/qasync/qasync/shared/internal/console"
+	"github.com/qasync/qasync/shared/internal/embedded"
 	"github.com/qasync/qasync/shared/internal/engine"
-	"github.com/qasync/qasync/shared/internal/lambdahandlers"
-	"github.com/qasync/qasync/shared/internal/sqsbackend"
+	"github.com/qasync/qasync/shared/internal/memory"
+	"github.com/qasync/qasync/shared/internal/objects"
 	"github.com/qasync/qasync/shared/internal/wiring"
 	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/pipeline"
@@ -23,7 +30,7 @@ import (
 // function call. Serve is Start plus the HTTP API; a program that embeds
 // qasync (a benchmark, a command-line tool) uses Start.
 type Runtime struct {
-	set  *wiring.Set
+	p    *wiring.Process
 	stop func()
 	once sync.Once
 }
@@ -52,25 +59,11 @@ func Start(ctx context.Context, cfg config.Config, reg *pipeline.Registry, opts 
 	for _, opt := range opts {
 		opt(&o)
 	}
-	log := o.logger(cfg)
-	if err := wiring.ResolveAwaitSecret(ctx, &cfg, nil); err != nil {
-		return nil, err
-	}
-	set, err := wiring.Open(ctx, cfg, reg, log, o.wiringOptions()...)
+	p, err := o.assemble(ctx, cfg, reg, o.logger(cfg), false)
 	if err != nil {
 		return nil, err
 	}
-	consumers, err := set.DeadLetterConsumers(ctx, cfg, lambdahandlers.DLQ(set.Runtime, set.Recorder, set.Metrics, log), log)
-	if err != nil {
-		_ = set.Close(context.Background())
-		return nil, err
-	}
-	feed, err := set.HistoryFeed(cfg, log)
-	if err != nil {
-		_ = set.Close(context.Background())
-		return nil, err
-	}
-	return &Runtime{set: set, stop: runBackground(set, cfg, consumers, feed)}, nil
+	return &Runtime{p: p, stop: runBackground(p)}, nil
 }
 
 // Submitted is the execution a Submit created or resolved to.
@@ -85,7 +78,7 @@ type Submitted struct {
 // hands it to the workers. idempotencyKey may be "" where the
 // idempotency policy allows it.
 func (r *Runtime) Submit(ctx context.Context, tenantID, pipelineID, idempotencyKey string, input payload.Payload) (Submitted, error) {
-	res, err := r.set.Runtime.Submit(ctx, engine.SubmitRequest{TenantID: tenantID, PipelineID: pipelineID, IdempotencyKey: idempotencyKey, Input: input})
+	res, err := r.p.Runtime.Submit(ctx, engine.SubmitRequest{TenantID: tenantID, PipelineID: pipelineID, IdempotencyKey: idempotencyKey, Input: input})
 	if err != nil {
 		return Submitted{}, err
 	}
@@ -99,7 +92,7 @@ func (r *Runtime) Close(ctx context.Context) error {
 	var err error
 	r.once.Do(func() {
 		r.stop()
-		err = r.set.Close(ctx)
+		err = r.p.Close(ctx)
 	})
 	return err
 }
@@ -115,36 +108,50 @@ func (o *options) logger(cfg config.Config) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{Level: level}))
 }
 
-// wiringOptions are the options Serve and Start open the providers with.
-func (o *options) wiringOptions() []wiring.Option {
-	opts := []wiring.Option{wiring.WithDrainTimeout(drainTimeout)}
+// assemble is the process of Serve (withHTTP) and Start: the runtime on
+// the backend cfg names among the three this binary offers (or
+// WithBackend's), its loops standing in for the Lambda event sources, the
+// object store of steps' outputs (file:// and s3://), the await secret
+// fetched from its ARN, the test-only faults of the environment
+// (testkeys), and OnFinished's observer.
+func (o *options) assemble(ctx context.Context, cfg config.Config, reg *pipeline.Registry, log *slog.Logger, withHTTP bool) (*wiring.Process, error) {
+	keys, err := testkeys.Load(os.LookupEnv)
+	if err != nil {
+		return nil, err
+	}
+	sess := awsclient.NewSession()
+	wo := wiring.Options{
+		Backends: map[string]backend.Backend{
+			"embedded": embedded.Backend(), "memory": memory.Backend(),
+			"dynamo": awsbackend.NewServing(sess, awsbackend.ServingOptions{DrainTimeout: drainTimeout}),
+		},
+		Backend: o.backend, Logger: log, AWS: sess,
+		Objects:   objects.Router{File: objects.File{}, S3: objects.S3{Connect: func(ctx context.Context) (*s3.Client, error) { return awsclient.S3(ctx, sess) }}},
+		Secrets:   wiring.Secrets(func(ctx context.Context) (wiring.SecretGetter, error) { return awsclient.SecretsManager(ctx, sess) }),
+		Faults:    keys.Faults,
+		Lifecycle: wiring.LifecycleEvents(sess),
+	}
+	if withHTTP {
+		wo.HTTP = console.Site
+	}
 	if f := o.finished; f != nil {
-		opts = append(opts, wiring.WithObserver(engine.ObserverFunc(func(_ context.Context, ev engine.Event) {
+		wo.Observers = append(wo.Observers, engine.ObserverFunc(func(_ context.Context, ev engine.Event) {
 			if ev.Terminal() {
 				e := ev.Execution
 				f(Finished{TenantID: e.TenantID, ExecutionID: e.ExecutionID, PipelineID: e.PipelineID, IdempotencyKey: e.IdempotencyKey,
 					Status: string(e.Status), Latency: ev.Latency})
 			}
-		})))
+		}))
 	}
-	return opts
+	return wiring.Assemble(ctx, cfg, reg, wo)
 }
 
-// runBackground runs the sweeper, the bulk re-drive jobs' driver beside it
-// (see engine.Runtime.StartRedrives), the work consumer, the dead-letter
-// consumers and, with state-provider dynamo, the history stream feed,
-// until the returned stop is called; stop waits for them.
-func runBackground(set *wiring.Set, cfg config.Config, consumers []*sqsbackend.Consumer, feed *dynamo.StreamFeed) (stop func()) {
+// runBackground runs the process's loops (the sweeper, the bulk re-drive
+// jobs' driver, the backend's poller, consumers and feed) until the
+// returned stop is called; stop waits for them.
+func runBackground(p *wiring.Process) (stop func()) {
 	bg, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Go(func() { set.Runtime.RunSweeper(bg, cfg.SweepInterval) })
-	wg.Go(func() { set.Runtime.RunRedrives(bg, cfg.SweepInterval) })
-	wg.Go(func() { _ = set.Work(bg) })
-	for _, c := range consumers {
-		wg.Go(func() { _ = c.Run(bg) })
-	}
-	if feed != nil {
-		wg.Go(func() { _ = feed.Run(bg) })
-	}
-	return func() { cancel(); wg.Wait() }
+	done := make(chan struct{})
+	go func() { defer close(done); p.Run(bg) }()
+	return func() { cancel(); <-done }
 }

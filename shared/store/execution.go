@@ -1,6 +1,6 @@
-// Package execution defines the execution record that every state store
-// keeps, its statuses, and the small value types derived from it. It is the
-// base of the import graph: it imports only payload.
+// The execution record that every state store keeps, its statuses, and
+// the small value types derived from it.
+
 package store
 
 import (

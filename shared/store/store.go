@@ -1,6 +1,7 @@
-// Package store defines the execution state store seam: execution rows,
+// Package store defines the execution state store seam: execution rows
+// (Execution, its statuses and the small value types derived from it),
 // idempotency keys, leases and the due-work query. Every implementation
-// (in memory, DynamoDB) passes the state store suite of package
+// (in memory, embedded, DynamoDB) passes the state store suite of package
 // backendtest (Provider.State).
 //
 // Every write is conditional. Claims, renewals and commits are guarded by

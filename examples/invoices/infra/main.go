@@ -1,6 +1,6 @@
 // Command infra is the CDK app of the invoices service: it deploys the
 // service with qasync's stack construct (package
-// github.com/qasync/qasync/infra/cdk/stack), its four functions from the
+// github.com/qasync/qasync/infra/cdk/stack), its five functions from the
 // service's own bundles in ../dist (<fn>/bootstrap and <fn>.zip, built
 // for linux/arm64 from ../functions/<fn>). The settings come from CDK
 // context as for qasync's own app, with service "invoices" as the

@@ -7,7 +7,7 @@ import (
 	"sort"
 )
 
-// Bundles say where the four functions' code is, so that a service of its
+// Bundles say where the five functions' code is, so that a service of its
 // own deploys its functions (its mains over lambdafn.Main, built with its
 // pipelines) with this stack.
 //
@@ -24,7 +24,8 @@ import (
 type Bundles struct {
 	// Dir holds the bundles of every function not in Functions, laid out
 	// as make build-lambda writes dist/: Dir/<fn>/bootstrap and
-	// Dir/<fn>.zip, for the function names Submit, Worker, Sweeper and DLQ.
+	// Dir/<fn>.zip, for the function names Submit, Worker, Sweeper, DLQ
+	// and History.
 	Dir string
 	// Functions maps function names to bundle folders of their own,
 	// overriding Dir for those functions.

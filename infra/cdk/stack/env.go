@@ -128,9 +128,11 @@ type Resources struct {
 
 // Environment returns the environment of a function: every configuration
 // key of config.Keys() except ExcludedEnv, each set to its default unless
-// the stack derives it from r and s or s.RuntimeConfig sets it. It fails
-// when a key it sets is unknown to the config package, or when
-// config.Load refuses the result (the function would fail to boot).
+// the stack derives it from r and s or s.RuntimeConfig sets it, and the
+// test-only keys (faults.*, diag.*) the stack derives or s.RuntimeConfig
+// sets. It fails when another key it sets is unknown to the config
+// package, or when config.Load refuses the result (the function would
+// fail to boot).
 func Environment(s Settings, r Resources) (map[string]string, error) {
 	env := map[string]string{}
 	known := map[string]bool{}
@@ -178,6 +180,19 @@ func Environment(s Settings, r Resources) (map[string]string, error) {
 	}
 	if r.OutputBucket != "" {
 		derived[keyOutputBucket] = r.OutputBucket
+	}
+	// The test-only keys (faults.*, diag.*) are no part of shared/config's
+	// table: the processes read them from their environment alone
+	// (Validate allows them in stage dev only).
+	for k := range derived {
+		if isTestOnly(k) {
+			known[k] = true
+		}
+	}
+	for k := range s.RuntimeConfig {
+		if isTestOnly(config.ShortKey(k)) {
+			known[config.ShortKey(k)] = true
+		}
 	}
 	var unknown []string
 	for k, v := range derived {

@@ -655,18 +655,28 @@ func (s Settings) Validate() error {
 				bad(CtxRuntimeConfig, "%q is set by the stack from its resources and settings", k)
 			}
 		}
-		for _, p := range testOnlyKeyPrefixes {
-			if strings.HasPrefix(short, p) && s.Stage != "dev" {
-				bad(CtxRuntimeConfig, "%q is a test-only (fault injection) key: allowed in stage dev only", k)
-			}
+		if isTestOnly(short) && s.Stage != "dev" {
+			bad(CtxRuntimeConfig, "%q is a test-only (fault injection) key: allowed in stage dev only", k)
 		}
 	}
 	return errors.Join(errs...)
 }
 
 // testOnlyKeyPrefixes mark configuration keys meant for chaos and crash
-// tests (shared/config documents them as never for production).
+// tests and dev drills, never for production: the processes read them
+// from their environment alone (the qasync module's internal/testkeys),
+// outside shared/config's table.
 var testOnlyKeyPrefixes = []string{"faults.", "diag."}
+
+// isTestOnly reports whether short names a test-only key.
+func isTestOnly(short string) bool {
+	for _, p := range testOnlyKeyPrefixes {
+		if strings.HasPrefix(short, p) {
+			return true
+		}
+	}
+	return false
+}
 
 // VisibilityFor is the visibility timeout a queue consumed by a Lambda
 // function with the given timeout gets: six times the timeout, as AWS

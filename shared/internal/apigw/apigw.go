@@ -5,11 +5,10 @@
 // into an events.APIGatewayV2HTTPResponse. The router itself is not
 // rewritten: the same handler serves `qasync serve` and the submit Lambda.
 //
-// The request's context carries the API Gateway request context (see
-// FromContext), which the tenant functions of this package read: the IAM
-// caller's role or user (TenantFromIAM), its account
-// (TenantFromIAMAccount) or a JWT authorizer claim (TenantFromJWT).
-// TenantFunc picks one from the configuration.
+// The request's context carries the API Gateway request context
+// (httpapi.GatewayContext), from which the router's tenant function reads
+// the caller's identity (httpapi.TenantFromIAM, TenantFromJWT, ...): the
+// tenant is chosen in one place, the router, whatever serves it.
 package apigw
 
 import (
@@ -36,29 +35,11 @@ import (
 // body not valid base64). Handler answers it with a 400 problem.
 var ErrBadEvent = errors.New("apigw: invalid API Gateway event")
 
-// ctxKey is the context key of the API Gateway request context.
-type ctxKey struct{}
-
-// NewContext returns a copy of parent carrying rc, as NewRequest does.
-func NewContext(parent context.Context, rc events.APIGatewayV2HTTPRequestContext) context.Context {
-	return context.WithValue(parent, ctxKey{}, &rc)
-}
-
-// FromContext returns the API Gateway request context of a request built
-// by NewRequest (r.Context()), and whether there is one.
-func FromContext(ctx context.Context) (events.APIGatewayV2HTTPRequestContext, bool) {
-	rc, ok := ctx.Value(ctxKey{}).(*events.APIGatewayV2HTTPRequestContext)
-	if !ok || rc == nil {
-		return events.APIGatewayV2HTTPRequestContext{}, false
-	}
-	return *rc, true
-}
-
 // NewRequest builds the server-side *http.Request that ev describes:
 // method, raw path (without the stage prefix, see below), raw query
 // string, headers, cookies (joined into one Cookie header), host, remote
 // address, protocol and body (base64-decoded when ev.IsBase64Encoded). Its
-// context is ctx carrying ev.RequestContext (see FromContext).
+// context is ctx carrying ev.RequestContext (httpapi.GatewayContext).
 //
 // On the execute-api endpoint of a named stage ("prod", not "$default")
 // API Gateway puts the stage in rawPath ("/prod/v1/..."); NewRequest
@@ -94,7 +75,7 @@ func NewRequest(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (*http.R
 	} else {
 		body = []byte(ev.Body)
 	}
-	r, err := http.NewRequestWithContext(NewContext(ctx, rc), method, "/", bytes.NewReader(body))
+	r, err := http.NewRequestWithContext(httpapi.WithGatewayContext(ctx, rc), method, "/", bytes.NewReader(body))
 	if err != nil {
 		return nil, fmt.Errorf("%w: invalid method", ErrBadEvent)
 	}

@@ -48,9 +48,19 @@ type Clients struct {
 // instance role) and builds the clients. Extra APIOptions (such as a
 // Counter's) are added to every client.
 func Load(ctx context.Context, apiOptions ...func(*middleware.Stack) error) (Clients, error) {
-	cfg, err := awsconfig.LoadDefaultConfig(ctx)
+	cfg, err := LoadConfig(ctx, apiOptions...)
 	if err != nil {
 		return Clients{}, err
+	}
+	return FromConfig(cfg), nil
+}
+
+// LoadConfig reads the SDK's default configuration, as Load does, without
+// building any client.
+func LoadConfig(ctx context.Context, apiOptions ...func(*middleware.Stack) error) (aws.Config, error) {
+	cfg, err := awsconfig.LoadDefaultConfig(ctx)
+	if err != nil {
+		return aws.Config{}, err
 	}
 	cfg.APIOptions = append(cfg.APIOptions, apiOptions...)
 	// Retry throttling and 5xx with the standard backoff, up to 5 attempts,
@@ -63,35 +73,53 @@ func Load(ctx context.Context, apiOptions ...func(*middleware.Stack) error) (Cli
 			o.RateLimiter = ratelimit.None
 		})
 	}
-	return FromConfig(cfg), nil
+	return cfg, nil
 }
 
 // FromConfig builds the clients from cfg.
 func FromConfig(cfg aws.Config) Clients {
 	return Clients{
-		Config: cfg,
-		DynamoDB: dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
-			// DynamoDB Local omits the x-amz-crc32 header on errors; only
-			// skip the check where the endpoint is on this machine.
-			if IsLoopback(os.Getenv("AWS_ENDPOINT_URL_DYNAMODB")) || (o.BaseEndpoint != nil && IsLoopback(*o.BaseEndpoint)) {
-				o.DisableValidateResponseChecksum = true
-			}
-		}),
-		DynamoDBStreams: dynamodbstreams.NewFromConfig(cfg, func(o *dynamodbstreams.Options) {
-			ddb := os.Getenv("AWS_ENDPOINT_URL_DYNAMODB")
-			if o.BaseEndpoint == nil && os.Getenv("AWS_ENDPOINT_URL_DYNAMODB_STREAMS") == "" && IsLoopback(ddb) {
-				o.BaseEndpoint = aws.String(ddb)
-			}
-		}),
-		SQS:         sqs.NewFromConfig(cfg),
-		EventBridge: eventbridge.NewFromConfig(cfg),
-		S3: s3.NewFromConfig(cfg, func(o *s3.Options) {
-			if IsLoopback(os.Getenv("AWS_ENDPOINT_URL_S3")) || (o.BaseEndpoint != nil && IsLoopback(*o.BaseEndpoint)) {
-				o.UsePathStyle = true
-			}
-		}),
-		SecretsManager: secretsmanager.NewFromConfig(cfg),
+		Config:          cfg,
+		DynamoDB:        newDynamoDB(cfg),
+		DynamoDBStreams: newDynamoDBStreams(cfg),
+		SQS:             sqs.NewFromConfig(cfg),
+		EventBridge:     eventbridge.NewFromConfig(cfg),
+		S3:              newS3(cfg),
+		SecretsManager:  secretsmanager.NewFromConfig(cfg),
 	}
+}
+
+// newDynamoDB is the DynamoDB client of cfg. DynamoDB Local omits the
+// x-amz-crc32 header on errors; only where the endpoint is on this
+// machine is the check skipped.
+func newDynamoDB(cfg aws.Config) *dynamodb.Client {
+	return dynamodb.NewFromConfig(cfg, func(o *dynamodb.Options) {
+		if IsLoopback(os.Getenv("AWS_ENDPOINT_URL_DYNAMODB")) || (o.BaseEndpoint != nil && IsLoopback(*o.BaseEndpoint)) {
+			o.DisableValidateResponseChecksum = true
+		}
+	})
+}
+
+// newDynamoDBStreams is the DynamoDB Streams client of cfg: its endpoint
+// is AWS_ENDPOINT_URL_DYNAMODB_STREAMS, else a loopback
+// AWS_ENDPOINT_URL_DYNAMODB (DynamoDB Local serves both).
+func newDynamoDBStreams(cfg aws.Config) *dynamodbstreams.Client {
+	return dynamodbstreams.NewFromConfig(cfg, func(o *dynamodbstreams.Options) {
+		ddb := os.Getenv("AWS_ENDPOINT_URL_DYNAMODB")
+		if o.BaseEndpoint == nil && os.Getenv("AWS_ENDPOINT_URL_DYNAMODB_STREAMS") == "" && IsLoopback(ddb) {
+			o.BaseEndpoint = aws.String(ddb)
+		}
+	})
+}
+
+// newS3 is the S3 client of cfg, path-style where the endpoint is on
+// this machine (the local stack serves S3 at AWS_ENDPOINT_URL_S3).
+func newS3(cfg aws.Config) *s3.Client {
+	return s3.NewFromConfig(cfg, func(o *s3.Options) {
+		if IsLoopback(os.Getenv("AWS_ENDPOINT_URL_S3")) || (o.BaseEndpoint != nil && IsLoopback(*o.BaseEndpoint)) {
+			o.UsePathStyle = true
+		}
+	})
 }
 
 // IsLoopback reports whether the URL's host is a loopback address or

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -51,16 +50,15 @@ type browserTarget struct {
 	ShotPrefix string
 }
 
-// startFakeConsole serves the console over the fake backend (an API stub
-// beside it, as Mount puts the two together).
+// startFakeConsole serves the console over the fake backend (alone: no
+// HTTP API beside it).
 func startFakeConsole(t *testing.T) browserTarget {
 	t.Helper()
 	f := newFakeBackend()
-	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { http.Error(w, "api", http.StatusNotFound) })
-	srv := httptest.NewServer(console.Mount(api, console.New(f, console.Options{
+	srv := httptest.NewServer(console.New(f, console.Options{
 		AdminToken: operatorToken, TenantCookie: true, Pipelines: fixturePipelines, Now: func() time.Time { return epoch },
 		Logger: slog.New(slog.DiscardHandler),
-	})))
+	}))
 	t.Cleanup(srv.Close)
 	return browserTarget{
 		BaseURL: srv.URL, Token: operatorToken, Tenant: tenantAcme, ListMin: store.DefaultListLimit,

@@ -4,9 +4,9 @@
 // tenant's executions, show one execution's timeline, list its dead
 // letters, and cancel or re-drive an execution.
 //
-// New returns an http.Handler for the paths under Prefix; Mount puts it in
-// front of the HTTP API, so that `qasync serve` and the submit function
-// serve both on one listener.
+// New returns an http.Handler for the paths under Prefix; the HTTP API
+// serves it there (httpapi.Options.Console, which Site sets), so that
+// `qasync serve` and the submit function serve both on one listener.
 //
 //	GET  /console                              executions, newest first (?pipeline=&status=&limit=&cursor=)
 //	GET  /console/executions/{id}              one execution: summary, steps, timeline, actions
@@ -38,18 +38,19 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/qasync/qasync/shared/deadletter"
 	"github.com/qasync/qasync/shared/history"
 	"github.com/qasync/qasync/shared/internal/engine"
+	"github.com/qasync/qasync/shared/internal/httpapi"
 	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/store"
 )
 
-// Prefix is the path under which the console is served.
-const Prefix = "/console"
+// Prefix is the path under which the console is served (the HTTP API
+// hands it the paths under it: httpapi.Options.Console).
+const Prefix = httpapi.ConsolePrefix
 
 // Backend is what the console reads and acts through: the engine's
 // operator API (*engine.Runtime, through Engine).
@@ -162,18 +163,6 @@ func New(b Backend, opts Options) *Console {
 		c.errorPage(w, r, http.StatusNotFound, "Not found", "No console page has this address.")
 	})
 	return c
-}
-
-// Mount returns a handler that serves the console c for Prefix and the
-// paths under it, and everything else with api.
-func Mount(api, c http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if p := r.URL.Path; p == Prefix || strings.HasPrefix(p, Prefix+"/") {
-			c.ServeHTTP(w, r)
-			return
-		}
-		api.ServeHTTP(w, r)
-	})
 }
 
 // reqState is what the handlers of one request learn, for its log event.

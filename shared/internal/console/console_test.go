@@ -689,21 +689,6 @@ func (unsupported) DeadLetters(context.Context, deadletter.ListQuery) (deadlette
 	return deadletter.ListPage{}, console.ErrNotSupported
 }
 
-func TestMountServesTheConsoleBesideTheAPI(t *testing.T) {
-	t.Parallel()
-	var got []string
-	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got = append(got, "api "+r.URL.Path) })
-	con := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got = append(got, "console "+r.URL.Path) })
-	h := console.Mount(api, con)
-	for _, p := range []string{"/console", "/console/executions/x", "/consoles", "/v1/executions/x", "/"} {
-		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodGet, p, nil))
-	}
-	want := []string{"console /console", "console /console/executions/x", "api /consoles", "api /v1/executions/x", "api /"}
-	if !slices.Equal(got, want) {
-		t.Errorf("routed %q, want %q", got, want)
-	}
-}
-
 func TestEachRequestIsLoggedOnceWithoutItsQueryOrForm(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)

@@ -55,7 +55,7 @@ func (c *Console) base(w http.ResponseWriter, r *http.Request, title, nav, tenan
 // render writes a page with status code.
 func (c *Console) render(w http.ResponseWriter, r *http.Request, name string, status int, data any) {
 	var buf bytes.Buffer
-	if err := pages[name].ExecuteTemplate(&buf, "layout", data); err != nil {
+	if err := pages()[name].ExecuteTemplate(&buf, "layout", data); err != nil {
 		c.logAction(r, slog.LevelError, "console_render_failed", slog.String("page", name), slog.String("error", err.Error()))
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.WriteHeader(http.StatusInternalServerError)

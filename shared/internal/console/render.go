@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/qasync/qasync/shared/store"
@@ -26,18 +27,20 @@ var assetFS embed.FS
 // pageNames are the page templates, each parsed with the layout.
 var pageNames = []string{"list", "execution", "deadletters", "error"}
 
-// pages holds the parsed page templates by name.
-var pages = func() map[string]*template.Template {
+// pages returns the parsed page templates by name, parsed on the first
+// page served (a process that imports the console but serves no page,
+// or none yet, pays nothing for them at startup).
+var pages = sync.OnceValue(func() map[string]*template.Template {
 	m := map[string]*template.Template{}
 	for _, name := range pageNames {
 		m[name] = template.Must(template.New(name).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html"))
 	}
 	return m
-}()
+})
 
 // assetVersion changes whenever an asset does: asset links carry it, so a
 // browser never keeps a stale stylesheet or script.
-var assetVersion = func() string {
+var assetVersion = sync.OnceValue(func() string {
 	h := sha256.New()
 	_ = fs.WalkDir(assetFS, "assets", func(p string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {
@@ -48,7 +51,7 @@ var assetVersion = func() string {
 		return err
 	})
 	return hex.EncodeToString(h.Sum(nil))[:12]
-}()
+})
 
 // assetTypes are the content types of the embedded assets.
 var assetTypes = map[string]string{".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8", ".svg": "image/svg+xml"}
@@ -77,7 +80,7 @@ var funcs = template.FuncMap{
 	"dur":     fmtDuration,
 	"offset":  func(d time.Duration) string { return "+" + fmtDuration(d) },
 	"lower":   func(s store.Status) string { return strings.ToLower(strings.ReplaceAll(string(s), "_", "-")) },
-	"asset":   func(name string) string { return Prefix + "/assets/" + name + "?v=" + assetVersion },
+	"asset":   func(name string) string { return Prefix + "/assets/" + name + "?v=" + assetVersion() },
 	"prefix":  func() string { return Prefix },
 	"add":     func(a, b int) int { return a + b },
 }

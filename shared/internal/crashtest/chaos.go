@@ -923,7 +923,7 @@ func runReference(addr, pipelineID, key string, body []byte) (Status, []byte, er
 			}
 			code, res, err := GetResult(addr, sub.ExecutionID)
 			if err == nil && code != http.StatusOK {
-				err = fmt.Errorf("result: HTTP %d: %s", code, res)
+				err = fmt.Errorf("the result: HTTP %d: %s", code, res)
 			}
 			return st, res, err
 		}

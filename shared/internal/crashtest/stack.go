@@ -202,7 +202,7 @@ func (s *Stack) CountItems(ctx context.Context, table string) (int, error) {
 // Scan (tests only).
 func (s *Stack) CountExecutions(ctx context.Context) (int, error) {
 	return s.count(ctx, &dynamodb.ScanInput{TableName: aws.String(s.Names.ExecutionTable),
-		FilterExpression: aws.String("attribute_exists(#p)"), ExpressionAttributeNames: map[string]string{"#p": schema.AttrPipelineID}})
+		FilterExpression: aws.String("attribute_exists(#p)"), ExpressionAttributeNames: map[string]string{"#p": dynamo.AttrPipelineID}})
 }
 
 func (s *Stack) count(ctx context.Context, in *dynamodb.ScanInput) (int, error) {
@@ -234,9 +234,9 @@ func (s *Stack) DeadLetterRecords(ctx context.Context) ([]deadletter.Record, err
 			return recs, err
 		}
 		for _, item := range out.Items {
-			v, ok := item[schema.AttrRecord].(*dbtypes.AttributeValueMemberS)
+			v, ok := item[dynamo.AttrRecord].(*dbtypes.AttributeValueMemberS)
 			if !ok {
-				return recs, fmt.Errorf("crashtest: dead-letter item without a string %s", schema.AttrRecord)
+				return recs, fmt.Errorf("crashtest: dead-letter item without a string %s", dynamo.AttrRecord)
 			}
 			var r deadletter.Record
 			if err := json.Unmarshal([]byte(v.Value), &r); err != nil {

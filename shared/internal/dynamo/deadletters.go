@@ -40,7 +40,7 @@ func NewDeadLetters(db *dynamodb.Client, table string, c clock.Clock) *DeadLette
 }
 
 func (d *DeadLetters) key(id string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{s.AttrRecordID: str(id)}
+	return map[string]types.AttributeValue{AttrRecordID: str(id)}
 }
 
 // live reports whether an item's TTL has not passed.
@@ -53,29 +53,29 @@ func (d *DeadLetters) live(item map[string]types.AttributeValue) bool {
 // condition is a repeat: created is false and the first record stays.
 func (d *DeadLetters) Put(ctx context.Context, r deadletter.Record) (bool, error) {
 	if r.ID == "" {
-		return false, errors.New("dynamostore: a dead-letter record needs an id")
+		return false, errors.New("dynamo: a dead-letter record needs an id")
 	}
 	doc, err := json.Marshal(r)
 	if err != nil {
-		return false, fmt.Errorf("dynamostore: encode dead letter %s: %w", r.ID, err)
+		return false, fmt.Errorf("dynamo: encode dead letter %s: %w", r.ID, err)
 	}
 	ctx, cancel := withDeadline(ctx, d.timeout)
 	defer cancel()
 	item := d.key(r.ID)
-	item[s.AttrRecord] = str(string(doc))
+	item[AttrRecord] = str(string(doc))
 	if r.Listed() {
 		// In the tenant index (schema.DeadLetterTenantIndexName).
-		item[s.AttrRecordTenant] = str(r.TenantID)
-		item[s.AttrRecordedAt] = millis(r.RecordedAt)
-		item[s.AttrRecordPipeline] = str(r.Envelope.PipelineID)
+		item[AttrRecordTenant] = str(r.TenantID)
+		item[AttrRecordedAt] = millis(r.RecordedAt)
+		item[AttrRecordPipeline] = str(r.Envelope.PipelineID)
 	}
 	if !r.ExpiresAt.IsZero() {
-		item[s.AttrTTL] = seconds(r.ExpiresAt)
+		item[AttrTTL] = seconds(r.ExpiresAt)
 	}
 	_, err = d.db.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName: &d.table, Item: item,
 		ConditionExpression:       aws.String("attribute_not_exists(#id) OR #ttl <= :now"),
-		ExpressionAttributeNames:  map[string]string{"#id": s.AttrRecordID, "#ttl": s.AttrTTL},
+		ExpressionAttributeNames:  map[string]string{"#id": AttrRecordID, "#ttl": AttrTTL},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":now": seconds(d.clock.Now())},
 	})
 	var ccf *types.ConditionalCheckFailedException
@@ -92,7 +92,7 @@ func (d *DeadLetters) Put(ctx context.Context, r deadletter.Record) (bool, error
 // expired record is deadletter.ErrNotFound.
 func (d *DeadLetters) Get(ctx context.Context, id string) (deadletter.Record, error) {
 	if id == "" {
-		return deadletter.Record{}, fmt.Errorf("dynamostore: dead letter with an empty id: %w", deadletter.ErrNotFound)
+		return deadletter.Record{}, fmt.Errorf("dynamo: dead letter with an empty id: %w", deadletter.ErrNotFound)
 	}
 	ctx, cancel := withDeadline(ctx, d.timeout)
 	defer cancel()
@@ -101,7 +101,7 @@ func (d *DeadLetters) Get(ctx context.Context, id string) (deadletter.Record, er
 		return deadletter.Record{}, translate("get dead letter", err)
 	}
 	if out.Item == nil || !d.live(out.Item) {
-		return deadletter.Record{}, fmt.Errorf("dynamostore: dead letter %s: %w", id, deadletter.ErrNotFound)
+		return deadletter.Record{}, fmt.Errorf("dynamo: dead letter %s: %w", id, deadletter.ErrNotFound)
 	}
 	return decodeRecord(id, out.Item)
 }
@@ -109,17 +109,17 @@ func (d *DeadLetters) Get(ctx context.Context, id string) (deadletter.Record, er
 // decodeRecord reads a record item (of the table or the tenant index).
 func decodeRecord(id string, item map[string]types.AttributeValue) (deadletter.Record, error) {
 	var doc []byte
-	switch v := item[s.AttrRecord].(type) {
+	switch v := item[AttrRecord].(type) {
 	case *types.AttributeValueMemberS:
 		doc = []byte(v.Value)
 	case *types.AttributeValueMemberB:
 		doc = v.Value
 	default:
-		return deadletter.Record{}, fmt.Errorf("dynamostore: dead letter %s: attribute %s is not a string or binary", id, s.AttrRecord)
+		return deadletter.Record{}, fmt.Errorf("dynamo: dead letter %s: attribute %s is not a string or binary", id, AttrRecord)
 	}
 	var r deadletter.Record
 	if err := json.Unmarshal(doc, &r); err != nil {
-		return deadletter.Record{}, fmt.Errorf("dynamostore: decode dead letter %s: %w", id, err)
+		return deadletter.Record{}, fmt.Errorf("dynamo: decode dead letter %s: %w", id, err)
 	}
 	r.ID = id
 	return r, nil
@@ -150,14 +150,14 @@ func (d *DeadLetters) List(ctx context.Context, q deadletter.ListQuery) (deadlet
 	in := &dynamodb.QueryInput{
 		TableName: &d.table, IndexName: aws.String(s.DeadLetterTenantIndexName),
 		KeyConditionExpression:    aws.String("#t = :t"),
-		ExpressionAttributeNames:  map[string]string{"#t": s.AttrRecordTenant},
+		ExpressionAttributeNames:  map[string]string{"#t": AttrRecordTenant},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":t": str(q.TenantID)},
 		ScanIndexForward:          aws.Bool(false),
 		ExclusiveStartKey:         start,
 	}
 	if q.PipelineID != "" {
 		in.FilterExpression = aws.String("#p = :p")
-		in.ExpressionAttributeNames["#p"], in.ExpressionAttributeValues[":p"] = s.AttrRecordPipeline, str(q.PipelineID)
+		in.ExpressionAttributeNames["#p"], in.ExpressionAttributeValues[":p"] = AttrRecordPipeline, str(q.PipelineID)
 	}
 	var page deadletter.ListPage
 	for range listRequests {
@@ -170,7 +170,7 @@ func (d *DeadLetters) List(ctx context.Context, q deadletter.ListQuery) (deadlet
 			if !d.live(item) {
 				continue
 			}
-			r, err := decodeRecord((&reader{item: item}).str(s.AttrRecordID), item)
+			r, err := decodeRecord((&reader{item: item}).str(AttrRecordID), item)
 			if err != nil {
 				return deadletter.ListPage{}, err
 			}
@@ -197,7 +197,7 @@ type recordCursor struct {
 
 func encodeRecordCursor(q deadletter.ListQuery, last map[string]types.AttributeValue) string {
 	r := &reader{item: last}
-	b, _ := json.Marshal(recordCursor{Query: q.Fingerprint(), At: r.int64(s.AttrRecordedAt), ID: r.str(s.AttrRecordID)}) // cannot fail
+	b, _ := json.Marshal(recordCursor{Query: q.Fingerprint(), At: r.int64(AttrRecordedAt), ID: r.str(AttrRecordID)}) // cannot fail
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
@@ -213,9 +213,9 @@ func decodeRecordCursor(q deadletter.ListQuery) (map[string]types.AttributeValue
 		err = json.Unmarshal(b, &c)
 	}
 	if err != nil || c.Query != q.Fingerprint() || c.ID == "" {
-		return nil, fmt.Errorf("dynamostore: %w: not a cursor of this dead-letter list query", deadletter.ErrInvalidCursor)
+		return nil, fmt.Errorf("dynamo: %w: not a cursor of this dead-letter list query", deadletter.ErrInvalidCursor)
 	}
 	return map[string]types.AttributeValue{
-		s.AttrRecordTenant: str(q.TenantID), s.AttrRecordedAt: num(c.At), s.AttrRecordID: str(c.ID),
+		AttrRecordTenant: str(q.TenantID), AttrRecordedAt: num(c.At), AttrRecordID: str(c.ID),
 	}, nil
 }

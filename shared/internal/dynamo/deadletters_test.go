@@ -38,25 +38,25 @@ func TestDeadLettersItemLayout(t *testing.T) {
 		t.Fatalf("Put: created = %v, error = %v", created, err)
 	}
 	out, err := clients.DynamoDB.GetItem(ctx, &dynamodb.GetItemInput{TableName: &table, ConsistentRead: aws.Bool(true),
-		Key: map[string]types.AttributeValue{schema.AttrRecordID: &types.AttributeValueMemberS{Value: r.ID}}})
+		Key: map[string]types.AttributeValue{dynamo.AttrRecordID: &types.AttributeValueMemberS{Value: r.ID}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	doc, ok := out.Item[schema.AttrRecord].(*types.AttributeValueMemberS)
+	doc, ok := out.Item[dynamo.AttrRecord].(*types.AttributeValueMemberS)
 	if !ok {
-		t.Fatalf("record attribute = %#v, want a string", out.Item[schema.AttrRecord])
+		t.Fatalf("record attribute = %#v, want a string", out.Item[dynamo.AttrRecord])
 	}
 	var stored deadletter.Record
 	if err := json.Unmarshal([]byte(doc.Value), &stored); err != nil || stored.ID != r.ID || stored.MessageID != "m1" {
 		t.Fatalf("record JSON %s: %+v, %v", doc.Value, stored, err)
 	}
-	if ttl, ok := out.Item[schema.AttrTTL].(*types.AttributeValueMemberN); !ok || ttl.Value != strconv.FormatInt(exp.Unix(), 10) {
-		t.Fatalf("ttl attribute = %#v, want %d", out.Item[schema.AttrTTL], exp.Unix())
+	if ttl, ok := out.Item[dynamo.AttrTTL].(*types.AttributeValueMemberN); !ok || ttl.Value != strconv.FormatInt(exp.Unix(), 10) {
+		t.Fatalf("ttl attribute = %#v, want %d", out.Item[dynamo.AttrTTL], exp.Unix())
 	}
 
 	bin, _ := json.Marshal(deadletter.Record{ID: "poison:m2", Kind: deadletter.KindPoison, MessageID: "m2", ReceiveCount: 6})
 	if _, err := clients.DynamoDB.PutItem(ctx, &dynamodb.PutItemInput{TableName: &table, Item: map[string]types.AttributeValue{
-		schema.AttrRecordID: &types.AttributeValueMemberS{Value: "poison:m2"}, schema.AttrRecord: &types.AttributeValueMemberB{Value: bin},
+		dynamo.AttrRecordID: &types.AttributeValueMemberS{Value: "poison:m2"}, dynamo.AttrRecord: &types.AttributeValueMemberB{Value: bin},
 	}}); err != nil {
 		t.Fatal(err)
 	}

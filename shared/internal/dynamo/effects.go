@@ -13,7 +13,6 @@ import (
 	"github.com/qasync/qasync/shared/clock"
 	"github.com/qasync/qasync/shared/effect"
 	"github.com/qasync/qasync/shared/payload"
-	s "github.com/qasync/qasync/shared/schema"
 )
 
 // Effects is the DynamoDB effect.Log, on a table laid out as
@@ -48,7 +47,7 @@ func (l *Effects) deadline(ctx context.Context) (context.Context, context.Cancel
 }
 
 func (l *Effects) key(id string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{s.AttrCommandID: str(id)}
+	return map[string]types.AttributeValue{AttrCommandID: str(id)}
 }
 
 // live reports whether an item's TTL has not passed.
@@ -57,11 +56,11 @@ func (l *Effects) live(item map[string]types.AttributeValue) bool { return alive
 // effectMutable adds to u every field a transition may change: set when
 // present, removed when empty.
 func effectMutable(u *update, r *effect.Record) {
-	u.set(s.AttrEffectState, str(string(r.State)))
-	u.set(s.AttrDispatches, num(r.Dispatches))
-	u.set(s.AttrUpdated, millis(r.UpdatedAt))
+	u.set(AttrEffectState, str(string(r.State)))
+	u.set(AttrDispatches, num(r.Dispatches))
+	u.set(AttrUpdated, millis(r.UpdatedAt))
 	d := r.Dispatcher
-	u.setOrRemove(s.AttrDispatcher, d != (effect.Dispatcher{}), &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{
+	u.setOrRemove(AttrDispatcher, d != (effect.Dispatcher{}), &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{
 		"tenant_id": str(d.TenantID), "execution_id": str(d.ExecutionID), "step_index": num(d.StepIndex),
 		"transition_key": str(d.TransitionKey), "fencing_token": num(d.FencingToken),
 	}})
@@ -73,45 +72,45 @@ func effectMutable(u *update, r *effect.Record) {
 	if len(o.Data) > 0 {
 		out["data"] = bin(o.Data)
 	}
-	u.setOrRemove(s.AttrEffectOutput, o.Encoding != "" || o.ContentType != "" || len(o.Data) > 0, &types.AttributeValueMemberM{Value: out})
+	u.setOrRemove(AttrEffectOutput, o.Encoding != "" || o.ContentType != "" || len(o.Data) > 0, &types.AttributeValueMemberM{Value: out})
 	var f effect.Failure
 	if r.Error != nil {
 		f = *r.Error
 	}
-	u.setOrRemove(s.AttrErrorCode, r.Error != nil, str(f.Code))
-	u.setOrRemove(s.AttrErrorMessage, r.Error != nil && f.Message != "", str(f.Message))
+	u.setOrRemove(AttrErrorCode, r.Error != nil, str(f.Code))
+	u.setOrRemove(AttrErrorMessage, r.Error != nil && f.Message != "", str(f.Message))
 }
 
 // decodeEffect reads an effect item.
 func decodeEffect(item map[string]types.AttributeValue) (effect.Record, error) {
 	r := &reader{item: item}
 	rec := effect.Record{
-		CommandID: r.str(s.AttrCommandID), State: effect.State(r.str(s.AttrEffectState)), Version: r.int64(s.AttrEffectVersion),
-		Dispatches: r.int(s.AttrDispatches), CreatedAt: r.millis(s.AttrCreated), UpdatedAt: r.millis(s.AttrUpdated),
-		ExpiresAt: r.seconds(s.AttrTTL),
+		CommandID: r.str(AttrCommandID), State: effect.State(r.str(AttrEffectState)), Version: r.int64(AttrEffectVersion),
+		Dispatches: r.int(AttrDispatches), CreatedAt: r.millis(AttrCreated), UpdatedAt: r.millis(AttrUpdated),
+		ExpiresAt: r.seconds(AttrTTL),
 	}
-	if m, ok := item[s.AttrDispatcher].(*types.AttributeValueMemberM); ok {
+	if m, ok := item[AttrDispatcher].(*types.AttributeValueMemberM); ok {
 		d := &reader{item: m.Value}
 		rec.Dispatcher = effect.Dispatcher{TenantID: d.str("tenant_id"), ExecutionID: d.str("execution_id"), StepIndex: d.int("step_index"),
 			TransitionKey: d.str("transition_key"), FencingToken: d.int64("fencing_token")}
 		if d.err != nil && r.err == nil {
-			r.err = fmt.Errorf("%s: %w", s.AttrDispatcher, d.err)
+			r.err = fmt.Errorf("%s: %w", AttrDispatcher, d.err)
 		}
-	} else if item[s.AttrDispatcher] != nil {
-		r.fail(s.AttrDispatcher, "a map")
+	} else if item[AttrDispatcher] != nil {
+		r.fail(AttrDispatcher, "a map")
 	}
-	if m, ok := item[s.AttrEffectOutput].(*types.AttributeValueMemberM); ok {
+	if m, ok := item[AttrEffectOutput].(*types.AttributeValueMemberM); ok {
 		o := &reader{item: m.Value}
 		rec.Output = payload.Payload{Encoding: payload.Encoding(o.str("encoding")), ContentType: o.str("content_type"),
 			Message: o.str("_tpf_message"), Data: o.bytes("data")}
 		if o.err != nil && r.err == nil {
-			r.err = fmt.Errorf("%s: %w", s.AttrEffectOutput, o.err)
+			r.err = fmt.Errorf("%s: %w", AttrEffectOutput, o.err)
 		}
-	} else if item[s.AttrEffectOutput] != nil {
-		r.fail(s.AttrEffectOutput, "a map")
+	} else if item[AttrEffectOutput] != nil {
+		r.fail(AttrEffectOutput, "a map")
 	}
-	if _, ok := item[s.AttrErrorCode]; ok {
-		rec.Error = &effect.Failure{Code: r.str(s.AttrErrorCode), Message: r.str(s.AttrErrorMessage)}
+	if _, ok := item[AttrErrorCode]; ok {
+		rec.Error = &effect.Failure{Code: r.str(AttrErrorCode), Message: r.str(AttrErrorMessage)}
 	}
 	return rec, r.err
 }
@@ -121,7 +120,7 @@ func decodeEffect(item map[string]types.AttributeValue) (effect.Record, error) {
 // failed condition's old item, or a consistent read).
 func (l *Effects) CreateOrGet(ctx context.Context, rec effect.Record) (effect.Record, bool, error) {
 	if err := rec.Check(); err != nil {
-		return effect.Record{}, false, fmt.Errorf("dynamostore: %w", err)
+		return effect.Record{}, false, fmt.Errorf("dynamo: %w", err)
 	}
 	ctx, cancel := l.deadline(ctx)
 	defer cancel()
@@ -129,17 +128,17 @@ func (l *Effects) CreateOrGet(ctx context.Context, rec effect.Record) (effect.Re
 	u := newUpdate()
 	effectMutable(u, &rec)
 	item := u.setValues
-	item[s.AttrCommandID] = str(rec.CommandID)
-	item[s.AttrEffectVersion] = num(rec.Version)
-	item[s.AttrCreated] = millis(rec.CreatedAt)
+	item[AttrCommandID] = str(rec.CommandID)
+	item[AttrEffectVersion] = num(rec.Version)
+	item[AttrCreated] = millis(rec.CreatedAt)
 	if !rec.ExpiresAt.IsZero() {
-		item[s.AttrTTL] = seconds(rec.ExpiresAt)
+		item[AttrTTL] = seconds(rec.ExpiresAt)
 	}
 	for attempt := 0; ; attempt++ {
 		_, err := l.db.PutItem(ctx, &dynamodb.PutItemInput{
 			TableName: &l.table, Item: item,
 			ConditionExpression:                 aws.String("attribute_not_exists(#id) OR #ttl <= :now"),
-			ExpressionAttributeNames:            map[string]string{"#id": s.AttrCommandID, "#ttl": s.AttrTTL},
+			ExpressionAttributeNames:            map[string]string{"#id": AttrCommandID, "#ttl": AttrTTL},
 			ExpressionAttributeValues:           map[string]types.AttributeValue{":now": seconds(l.clock.Now())},
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 		})
@@ -174,7 +173,7 @@ func (l *Effects) extend(ctx context.Context, rec effect.Record, until time.Time
 		TableName: &l.table, Key: l.key(rec.CommandID),
 		UpdateExpression:          aws.String("SET #ttl = :until"),
 		ConditionExpression:       aws.String("attribute_exists(#id) AND #ttl < :until"),
-		ExpressionAttributeNames:  map[string]string{"#id": s.AttrCommandID, "#ttl": s.AttrTTL},
+		ExpressionAttributeNames:  map[string]string{"#id": AttrCommandID, "#ttl": AttrTTL},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":until": seconds(until)},
 	})
 	var ccf *types.ConditionalCheckFailedException
@@ -191,7 +190,7 @@ func (l *Effects) extend(ctx context.Context, rec effect.Record, until time.Time
 // Get implements effect.Log with a strongly consistent read.
 func (l *Effects) Get(ctx context.Context, id string) (effect.Record, error) {
 	if id == "" {
-		return effect.Record{}, fmt.Errorf("dynamostore: command with an empty id: %w", effect.ErrNotFound)
+		return effect.Record{}, fmt.Errorf("dynamo: command with an empty id: %w", effect.ErrNotFound)
 	}
 	ctx, cancel := l.deadline(ctx)
 	defer cancel()
@@ -200,7 +199,7 @@ func (l *Effects) Get(ctx context.Context, id string) (effect.Record, error) {
 		return effect.Record{}, translate("get command", err)
 	}
 	if out.Item == nil || !l.live(out.Item) {
-		return effect.Record{}, fmt.Errorf("dynamostore: command %s: %w", id, effect.ErrNotFound)
+		return effect.Record{}, fmt.Errorf("dynamo: command %s: %w", id, effect.ErrNotFound)
 	}
 	return decodeEffect(out.Item)
 }
@@ -210,15 +209,15 @@ func (l *Effects) Get(ctx context.Context, id string) (effect.Record, error) {
 // old item as the current record.
 func (l *Effects) Transition(ctx context.Context, expect int64, next effect.Record) (effect.Record, error) {
 	if err := next.Check(); err != nil {
-		return effect.Record{}, fmt.Errorf("dynamostore: %w", err)
+		return effect.Record{}, fmt.Errorf("dynamo: %w", err)
 	}
 	ctx, cancel := l.deadline(ctx)
 	defer cancel()
 	u := newUpdate()
 	effectMutable(u, &next)
-	u.set(s.AttrEffectVersion, num(expect+1))
-	cond := "attribute_exists(" + u.name(s.AttrCommandID) + ") AND " + u.name(s.AttrEffectVersion) + " = " + u.value(num(expect)) +
-		" AND (attribute_not_exists(" + u.name(s.AttrTTL) + ") OR " + u.name(s.AttrTTL) + " > " + u.value(seconds(l.clock.Now())) + ")"
+	u.set(AttrEffectVersion, num(expect+1))
+	cond := "attribute_exists(" + u.name(AttrCommandID) + ") AND " + u.name(AttrEffectVersion) + " = " + u.value(num(expect)) +
+		" AND (attribute_not_exists(" + u.name(AttrTTL) + ") OR " + u.name(AttrTTL) + " > " + u.value(seconds(l.clock.Now())) + ")"
 	out, err := l.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: &l.table, Key: l.key(next.CommandID),
 		UpdateExpression: aws.String(u.expression()), ConditionExpression: aws.String(cond),
@@ -234,16 +233,16 @@ func (l *Effects) Transition(ctx context.Context, expect int64, next effect.Reco
 			if gerr != nil {
 				return effect.Record{}, gerr
 			}
-			return cur, fmt.Errorf("dynamostore: command %s at version %d, not %d: %w", next.CommandID, cur.Version, expect, effect.ErrConflict)
+			return cur, fmt.Errorf("dynamo: command %s at version %d, not %d: %w", next.CommandID, cur.Version, expect, effect.ErrConflict)
 		}
 		if !l.live(old) {
-			return effect.Record{}, fmt.Errorf("dynamostore: command %s: %w", next.CommandID, effect.ErrNotFound)
+			return effect.Record{}, fmt.Errorf("dynamo: command %s: %w", next.CommandID, effect.ErrNotFound)
 		}
 		cur, derr := decodeEffect(old)
 		if derr != nil {
 			return effect.Record{}, derr
 		}
-		return cur, fmt.Errorf("dynamostore: command %s at version %d, not %d: %w", next.CommandID, cur.Version, expect, effect.ErrConflict)
+		return cur, fmt.Errorf("dynamo: command %s at version %d, not %d: %w", next.CommandID, cur.Version, expect, effect.ErrConflict)
 	}
 	if err != nil {
 		return effect.Record{}, translate("transition command", err)

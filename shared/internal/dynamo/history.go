@@ -25,7 +25,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/qasync/qasync/shared/history"
-	s "github.com/qasync/qasync/shared/schema"
 	"github.com/qasync/qasync/shared/store"
 )
 
@@ -61,10 +60,10 @@ var _ history.Reader = (*History)(nil)
 // NewHistory returns the history of state's executions in opts.Table.
 func NewHistory(db *dynamodb.Client, state *StateStore, opts HistoryOptions) (*History, error) {
 	if opts.Table == "" {
-		return nil, errors.New("dynamohistory: the history table name is required")
+		return nil, errors.New("dynamo: history: the history table name is required")
 	}
 	if state == nil {
-		return nil, errors.New("dynamohistory: the history needs its state store (it reads the rows)")
+		return nil, errors.New("dynamo: history: the history needs its state store (it reads the rows)")
 	}
 	if opts.Retention <= 0 {
 		opts.Retention = 30 * 24 * time.Hour
@@ -106,7 +105,7 @@ type ApplyError struct {
 }
 
 func (e *ApplyError) Error() string {
-	return fmt.Sprintf("dynamohistory: %v (batch stored before change %d)", e.Err, e.First)
+	return fmt.Sprintf("dynamo: history: %v (batch stored before change %d)", e.Err, e.First)
 }
 
 func (e *ApplyError) Unwrap() error { return e.Err }
@@ -207,7 +206,7 @@ func decodeImage(item map[string]types.AttributeValue) (*store.Execution, error)
 	if item == nil {
 		return nil, nil
 	}
-	if _, ok := splitPK((&reader{item: item}).str(s.AttrPK)); !ok {
+	if _, ok := splitPK((&reader{item: item}).str(AttrPK)); !ok {
 		return nil, nil
 	}
 	e, err := decode(item)
@@ -239,12 +238,12 @@ func (h *History) put(ctx context.Context, p *page) error {
 	_, err = h.db.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName: aws.String(h.opts.Table),
 		Item: map[string]types.AttributeValue{
-			s.AttrPK: str(pk(p.key)), s.AttrPage: str(pageKey(p.created, p.events[0].Version)),
-			s.AttrEvents: bin(body), s.AttrLastVersion: num(last),
-			s.AttrTTL: seconds(p.expires.Add(h.opts.Retention)),
+			AttrPK: str(pk(p.key)), AttrPage: str(pageKey(p.created, p.events[0].Version)),
+			AttrEvents: bin(body), AttrLastVersion: num(last),
+			AttrTTL: seconds(p.expires.Add(h.opts.Retention)),
 		},
 		ConditionExpression:       aws.String("attribute_not_exists(#pk) OR #lv < :lv"),
-		ExpressionAttributeNames:  map[string]string{"#pk": s.AttrPK, "#lv": s.AttrLastVersion},
+		ExpressionAttributeNames:  map[string]string{"#pk": AttrPK, "#lv": AttrLastVersion},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":lv": num(last)},
 	})
 	var ccf *types.ConditionalCheckFailedException
@@ -269,7 +268,7 @@ func (h *History) History(ctx context.Context, key store.Key) ([]history.Event, 
 	in := &dynamodb.QueryInput{
 		TableName:                aws.String(h.opts.Table),
 		KeyConditionExpression:   aws.String("#pk = :pk AND begins_with(#pg, :prefix)"),
-		ExpressionAttributeNames: map[string]string{"#pk": s.AttrPK, "#pg": s.AttrPage},
+		ExpressionAttributeNames: map[string]string{"#pk": AttrPK, "#pg": AttrPage},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":pk": str(pk(key)), ":prefix": str(pagePrefix(row.CreatedAt)),
 		},
@@ -283,7 +282,7 @@ func (h *History) History(ctx context.Context, key store.Key) ([]history.Event, 
 		}
 		for _, item := range out.Items {
 			r := &reader{item: item}
-			body := r.bytes(s.AttrEvents)
+			body := r.bytes(AttrEvents)
 			if r.err != nil {
 				return nil, r.err
 			}
@@ -328,7 +327,7 @@ func pageBody(evs []history.Event) ([]byte, error) {
 func readPage(body []byte) ([]history.Event, error) {
 	js, err := io.ReadAll(flate.NewReader(bytes.NewReader(body)))
 	if err != nil {
-		return nil, fmt.Errorf("dynamohistory: a page's %s is not compressed events: %w", s.AttrEvents, err)
+		return nil, fmt.Errorf("dynamo: history: a page's %s is not compressed events: %w", AttrEvents, err)
 	}
 	return decodeEvents(js)
 }
@@ -376,7 +375,7 @@ func encodeEvents(evs []history.Event) ([]byte, error) {
 func decodeEvents(b []byte) ([]history.Event, error) {
 	var in []storedEvent
 	if err := json.Unmarshal(b, &in); err != nil {
-		return nil, fmt.Errorf("dynamohistory: a page's %s is not its events: %w", s.AttrEvents, err)
+		return nil, fmt.Errorf("dynamo: history: a page's %s is not its events: %w", AttrEvents, err)
 	}
 	out := make([]history.Event, len(in))
 	for i, se := range in {

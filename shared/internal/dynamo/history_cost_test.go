@@ -9,7 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/qasync/qasync/shared/history"
-	s "github.com/qasync/qasync/shared/schema"
+
 	"github.com/qasync/qasync/shared/store"
 )
 
@@ -103,7 +103,7 @@ func TestHistoryCostModel(t *testing.T) {
 // pageSize is a history page's item size with events body.
 func pageSize(key types.AttributeValue, body []byte) int {
 	return itemSize(map[string]types.AttributeValue{
-		s.AttrPK: key, s.AttrPage: str(pageKey(time.UnixMilli(1_790_000_000_000), 12)),
-		s.AttrEvents: bin(body), s.AttrLastVersion: num(12), s.AttrTTL: num(1_800_000_000),
+		AttrPK: key, AttrPage: str(pageKey(time.UnixMilli(1_790_000_000_000), 12)),
+		AttrEvents: bin(body), AttrLastVersion: num(12), AttrTTL: num(1_800_000_000),
 	})
 }

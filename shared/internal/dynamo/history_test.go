@@ -62,7 +62,7 @@ func newHistoryStack(t *testing.T, mw ...func(*middleware.Stack) error) *history
 func (s *historyStack) image(k store.Key) map[string]types.AttributeValue {
 	s.t.Helper()
 	out, err := s.clients.DynamoDB.GetItem(context.Background(), &dynamodb.GetItemInput{TableName: aws.String(s.exec),
-		Key: map[string]types.AttributeValue{schema.AttrPK: &types.AttributeValueMemberS{Value: k.TenantID + "#" + store.Slot(k.ExecutionID)}}, ConsistentRead: aws.Bool(true)})
+		Key: map[string]types.AttributeValue{dynamo.AttrPK: &types.AttributeValueMemberS{Value: k.TenantID + "#" + store.Slot(k.ExecutionID)}}, ConsistentRead: aws.Bool(true)})
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -168,8 +168,8 @@ func TestHistoryApplyIsIdempotent(t *testing.T) {
 	// An expired item's removal, the meta item and an undecodable record
 	// are no events.
 	changes = append(changes,
-		dynamo.Change{Sequence: "meta", New: map[string]types.AttributeValue{schema.AttrPK: &types.AttributeValueMemberS{Value: "#meta"}}},
-		dynamo.Change{Sequence: "bad", New: map[string]types.AttributeValue{schema.AttrPK: &types.AttributeValueMemberS{Value: "t1#e1"}, schema.AttrVersion: &types.AttributeValueMemberS{Value: "x"}}},
+		dynamo.Change{Sequence: "meta", New: map[string]types.AttributeValue{dynamo.AttrPK: &types.AttributeValueMemberS{Value: "#meta"}}},
+		dynamo.Change{Sequence: "bad", New: map[string]types.AttributeValue{dynamo.AttrPK: &types.AttributeValueMemberS{Value: "t1#e1"}, dynamo.AttrVersion: &types.AttributeValueMemberS{Value: "x"}}},
 		dynamo.Change{Sequence: "ttl", Old: changes[len(changes)-1].New})
 	for _, batch := range [][]dynamo.Change{changes, changes, changes[:3], changes[3:], changes[1:4]} {
 		if err := s.hist.Apply(ctx, batch); err != nil {
@@ -236,7 +236,7 @@ func failPositions(on *atomic.Bool) func(*middleware.Stack) error {
 		return stack.Initialize.Add(middleware.InitializeMiddlewareFunc("failPositions",
 			func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
 				if p, ok := in.Parameters.(*dynamodb.PutItemInput); ok && on.Load() {
-					if pk, _ := p.Item[schema.AttrPK].(*types.AttributeValueMemberS); pk != nil && pk.Value == "#stream" {
+					if pk, _ := p.Item[dynamo.AttrPK].(*types.AttributeValueMemberS); pk != nil && pk.Value == "#stream" {
 						return middleware.InitializeOutput{}, middleware.Metadata{}, errors.New("injected: the process died before recording its position")
 					}
 				}

@@ -13,7 +13,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/qasync/qasync/shared/payload"
-	s "github.com/qasync/qasync/shared/schema"
 	"github.com/qasync/qasync/shared/store"
 )
 
@@ -92,7 +91,7 @@ func pk(k store.Key) string { return k.TenantID + "#" + store.Slot(k.ExecutionID
 // withIncarnation is the key of an item: its pk's tenant and slot, and the
 // incarnation of its ic attribute (none when absent).
 func withIncarnation(k store.Key, item map[string]types.AttributeValue) store.Key {
-	if ic := (&reader{item: item}).str(s.AttrIncarnation); ic != "" {
+	if ic := (&reader{item: item}).str(AttrIncarnation); ic != "" {
 		k.ExecutionID += store.IncarnationSep + ic
 	}
 	return k
@@ -101,10 +100,10 @@ func withIncarnation(k store.Key, item map[string]types.AttributeValue) store.Ke
 // createToken is a row's create token: ct when present, else the
 // incarnation (see encode).
 func createToken(item map[string]types.AttributeValue) string {
-	if _, ok := item[s.AttrCreateToken]; ok {
-		return (&reader{item: item}).str(s.AttrCreateToken)
+	if _, ok := item[AttrCreateToken]; ok {
+		return (&reader{item: item}).str(AttrCreateToken)
 	}
-	return (&reader{item: item}).str(s.AttrIncarnation)
+	return (&reader{item: item}).str(AttrIncarnation)
 }
 
 // validKey reports whether k can name a row: both parts present and no
@@ -133,33 +132,33 @@ func listKey(k store.Key, shards int) string {
 // the index keys fixed at submit and the create's identity.
 func encode(e *store.Execution, shards int) map[string]types.AttributeValue {
 	item := map[string]types.AttributeValue{
-		s.AttrPK:              str(pk(e.Key())),
-		s.AttrPipelineID:      str(e.PipelineID),
-		s.AttrPipelineVersion: str(e.PipelineVersion),
-		s.AttrDueShard:        num(dueShard(e.ExecutionID, shards)),
-		s.AttrListKey:         str(listKey(e.Key(), shards)),
-		s.AttrCreated:         millis(e.CreatedAt),
-		s.AttrTTL:             seconds(e.ExpiresAt),
-		s.AttrVersion:         num(e.Version),
+		AttrPK:              str(pk(e.Key())),
+		AttrPipelineID:      str(e.PipelineID),
+		AttrPipelineVersion: str(e.PipelineVersion),
+		AttrDueShard:        num(dueShard(e.ExecutionID, shards)),
+		AttrListKey:         str(listKey(e.Key(), shards)),
+		AttrCreated:         millis(e.CreatedAt),
+		AttrTTL:             seconds(e.ExpiresAt),
+		AttrVersion:         num(e.Version),
 	}
 	if !e.Input.IsZero() {
-		item[s.AttrInput] = ref(e.Input)
+		item[AttrInput] = ref(e.Input)
 	}
 	if e.IdempotencyKey != "" {
-		item[s.AttrIdempotencyKey] = str(e.IdempotencyKey)
+		item[AttrIdempotencyKey] = str(e.IdempotencyKey)
 	}
 	if e.Fingerprint != "" {
-		item[s.AttrFingerprint] = str(e.Fingerprint)
+		item[AttrFingerprint] = str(e.Fingerprint)
 	}
 	// The runtime's create token is the incarnation: stored once, in ic,
 	// which saves 18 bytes of every write of the row. Only a token of its
 	// own (or none, beside an incarnation) is stored in ct.
 	ic := store.Incarnation(e.ExecutionID)
 	if ic != "" {
-		item[s.AttrIncarnation] = str(ic)
+		item[AttrIncarnation] = str(ic)
 	}
 	if e.CreateToken != ic {
-		item[s.AttrCreateToken] = str(e.CreateToken)
+		item[AttrCreateToken] = str(e.CreateToken)
 	}
 	u := newUpdate()
 	mutable(u, e, false)
@@ -174,41 +173,41 @@ func encode(e *store.Execution, shards int) map[string]types.AttributeValue {
 // leaves the sweep index attributes out (as stored). The due shard is
 // written once, at submit (encode), and never moves.
 func mutable(u *update, e *store.Execution, keepSweep bool) {
-	u.set(s.AttrStatus, str(string(e.Status)))
-	u.set(s.AttrStepIndex, num(e.StepIndex))
-	u.set(s.AttrStepName, str(e.StepName))
-	u.set(s.AttrAttempt, num(e.Attempt))
-	u.set(s.AttrMaxAttempt, num(e.MaxAttempt))
-	u.set(s.AttrDLQPending, boolean(e.DLQPending))
-	u.set(s.AttrRedriveCount, num(e.RedriveCount))
-	u.set(s.AttrUpdated, millis(e.UpdatedAt))
-	u.setOrRemove(s.AttrLastTransitionKey, e.LastTransitionKey != "", str(shortTransitionKey(e)))
-	u.setOrRemove(s.AttrLeaseOwner, e.LeaseOwner != "", str(e.LeaseOwner))
-	u.setOrRemove(s.AttrLeaseExpires, !e.LeaseExpiresAt.IsZero(), millis(e.LeaseExpiresAt))
-	u.setOrRemove(s.AttrNextDue, !e.NextDueAt.IsZero(), millis(e.NextDueAt))
+	u.set(AttrStatus, str(string(e.Status)))
+	u.set(AttrStepIndex, num(e.StepIndex))
+	u.set(AttrStepName, str(e.StepName))
+	u.set(AttrAttempt, num(e.Attempt))
+	u.set(AttrMaxAttempt, num(e.MaxAttempt))
+	u.set(AttrDLQPending, boolean(e.DLQPending))
+	u.set(AttrRedriveCount, num(e.RedriveCount))
+	u.set(AttrUpdated, millis(e.UpdatedAt))
+	u.setOrRemove(AttrLastTransitionKey, e.LastTransitionKey != "", str(shortTransitionKey(e)))
+	u.setOrRemove(AttrLeaseOwner, e.LeaseOwner != "", str(e.LeaseOwner))
+	u.setOrRemove(AttrLeaseExpires, !e.LeaseExpiresAt.IsZero(), millis(e.LeaseExpiresAt))
+	u.setOrRemove(AttrNextDue, !e.NextDueAt.IsZero(), millis(e.NextDueAt))
 	if !keepSweep {
 		// The sparse sweep index: the row is in it while sweep_at is set.
-		u.setOrRemove(s.AttrSweepAt, !e.SweepAt.IsZero(), millis(e.SweepAt))
-		u.set(s.AttrSweeps, num(e.Sweeps))
+		u.setOrRemove(AttrSweepAt, !e.SweepAt.IsZero(), millis(e.SweepAt))
+		u.set(AttrSweeps, num(e.Sweeps))
 	}
-	u.set(s.AttrReleases, num(e.Releases))
-	u.setOrRemove(s.AttrVersionWaitSince, !e.VersionWaitSince.IsZero(), millis(e.VersionWaitSince))
+	u.set(AttrReleases, num(e.Releases))
+	u.setOrRemove(AttrVersionWaitSince, !e.VersionWaitSince.IsZero(), millis(e.VersionWaitSince))
 	if !e.ExpiresAt.IsZero() {
-		u.set(s.AttrTTL, seconds(e.ExpiresAt))
+		u.set(AttrTTL, seconds(e.ExpiresAt))
 	}
-	u.setOrRemove(s.AttrRecordsExpire, !e.RecordsExpireAt.IsZero(), seconds(e.RecordsExpireAt))
-	u.setOrRemove(s.AttrResult, !e.Result.IsZero(), ref(e.Result))
+	u.setOrRemove(AttrRecordsExpire, !e.RecordsExpireAt.IsZero(), seconds(e.RecordsExpireAt))
+	u.setOrRemove(AttrResult, !e.Result.IsZero(), ref(e.Result))
 	var f store.Failure
 	if e.Error != nil {
 		f = *e.Error
 	}
-	u.setOrRemove(s.AttrErrorCode, e.Error != nil, str(f.Code))
-	u.setOrRemove(s.AttrErrorMessage, e.Error != nil, str(f.Message))
-	u.setOrRemove(s.AttrTerminalReason, f.TerminalReason != "", str(f.TerminalReason))
-	u.setOrRemove(s.AttrNote, e.Note != "", str(e.Note))
-	u.setOrRemove(s.AttrCancelReason, e.CancelReason != "", str(e.CancelReason))
-	u.setOrRemove(s.AttrCancelRequested, !e.CancelRequestedAt.IsZero(), millis(e.CancelRequestedAt))
-	u.setOrRemove(s.AttrAwait, e.Await != nil, awaitAttr(e.Await))
+	u.setOrRemove(AttrErrorCode, e.Error != nil, str(f.Code))
+	u.setOrRemove(AttrErrorMessage, e.Error != nil, str(f.Message))
+	u.setOrRemove(AttrTerminalReason, f.TerminalReason != "", str(f.TerminalReason))
+	u.setOrRemove(AttrNote, e.Note != "", str(e.Note))
+	u.setOrRemove(AttrCancelReason, e.CancelReason != "", str(e.CancelReason))
+	u.setOrRemove(AttrCancelRequested, !e.CancelRequestedAt.IsZero(), millis(e.CancelRequestedAt))
+	u.setOrRemove(AttrAwait, e.Await != nil, awaitAttr(e.Await))
 }
 
 // Keys of the await map attribute.
@@ -299,7 +298,7 @@ type reader struct {
 
 func (r *reader) fail(name, want string) {
 	if r.err == nil {
-		r.err = fmt.Errorf("dynamostore: attribute %s is not %s", name, want)
+		r.err = fmt.Errorf("dynamo: attribute %s is not %s", name, want)
 	}
 }
 
@@ -393,31 +392,31 @@ func (r *reader) ref(name string) payload.Ref {
 // decode reads an execution item.
 func decode(item map[string]types.AttributeValue) (store.Execution, error) {
 	r := &reader{item: item}
-	key, ok := splitPK(r.str(s.AttrPK))
+	key, ok := splitPK(r.str(AttrPK))
 	if !ok && r.err == nil {
-		r.err = fmt.Errorf("dynamostore: attribute %s is not <tenant>#<execution id>", s.AttrPK)
+		r.err = fmt.Errorf("dynamo: attribute %s is not <tenant>#<execution id>", AttrPK)
 	}
 	key = withIncarnation(key, item)
 	e := store.Execution{
-		TenantID: key.TenantID, ExecutionID: key.ExecutionID, PipelineID: r.str(s.AttrPipelineID),
-		Status: store.Status(r.str(s.AttrStatus)), Version: r.int64(s.AttrVersion),
-		StepIndex: r.int(s.AttrStepIndex), StepName: r.str(s.AttrStepName), Attempt: r.int(s.AttrAttempt), MaxAttempt: r.int(s.AttrMaxAttempt),
-		LeaseOwner: r.str(s.AttrLeaseOwner), LeaseExpiresAt: r.millis(s.AttrLeaseExpires), NextDueAt: r.millis(s.AttrNextDue),
-		SweepAt: r.millis(s.AttrSweepAt), Sweeps: r.int(s.AttrSweeps), PipelineVersion: r.str(s.AttrPipelineVersion),
-		Releases: r.int(s.AttrReleases), VersionWaitSince: r.millis(s.AttrVersionWaitSince),
-		LastTransitionKey: longTransitionKey(key.ExecutionID, r.str(s.AttrLastTransitionKey)), IdempotencyKey: r.str(s.AttrIdempotencyKey),
-		Fingerprint: r.str(s.AttrFingerprint), CreateToken: createToken(item),
-		Input: r.ref(s.AttrInput), Result: r.ref(s.AttrResult),
-		DLQPending: r.bool(s.AttrDLQPending), Note: r.str(s.AttrNote), RedriveCount: r.int(s.AttrRedriveCount),
-		CancelReason: r.str(s.AttrCancelReason), CancelRequestedAt: r.millis(s.AttrCancelRequested),
-		CreatedAt: r.millis(s.AttrCreated), UpdatedAt: r.millis(s.AttrUpdated), ExpiresAt: r.seconds(s.AttrTTL),
-		RecordsExpireAt: r.seconds(s.AttrRecordsExpire),
-		Await:           r.await(s.AttrAwait),
+		TenantID: key.TenantID, ExecutionID: key.ExecutionID, PipelineID: r.str(AttrPipelineID),
+		Status: store.Status(r.str(AttrStatus)), Version: r.int64(AttrVersion),
+		StepIndex: r.int(AttrStepIndex), StepName: r.str(AttrStepName), Attempt: r.int(AttrAttempt), MaxAttempt: r.int(AttrMaxAttempt),
+		LeaseOwner: r.str(AttrLeaseOwner), LeaseExpiresAt: r.millis(AttrLeaseExpires), NextDueAt: r.millis(AttrNextDue),
+		SweepAt: r.millis(AttrSweepAt), Sweeps: r.int(AttrSweeps), PipelineVersion: r.str(AttrPipelineVersion),
+		Releases: r.int(AttrReleases), VersionWaitSince: r.millis(AttrVersionWaitSince),
+		LastTransitionKey: longTransitionKey(key.ExecutionID, r.str(AttrLastTransitionKey)), IdempotencyKey: r.str(AttrIdempotencyKey),
+		Fingerprint: r.str(AttrFingerprint), CreateToken: createToken(item),
+		Input: r.ref(AttrInput), Result: r.ref(AttrResult),
+		DLQPending: r.bool(AttrDLQPending), Note: r.str(AttrNote), RedriveCount: r.int(AttrRedriveCount),
+		CancelReason: r.str(AttrCancelReason), CancelRequestedAt: r.millis(AttrCancelRequested),
+		CreatedAt: r.millis(AttrCreated), UpdatedAt: r.millis(AttrUpdated), ExpiresAt: r.seconds(AttrTTL),
+		RecordsExpireAt: r.seconds(AttrRecordsExpire),
+		Await:           r.await(AttrAwait),
 	}
-	if _, ok := item[s.AttrErrorCode]; ok {
-		e.Error = &store.Failure{Code: r.str(s.AttrErrorCode), Message: r.str(s.AttrErrorMessage), TerminalReason: r.str(s.AttrTerminalReason)}
+	if _, ok := item[AttrErrorCode]; ok {
+		e.Error = &store.Failure{Code: r.str(AttrErrorCode), Message: r.str(AttrErrorMessage), TerminalReason: r.str(AttrTerminalReason)}
 	}
-	if _, ok := item[s.AttrResult]; !ok {
+	if _, ok := item[AttrResult]; !ok {
 		e.Result = payload.Ref{}
 	}
 	return e, r.err
@@ -478,7 +477,7 @@ func (u *update) expression() string {
 // passed at now; DynamoDB deletes expired items lazily, so every read
 // checks.
 func alive(item map[string]types.AttributeValue, now time.Time) bool {
-	exp := (&reader{item: item}).seconds(s.AttrTTL)
+	exp := (&reader{item: item}).seconds(AttrTTL)
 	return exp.IsZero() || now.Before(exp)
 }
 

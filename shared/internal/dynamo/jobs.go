@@ -16,7 +16,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	s "github.com/qasync/qasync/shared/schema"
 	"github.com/qasync/qasync/shared/store"
 )
 
@@ -24,7 +23,7 @@ var _ store.JobStore = (*StateStore)(nil)
 
 // jobsKey is the key of the item listing the active jobs. Like the meta
 // item's, it is no execution's key: a tenant is never empty.
-var jobsKey = map[string]types.AttributeValue{s.AttrPK: str("#jobs")}
+var jobsKey = map[string]types.AttributeValue{AttrPK: str("#jobs")}
 
 // jobPK is a job record's partition key; a tenant never holds '#', so no
 // execution row has it.
@@ -36,7 +35,7 @@ func jobRef(k store.JobKey) string { return k.TenantID + "#" + k.ID }
 // state within store.MaxJobState.
 func validJob(j store.Job) error {
 	if !validJobKey(j.Key) || j.ExpiresAt.IsZero() || len(j.State) > store.MaxJobState {
-		return fmt.Errorf("dynamostore: a job needs a tenant and an id without '#', an expiry and at most %d bytes of state", store.MaxJobState)
+		return fmt.Errorf("dynamo: a job needs a tenant and an id without '#', an expiry and at most %d bytes of state", store.MaxJobState)
 	}
 	return nil
 }
@@ -60,13 +59,13 @@ func (st *StateStore) CreateJob(ctx context.Context, j store.Job) error {
 		}
 	}
 	item := map[string]types.AttributeValue{
-		s.AttrPK: str(jobPK(j.Key)), s.AttrVersion: num(1), s.AttrJobActive: boolean(j.Active), s.AttrJobState: bin(j.State),
-		s.AttrCreated: millis(j.CreatedAt), s.AttrUpdated: millis(j.UpdatedAt), s.AttrTTL: seconds(j.ExpiresAt),
+		AttrPK: str(jobPK(j.Key)), AttrVersion: num(1), AttrJobActive: boolean(j.Active), AttrJobState: bin(j.State),
+		AttrCreated: millis(j.CreatedAt), AttrUpdated: millis(j.UpdatedAt), AttrTTL: seconds(j.ExpiresAt),
 	}
 	_, err := st.db.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName: &st.opts.ExecutionTable, Item: item,
 		ConditionExpression:       aws.String("attribute_not_exists(#pk) OR #ttl <= :now"),
-		ExpressionAttributeNames:  map[string]string{"#pk": s.AttrPK, "#ttl": s.AttrTTL},
+		ExpressionAttributeNames:  map[string]string{"#pk": AttrPK, "#ttl": AttrTTL},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":now": seconds(st.opts.Clock.Now())},
 	})
 	var ccf *types.ConditionalCheckFailedException
@@ -84,7 +83,7 @@ func (st *StateStore) GetJob(ctx context.Context, key store.JobKey) (store.Job, 
 	ctx, cancel := st.deadline(ctx)
 	defer cancel()
 	out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &st.opts.ExecutionTable,
-		Key: map[string]types.AttributeValue{s.AttrPK: str(jobPK(key))}, ConsistentRead: aws.Bool(true)})
+		Key: map[string]types.AttributeValue{AttrPK: str(jobPK(key))}, ConsistentRead: aws.Bool(true)})
 	if err != nil {
 		return store.Job{}, translate("get job", err)
 	}
@@ -104,14 +103,14 @@ func (st *StateStore) UpdateJob(ctx context.Context, j store.Job, expectVersion 
 	ctx, cancel := st.deadline(ctx)
 	defer cancel()
 	u := newUpdate()
-	u.set(s.AttrJobActive, boolean(j.Active))
-	u.set(s.AttrJobState, bin(j.State))
-	u.set(s.AttrUpdated, millis(j.UpdatedAt))
-	u.set(s.AttrVersion, num(expectVersion+1))
-	u.set(s.AttrTTL, seconds(j.ExpiresAt))
-	cond := u.name(s.AttrVersion) + " = " + u.value(num(expectVersion)) + " AND " + st.liveCondition(u)
+	u.set(AttrJobActive, boolean(j.Active))
+	u.set(AttrJobState, bin(j.State))
+	u.set(AttrUpdated, millis(j.UpdatedAt))
+	u.set(AttrVersion, num(expectVersion+1))
+	u.set(AttrTTL, seconds(j.ExpiresAt))
+	cond := u.name(AttrVersion) + " = " + u.value(num(expectVersion)) + " AND " + st.liveCondition(u)
 	out, err := st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName: &st.opts.ExecutionTable, Key: map[string]types.AttributeValue{s.AttrPK: str(jobPK(j.Key))},
+		TableName: &st.opts.ExecutionTable, Key: map[string]types.AttributeValue{AttrPK: str(jobPK(j.Key))},
 		UpdateExpression: aws.String(u.expression()), ConditionExpression: aws.String(cond),
 		ExpressionAttributeNames: u.names, ExpressionAttributeValues: u.values,
 		ReturnValues:                        types.ReturnValueAllNew,
@@ -143,7 +142,7 @@ func (st *StateStore) ActiveJobs(ctx context.Context) ([]store.Job, error) {
 	if err != nil {
 		return nil, translate("read active jobs", err)
 	}
-	set, _ := out.Item[s.AttrActiveJobs].(*types.AttributeValueMemberSS)
+	set, _ := out.Item[AttrActiveJobs].(*types.AttributeValueMemberSS)
 	if set == nil {
 		return nil, nil
 	}
@@ -156,7 +155,7 @@ func (st *StateStore) ActiveJobs(ctx context.Context) ([]store.Job, error) {
 			continue
 		}
 		refs[jobPK(k)] = k
-		keys = append(keys, map[string]types.AttributeValue{s.AttrPK: str(jobPK(k))})
+		keys = append(keys, map[string]types.AttributeValue{AttrPK: str(jobPK(k))})
 	}
 	items, err := st.batchGet(ctx, keys)
 	if err != nil {
@@ -165,7 +164,7 @@ func (st *StateStore) ActiveJobs(ctx context.Context) ([]store.Job, error) {
 	var jobs []store.Job
 	seen := map[string]bool{}
 	for _, item := range items {
-		pkv := (&reader{item: item}).str(s.AttrPK)
+		pkv := (&reader{item: item}).str(AttrPK)
 		j, err := decodeJob(refs[pkv], item)
 		if err != nil {
 			return nil, err
@@ -189,7 +188,7 @@ func (st *StateStore) activeSet(ctx context.Context, op, ref string) error {
 	_, err := st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName: &st.opts.ExecutionTable, Key: jobsKey,
 		UpdateExpression:          aws.String(op + " #a :r"),
-		ExpressionAttributeNames:  map[string]string{"#a": s.AttrActiveJobs},
+		ExpressionAttributeNames:  map[string]string{"#a": AttrActiveJobs},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":r": &types.AttributeValueMemberSS{Value: []string{ref}}},
 	})
 	return translate("active jobs", err)
@@ -198,12 +197,12 @@ func (st *StateStore) activeSet(ctx context.Context, op, ref string) error {
 // PutJobPage implements store.JobStore with one PutItem.
 func (st *StateStore) PutJobPage(ctx context.Context, key store.JobKey, n int, ids []string, expires time.Time) error {
 	if !validJobKey(key) || n < 0 || len(ids) > store.MaxJobPage {
-		return fmt.Errorf("dynamostore: job page %d of %d ids: pages are numbered from 0 and hold at most %d", n, len(ids), store.MaxJobPage)
+		return fmt.Errorf("dynamo: job page %d of %d ids: pages are numbered from 0 and hold at most %d", n, len(ids), store.MaxJobPage)
 	}
 	ctx, cancel := st.deadline(ctx)
 	defer cancel()
 	_, err := st.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &st.opts.ExecutionTable, Item: map[string]types.AttributeValue{
-		s.AttrPK: str(jobPK(key) + "#" + strconv.Itoa(n)), s.AttrJobIDs: str(strings.Join(ids, "\n")), s.AttrTTL: seconds(expires),
+		AttrPK: str(jobPK(key) + "#" + strconv.Itoa(n)), AttrJobIDs: str(strings.Join(ids, "\n")), AttrTTL: seconds(expires),
 	}})
 	return translate("put job page", err)
 }
@@ -216,7 +215,7 @@ func (st *StateStore) JobPage(ctx context.Context, key store.JobKey, n int) ([]s
 	ctx, cancel := st.deadline(ctx)
 	defer cancel()
 	out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &st.opts.ExecutionTable,
-		Key: map[string]types.AttributeValue{s.AttrPK: str(jobPK(key) + "#" + strconv.Itoa(n))}, ConsistentRead: aws.Bool(true)})
+		Key: map[string]types.AttributeValue{AttrPK: str(jobPK(key) + "#" + strconv.Itoa(n))}, ConsistentRead: aws.Bool(true)})
 	if err != nil {
 		return nil, translate("get job page", err)
 	}
@@ -224,7 +223,7 @@ func (st *StateStore) JobPage(ctx context.Context, key store.JobKey, n int) ([]s
 		return nil, store.ErrNotFound
 	}
 	r := &reader{item: out.Item}
-	joined := r.str(s.AttrJobIDs)
+	joined := r.str(AttrJobIDs)
 	if r.err != nil {
 		return nil, r.err
 	}
@@ -237,8 +236,8 @@ func (st *StateStore) JobPage(ctx context.Context, key store.JobKey, n int) ([]s
 func decodeJob(key store.JobKey, item map[string]types.AttributeValue) (store.Job, error) {
 	r := &reader{item: item}
 	j := store.Job{
-		Key: key, Version: r.int64(s.AttrVersion), Active: r.bool(s.AttrJobActive), State: r.bytes(s.AttrJobState),
-		CreatedAt: r.millis(s.AttrCreated), UpdatedAt: r.millis(s.AttrUpdated), ExpiresAt: r.seconds(s.AttrTTL),
+		Key: key, Version: r.int64(AttrVersion), Active: r.bool(AttrJobActive), State: r.bytes(AttrJobState),
+		CreatedAt: r.millis(AttrCreated), UpdatedAt: r.millis(AttrUpdated), ExpiresAt: r.seconds(AttrTTL),
 	}
 	return j, r.err
 }

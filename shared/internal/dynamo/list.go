@@ -172,11 +172,11 @@ func (st *StateStore) listRound(ctx context.Context, q store.ListQuery, cur *lis
 // need entries evaluated, newest first, after after (nil: from the
 // newest).
 func (st *StateStore) queryListBucket(ctx context.Context, q store.ListQuery, bucket int, after *listItem, need int, from, to int64) listBucketPage {
-	names := map[string]string{"#lk": s.AttrListKey}
+	names := map[string]string{"#lk": AttrListKey}
 	values := map[string]types.AttributeValue{":lk": str(q.TenantID + "#" + strconv.Itoa(bucket))}
 	cond := "#lk = :lk"
 	if from != math.MinInt64 || to != math.MaxInt64 {
-		names["#c"] = s.AttrCreated
+		names["#c"] = AttrCreated
 	}
 	switch {
 	case from != math.MinInt64 && to != math.MaxInt64:
@@ -197,11 +197,11 @@ func (st *StateStore) queryListBucket(ctx context.Context, q store.ListQuery, bu
 	}
 	if q.PipelineID != "" {
 		in.FilterExpression = aws.String("#p = :p")
-		names["#p"], values[":p"] = s.AttrPipelineID, str(q.PipelineID)
+		names["#p"], values[":p"] = AttrPipelineID, str(q.PipelineID)
 	}
 	if after != nil {
 		in.ExclusiveStartKey = map[string]types.AttributeValue{
-			s.AttrListKey: str(q.TenantID + "#" + strconv.Itoa(bucket)), s.AttrCreated: num(after.at), s.AttrPK: str(pk(after.key)),
+			AttrListKey: str(q.TenantID + "#" + strconv.Itoa(bucket)), AttrCreated: num(after.at), AttrPK: str(pk(after.key)),
 		}
 	}
 	out, err := st.db.Query(ctx, in)
@@ -228,10 +228,10 @@ func (st *StateStore) queryListBucket(ctx context.Context, q store.ListQuery, bu
 
 func decodeListItem(item map[string]types.AttributeValue) (listItem, error) {
 	r := &reader{item: item}
-	key, ok := splitPK(r.str(s.AttrPK))
-	at := r.int64(s.AttrCreated)
+	key, ok := splitPK(r.str(AttrPK))
+	at := r.int64(AttrCreated)
 	if !ok || r.err != nil {
-		return listItem{}, fmt.Errorf("dynamostore: list index entry with a malformed %s or %s", s.AttrPK, s.AttrCreated)
+		return listItem{}, fmt.Errorf("dynamo: list index entry with a malformed %s or %s", AttrPK, AttrCreated)
 	}
 	// The key names the slot: the index does not hold the incarnation
 	// (see schema.ExecutionTable), and the row read next is the slot's.
@@ -287,7 +287,7 @@ func decodeListCursor(c, query string, shards int) (*listCursor, error) {
 		err = json.Unmarshal(b, &cur)
 	}
 	if err != nil || cur.Query != query || len(cur.Buckets) != shards {
-		return nil, fmt.Errorf("dynamostore: %w: not a cursor of this list query (or of a table with another shard count)", store.ErrInvalidCursor)
+		return nil, fmt.Errorf("dynamo: %w: not a cursor of this list query (or of a table with another shard count)", store.ErrInvalidCursor)
 	}
 	return &cur, nil
 }

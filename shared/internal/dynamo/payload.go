@@ -13,7 +13,6 @@ import (
 
 	"github.com/qasync/qasync/shared/clock"
 	"github.com/qasync/qasync/shared/payload"
-	s "github.com/qasync/qasync/shared/schema"
 )
 
 // PayloadStore is the DynamoDB payload chunk store: one item per part,
@@ -37,7 +36,7 @@ func NewPayloadStore(db *dynamodb.Client, table string, c clock.Clock) *PayloadS
 }
 
 func (ps *PayloadStore) key(id, name string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{s.AttrPayloadID: str(id), s.AttrPayloadPart: str(name)}
+	return map[string]types.AttributeValue{AttrPayloadID: str(id), AttrPayloadPart: str(name)}
 }
 
 // live reports whether an item's TTL has not passed.
@@ -50,28 +49,28 @@ func (ps *PayloadStore) live(item map[string]types.AttributeValue) bool {
 // replay and accepted.
 func (ps *PayloadStore) PutPart(ctx context.Context, p payload.Part) error {
 	if p.PayloadID == "" || p.Name == "" {
-		return errors.New("dynamostore: payload part needs an id and a name")
+		return errors.New("dynamo: payload part needs an id and a name")
 	}
 	ctx, cancel := withDeadline(ctx, ps.timeout)
 	defer cancel()
 	item := ps.key(p.PayloadID, p.Name)
-	item[s.AttrData] = bin(p.Data)
+	item[AttrData] = bin(p.Data)
 	if !p.ExpiresAt.IsZero() {
-		item[s.AttrTTL] = seconds(p.ExpiresAt)
+		item[AttrTTL] = seconds(p.ExpiresAt)
 	}
 	_, err := ps.db.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName: &ps.table, Item: item,
 		ConditionExpression:                 aws.String("attribute_not_exists(#id) OR #ttl <= :now"),
-		ExpressionAttributeNames:            map[string]string{"#id": s.AttrPayloadID, "#ttl": s.AttrTTL},
+		ExpressionAttributeNames:            map[string]string{"#id": AttrPayloadID, "#ttl": AttrTTL},
 		ExpressionAttributeValues:           map[string]types.AttributeValue{":now": seconds(ps.clock.Now())},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
 	var ccf *types.ConditionalCheckFailedException
 	if errors.As(err, &ccf) {
-		if old := ccf.Item; old != nil && bytes.Equal((&reader{item: old}).bytes(s.AttrData), p.Data) {
+		if old := ccf.Item; old != nil && bytes.Equal((&reader{item: old}).bytes(AttrData), p.Data) {
 			return nil
 		}
-		return fmt.Errorf("dynamostore: payload %s/%s: %w", p.PayloadID, p.Name, payload.ErrConflict)
+		return fmt.Errorf("dynamo: payload %s/%s: %w", p.PayloadID, p.Name, payload.ErrConflict)
 	}
 	if err != nil {
 		return translate("put payload part", err)
@@ -91,7 +90,7 @@ func (ps *PayloadStore) ExtendPart(ctx context.Context, payloadID, name string, 
 		TableName: &ps.table, Key: ps.key(payloadID, name),
 		UpdateExpression:                    aws.String("SET #ttl = :until"),
 		ConditionExpression:                 aws.String("attribute_exists(#id) AND #ttl > :now AND #ttl < :until"),
-		ExpressionAttributeNames:            map[string]string{"#id": s.AttrPayloadID, "#ttl": s.AttrTTL},
+		ExpressionAttributeNames:            map[string]string{"#id": AttrPayloadID, "#ttl": AttrTTL},
 		ExpressionAttributeValues:           map[string]types.AttributeValue{":now": seconds(now), ":until": seconds(until)},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
@@ -100,7 +99,7 @@ func (ps *PayloadStore) ExtendPart(ctx context.Context, payloadID, name string, 
 		if old := ccf.Item; old != nil && ps.live(old) {
 			return nil // kept that long already (or without an expiry)
 		}
-		return fmt.Errorf("dynamostore: extend payload %s/%s: %w", payloadID, name, payload.ErrNotFound)
+		return fmt.Errorf("dynamo: extend payload %s/%s: %w", payloadID, name, payload.ErrNotFound)
 	}
 	return translate("extend payload part", err)
 }
@@ -125,9 +124,9 @@ func (ps *PayloadStore) GetPart(ctx context.Context, payloadID, name string) (pa
 		return payload.Part{}, payload.ErrNotFound
 	}
 	r := &reader{item: out.Item}
-	data := r.bytes(s.AttrData)
+	data := r.bytes(AttrData)
 	if data == nil {
 		data = []byte{}
 	}
-	return payload.Part{PayloadID: payloadID, Name: name, Data: data, ExpiresAt: r.seconds(s.AttrTTL)}, r.err
+	return payload.Part{PayloadID: payloadID, Name: name, Data: data, ExpiresAt: r.seconds(AttrTTL)}, r.err
 }

@@ -61,7 +61,7 @@ var _ store.Store = (*StateStore)(nil)
 // NewStateStore returns a store on the given tables.
 func NewStateStore(db *dynamodb.Client, opts Options) (*StateStore, error) {
 	if opts.ExecutionTable == "" {
-		return nil, errors.New("dynamostore: the execution table name is required")
+		return nil, errors.New("dynamo: the execution table name is required")
 	}
 	if opts.DueShards <= 0 {
 		opts.DueShards = s.DefaultDueShards
@@ -85,13 +85,13 @@ func (st *StateStore) deadline(ctx context.Context) (context.Context, context.Ca
 }
 
 func (st *StateStore) key(k store.Key) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{s.AttrPK: str(pk(k))}
+	return map[string]types.AttributeValue{AttrPK: str(pk(k))}
 }
 
 // metaKey is the key of the table's one meta item, which records the
 // largest shard count any process has written rows with. It is no
 // execution's key: a tenant is never empty.
-var metaKey = map[string]types.AttributeValue{s.AttrPK: str("#meta")}
+var metaKey = map[string]types.AttributeValue{AttrPK: str("#meta")}
 
 // recordShards makes sure the meta item's shard count is at least this
 // process's (once per process, before its first create): a deployment
@@ -113,7 +113,7 @@ func (st *StateStore) recordShards(ctx context.Context) error {
 		TableName: &st.opts.ExecutionTable, Key: metaKey,
 		UpdateExpression:          aws.String("SET #n = :n"),
 		ConditionExpression:       aws.String("attribute_not_exists(#n) OR #n < :n"),
-		ExpressionAttributeNames:  map[string]string{"#n": s.AttrShards},
+		ExpressionAttributeNames:  map[string]string{"#n": AttrShards},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":n": num(st.opts.DueShards)},
 	})
 	var ccf *types.ConditionalCheckFailedException
@@ -127,12 +127,12 @@ func (st *StateStore) recordShards(ctx context.Context) error {
 // recordedShards reads the meta item's shard count (0 when absent).
 func (st *StateStore) recordedShards(ctx context.Context) (int, error) {
 	out, err := st.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &st.opts.ExecutionTable, Key: metaKey,
-		ProjectionExpression: aws.String("#n"), ExpressionAttributeNames: map[string]string{"#n": s.AttrShards}})
+		ProjectionExpression: aws.String("#n"), ExpressionAttributeNames: map[string]string{"#n": AttrShards}})
 	if err != nil {
 		return 0, translate("read shard count", err)
 	}
 	r := &reader{item: out.Item}
-	return r.int(s.AttrShards), r.err
+	return r.int(AttrShards), r.err
 }
 
 // shardsTTL is how long a read of the meta item's shard count is used.
@@ -172,7 +172,7 @@ func (st *StateStore) CreateOrGet(ctx context.Context, req store.CreateRequest) 
 	defer cancel()
 	e := req.Execution
 	if !validKey(e.Key()) {
-		return store.Execution{}, false, errors.New("dynamostore: create needs a tenant and an execution id without '#'")
+		return store.Execution{}, false, errors.New("dynamo: create needs a tenant and an execution id without '#'")
 	}
 	if err := st.recordShards(ctx); err != nil {
 		return store.Execution{}, false, err
@@ -181,7 +181,7 @@ func (st *StateStore) CreateOrGet(ctx context.Context, req store.CreateRequest) 
 		_, err := st.db.PutItem(ctx, &dynamodb.PutItemInput{
 			TableName: &st.opts.ExecutionTable, Item: encode(&e, st.opts.DueShards),
 			ConditionExpression:                 aws.String("attribute_not_exists(#pk) OR #ttl <= :now"),
-			ExpressionAttributeNames:            map[string]string{"#pk": s.AttrPK, "#ttl": s.AttrTTL},
+			ExpressionAttributeNames:            map[string]string{"#pk": AttrPK, "#ttl": AttrTTL},
 			ExpressionAttributeValues:           map[string]types.AttributeValue{":now": seconds(st.opts.Clock.Now())},
 			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 		})
@@ -289,7 +289,7 @@ func (st *StateStore) batchGet(ctx context.Context, keys []map[string]types.Attr
 			req = res.UnprocessedKeys[st.opts.ExecutionTable].Keys
 			if len(req) > 0 {
 				if try >= 8 {
-					return nil, fmt.Errorf("dynamostore: batch get: %w: %d keys left unprocessed", store.ErrUnavailable, len(req))
+					return nil, fmt.Errorf("dynamo: batch get: %w: %d keys left unprocessed", store.ErrUnavailable, len(req))
 				}
 				if err := sleep(ctx, time.Duration(10<<try)*time.Millisecond); err != nil {
 					return nil, err
@@ -307,23 +307,23 @@ func (st *StateStore) Claim(ctx context.Context, req store.ClaimRequest) (store.
 	ctx, cancel := st.deadline(ctx)
 	defer cancel()
 	u := newUpdate()
-	u.set(s.AttrStatus, str(string(store.Running)))
-	u.set(s.AttrLeaseOwner, str(req.Owner))
-	u.set(s.AttrLeaseExpires, millis(req.LeaseUntil))
-	u.set(s.AttrAttempt, num(req.Attempt))
-	u.set(s.AttrReleases, num(req.Releases))
+	u.set(AttrStatus, str(string(store.Running)))
+	u.set(AttrLeaseOwner, str(req.Owner))
+	u.set(AttrLeaseExpires, millis(req.LeaseUntil))
+	u.set(AttrAttempt, num(req.Attempt))
+	u.set(AttrReleases, num(req.Releases))
 	if !req.SweepAt.IsZero() {
-		u.set(s.AttrSweepAt, millis(req.SweepAt))
-		u.set(s.AttrSweeps, num(0))
+		u.set(AttrSweepAt, millis(req.SweepAt))
+		u.set(AttrSweeps, num(0))
 	}
-	u.set(s.AttrVersion, num(req.ExpectVersion+1))
-	u.set(s.AttrUpdated, millis(req.Now))
+	u.set(AttrVersion, num(req.ExpectVersion+1))
+	u.set(AttrUpdated, millis(req.Now))
 	cond := fmt.Sprintf("%s = %s AND ((%s IN (%s, %s) AND %s <= %s) OR (%s = %s AND %s <= %s)) AND %s",
-		u.name(s.AttrVersion), u.value(num(req.ExpectVersion)),
-		u.name(s.AttrStatus), u.value(str(string(store.Queued))), u.value(str(string(store.WaitRetry))),
-		u.name(s.AttrNextDue), u.value(millis(req.DueBy)),
-		u.name(s.AttrStatus), u.value(str(string(store.Running))),
-		u.name(s.AttrLeaseExpires), u.value(millis(req.TakeoverBy)),
+		u.name(AttrVersion), u.value(num(req.ExpectVersion)),
+		u.name(AttrStatus), u.value(str(string(store.Queued))), u.value(str(string(store.WaitRetry))),
+		u.name(AttrNextDue), u.value(millis(req.DueBy)),
+		u.name(AttrStatus), u.value(str(string(store.Running))),
+		u.name(AttrLeaseExpires), u.value(millis(req.TakeoverBy)),
 		st.rowCondition(u, req.Key))
 	item, err := st.conditionalUpdate(ctx, req.Key, u, cond)
 	switch {
@@ -342,10 +342,10 @@ func (st *StateStore) Renew(ctx context.Context, key store.Key, owner string, ve
 	ctx, cancel := st.deadline(ctx)
 	defer cancel()
 	u := newUpdate()
-	u.set(s.AttrLeaseExpires, millis(until))
+	u.set(AttrLeaseExpires, millis(until))
 	cond := fmt.Sprintf("%s = %s AND %s = %s AND %s = %s AND %s",
-		u.name(s.AttrLeaseOwner), u.value(str(owner)), u.name(s.AttrVersion), u.value(num(version)),
-		u.name(s.AttrStatus), u.value(str(string(store.Running))), st.rowCondition(u, key))
+		u.name(AttrLeaseOwner), u.value(str(owner)), u.name(AttrVersion), u.value(num(version)),
+		u.name(AttrStatus), u.value(str(string(store.Running))), st.rowCondition(u, key))
 	_, err := st.conditionalUpdate(ctx, key, u, cond)
 	if errors.Is(err, errCondition) {
 		return store.ErrLeaseLost
@@ -361,12 +361,12 @@ func (st *StateStore) Update(ctx context.Context, g store.Guard, next store.Exec
 	defer cancel()
 	u := newUpdate()
 	mutable(u, &next, g.KeepSweep)
-	u.set(s.AttrVersion, num(g.Version+1))
-	owner := "attribute_not_exists(" + u.name(s.AttrLeaseOwner) + ")"
+	u.set(AttrVersion, num(g.Version+1))
+	owner := "attribute_not_exists(" + u.name(AttrLeaseOwner) + ")"
 	if g.LeaseOwner != "" {
-		owner = u.name(s.AttrLeaseOwner) + " = " + u.value(str(g.LeaseOwner))
+		owner = u.name(AttrLeaseOwner) + " = " + u.value(str(g.LeaseOwner))
 	}
-	cond := fmt.Sprintf("%s = %s AND %s AND %s", u.name(s.AttrVersion), u.value(num(g.Version)), owner, st.rowCondition(u, g.Key))
+	cond := fmt.Sprintf("%s = %s AND %s AND %s", u.name(AttrVersion), u.value(num(g.Version)), owner, st.rowCondition(u, g.Key))
 	item, err := st.conditionalUpdate(ctx, g.Key, u, cond)
 	switch {
 	case errors.Is(err, errCondition) && !st.found(item, g.Key):
@@ -387,11 +387,11 @@ func (st *StateStore) Reschedule(ctx context.Context, key store.Key, from, to ti
 	ctx, cancel := st.deadline(ctx)
 	defer cancel()
 	u := newUpdate()
-	u.setOrRemove(s.AttrSweepAt, !to.IsZero(), millis(to))
-	u.set(s.AttrSweeps, num(sweeps))
-	was := "attribute_not_exists(" + u.name(s.AttrSweepAt) + ")"
+	u.setOrRemove(AttrSweepAt, !to.IsZero(), millis(to))
+	u.set(AttrSweeps, num(sweeps))
+	was := "attribute_not_exists(" + u.name(AttrSweepAt) + ")"
 	if !from.IsZero() {
-		was = u.name(s.AttrSweepAt) + " = " + u.value(millis(from))
+		was = u.name(AttrSweepAt) + " = " + u.value(millis(from))
 	}
 	item, err := st.conditionalUpdate(ctx, key, u, was+" AND "+st.rowCondition(u, key))
 	switch {
@@ -405,16 +405,16 @@ func (st *StateStore) Reschedule(ctx context.Context, key store.Key, from, to ti
 
 // liveCondition requires the item to exist and not to have expired.
 func (st *StateStore) liveCondition(u *update) string {
-	return fmt.Sprintf("attribute_exists(%s) AND %s > %s", u.name(s.AttrPK), u.name(s.AttrTTL), u.value(seconds(st.opts.Clock.Now())))
+	return fmt.Sprintf("attribute_exists(%s) AND %s > %s", u.name(AttrPK), u.name(AttrTTL), u.value(seconds(st.opts.Clock.Now())))
 }
 
 // rowCondition requires the row to be live and to be the incarnation key
 // names (its ic attribute): a writer that read one incarnation of a slot
 // never changes another.
 func (st *StateStore) rowCondition(u *update, key store.Key) string {
-	identity := "attribute_not_exists(" + u.name(s.AttrIncarnation) + ")"
+	identity := "attribute_not_exists(" + u.name(AttrIncarnation) + ")"
 	if ic := store.Incarnation(key.ExecutionID); ic != "" {
-		identity = u.name(s.AttrIncarnation) + " = " + u.value(str(ic))
+		identity = u.name(AttrIncarnation) + " = " + u.value(str(ic))
 	}
 	return st.liveCondition(u) + " AND " + identity
 }
@@ -425,11 +425,11 @@ func (st *StateStore) found(item map[string]types.AttributeValue, key store.Key)
 	if item == nil || !st.live(item) {
 		return false
 	}
-	k, ok := splitPK((&reader{item: item}).str(s.AttrPK))
+	k, ok := splitPK((&reader{item: item}).str(AttrPK))
 	return ok && withIncarnation(k, item) == key
 }
 
-var errCondition = errors.New("dynamostore: condition failed")
+var errCondition = errors.New("dynamo: condition failed")
 
 // conditionalUpdate runs UpdateItem returning the new item, or errCondition
 // with the old item (nil when there was none).
@@ -550,7 +550,7 @@ func (st *StateStore) dueShard(ctx context.Context, shard int, dueBy time.Time, 
 	in := &dynamodb.QueryInput{
 		TableName: &st.opts.ExecutionTable, IndexName: aws.String(s.DueIndexName),
 		KeyConditionExpression:   aws.String("#shard = :shard AND #sweep <= :by"),
-		ExpressionAttributeNames: map[string]string{"#shard": s.AttrDueShard, "#sweep": s.AttrSweepAt},
+		ExpressionAttributeNames: map[string]string{"#shard": AttrDueShard, "#sweep": AttrSweepAt},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":shard": &types.AttributeValueMemberN{Value: strconv.Itoa(shard)}, ":by": millis(dueBy)},
 		ScanIndexForward: aws.Bool(true),
@@ -558,8 +558,8 @@ func (st *StateStore) dueShard(ctx context.Context, shard int, dueBy time.Time, 
 	}
 	if after != nil {
 		in.ExclusiveStartKey = map[string]types.AttributeValue{
-			s.AttrDueShard: num(shard), s.AttrSweepAt: millis(after.ref.SweepAt),
-			s.AttrPK: str(pk(after.ref.Key)),
+			AttrDueShard: num(shard), AttrSweepAt: millis(after.ref.SweepAt),
+			AttrPK: str(pk(after.ref.Key)),
 		}
 	}
 	for {
@@ -570,15 +570,15 @@ func (st *StateStore) dueShard(ctx context.Context, shard int, dueBy time.Time, 
 		st.dueItemsRead.Add(int64(out.ScannedCount))
 		for _, item := range out.Items {
 			r := &reader{item: item}
-			key, ok := splitPK(r.str(s.AttrPK))
+			key, ok := splitPK(r.str(AttrPK))
 			if !ok {
-				return refs, false, fmt.Errorf("dynamostore: due index entry with a malformed %s", s.AttrPK)
+				return refs, false, fmt.Errorf("dynamo: due index entry with a malformed %s", AttrPK)
 			}
 			// The key names the slot (the index does not hold the
 			// incarnation); GetBatch answers it with the slot's live row.
 			refs = append(refs, dueItem{shard: shard, ref: store.DueRef{
 				Key:        key,
-				PipelineID: r.str(s.AttrPipelineID), SweepAt: r.millis(s.AttrSweepAt),
+				PipelineID: r.str(AttrPipelineID), SweepAt: r.millis(AttrSweepAt),
 			}})
 		}
 		if len(refs) >= limit {
@@ -621,7 +621,7 @@ func decodeDueCursor(c string, shards int) ([]dueCursor, error) {
 		err = json.Unmarshal(b, &cur)
 	}
 	if err != nil || len(cur) != shards {
-		return nil, errors.New("dynamostore: invalid due cursor (or one from a table with another shard count)")
+		return nil, errors.New("dynamo: invalid due cursor (or one from a table with another shard count)")
 	}
 	for i := range cur {
 		if cur[i].Exec != "" {
@@ -641,21 +641,21 @@ func translate(op string, err error) error {
 		return nil
 	}
 	if unreachable(err) {
-		return fmt.Errorf("dynamostore: %s: %w: %v", op, store.ErrUnavailable, err)
+		return fmt.Errorf("dynamo: %s: %w: %v", op, store.ErrUnavailable, err)
 	}
 	var api smithy.APIError
 	if errors.As(err, &api) {
 		switch api.ErrorCode() {
 		case "ProvisionedThroughputExceededException", "RequestLimitExceeded", "ThrottlingException",
 			"InternalServerError", "ServiceUnavailable", "LimitExceededException":
-			return fmt.Errorf("dynamostore: %s: %w: %v", op, store.ErrUnavailable, err)
+			return fmt.Errorf("dynamo: %s: %w: %v", op, store.ErrUnavailable, err)
 		}
 	}
 	var resp *smithyhttp.ResponseError
 	if errors.As(err, &resp) && resp.HTTPStatusCode() >= 500 {
-		return fmt.Errorf("dynamostore: %s: %w: %v", op, store.ErrUnavailable, err)
+		return fmt.Errorf("dynamo: %s: %w: %v", op, store.ErrUnavailable, err)
 	}
-	return fmt.Errorf("dynamostore: %s: %w", op, err)
+	return fmt.Errorf("dynamo: %s: %w", op, err)
 }
 
 // sleep waits d plus jitter, or until ctx ends.

@@ -22,7 +22,6 @@ import (
 	st "github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
 
 	"github.com/qasync/qasync/shared/clock"
-	s "github.com/qasync/qasync/shared/schema"
 	"github.com/qasync/qasync/shared/store"
 )
 
@@ -140,7 +139,7 @@ const batchBackoffMax = time.Minute
 // NewStreamFeed returns a feed of h from opts.ExecutionTable's stream.
 func NewStreamFeed(streams StreamsAPI, db *dynamodb.Client, h *History, opts StreamOptions) (*StreamFeed, error) {
 	if c, ok := streams.(*dynamodbstreams.Client); streams == nil || (ok && c == nil) || opts.ExecutionTable == "" || h == nil {
-		return nil, errors.New("dynamohistory: a stream feed needs the execution table's name, its streams client and the history")
+		return nil, errors.New("dynamo: history: a stream feed needs the execution table's name, its streams client and the history")
 	}
 	if opts.Interval <= 0 {
 		opts.Interval = time.Second
@@ -209,7 +208,7 @@ func (f *StreamFeed) Poll(ctx context.Context) (int, error) {
 		}
 		f.arn = aws.ToString(out.Table.LatestStreamArn)
 		if f.arn == "" {
-			return 0, fmt.Errorf("dynamohistory: table %s has no stream (qasync provision adds it)", f.opts.ExecutionTable)
+			return 0, fmt.Errorf("dynamo: history: table %s has no stream (qasync provision adds it)", f.opts.ExecutionTable)
 		}
 		f.loaded = false
 	}
@@ -314,7 +313,7 @@ func (f *StreamFeed) shards(ctx context.Context) ([]st.Shard, error) {
 			f.arn, f.list = "", nil // the stream was replaced: find the table's new one
 		}
 		if err != nil {
-			return nil, fmt.Errorf("dynamohistory: describe stream: %w", err)
+			return nil, fmt.Errorf("dynamo: history: describe stream: %w", err)
 		}
 		shards = append(shards, out.StreamDescription.Shards...)
 		if out.StreamDescription.LastEvaluatedShardId == nil {
@@ -326,7 +325,7 @@ func (f *StreamFeed) shards(ctx context.Context) ([]st.Shard, error) {
 
 // positionKey is the key of a shard's position item.
 func (f *StreamFeed) positionKey(shard string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{s.AttrPK: str(streamPositionPK), s.AttrPage: str(f.arn + "|" + shard)}
+	return map[string]types.AttributeValue{AttrPK: str(streamPositionPK), AttrPage: str(f.arn + "|" + shard)}
 }
 
 // streamPositionPK is the partition key of the feed's positions in the
@@ -339,7 +338,7 @@ func (f *StreamFeed) loadPositions(ctx context.Context) error {
 	in := &dynamodb.QueryInput{
 		TableName:                aws.String(f.hist.Table()),
 		KeyConditionExpression:   aws.String("#pk = :pk AND begins_with(#pg, :arn)"),
-		ExpressionAttributeNames: map[string]string{"#pk": s.AttrPK, "#pg": s.AttrPage},
+		ExpressionAttributeNames: map[string]string{"#pk": AttrPK, "#pg": AttrPage},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
 			":pk": str(streamPositionPK), ":arn": str(f.arn + "|"),
 		},
@@ -353,8 +352,8 @@ func (f *StreamFeed) loadPositions(ctx context.Context) error {
 		}
 		for _, item := range out.Items {
 			r := &reader{item: item}
-			shard := strings.TrimPrefix(r.str(s.AttrPage), f.arn+"|")
-			state[shard] = &shardState{pos: r.str(s.AttrSequence), done: r.bool(s.AttrShardDone)}
+			shard := strings.TrimPrefix(r.str(AttrPage), f.arn+"|")
+			state[shard] = &shardState{pos: r.str(AttrSequence), done: r.bool(AttrShardDone)}
 		}
 		if out.LastEvaluatedKey == nil {
 			break
@@ -384,7 +383,7 @@ func (f *StreamFeed) open(ctx context.Context, sh st.Shard, ss *shardState) (str
 			continue
 		}
 		if err != nil {
-			return "", fmt.Errorf("dynamohistory: shard iterator of %s: %w", id, err)
+			return "", fmt.Errorf("dynamo: history: shard iterator of %s: %w", id, err)
 		}
 		return aws.ToString(out.ShardIterator), nil
 	}
@@ -417,7 +416,7 @@ func (f *StreamFeed) read(ctx context.Context, sh st.Shard) (n int, more bool, e
 		return 0, false, nil
 	case err != nil:
 		ss.iter = ""
-		return 0, false, fmt.Errorf("dynamohistory: get records of %s: %w", id, err)
+		return 0, false, fmt.Errorf("dynamo: history: get records of %s: %w", id, err)
 	}
 	changes := make([]Change, len(out.Records))
 	for i, r := range out.Records {
@@ -429,7 +428,7 @@ func (f *StreamFeed) read(ctx context.Context, sh st.Shard) (n int, more bool, e
 	if err := f.hist.Apply(ctx, changes); err != nil {
 		ss.iter = "" // read the batch again from the recorded position
 		if !f.failed(ctx, id, ss, changes, err) {
-			return 0, false, fmt.Errorf("dynamohistory: shard %s: %w", id, err)
+			return 0, false, fmt.Errorf("dynamo: history: shard %s: %w", id, err)
 		}
 	}
 	ss.tries, ss.fails, ss.next = 0, 0, time.Time{}
@@ -483,10 +482,10 @@ func transient(err error) bool {
 // It expires after two days: the stream keeps records for one.
 func (f *StreamFeed) record(ctx context.Context, shard, seq string, done bool) error {
 	item := f.positionKey(shard)
-	item[s.AttrShardDone] = boolean(done)
-	item[s.AttrTTL] = seconds(f.opts.Clock.Now().Add(48 * time.Hour))
+	item[AttrShardDone] = boolean(done)
+	item[AttrTTL] = seconds(f.opts.Clock.Now().Add(48 * time.Hour))
 	if seq != "" {
-		item[s.AttrSequence] = str(seq)
+		item[AttrSequence] = str(seq)
 	}
 	if _, err := f.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(f.hist.Table()), Item: item}); err != nil {
 		return translate("record the stream position", err)

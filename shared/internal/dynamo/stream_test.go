@@ -28,7 +28,6 @@ import (
 	"github.com/qasync/qasync/shared/clock"
 	"github.com/qasync/qasync/shared/internal/dynamo"
 	"github.com/qasync/qasync/shared/internal/logtest"
-	"github.com/qasync/qasync/shared/schema"
 	"github.com/qasync/qasync/shared/store"
 )
 
@@ -250,7 +249,7 @@ func poison(create dynamo.Change) dynamo.Change {
 	for k, v := range create.New {
 		img[k] = v
 	}
-	img[schema.AttrPK] = &types.AttributeValueMemberS{Value: strings.Repeat("t", 2100) + "#poisoned"}
+	img[dynamo.AttrPK] = &types.AttributeValueMemberS{Value: strings.Repeat("t", 2100) + "#poisoned"}
 	img["marker"] = &types.AttributeValueMemberS{Value: payloadMarker}
 	return dynamo.Change{New: img}
 }
@@ -339,7 +338,7 @@ func throttleHistory(on, hits *atomic.Int64) func(*middleware.Stack) error {
 		return stack.Initialize.Add(middleware.InitializeMiddlewareFunc("throttleHistory",
 			func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
 				if p, ok := in.Parameters.(*dynamodb.PutItemInput); ok {
-					if pk, _ := p.Item[schema.AttrPK].(*types.AttributeValueMemberS); pk != nil && pk.Value != "#stream" && on.Add(-1) >= 0 {
+					if pk, _ := p.Item[dynamo.AttrPK].(*types.AttributeValueMemberS); pk != nil && pk.Value != "#stream" && on.Add(-1) >= 0 {
 						hits.Add(1)
 						return middleware.InitializeOutput{}, middleware.Metadata{}, &smithy.GenericAPIError{Code: "ThrottlingException", Message: "Rate of requests exceeds the allowed throughput."}
 					}

@@ -290,7 +290,7 @@ func (t *tempCopy) close() {
 func (db *DB) snapshot() (*tempCopy, int64, error) {
 	f, err := os.CreateTemp(db.dir, backupTempPattern)
 	if err != nil {
-		return nil, 0, fmt.Errorf("backup: the temporary copy in %s: %w", db.dir, err)
+		return nil, 0, fmt.Errorf("embedded: the backup's temporary copy in %s: %w", db.dir, err)
 	}
 	t := &tempCopy{File: f, name: f.Name()}
 	t.unlinked = os.Remove(t.name) == nil
@@ -305,7 +305,7 @@ func (db *DB) snapshot() (*tempCopy, int64, error) {
 	}
 	if err != nil {
 		t.close()
-		return nil, 0, fmt.Errorf("backup: the temporary copy in %s (it needs free space for a whole copy of the store): %w", db.dir, err)
+		return nil, 0, fmt.Errorf("embedded: the backup's temporary copy in %s (it needs free space for a whole copy of the store): %w", db.dir, err)
 	}
 	return t, size, nil
 }

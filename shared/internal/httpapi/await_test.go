@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/qasync/qasync/shared/await"
+	"github.com/qasync/qasync/shared/client"
 	"github.com/qasync/qasync/shared/internal/engine"
 	"github.com/qasync/qasync/shared/internal/httpapi"
 	"github.com/qasync/qasync/shared/payload"
@@ -34,7 +35,7 @@ func TestCompleteAwait(t *testing.T) {
 	})
 	sub := e.mustSubmit("approval", "k1", `{"doc":1}`)
 	e.drive()
-	st := decode[httpapi.StatusResponse](t, e.do(req{method: http.MethodGet, path: "/v1/executions/" + sub.ExecutionID}))
+	st := decode[client.Execution](t, e.do(req{method: http.MethodGet, path: "/v1/executions/" + sub.ExecutionID}))
 	if st.Status != store.WaitingExternal || st.Await == nil || st.Await.AwaitID != awaitID || st.Await.Status != store.AwaitWaiting {
 		t.Fatalf("status = %+v await %+v", st, st.Await)
 	}
@@ -66,12 +67,12 @@ func TestCompleteAwait(t *testing.T) {
 	if w.Code != http.StatusOK {
 		t.Fatalf("complete: %d %s", w.Code, w.Body)
 	}
-	doc := decode[httpapi.StatusResponse](t, w)
-	if doc.Status != store.Queued || doc.Await == nil || doc.Await.Status != store.AwaitCompleted || doc.Await.CompletedAt == "" {
+	doc := decode[client.Execution](t, w)
+	if doc.Status != store.Queued || doc.Await == nil || doc.Await.Status != store.AwaitCompleted || doc.Await.CompletedAt.IsZero() {
 		t.Fatalf("doc = %+v await %+v", doc, doc.Await)
 	}
 	e.drive() // a worker commits the await step with the completion
-	st = decode[httpapi.StatusResponse](t, e.do(req{method: http.MethodGet, path: "/v1/executions/" + sub.ExecutionID}))
+	st = decode[client.Execution](t, e.do(req{method: http.MethodGet, path: "/v1/executions/" + sub.ExecutionID}))
 	if st.Status != store.Succeeded {
 		t.Fatalf("after the worker: %+v", st)
 	}
@@ -80,7 +81,7 @@ func TestCompleteAwait(t *testing.T) {
 		t.Fatalf("result: %d %s", res.Code, res.Body)
 	}
 	again := complete(path, `{"ok":true}`, token)
-	if again.Code != http.StatusOK || decode[httpapi.StatusResponse](t, again).Version != st.Version {
+	if again.Code != http.StatusOK || decode[client.Execution](t, again).Version != st.Version {
 		t.Fatalf("repeat: %d %s", again.Code, again.Body)
 	}
 	wantProblem(t, complete(path, `{"ok":false}`, token), http.StatusConflict, "await-conflict")

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/qasync/qasync/shared/client"
 	"github.com/qasync/qasync/shared/clock"
 	"github.com/qasync/qasync/shared/dispatch"
 	"github.com/qasync/qasync/shared/internal/engine"
@@ -93,7 +94,7 @@ func FuzzSubmit(f *testing.F) {
 			}
 			return
 		}
-		var s httpapi.SubmitResponse
+		var s client.Submission
 		if err := json.Unmarshal(w.Body.Bytes(), &s); err != nil {
 			t.Fatalf("submit body %q: %v", w.Body, err)
 		}

@@ -17,6 +17,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/qasync/qasync/shared/client"
 	"github.com/qasync/qasync/shared/internal/engine"
 	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/pipeline"
@@ -47,132 +48,46 @@ const (
 
 var protoNamePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$`)
 
-// SubmitResponse is the body of a 202 or 200 submit response.
-type SubmitResponse struct {
-	// ExecutionID identifies the execution within its tenant.
-	ExecutionID string `json:"executionId"`
-	// PipelineID is the pipeline the execution runs.
-	PipelineID string `json:"pipelineId"`
-	// Status is the execution's status at the time of the response.
-	Status store.Status `json:"status"`
-	// Duplicate is true when the idempotency key already mapped to this
-	// execution (HTTP 200); nothing new was stored or dispatched.
-	Duplicate bool `json:"duplicate"`
-	// StatusURL is also sent as the Location header.
-	StatusURL string `json:"statusUrl"`
-	// ResultURL is where the result is served once SUCCEEDED.
-	ResultURL string `json:"resultUrl"`
-	// SubmittedAt is the execution's creation time, RFC 3339 in UTC.
-	SubmittedAt string `json:"submittedAt"`
+// The documents the API answers with are package client's (Submission,
+// Execution, ExecutionPage, History, BulkRedrive, RedriveProgress,
+// DeadLetterPage, Problem): the server encodes the very types its Go
+// client decodes, so the two cannot drift. Times are encoded in UTC.
+
+// utc is t in UTC (the zero time stays zero: an optional member is then
+// left out).
+func utc(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	return t.UTC()
 }
 
-// StatusResponse is the status document of an execution (GET status, and
-// the body of a 202 re-drive response). Times are RFC 3339 in UTC.
-type StatusResponse struct {
-	// ExecutionID identifies the execution within its tenant.
-	ExecutionID string `json:"executionId"`
-	// PipelineID is the pipeline the execution runs.
-	PipelineID string `json:"pipelineId"`
-	// PipelineVersion is the pipeline definition the execution is bound to
-	// (its VersionID); only workers serving it run the execution.
-	PipelineVersion string `json:"pipelineVersion,omitempty"`
-	// Status is the lifecycle status (QUEUED, RUNNING, ..., SUCCEEDED, DLQ).
-	Status store.Status `json:"status"`
-	// StepIndex is the 0-based index of the current step.
-	StepIndex int `json:"stepIndex"`
-	// StepName is the current step's name.
-	StepName string `json:"stepName"`
-	// Attempt is the current step's attempt number, from 1.
-	Attempt int `json:"attempt"`
-	// Version is the row version; pass it as a re-drive's expectedVersion.
-	Version int64 `json:"version"`
-	// CreatedAt is when the execution was submitted.
-	CreatedAt string `json:"createdAt"`
-	// UpdatedAt is when the execution last changed.
-	UpdatedAt string `json:"updatedAt"`
-	// NextDueAt is when a QUEUED or WAIT_RETRY execution may run next;
-	// omitted otherwise.
-	NextDueAt string `json:"nextDueAt,omitempty"`
-	// VersionWaitSince is set while the execution waits for a worker that
-	// serves its pipeline version (error code pipeline_version_unavailable).
-	VersionWaitSince string `json:"versionWaitSince,omitempty"`
-	// Error is the last failure; omitted when there is none.
-	Error *ErrorResponse `json:"error,omitempty"`
-	// Await is the execution's current (or last) external await; omitted
-	// when it has none.
-	Await *AwaitResponse `json:"await,omitempty"`
-	// CancelReason is the operator's reason once a cancel was requested
-	// (the execution is CANCELLED, or RUNNING until its worker sees it).
-	CancelReason string `json:"cancelReason,omitempty"`
-	// CancelRequestedAt is when the cancel was requested.
-	CancelRequestedAt string `json:"cancelRequestedAt,omitempty"`
-}
-
-// AwaitResponse is the external await of a status document.
-type AwaitResponse struct {
-	// AwaitID identifies the await (the completion route's {awaitId}).
-	AwaitID string `json:"awaitId"`
-	// Status is WAITING, COMPLETED or TIMED_OUT.
-	Status store.AwaitStatus `json:"status"`
-	// TimeoutAt is omitted when the await has no timeout.
-	TimeoutAt string `json:"timeoutAt,omitempty"`
-	// CompletedAt is when the completion was accepted (also a late one).
-	CompletedAt string `json:"completedAt,omitempty"`
-	// Late is true when a completion arrived after the timeout; it is kept
-	// for reconciliation and changed nothing else.
-	Late bool `json:"late"`
-}
-
-// ErrorResponse is the failure of a status document.
-type ErrorResponse struct {
-	// Code is the machine-readable error code the step (or runtime) gave.
-	Code string `json:"code"`
-	// Message is the human-readable error message.
-	Message string `json:"message"`
-	// TerminalReason is set ("retry_exhausted", "non_retryable") when the
-	// failure ended the execution, "" while a retry is pending.
-	TerminalReason string `json:"terminalReason"`
-}
-
-// RedriveRequest is the body of a re-drive request.
-type RedriveRequest struct {
-	// Reason is the audit note: required, at most MaxRedriveReasonLen bytes.
-	Reason string `json:"reason"`
-	// ExpectedVersion, when set, must equal the execution's current version.
-	ExpectedVersion *int64 `json:"expectedVersion,omitempty"`
-	// ConfirmedNoRemoteEffect states that the remote invocation of a
-	// REMOTE_OUTCOME_UNKNOWN execution completed, was cancelled or can
-	// make no more effects; required to re-drive that status.
-	ConfirmedNoRemoteEffect bool `json:"confirmedNoRemoteEffect,omitempty"`
-}
-
-func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
-
-func statusDocument(e *store.Execution) StatusResponse {
-	d := StatusResponse{
+// statusDocument is the status document of e.
+func statusDocument(e *store.Execution) client.Execution {
+	d := client.Execution{
 		ExecutionID: e.ExecutionID, PipelineID: e.PipelineID, PipelineVersion: e.PipelineVersion, Status: e.Status,
 		StepIndex: e.StepIndex, StepName: e.StepName, Attempt: e.Attempt, Version: e.Version,
-		CreatedAt: formatTime(e.CreatedAt), UpdatedAt: formatTime(e.UpdatedAt),
+		CreatedAt: utc(e.CreatedAt), UpdatedAt: utc(e.UpdatedAt),
 	}
 	if !e.NextDueAt.IsZero() && (e.Status == store.Queued || e.Status == store.WaitRetry) {
-		d.NextDueAt = formatTime(e.NextDueAt)
+		d.NextDueAt = utc(e.NextDueAt)
 	}
 	if !e.VersionWaitSince.IsZero() {
-		d.VersionWaitSince = formatTime(e.VersionWaitSince)
+		d.VersionWaitSince = utc(e.VersionWaitSince)
 	}
 	if e.Error != nil {
-		d.Error = &ErrorResponse{Code: e.Error.Code, Message: e.Error.Message, TerminalReason: e.Error.TerminalReason}
+		d.Error = &client.ExecutionError{Code: e.Error.Code, Message: e.Error.Message, TerminalReason: e.Error.TerminalReason}
 	}
 	if !e.CancelRequestedAt.IsZero() {
-		d.CancelReason, d.CancelRequestedAt = e.CancelReason, formatTime(e.CancelRequestedAt)
+		d.CancelReason, d.CancelRequestedAt = e.CancelReason, utc(e.CancelRequestedAt)
 	}
 	if aw := e.Await; aw != nil {
-		d.Await = &AwaitResponse{AwaitID: aw.ID, Status: aw.Status, Late: aw.Late}
+		d.Await = &client.Await{AwaitID: aw.ID, Status: aw.Status, Late: aw.Late}
 		if !aw.TimeoutAt.IsZero() {
-			d.Await.TimeoutAt = formatTime(aw.TimeoutAt)
+			d.Await.TimeoutAt = utc(aw.TimeoutAt)
 		}
 		if !aw.CompletedAt.IsZero() {
-			d.Await.CompletedAt = formatTime(aw.CompletedAt)
+			d.Await.CompletedAt = utc(aw.CompletedAt)
 		}
 	}
 	return d
@@ -395,10 +310,10 @@ func (a *api) submit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	e := &res.Execution
-	doc := SubmitResponse{
+	doc := client.Submission{
 		ExecutionID: e.ExecutionID, PipelineID: e.PipelineID, Status: e.Status, Duplicate: res.Duplicate,
 		StatusURL: a.statusURL(e.ExecutionID), ResultURL: a.resultURL(e.ExecutionID),
-		SubmittedAt: formatTime(e.CreatedAt),
+		SubmittedAt: utc(e.CreatedAt),
 	}
 	code := http.StatusAccepted
 	if res.Duplicate {
@@ -603,8 +518,8 @@ func (a *api) authorized(w http.ResponseWriter, r *http.Request) bool {
 
 // parseRedrive decodes and checks a re-drive body. A non-empty detail
 // says what is wrong with it.
-func parseRedrive(body []byte) (RedriveRequest, string) {
-	var req RedriveRequest
+func parseRedrive(body []byte) (client.RedriveRequest, string) {
+	var req client.RedriveRequest
 	detail := decodeBody(body, &req, `{"reason": string, "expectedVersion": integer (optional), "confirmedNoRemoteEffect": boolean (optional)}`)
 	switch {
 	case detail != "":

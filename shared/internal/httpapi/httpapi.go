@@ -87,12 +87,18 @@ type Options struct {
 	// Logger receives one "http_request" event per request, and the
 	// errors behind 5xx responses. Default slog.Default().
 	Logger *slog.Logger
+	// Console, when set, serves ConsolePrefix and the paths under it (the
+	// web console, package console), so that one handler serves both.
+	Console http.Handler
 	// BasePath is prepended to the URLs the API returns (statusUrl,
 	// resultUrl, Location), for a deployment that serves the routes under
 	// a prefix the handler does not see, e.g. an API Gateway stage
 	// ("/prod"). Routes are always matched without it. Default "".
 	BasePath string
 }
+
+// ConsolePrefix is the path under which Options.Console is served.
+const ConsolePrefix = "/console"
 
 // Route patterns, as logged in the "route" key of "http_request" events.
 const (
@@ -123,6 +129,7 @@ type api struct {
 	redriveUpstream bool
 	log             *slog.Logger
 	basePath        string
+	console         http.Handler
 }
 
 // New returns the HTTP handler of rt. It panics if rt is nil.
@@ -137,6 +144,7 @@ func New(rt *engine.Runtime, opts Options) http.Handler {
 		tenantFunc: opts.TenantFunc,
 		log:        opts.Logger,
 		basePath:   strings.TrimRight(opts.BasePath, "/"),
+		console:    opts.Console,
 	}
 	if a.maxBody <= 0 {
 		a.maxBody = DefaultMaxBodyBytes
@@ -204,8 +212,13 @@ type reqInfo struct {
 	tenant string
 }
 
-// ServeHTTP routes the request and logs it.
+// ServeHTTP routes the request and logs it; the console's paths go to
+// the console, which logs its own.
 func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p := r.URL.Path; a.console != nil && (p == ConsolePrefix || strings.HasPrefix(p, ConsolePrefix+"/")) {
+		a.console.ServeHTTP(w, r)
+		return
+	}
 	start := time.Now()
 	info := &reqInfo{}
 	rec := &recorder{ResponseWriter: w}

@@ -8,11 +8,13 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/qasync/qasync/shared/client"
 	"github.com/qasync/qasync/shared/clock"
 	"github.com/qasync/qasync/shared/dispatch"
 	"github.com/qasync/qasync/shared/internal/engine"
@@ -149,13 +151,13 @@ func (e *env) submit(pipelineID, key, body string, headers ...string) *httptest.
 	return e.do(req{method: http.MethodPost, path: "/v1/pipelines/" + pipelineID + "/executions", body: body, headers: h})
 }
 
-func (e *env) mustSubmit(pipelineID, key, body string, headers ...string) httpapi.SubmitResponse {
+func (e *env) mustSubmit(pipelineID, key, body string, headers ...string) client.Submission {
 	e.t.Helper()
 	w := e.submit(pipelineID, key, body, headers...)
 	if w.Code != http.StatusAccepted {
 		e.t.Fatalf("submit: status %d, want 202; body %s", w.Code, w.Body)
 	}
-	return decode[httpapi.SubmitResponse](e.t, w)
+	return decode[client.Submission](e.t, w)
 }
 
 // drive runs every dispatched work item until none is left.
@@ -222,7 +224,7 @@ func TestSubmitAcceptedThenDuplicate(t *testing.T) {
 	if ct := w.Header().Get("Content-Type"); ct != "application/json" {
 		t.Errorf("Content-Type %q", ct)
 	}
-	got := decode[httpapi.SubmitResponse](t, w)
+	got := decode[client.Submission](t, w)
 	if got.ExecutionID == "" || got.PipelineID != "greet" || got.Status != store.Queued || got.Duplicate {
 		t.Errorf("response %+v", got)
 	}
@@ -232,8 +234,8 @@ func TestSubmitAcceptedThenDuplicate(t *testing.T) {
 	if want := "/v1/executions/" + got.ExecutionID + "/result"; got.ResultURL != want {
 		t.Errorf("resultUrl %q, want %q", got.ResultURL, want)
 	}
-	if got.SubmittedAt != "2025-03-04T05:06:07.89Z" {
-		t.Errorf("submittedAt %q", got.SubmittedAt)
+	if !got.SubmittedAt.Equal(epoch) || !strings.Contains(w.Body.String(), `"submittedAt":"2025-03-04T05:06:07.89Z"`) {
+		t.Errorf("submittedAt %v in %s, want 2025-03-04T05:06:07.89Z (UTC)", got.SubmittedAt, w.Body)
 	}
 	if n := len(e.disp.take()); n != 1 {
 		t.Errorf("%d work items dispatched, want 1", n)
@@ -243,7 +245,7 @@ func TestSubmitAcceptedThenDuplicate(t *testing.T) {
 	if w.Code != http.StatusOK {
 		t.Fatalf("duplicate: status %d, want 200: %s", w.Code, w.Body)
 	}
-	dup := decode[httpapi.SubmitResponse](t, w)
+	dup := decode[client.Submission](t, w)
 	if dup.ExecutionID != got.ExecutionID || !dup.Duplicate || w.Header().Get("Location") != got.StatusURL {
 		t.Errorf("duplicate %+v, Location %q; first %+v", dup, w.Header().Get("Location"), got)
 	}
@@ -274,7 +276,7 @@ func TestSubmitContentTypes(t *testing.T) {
 			t.Errorf("%s: status %d: %s", c.name, w.Code, w.Body)
 			continue
 		}
-		id := decode[httpapi.SubmitResponse](t, w).ExecutionID
+		id := decode[client.Submission](t, w).ExecutionID
 		row, err := e.rt.Status(context.Background(), store.Key{TenantID: "default", ExecutionID: id})
 		if err != nil {
 			t.Fatal(err)
@@ -392,13 +394,13 @@ func TestSubmitWithoutKeyIsNew(t *testing.T) {
 	e := newEnv(t)
 	first := e.mustSubmit("echo", "", `{"n":1}`)
 	w := e.submit("echo", "", `{"n":1}`)
-	if w.Code != http.StatusAccepted || decode[httpapi.SubmitResponse](t, w).ExecutionID == first.ExecutionID {
+	if w.Code != http.StatusAccepted || decode[client.Submission](t, w).ExecutionID == first.ExecutionID {
 		t.Errorf("same body without key: %d %s, want 202 and a new execution (not %s)", w.Code, w.Body, first.ExecutionID)
 	}
 	server := newEnv(t, func(c *engine.Config, _ *engine.Deps, _ *httpapi.Options) { c.IdempotencyPolicy = engine.ServerKeyOnly })
 	first = server.mustSubmit("echo", "", `{"n":1}`)
 	w = server.submit("echo", "client-key-ignored", `{"n":1}`)
-	if w.Code != http.StatusOK || decode[httpapi.SubmitResponse](t, w).ExecutionID != first.ExecutionID {
+	if w.Code != http.StatusOK || decode[client.Submission](t, w).ExecutionID != first.ExecutionID {
 		t.Errorf("same body under SERVER_KEY_ONLY: %d %s, want 200 duplicate of %s", w.Code, w.Body, first.ExecutionID)
 	}
 }
@@ -456,22 +458,22 @@ func TestStatus(t *testing.T) {
 	if _, ok := raw["error"]; ok {
 		t.Errorf("status document has an error: %s", w.Body)
 	}
-	doc := decode[httpapi.StatusResponse](t, w)
+	doc := decode[client.Execution](t, w)
 	if doc.PipelineVersion == "" {
 		t.Errorf("status document lacks the pipeline version: %s", w.Body)
 	}
-	want := httpapi.StatusResponse{
+	want := client.Execution{
 		ExecutionID: sub.ExecutionID, PipelineID: "greet", PipelineVersion: doc.PipelineVersion, Status: store.Queued, StepIndex: 0, StepName: "greet",
-		Attempt: 1, Version: 1, CreatedAt: "2025-03-04T05:06:07.89Z", UpdatedAt: "2025-03-04T05:06:07.89Z",
-		NextDueAt: "2025-03-04T05:06:07.89Z",
+		Attempt: 1, Version: 1, CreatedAt: epoch, UpdatedAt: epoch,
+		NextDueAt: epoch,
 	}
 	if doc != want {
 		t.Errorf("status document\n got %+v\nwant %+v", doc, want)
 	}
 
 	e.drive()
-	doc = decode[httpapi.StatusResponse](t, e.do(req{method: http.MethodGet, path: sub.StatusURL, headers: map[string]string{"X-Tenant-Id": "acme"}}))
-	if doc.Status != store.Succeeded || doc.NextDueAt != "" || doc.Version != 3 {
+	doc = decode[client.Execution](t, e.do(req{method: http.MethodGet, path: sub.StatusURL, headers: map[string]string{"X-Tenant-Id": "acme"}}))
+	if doc.Status != store.Succeeded || !doc.NextDueAt.IsZero() || doc.Version != 3 {
 		t.Errorf("after success: %+v", doc)
 	}
 
@@ -569,8 +571,8 @@ func TestRedrive(t *testing.T) {
 	e.drive()
 	queued := e.mustSubmit("echo", "q", `{}`)
 
-	doc := decode[httpapi.StatusResponse](t, e.do(req{method: http.MethodGet, path: sub.StatusURL}))
-	if doc.Status != store.DLQ || doc.Error == nil || doc.Error.Code != "boom" || doc.Error.TerminalReason != store.ReasonNonRetryable || doc.NextDueAt != "" {
+	doc := decode[client.Execution](t, e.do(req{method: http.MethodGet, path: sub.StatusURL}))
+	if doc.Status != store.DLQ || doc.Error == nil || doc.Error.Code != "boom" || doc.Error.TerminalReason != store.ReasonNonRetryable || !doc.NextDueAt.IsZero() {
 		t.Fatalf("failed execution: %+v (error %+v)", doc, doc.Error)
 	}
 
@@ -612,7 +614,7 @@ func TestRedrive(t *testing.T) {
 	if w.Code != http.StatusAccepted {
 		t.Fatalf("redrive: %d %s", w.Code, w.Body)
 	}
-	re := decode[httpapi.StatusResponse](t, w)
+	re := decode[client.Execution](t, w)
 	if re.ExecutionID != sub.ExecutionID || re.Status != store.Queued || re.Attempt != 2 || re.Version != doc.Version+1 || re.Error != nil {
 		t.Errorf("after redrive: %+v", re)
 	}
@@ -621,7 +623,7 @@ func TestRedrive(t *testing.T) {
 	}
 	// Exactly one more attempt: it fails again, and can be re-driven again.
 	e.drive()
-	doc = decode[httpapi.StatusResponse](t, e.do(req{method: http.MethodGet, path: sub.StatusURL}))
+	doc = decode[client.Execution](t, e.do(req{method: http.MethodGet, path: sub.StatusURL}))
 	if doc.Status != store.DLQ || doc.Attempt != 2 {
 		t.Errorf("after the extra attempt: %+v", doc)
 	}
@@ -637,8 +639,8 @@ func TestRedriveRemoteOutcomeUnknown(t *testing.T) {
 	e := newEnv(t)
 	sub := e.mustSubmit("unknown", "k", `{}`)
 	e.drive()
-	doc := decode[httpapi.StatusResponse](t, e.do(req{method: http.MethodGet, path: sub.StatusURL}))
-	if doc.Status != store.RemoteOutcomeUnknown || doc.NextDueAt != "" || doc.Error == nil || doc.Error.Code != pipeline.CodeRemoteOutcomeUnknown {
+	doc := decode[client.Execution](t, e.do(req{method: http.MethodGet, path: sub.StatusURL}))
+	if doc.Status != store.RemoteOutcomeUnknown || !doc.NextDueAt.IsZero() || doc.Error == nil || doc.Error.Code != pipeline.CodeRemoteOutcomeUnknown {
 		t.Fatalf("parked: %+v (error %+v)", doc, doc.Error)
 	}
 	for _, body := range []string{`{"reason":"x"}`, `{"reason":"x","confirmedNoRemoteEffect":false}`} {
@@ -652,7 +654,7 @@ func TestRedriveRemoteOutcomeUnknown(t *testing.T) {
 	if w.Code != http.StatusAccepted {
 		t.Fatalf("confirmed redrive: %d %s", w.Code, w.Body)
 	}
-	if re := decode[httpapi.StatusResponse](t, w); re.Status != store.Queued || re.Attempt != 2 || re.Error != nil {
+	if re := decode[client.Execution](t, w); re.Status != store.Queued || re.Attempt != 2 || re.Error != nil {
 		t.Errorf("after redrive: %+v", re)
 	}
 }
@@ -861,7 +863,7 @@ func TestThroughServer(t *testing.T) {
 	if res.StatusCode != http.StatusAccepted {
 		t.Fatalf("after 413: %d", res.StatusCode)
 	}
-	var sub httpapi.SubmitResponse
+	var sub client.Submission
 	if err := json.NewDecoder(res.Body).Decode(&sub); err != nil {
 		t.Fatal(err)
 	}
@@ -898,8 +900,32 @@ func TestRedriveAuthorizedUpstream(t *testing.T) {
 	if w.Code != http.StatusAccepted {
 		t.Fatalf("redrive behind the gateway: %d %s", w.Code, w.Body)
 	}
-	doc := decode[httpapi.StatusResponse](t, w)
+	doc := decode[client.Execution](t, w)
 	if doc.Status != store.Queued {
 		t.Fatalf("redriven execution: %+v", doc)
+	}
+}
+
+// TestConsoleServedUnderItsPrefix: with Options.Console the handler hands
+// ConsolePrefix and the paths under it to the console (unlogged: the
+// console logs its own) and everything else to its routes.
+func TestConsoleServedUnderItsPrefix(t *testing.T) {
+	var got []string
+	con := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { got = append(got, r.URL.Path) })
+	e := newEnv(t, withHTTP(func(o *httpapi.Options) { o.Console = con }))
+	codes := map[string]int{}
+	for _, p := range []string{"/console", "/console/executions/x", "/consoles", "/healthz"} {
+		rec := httptest.NewRecorder()
+		e.h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, p, nil))
+		codes[p] = rec.Code
+	}
+	if want := []string{"/console", "/console/executions/x"}; !slices.Equal(got, want) {
+		t.Errorf("the console got %q, want %q", got, want)
+	}
+	if codes["/consoles"] != http.StatusNotFound || codes["/healthz"] != http.StatusOK {
+		t.Errorf("the API answered %v, want /consoles 404 and /healthz 200", codes)
+	}
+	if n := strings.Count(e.logs.String(), `"event":"http_request"`); n != 2 {
+		t.Errorf("%d http_request events, want 2 (the API's requests only)", n)
 	}
 }

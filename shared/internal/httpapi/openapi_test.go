@@ -26,6 +26,7 @@ import (
 	verrors "github.com/pb33f/libopenapi-validator/errors"
 
 	"github.com/qasync/qasync/shared/await"
+	"github.com/qasync/qasync/shared/client"
 	"github.com/qasync/qasync/shared/deadletter"
 	"github.com/qasync/qasync/shared/internal/engine"
 	"github.com/qasync/qasync/shared/internal/httpapi"
@@ -148,14 +149,14 @@ func TestOpenAPIDocumentMatchesEveryResponse(t *testing.T) {
 	if _, _, err := e.rt.Cancel(context.Background(), store.Key{TenantID: "default", ExecutionID: cancelled}, "setup"); err != nil {
 		t.Fatal(err)
 	}
-	st := decode[httpapi.StatusResponse](t, e.do(req{method: http.MethodGet, path: "/v1/executions/" + parked}))
+	st := decode[client.Execution](t, e.do(req{method: http.MethodGet, path: "/v1/executions/" + parked}))
 	if st.Await == nil {
 		t.Fatalf("the approval execution did not park: %+v", st)
 	}
 	awaitPath := "/v1/executions/" + parked + "/awaits/" + st.Await.AwaitID + "/complete"
 	token := await.Sign([]byte(openapiSecret), "default", parked, st.Await.AwaitID)
-	job := decode[httpapi.RedrivesResponse](t, post(e, "/v1/redrives", `{"reason":"count","dryRun":true}`))
-	firstPage := decode[httpapi.ListResponse](t, e.do(req{method: http.MethodGet, path: "/v1/executions?limit=1"}))
+	job := decode[client.BulkRedrive](t, post(e, "/v1/redrives", `{"reason":"count","dryRun":true}`))
+	firstPage := decode[client.ExecutionPage](t, e.do(req{method: http.MethodGet, path: "/v1/executions?limit=1"}))
 
 	admin := func(h map[string]string) map[string]string {
 		out := map[string]string{"Authorization": "Bearer " + adminToken, "Content-Type": "application/json"}

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/qasync/qasync/shared/client"
 	"github.com/qasync/qasync/shared/deadletter"
 	"github.com/qasync/qasync/shared/history"
 	"github.com/qasync/qasync/shared/internal/engine"
@@ -34,57 +35,6 @@ var OpenAPI []byte
 // maxCursorLen bounds a cursor query parameter (cursors are a few hundred
 // bytes; a longer one is none of ours).
 const maxCursorLen = 8 << 10
-
-// ListResponse is the body of GET /v1/executions.
-type ListResponse struct {
-	// Executions are status documents, newest first.
-	Executions []StatusResponse `json:"executions"`
-	// NextCursor continues the list (the cursor parameter); omitted on
-	// the last page.
-	NextCursor string `json:"nextCursor,omitempty"`
-}
-
-// HistoryResponse is the body of GET /v1/executions/{executionId}/history.
-type HistoryResponse struct {
-	ExecutionID string `json:"executionId"`
-	// Events are in commit order, seq from 1 without gaps.
-	Events []HistoryEvent `json:"events"`
-}
-
-// HistoryEvent is one event of a history (package history's Event).
-type HistoryEvent struct {
-	Seq       int    `json:"seq"`
-	Type      string `json:"type"`
-	At        string `json:"at"`
-	StepIndex int    `json:"stepIndex"`
-	StepName  string `json:"stepName"`
-	Attempt   int    `json:"attempt"`
-	// Status is the execution's status after the event.
-	Status store.Status `json:"status"`
-	// Error is the step's failure (STEP_FAILED, DEAD_LETTERED).
-	Error *HistoryError `json:"error,omitempty"`
-	// RetryAt is when a failed step runs again (STEP_FAILED with a retry).
-	RetryAt string `json:"retryAt,omitempty"`
-	// WakeAt is when a sleep step's execution wakes up (SLEEPING).
-	WakeAt string `json:"wakeAt,omitempty"`
-	// Worker is the lease owner (STEP_STARTED, LEASE_TAKEN_OVER).
-	Worker string `json:"worker,omitempty"`
-	// Reason is the operator's reason (REDRIVEN, CANCEL_REQUESTED,
-	// CANCELLED) or an outcome's (OUTCOME_UNKNOWN).
-	Reason string `json:"reason,omitempty"`
-}
-
-// HistoryError is the failure of a history event.
-type HistoryError struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
-
-// CancelRequest is the body of POST /v1/executions/{executionId}/cancel.
-type CancelRequest struct {
-	// Reason is required, at most MaxRedriveReasonLen bytes.
-	Reason string `json:"reason"`
-}
 
 // RedrivesRequest is the body of POST /v1/redrives.
 type RedrivesRequest struct {
@@ -108,57 +58,6 @@ type RedrivesFilter struct {
 	// CreatedAfter and CreatedBefore are RFC 3339 times (exclusive).
 	CreatedAfter  string `json:"createdAfter,omitempty"`
 	CreatedBefore string `json:"createdBefore,omitempty"`
-}
-
-// RedrivesResponse is the body of POST /v1/redrives: 202 for a new job,
-// 200 when the request's Idempotency-Key already named the job.
-type RedrivesResponse struct {
-	RedriveID string `json:"redriveId"`
-	// Matched is how many executions the filter matched so far (final
-	// unless the scan was too large to finish before the answer; see
-	// GET /v1/redrives/{redriveId}).
-	Matched int `json:"matched"`
-	// Duplicate is true when the Idempotency-Key already named this job
-	// (HTTP 200): nothing new was started.
-	Duplicate bool `json:"duplicate"`
-}
-
-// RedriveProgress is the body of GET /v1/redrives/{redriveId}.
-type RedriveProgress struct {
-	RedriveID string `json:"redriveId"`
-	Matched   int    `json:"matched"`
-	Redriven  int    `json:"redriven"`
-	Skipped   int    `json:"skipped"`
-	Failed    int    `json:"failed"`
-	Done      bool   `json:"done"`
-	DryRun    bool   `json:"dryRun"`
-}
-
-// DeadLettersResponse is the body of GET /v1/dead-letters.
-type DeadLettersResponse struct {
-	// DeadLetters are the tenant's dead-letter records, newest first.
-	DeadLetters []DeadLetter `json:"deadLetters"`
-	// NextCursor continues the list; omitted on the last page.
-	NextCursor string `json:"nextCursor,omitempty"`
-}
-
-// DeadLetter is one dead-letter record: an execution's envelope, as the
-// dead-letter consumer recorded it.
-type DeadLetter struct {
-	// ID is the record's id (the failed attempt's transition key).
-	ID             string `json:"id"`
-	ExecutionID    string `json:"executionId"`
-	PipelineID     string `json:"pipelineId"`
-	StepIndex      int    `json:"stepIndex"`
-	StepName       string `json:"stepName"`
-	TransitionKey  string `json:"transitionKey"`
-	TerminalReason string `json:"terminalReason"`
-	ErrorCode      string `json:"errorCode"`
-	ErrorMessage   string `json:"errorMessage"`
-	// RetriesObserved is how many retries the failed step had.
-	RetriesObserved int    `json:"retriesObserved"`
-	FailedAt        string `json:"failedAt"`
-	RecordedAt      string `json:"recordedAt"`
 }
 
 // listParams reads the limit and cursor parameters shared by the lists,
@@ -251,7 +150,7 @@ func (a *api) list(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	resp := ListResponse{Executions: make([]StatusResponse, len(page.Executions)), NextCursor: page.Cursor}
+	resp := client.ExecutionPage{Executions: make([]client.Execution, len(page.Executions)), NextCursor: page.Cursor}
 	for i := range page.Executions {
 		resp.Executions[i] = statusDocument(&page.Executions[i])
 	}
@@ -273,24 +172,24 @@ func (a *api) history(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	resp := HistoryResponse{ExecutionID: key.ExecutionID, Events: make([]HistoryEvent, len(events))}
+	resp := client.History{ExecutionID: key.ExecutionID, Events: make([]client.Event, len(events))}
 	for i, ev := range events {
 		resp.Events[i] = historyEvent(ev)
 	}
 	writeJSON(w, http.StatusOK, resp)
 }
 
-func historyEvent(ev history.Event) HistoryEvent {
-	out := HistoryEvent{Seq: ev.Seq, Type: string(ev.Type), At: formatTime(ev.At), StepIndex: ev.StepIndex, StepName: ev.StepName,
+func historyEvent(ev history.Event) client.Event {
+	out := client.Event{Seq: ev.Seq, Type: ev.Type, At: utc(ev.At), StepIndex: ev.StepIndex, StepName: ev.StepName,
 		Attempt: ev.Attempt, Status: ev.Status, Worker: ev.Worker, Reason: ev.Reason}
 	if ev.Error != nil {
-		out.Error = &HistoryError{Code: ev.Error.Code, Message: ev.Error.Message}
+		out.Error = &client.EventError{Code: ev.Error.Code, Message: ev.Error.Message}
 	}
 	if !ev.RetryAt.IsZero() {
-		out.RetryAt = formatTime(ev.RetryAt)
+		out.RetryAt = utc(ev.RetryAt)
 	}
 	if !ev.WakeAt.IsZero() {
-		out.WakeAt = formatTime(ev.WakeAt)
+		out.WakeAt = utc(ev.WakeAt)
 	}
 	return out
 }
@@ -332,7 +231,7 @@ func (a *api) cancel(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var req CancelRequest
+	var req client.CancelRequest
 	detail := decodeBody(body, &req, `{"reason": string}`)
 	if detail == "" {
 		detail = checkReason(req.Reason)
@@ -416,7 +315,7 @@ func (a *api) startRedrives(w http.ResponseWriter, r *http.Request) {
 		code = http.StatusOK
 	}
 	w.Header().Set("Location", a.redriveJobURL(job.ID))
-	writeJSON(w, code, RedrivesResponse{RedriveID: job.ID, Matched: job.Matched, Duplicate: job.Duplicate})
+	writeJSON(w, code, client.BulkRedrive{RedriveID: job.ID, Matched: job.Matched, Duplicate: job.Duplicate})
 }
 
 // checkRedrives turns a bulk re-drive request into the engine's filter
@@ -487,7 +386,7 @@ func (a *api) redriveProgress(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, RedriveProgress{RedriveID: job.ID, Matched: job.Matched, Redriven: job.Redriven, Skipped: job.Skipped,
+	writeJSON(w, http.StatusOK, client.RedriveProgress{RedriveID: job.ID, Matched: job.Matched, Redriven: job.Redriven, Skipped: job.Skipped,
 		Failed: job.Failed, Done: job.Done, DryRun: job.DryRun})
 }
 
@@ -521,16 +420,16 @@ func (a *api) deadLetters(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	resp := DeadLettersResponse{DeadLetters: make([]DeadLetter, 0, len(page.Records)), NextCursor: page.Cursor}
+	resp := client.DeadLetterPage{DeadLetters: make([]client.DeadLetter, 0, len(page.Records)), NextCursor: page.Cursor}
 	for _, rec := range page.Records {
 		if rec.Envelope == nil {
 			continue
 		}
 		env := rec.Envelope
-		resp.DeadLetters = append(resp.DeadLetters, DeadLetter{
+		resp.DeadLetters = append(resp.DeadLetters, client.DeadLetter{
 			ID: rec.ID, ExecutionID: env.ExecutionID, PipelineID: env.PipelineID, StepIndex: env.StepIndex, StepName: env.StepName,
 			TransitionKey: env.TransitionKey, TerminalReason: env.TerminalReason, ErrorCode: env.ErrorCode, ErrorMessage: env.ErrorMessage,
-			RetriesObserved: env.RetriesObserved, FailedAt: formatTime(env.FailedAt), RecordedAt: formatTime(rec.RecordedAt),
+			RetriesObserved: env.RetriesObserved, FailedAt: utc(env.FailedAt), RecordedAt: utc(rec.RecordedAt),
 		})
 	}
 	writeJSON(w, http.StatusOK, resp)

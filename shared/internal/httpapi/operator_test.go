@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qasync/qasync/shared/client"
 	"github.com/qasync/qasync/shared/clock"
 	"github.com/qasync/qasync/shared/deadletter"
 	"github.com/qasync/qasync/shared/history"
@@ -92,23 +93,23 @@ func TestListExecutionsRoute(t *testing.T) {
 	e.drive()
 	e.mustSubmit("echo", "theirs", `{}`, "X-Tenant-Id", "other")
 
-	all := decode[httpapi.ListResponse](t, get(e, "/v1/executions"))
+	all := decode[client.ExecutionPage](t, get(e, "/v1/executions"))
 	if len(all.Executions) != 4 || all.NextCursor != "" || all.Executions[0].ExecutionID != failed || all.Executions[3].ExecutionID != ids[0] {
 		t.Fatalf("list = %+v; want the tenant's 4, newest first, one page", all)
 	}
-	dlq := decode[httpapi.ListResponse](t, get(e, "/v1/executions?status=DLQ,FAILED"))
+	dlq := decode[client.ExecutionPage](t, get(e, "/v1/executions?status=DLQ,FAILED"))
 	if len(dlq.Executions) != 1 || dlq.Executions[0].ExecutionID != failed || dlq.Executions[0].Status != store.DLQ {
 		t.Fatalf("status=DLQ,FAILED lists %+v", dlq.Executions)
 	}
-	first := decode[httpapi.ListResponse](t, get(e, "/v1/executions?pipelineId=echo&limit=2"))
+	first := decode[client.ExecutionPage](t, get(e, "/v1/executions?pipelineId=echo&limit=2"))
 	if len(first.Executions) != 2 || first.NextCursor == "" || first.Executions[0].ExecutionID != ids[2] {
 		t.Fatalf("first page %+v", first)
 	}
-	rest := decode[httpapi.ListResponse](t, get(e, "/v1/executions?pipelineId=echo&limit=2&cursor="+url.QueryEscape(first.NextCursor)))
+	rest := decode[client.ExecutionPage](t, get(e, "/v1/executions?pipelineId=echo&limit=2&cursor="+url.QueryEscape(first.NextCursor)))
 	if len(rest.Executions) != 1 || rest.NextCursor != "" || rest.Executions[0].ExecutionID != ids[0] {
 		t.Fatalf("second page %+v", rest)
 	}
-	theirs := decode[httpapi.ListResponse](t, get(e, "/v1/executions", "X-Tenant-Id", "other"))
+	theirs := decode[client.ExecutionPage](t, get(e, "/v1/executions", "X-Tenant-Id", "other"))
 	if len(theirs.Executions) != 1 {
 		t.Fatalf("the other tenant lists %d executions, want its 1", len(theirs.Executions))
 	}
@@ -136,11 +137,11 @@ func TestHistoryRoute(t *testing.T) {
 	e := newEnv(t, withOperator(nil, nil, fakeHistory{}))
 	id := e.mustSubmit("echo", "k1", `{}`).ExecutionID
 	w := get(e, "/v1/executions/"+id+"/history")
-	h := decode[httpapi.HistoryResponse](t, w)
+	h := decode[client.History](t, w)
 	if h.ExecutionID != id || len(h.Events) != 4 || h.Events[0].Seq != 1 || h.Events[0].Type != "SUBMITTED" {
 		t.Fatalf("history = %+v", h)
 	}
-	if f := h.Events[2]; f.Type != "STEP_FAILED" || f.Error == nil || f.Error.Code != "boom" || f.RetryAt == "" || f.Status != store.WaitRetry {
+	if f := h.Events[2]; f.Type != "STEP_FAILED" || f.Error == nil || f.Error.Code != "boom" || f.RetryAt.IsZero() || f.Status != store.WaitRetry {
 		t.Fatalf("STEP_FAILED event %+v", f)
 	}
 	if s := h.Events[1]; s.Worker != "w-1" || strings.Contains(w.Body.String(), `"error":null`) {
@@ -160,12 +161,12 @@ func TestCancelRoute(t *testing.T) {
 	if w.Code != http.StatusAccepted {
 		t.Fatalf("cancel: %d %s", w.Code, w.Body)
 	}
-	doc := decode[httpapi.StatusResponse](t, w)
-	if doc.Status != store.Cancelled || doc.CancelReason != "customer asked" || doc.CancelRequestedAt == "" {
+	doc := decode[client.Execution](t, w)
+	if doc.Status != store.Cancelled || doc.CancelReason != "customer asked" || doc.CancelRequestedAt.IsZero() {
 		t.Fatalf("cancelled document %+v", doc)
 	}
 	again := post(e, path, `{"reason":"again"}`)
-	if again.Code != http.StatusOK || decode[httpapi.StatusResponse](t, again).CancelReason != "customer asked" {
+	if again.Code != http.StatusOK || decode[client.Execution](t, again).CancelReason != "customer asked" {
 		t.Fatalf("second cancel: %d %s; want 200 unchanged", again.Code, again.Body)
 	}
 	e.drive() // the cancelled execution's work item runs nothing
@@ -202,24 +203,24 @@ func TestBulkRedriveRoutes(t *testing.T) {
 	if w.Code != http.StatusAccepted {
 		t.Fatalf("POST /v1/redrives: %d %s", w.Code, w.Body)
 	}
-	started := decode[httpapi.RedrivesResponse](t, w)
+	started := decode[client.BulkRedrive](t, w)
 	if started.Matched != 3 || started.RedriveID == "" || w.Header().Get("Location") != "/v1/redrives/"+started.RedriveID {
 		t.Fatalf("started %+v, Location %q", started, w.Header().Get("Location"))
 	}
 	progressPath := "/v1/redrives/" + started.RedriveID
 	auth := []string{"Authorization", "Bearer " + adminToken}
-	before := decode[httpapi.RedriveProgress](t, get(e, progressPath, auth...))
+	before := decode[client.RedriveProgress](t, get(e, progressPath, auth...))
 	if before.Matched != 3 || before.Redriven != 0 || before.Done {
 		t.Fatalf("progress before the driver %+v", before)
 	}
 	if _, err := e.rt.DriveRedrives(context.Background(), time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	after := decode[httpapi.RedriveProgress](t, get(e, progressPath, auth...))
+	after := decode[client.RedriveProgress](t, get(e, progressPath, auth...))
 	if after.Matched != 3 || after.Redriven != 3 || after.Skipped != 0 || !after.Done || after.DryRun {
 		t.Fatalf("progress after the driver %+v", after)
 	}
-	dry := decode[httpapi.RedrivesResponse](t, post(e, "/v1/redrives", `{"reason":"count","dryRun":true}`))
+	dry := decode[client.BulkRedrive](t, post(e, "/v1/redrives", `{"reason":"count","dryRun":true}`))
 	if dry.Matched != 0 { // all three were re-driven: none is DLQ any more
 		t.Fatalf("dry run matched %d, want 0", dry.Matched)
 	}
@@ -252,10 +253,10 @@ func TestBulkRedriveRetriedWithKey(t *testing.T) {
 	if first.Code != http.StatusAccepted {
 		t.Fatalf("first POST /v1/redrives: %d %s", first.Code, first.Body)
 	}
-	started := decode[httpapi.RedrivesResponse](t, first)
+	started := decode[client.BulkRedrive](t, first)
 	// The answer was lost; the client sends the request again.
 	retry := post(e, "/v1/redrives", body, "Idempotency-Key", "ops-7-redrive")
-	again := decode[httpapi.RedrivesResponse](t, retry)
+	again := decode[client.BulkRedrive](t, retry)
 	if retry.Code != http.StatusOK || again.RedriveID != started.RedriveID || !again.Duplicate || started.Duplicate ||
 		retry.Header().Get("Location") != first.Header().Get("Location") {
 		t.Fatalf("retried POST /v1/redrives: %d %s (Location %q); want 200 with the first job %s (Location %q)",
@@ -265,11 +266,11 @@ func TestBulkRedriveRetriedWithKey(t *testing.T) {
 		t.Fatalf("DriveRedrives held %d jobs, %v; want the one job", held, err)
 	}
 	auth := []string{"Authorization", "Bearer " + adminToken}
-	if p := decode[httpapi.RedriveProgress](t, get(e, "/v1/redrives/"+started.RedriveID, auth...)); p.Redriven != 3 || !p.Done {
+	if p := decode[client.RedriveProgress](t, get(e, "/v1/redrives/"+started.RedriveID, auth...)); p.Redriven != 3 || !p.Done {
 		t.Fatalf("progress %+v; want the 3 executions re-driven once", p)
 	}
 	// A retry after the job finished still answers the job.
-	if late := decode[httpapi.RedrivesResponse](t, post(e, "/v1/redrives", body, "Idempotency-Key", "ops-7-redrive")); late.RedriveID != started.RedriveID {
+	if late := decode[client.BulkRedrive](t, post(e, "/v1/redrives", body, "Idempotency-Key", "ops-7-redrive")); late.RedriveID != started.RedriveID {
 		t.Fatalf("a retry after the job finished started %s, want %s", late.RedriveID, started.RedriveID)
 	}
 	p := wantProblem(t, post(e, "/v1/redrives", `{"filter":{"pipelineId":"fail"},"reason":"fixed, OPS-7","ratePerSecond":50}`,
@@ -278,11 +279,11 @@ func TestBulkRedriveRetriedWithKey(t *testing.T) {
 		t.Errorf("mismatch detail %q does not name the header", p.Detail)
 	}
 	other := post(e, "/v1/redrives", body, "Idempotency-Key", "ops-7-redrive", "X-Tenant-Id", "other")
-	if o := decode[httpapi.RedrivesResponse](t, other); other.Code != http.StatusAccepted || o.RedriveID == started.RedriveID {
+	if o := decode[client.BulkRedrive](t, other); other.Code != http.StatusAccepted || o.RedriveID == started.RedriveID {
 		t.Fatalf("another tenant's POST with the key: %d %s; want its own new job", other.Code, other.Body)
 	}
-	a := decode[httpapi.RedrivesResponse](t, post(e, "/v1/redrives", `{"reason":"count","dryRun":true}`))
-	b := decode[httpapi.RedrivesResponse](t, post(e, "/v1/redrives", `{"reason":"count","dryRun":true}`))
+	a := decode[client.BulkRedrive](t, post(e, "/v1/redrives", `{"reason":"count","dryRun":true}`))
+	b := decode[client.BulkRedrive](t, post(e, "/v1/redrives", `{"reason":"count","dryRun":true}`))
 	if a.RedriveID == b.RedriveID {
 		t.Fatalf("two POSTs without a key answered one job %s, want two", a.RedriveID)
 	}
@@ -308,24 +309,24 @@ func TestDeadLettersRoute(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := newEnv(t, withOperator(nil, dl, nil))
-	all := decode[httpapi.DeadLettersResponse](t, get(e, "/v1/dead-letters"))
+	all := decode[client.DeadLetterPage](t, get(e, "/v1/dead-letters"))
 	if len(all.DeadLetters) != 3 || all.NextCursor != "" || all.DeadLetters[0].ExecutionID != "e2" || all.DeadLetters[2].ExecutionID != "e0" {
 		t.Fatalf("dead letters %+v; want the tenant's 3, newest first", all)
 	}
-	if d := all.DeadLetters[0]; d.ID != "e2:1:3" || d.ErrorCode != "declined" || d.RetriesObserved != 2 || d.TerminalReason != "retry_exhausted" || d.RecordedAt == "" {
+	if d := all.DeadLetters[0]; d.ID != "e2:1:3" || d.ErrorCode != "declined" || d.RetriesObserved != 2 || d.TerminalReason != "retry_exhausted" || d.RecordedAt.IsZero() {
 		t.Fatalf("record %+v", d)
 	}
-	page := decode[httpapi.DeadLettersResponse](t, get(e, "/v1/dead-letters?pipelineId=orders&limit=1"))
+	page := decode[client.DeadLetterPage](t, get(e, "/v1/dead-letters?pipelineId=orders&limit=1"))
 	if len(page.DeadLetters) != 1 || page.NextCursor == "" || page.DeadLetters[0].ExecutionID != "e2" {
 		t.Fatalf("first page %+v", page)
 	}
-	next := decode[httpapi.DeadLettersResponse](t, get(e, "/v1/dead-letters?pipelineId=orders&limit=1&cursor="+url.QueryEscape(page.NextCursor)))
+	next := decode[client.DeadLetterPage](t, get(e, "/v1/dead-letters?pipelineId=orders&limit=1&cursor="+url.QueryEscape(page.NextCursor)))
 	if len(next.DeadLetters) != 1 || next.DeadLetters[0].ExecutionID != "e0" {
 		t.Fatalf("second page %+v", next)
 	}
 	wantProblem(t, get(e, "/v1/dead-letters?cursor="+url.QueryEscape(page.NextCursor)), http.StatusBadRequest, "invalid-cursor")
 	wantProblem(t, get(e, "/v1/dead-letters?limit=900"), http.StatusBadRequest, "invalid-request")
-	if got := decode[httpapi.DeadLettersResponse](t, get(e, "/v1/dead-letters", "X-Tenant-Id", "other")); len(got.DeadLetters) != 1 {
+	if got := decode[client.DeadLetterPage](t, get(e, "/v1/dead-letters", "X-Tenant-Id", "other")); len(got.DeadLetters) != 1 {
 		t.Fatalf("the other tenant's dead letters: %d", len(got.DeadLetters))
 	}
 	wantProblem(t, get(newEnv(t), "/v1/dead-letters"), http.StatusServiceUnavailable, "dead-letters-unavailable")

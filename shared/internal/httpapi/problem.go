@@ -5,38 +5,23 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/qasync/qasync/shared/store"
+	"github.com/qasync/qasync/shared/client"
 )
 
 // ProblemTypePrefix begins the "type" of every problem document this API
-// writes; the kind follows it, e.g. "urn:qasync:problem:invalid-json".
-// The kinds are listed in the package documentation.
-const ProblemTypePrefix = "urn:qasync:problem:"
+// writes (client.ProblemTypePrefix); the kind follows it, e.g.
+// "urn:qasync:problem:invalid-json". The kinds are listed in the package
+// documentation.
+const ProblemTypePrefix = client.ProblemTypePrefix
 
 // ContentTypeProblem is the media type of every error response (RFC 9457).
 const ContentTypeProblem = "application/problem+json"
 
 // Problem is the body of every error response: an RFC 9457 problem
-// document, with two extension members on execution-state conflicts.
-type Problem struct {
-	// Type is ProblemTypePrefix followed by the problem kind.
-	Type string `json:"type"`
-	// Title is the short, fixed summary of the problem kind.
-	Title string `json:"title"`
-	// Status is the HTTP status code of the response.
-	Status int `json:"status"`
-	// Detail explains this occurrence. It never quotes request bodies,
-	// header values or internal errors.
-	Detail string `json:"detail"`
-	// ExecutionID is set on problems about one execution's state.
-	ExecutionID string `json:"executionId,omitempty"`
-	// ExecutionStatus is the execution's current status, set on 409
-	// responses (result not ready, not re-drivable, version moved).
-	ExecutionStatus store.Status `json:"executionStatus,omitempty"`
-	// CurrentVersion is the execution's current version, set on 409
-	// responses to a re-drive whose expectedVersion did not match.
-	CurrentVersion int64 `json:"currentVersion,omitempty"`
-}
+// document, client.Problem (with its two extension members on
+// execution-state conflicts). Its Detail never quotes request bodies,
+// header values or internal errors.
+type Problem = client.Problem
 
 // kind is one problem kind: its HTTP status and fixed title.
 type kind struct {

@@ -3,11 +3,13 @@ package lambdahandlers
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"strconv"
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/qasync/qasync/shared/backend"
 	"github.com/qasync/qasync/shared/deadletter"
 	"github.com/qasync/qasync/shared/internal/engine"
 	"github.com/qasync/qasync/shared/internal/metrics"
@@ -52,16 +54,16 @@ const MetricDeadLetterRecords = "DeadLetterRecords"
 // configuration first).
 func DLQ(rt *engine.Runtime, rec deadletter.Recorder, m *metrics.EMF, log *slog.Logger) func(context.Context, events.SQSEvent) (events.SQSEventResponse, error) {
 	if rec == nil {
-		panic("lambdafn: DLQ: nil dead-letter Recorder")
+		panic("lambdahandlers: DLQ: nil dead-letter Recorder")
 	}
 	if log == nil {
 		log = slog.Default()
 	}
 	return func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
 		resp := events.SQSEventResponse{BatchItemFailures: []events.SQSBatchItemFailure{}}
-		for i := range ev.Records {
-			msg := &ev.Records[i]
-			if !recordDeadLetter(ctx, rt, rec, m, log, msg) {
+		for _, msg := range ev.Records {
+			receives, _ := strconv.Atoi(msg.Attributes["ApproximateReceiveCount"])
+			if RecordDeadLetter(ctx, rt, rec, m, log, backend.DeadLetterMessage{ID: msg.MessageId, Body: msg.Body, Receives: receives}) != nil {
 				resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: msg.MessageId})
 			}
 		}
@@ -69,13 +71,35 @@ func DLQ(rt *engine.Runtime, rec deadletter.Recorder, m *metrics.EMF, log *slog.
 	}
 }
 
+// errDeliverAgain is RecordDeadLetter's error when the message is to be
+// delivered again (what went wrong is in the log).
+var errDeliverAgain = errors.New("lambdahandlers: dead letter not recorded or not confirmed; deliver it again")
+
+// RecordDeadLetter handles one dead-letter message as DLQ handles each
+// record (the same record, confirmation, alert and metric) and returns
+// an error when the message is to be delivered again. Consumers of a
+// dead-letter queue in a long-running process call it (backend.Env's
+// DeadLetter). It panics if rec is nil.
+func RecordDeadLetter(ctx context.Context, rt *engine.Runtime, rec deadletter.Recorder, m *metrics.EMF, log *slog.Logger, msg backend.DeadLetterMessage) error {
+	if rec == nil {
+		panic("lambdahandlers: RecordDeadLetter: nil dead-letter Recorder")
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	if !recordDeadLetter(ctx, rt, rec, m, log, msg) {
+		return errDeliverAgain
+	}
+	return nil
+}
+
 // recordDeadLetter handles one message and reports whether it is done.
-func recordDeadLetter(ctx context.Context, rt *engine.Runtime, rec deadletter.Recorder, m *metrics.EMF, log *slog.Logger, msg *events.SQSMessage) bool {
+func recordDeadLetter(ctx context.Context, rt *engine.Runtime, rec deadletter.Recorder, m *metrics.EMF, log *slog.Logger, msg backend.DeadLetterMessage) bool {
 	now := rt.Now()
-	receives, _ := strconv.Atoi(msg.Attributes["ApproximateReceiveCount"])
+	receives := msg.Receives
 	r := deadletter.Record{RecordedAt: now, ExpiresAt: now.Add(RecordRetention)}
 	// attrs describe the record (never the body); event names follow.
-	attrs := []slog.Attr{slog.String("message_id", msg.MessageId), slog.Int("receive_count", receives)}
+	attrs := []slog.Attr{slog.String("message_id", msg.ID), slog.Int("receive_count", receives)}
 	logEvent := func(level slog.Level, event string, extra ...slog.Attr) {
 		all := make([]slog.Attr, 0, 1+len(attrs)+len(extra))
 		all = append(append(append(all, slog.String("event", event)), attrs...), extra...)
@@ -91,7 +115,7 @@ func recordDeadLetter(ctx context.Context, rt *engine.Runtime, rec deadletter.Re
 			slog.String("terminal_reason", env.TerminalReason), slog.String("error_code", env.ErrorCode),
 			slog.Int("retries_observed", env.RetriesObserved))
 	} else {
-		r.ID, r.Kind, r.MessageID, r.ReceiveCount = "poison:"+msg.MessageId, deadletter.KindPoison, msg.MessageId, receives
+		r.ID, r.Kind, r.MessageID, r.ReceiveCount = "poison:"+msg.ID, deadletter.KindPoison, msg.ID, receives
 		item, err := sqsbackend.Decode(msg.Body)
 		if err == nil {
 			r.TenantID, r.ExecutionID = item.TenantID, item.ExecutionID

@@ -56,7 +56,7 @@ func envelopeOf(t *testing.T, b []byte) (events.SQSEvent, deadletter.Envelope) {
 // emits no metric.
 func TestDLQEnvelopeFixture(t *testing.T) {
 	envr, logs := openMem(t, nil)
-	rt := envr.set.Runtime
+	rt := envr.p.Runtime
 	payloadFixture := fixture(t, "dlq-envelope.json")
 	sqsEv, env := envelopeOf(t, payloadFixture)
 	seed(t, rt, env.ExecutionID, env.PipelineID, `{"failAttempts":1,"failMode":"non_retryable"}`, func(e *store.Execution) {
@@ -64,7 +64,7 @@ func TestDLQEnvelopeFixture(t *testing.T) {
 		e.LastTransitionKey = env.TransitionKey
 		e.Error = &store.Failure{Code: env.ErrorCode, Message: env.ErrorMessage, TerminalReason: env.TerminalReason}
 	})
-	rec := envr.set.Recorder // the configured recorder, as the dlq function gets it
+	rec := envr.p.Seams.Recorder // the configured recorder, as the dlq function gets it
 	if rec == nil {
 		t.Fatal("the memory providers have no dead-letter recorder")
 	}
@@ -116,14 +116,14 @@ func TestDLQEnvelopeFixture(t *testing.T) {
 // poison with its ids and receive count; its execution is not touched.
 func TestDLQPoisonFixture(t *testing.T) {
 	envr, logs := openMem(t, nil)
-	rt := envr.set.Runtime
+	rt := envr.p.Runtime
 	b := fixture(t, "dlq-poison-item.json")
 	ev, items := sqsItems(t, b)
 	item := items[0]
 	seeded := seed(t, rt, item.ExecutionID, item.PipelineID, orderInput, func(e *store.Execution) {
 		e.NextDueAt = time.Now().Add(time.Hour) // not due: the local dispatcher must not pick it up either
 	})
-	rec := envr.set.Recorder
+	rec := envr.p.Seams.Recorder
 	if rec == nil {
 		t.Fatal("the memory providers have no dead-letter recorder")
 	}

@@ -14,14 +14,14 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambda"
 
+	"github.com/qasync/qasync/shared/backend"
 	"github.com/qasync/qasync/shared/clock"
 	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/deadletter"
 	"github.com/qasync/qasync/shared/dispatch"
 	"github.com/qasync/qasync/shared/internal/apigw"
+	"github.com/qasync/qasync/shared/internal/console"
 	"github.com/qasync/qasync/shared/internal/engine"
-	"github.com/qasync/qasync/shared/internal/httpapi"
-	"github.com/qasync/qasync/shared/internal/lambdahandlers"
 	"github.com/qasync/qasync/shared/internal/logtest"
 	"github.com/qasync/qasync/shared/internal/memory"
 	"github.com/qasync/qasync/shared/internal/wiring"
@@ -122,16 +122,16 @@ func invoke(t *testing.T, ctx context.Context, h any, payload []byte, out any) {
 }
 
 // memEnv is what lambdafn.Boot builds for a function: the configuration,
-// the providers with the runtime, and the logger.
+// the assembled process, and the logger.
 type memEnv struct {
 	cfg config.Config
-	set *wiring.Set
+	p   *wiring.Process
 	log *slog.Logger
 }
 
-// openMem opens the memory providers (memory state, event dispatcher, log
-// DLQ) with the stand-in pipelines as Boot would (wiring.Open), with
-// tenant source iam, logging to a buffer.
+// openMem assembles the memory backend (memory state, event dispatcher,
+// log DLQ) with the stand-in pipelines as Boot would (wiring.Assemble),
+// with tenant source iam, logging to a buffer.
 func openMem(t *testing.T, mutate func(*config.Config)) (memEnv, *logtest.Buffer) {
 	t.Helper()
 	cfg := config.Default()
@@ -140,27 +140,24 @@ func openMem(t *testing.T, mutate func(*config.Config)) (memEnv, *logtest.Buffer
 		mutate(&cfg)
 	}
 	logs, log := logtest.New()
-	set, err := wiring.Open(context.Background(), cfg, testRegistry(t), log)
+	p, err := wiring.Assemble(context.Background(), cfg, testRegistry(t), wiring.Options{
+		Backends: map[string]backend.Backend{"memory": memory.Backend()}, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = set.Close(ctx)
+		_ = p.Close(ctx)
 	})
-	return memEnv{cfg: cfg, set: set, log: log}, logs
+	return memEnv{cfg: cfg, p: p, log: log}, logs
 }
 
-// submitHandler is the submit function's handler on e, its HTTP API
-// configured from e.cfg as lambdafn's Env.Handler(Submit) configures it
-// (tenant function of http.tenant-source through apigw.TenantFunc).
+// submitHandler is the submit function's handler on e: its HTTP handler
+// (console.Site, configured from e.cfg) behind the API Gateway adapter,
+// as package submit builds it.
 func (e memEnv) submitHandler() func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
-	return lambdahandlers.Submit(httpapi.New(e.set.Runtime, httpapi.Options{
-		MaxBodyBytes: e.cfg.MaxBodyBytes, AdminToken: e.cfg.AdminToken,
-		RedriveAuthorizedUpstream: e.cfg.RedriveAuthorizedUpstream,
-		TenantFunc:                apigw.TenantFunc(e.cfg), Logger: e.log,
-	}))
+	return apigw.Handler(console.Site(e.p.Runtime, e.cfg, e.log))
 }
 
 // seed stores a hand-made row: the given status etc., with input as an

@@ -11,10 +11,16 @@ import (
 	"github.com/qasync/qasync/shared/internal/dynamo"
 )
 
+// StreamApplier is the history that a stream's batches feed:
+// *dynamo.History implements it (one history page per execution per
+// batch, idempotent under redelivery).
+type StreamApplier interface {
+	Apply(ctx context.Context, changes []dynamo.Change) error
+}
+
 // History is the history function's handler for batches of the execution
 // table's stream (NEW_AND_OLD_IMAGES): the batch's records, in stream
-// order, become history pages (dynamo.History.Apply: one item per
-// execution per batch, idempotent under redelivery).
+// order, become history pages (StreamApplier.Apply).
 //
 // When some pages cannot be written, it reports the earliest record of an
 // execution whose page failed as the batch's one item failure
@@ -22,9 +28,9 @@ import (
 // retries from it; the records after it that were stored are stored again
 // without doubling an event. The event is logged as history_batch_failed;
 // the handler's error is always nil.
-func History(h *dynamo.History, log *slog.Logger) func(context.Context, events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+func History(h StreamApplier, log *slog.Logger) func(context.Context, events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
 	if h == nil {
-		panic("lambdafn: History: nil dynamo.History")
+		panic("lambdahandlers: History: nil StreamApplier")
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

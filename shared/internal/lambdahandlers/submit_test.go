@@ -10,6 +10,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/qasync/qasync/shared/client"
 	"github.com/qasync/qasync/shared/internal/httpapi"
 	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/store"
@@ -31,7 +32,7 @@ func TestSubmitFixture(t *testing.T) {
 	if resp.StatusCode != http.StatusAccepted || resp.IsBase64Encoded {
 		t.Fatalf("status %d base64 %v, body %s", resp.StatusCode, resp.IsBase64Encoded, resp.Body)
 	}
-	var doc httpapi.SubmitResponse
+	var doc client.Submission
 	if err := json.Unmarshal([]byte(resp.Body), &doc); err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +45,7 @@ func TestSubmitFixture(t *testing.T) {
 	if ct := resp.Headers["Content-Type"]; ct != "application/json" {
 		t.Errorf("Content-Type %q", ct)
 	}
-	row, err := env.set.Runtime.Status(context.Background(), store.Key{TenantID: fixtureTenant, ExecutionID: doc.ExecutionID})
+	row, err := env.p.Runtime.Status(context.Background(), store.Key{TenantID: fixtureTenant, ExecutionID: doc.ExecutionID})
 	if err != nil {
 		t.Fatalf("the execution is not in the IAM caller's tenant: %v", err)
 	}
@@ -54,7 +55,7 @@ func TestSubmitFixture(t *testing.T) {
 
 	var again events.APIGatewayV2HTTPResponse
 	invoke(t, context.Background(), h, ev, &again)
-	var dup httpapi.SubmitResponse
+	var dup client.Submission
 	if err := json.Unmarshal([]byte(again.Body), &dup); err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +70,7 @@ func TestSubmitFixture(t *testing.T) {
 // seedSucceeded stores the fixture execution as SUCCEEDED with result.
 func seedSucceeded(t *testing.T, env memEnv, result string) {
 	t.Helper()
-	rt := env.set.Runtime
+	rt := env.p.Runtime
 	ref, err := payload.Write(context.Background(), rt.Payloads(), payload.Payload{Encoding: payload.EncodingJSON, ContentType: payload.ContentTypeJSON, Data: []byte(result)},
 		"result/"+fixtureExecution, payload.DefaultInlineBudget, time.Now().Add(time.Hour))
 	if err != nil {
@@ -91,7 +92,7 @@ func TestStatusFixture(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("status %d: %s", resp.StatusCode, resp.Body)
 	}
-	var doc httpapi.StatusResponse
+	var doc client.Execution
 	if err := json.Unmarshal([]byte(resp.Body), &doc); err != nil {
 		t.Fatal(err)
 	}

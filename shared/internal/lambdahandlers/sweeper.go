@@ -77,7 +77,7 @@ func Sweeper(rt *engine.Runtime, margin time.Duration, log *slog.Logger) func(co
 			if err != nil {
 				log.LogAttrs(ctx, slog.LevelWarn, "sweep_failed", slog.String("event", "sweep_failed"),
 					slog.Int("sweeps", rep.Sweeps), slog.String("error", err.Error()))
-				return rep, fmt.Errorf("lambdafn: sweep %d: %w", rep.Sweeps+1, err)
+				return rep, fmt.Errorf("lambdahandlers: sweep %d: %w", rep.Sweeps+1, err)
 			}
 			rep.Sweeps++
 			rep.Due += res.Due

@@ -25,7 +25,7 @@ func overdue(e *store.Execution) {
 // dispatched again and a pending dead letter is published.
 func TestSweeperFixture(t *testing.T) {
 	env, logs := openMem(t, nil)
-	rt := env.set.Runtime
+	rt := env.p.Runtime
 	for i := range 3 {
 		seed(t, rt, fmt.Sprintf("sweep-%d", i), orderPipelineID, orderInput, overdue)
 	}
@@ -118,7 +118,7 @@ func TestSweeperReturnsStoreErrors(t *testing.T) {
 // margin): the sweeper function is the jobs' driver.
 func TestSweeperDrivesBulkRedrives(t *testing.T) {
 	env, _ := openMem(t, nil)
-	rt := env.set.Runtime
+	rt := env.p.Runtime
 	for i := range 3 {
 		seed(t, rt, fmt.Sprintf("dead-%d", i), drillPipelineID, `{}`, func(e *store.Execution) {
 			e.Status, e.StepIndex, e.StepName, e.SweepAt = store.DLQ, 1, stepWork, time.Time{}

@@ -143,14 +143,14 @@ type Deferrer func(ctx context.Context, receiptHandle string, d time.Duration) e
 // dispatch.RetryAfterError) in the queue, invisible until it is due,
 // when it is not handed back as a fresh message (no WithRequeue, a failed
 // send, a long wait on a first receive), instead of having it come back
-// at the queue's visibility timeout. Env.Handler(Worker) sets it.
+// at the queue's visibility timeout. The worker function sets it.
 func WithDeferrer(d Deferrer) WorkerOption { return func(o *workerOptions) { o.deferrer = d } }
 
 // WithRequeue makes the worker hand a deferred record back as a fresh
 // message sent through d (the work queue's dispatcher), delivered when it
 // is due, and acknowledge the record, so that a deferral does not count
 // towards the queue's maxReceiveCount (sqsbackend.Deferral).
-// Env.Handler(Worker) sets it.
+// The worker function sets it.
 func WithRequeue(d dispatch.Dispatcher) WorkerOption { return func(o *workerOptions) { o.requeue = d } }
 
 // deferTimeout bounds handing a deferred record back (a send, and a

@@ -41,7 +41,7 @@ func failureIDs(r events.SQSEventResponse) []string {
 // execution to SUCCEEDED from there.
 func TestWorkerFixture(t *testing.T) {
 	env, _ := openMem(t, nil)
-	rt := env.set.Runtime
+	rt := env.p.Runtime
 	_, items := sqsItems(t, fixture(t, "worker-sqs-batch.json"))
 	if len(items) < 2 {
 		t.Fatalf("fixture has %d records", len(items))

@@ -36,7 +36,8 @@ type app struct {
 	urls    map[string]string
 }
 
-// startApp builds the four functions for the host, provisions fresh
+// startApp builds the functions qasync local runs (submit, worker,
+// sweeper, dlq) for the host, provisions fresh
 // tables and queues, and starts them under the harness with the config
 // keys in cfg (without KeyPrefix) on top of the durable providers.
 func startApp(t *testing.T, cfg map[string]string, tweak func(*localcloud.Options)) *app {

@@ -42,7 +42,7 @@ func (d *DeadLetters) Put(ctx context.Context, r deadletter.Record) (bool, error
 		return false, err
 	}
 	if r.ID == "" {
-		return false, errors.New("memstore: a dead-letter record needs an id")
+		return false, errors.New("memory: a dead-letter record needs an id")
 	}
 	now := d.clock.Now()
 	d.mu.Lock()
@@ -71,7 +71,7 @@ func (d *DeadLetters) Get(ctx context.Context, id string) (deadletter.Record, er
 		ok = false
 	}
 	if !ok {
-		return deadletter.Record{}, fmt.Errorf("memstore: dead letter %s: %w", id, deadletter.ErrNotFound)
+		return deadletter.Record{}, fmt.Errorf("memory: dead letter %s: %w", id, deadletter.ErrNotFound)
 	}
 	return copyRecord(r), nil
 }
@@ -100,7 +100,7 @@ func (d *DeadLetters) List(ctx context.Context, q deadletter.ListQuery) (deadlet
 	if q.Cursor != "" {
 		var err error
 		if after, err = decodeListCursor(q.Cursor, q.Fingerprint()); err != nil {
-			return deadletter.ListPage{}, fmt.Errorf("memstore: %w", deadletter.ErrInvalidCursor)
+			return deadletter.ListPage{}, fmt.Errorf("memory: %w", deadletter.ErrInvalidCursor)
 		}
 	}
 	now := d.clock.Now()

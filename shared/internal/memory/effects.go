@@ -52,7 +52,7 @@ func (l *Effects) CreateOrGet(ctx context.Context, r effect.Record) (effect.Reco
 		return effect.Record{}, false, err
 	}
 	if err := r.Check(); err != nil {
-		return effect.Record{}, false, fmt.Errorf("memstore: %w", err)
+		return effect.Record{}, false, fmt.Errorf("memory: %w", err)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -82,7 +82,7 @@ func (l *Effects) Get(ctx context.Context, id string) (effect.Record, error) {
 	defer l.mu.Unlock()
 	r, ok := l.live(id)
 	if !ok {
-		return effect.Record{}, fmt.Errorf("memstore: command %s: %w", id, effect.ErrNotFound)
+		return effect.Record{}, fmt.Errorf("memory: command %s: %w", id, effect.ErrNotFound)
 	}
 	return copyEffect(r), nil
 }
@@ -93,16 +93,16 @@ func (l *Effects) Transition(ctx context.Context, expect int64, next effect.Reco
 		return effect.Record{}, err
 	}
 	if err := next.Check(); err != nil {
-		return effect.Record{}, fmt.Errorf("memstore: %w", err)
+		return effect.Record{}, fmt.Errorf("memory: %w", err)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	cur, ok := l.live(next.CommandID)
 	if !ok {
-		return effect.Record{}, fmt.Errorf("memstore: command %s: %w", next.CommandID, effect.ErrNotFound)
+		return effect.Record{}, fmt.Errorf("memory: command %s: %w", next.CommandID, effect.ErrNotFound)
 	}
 	if cur.Version != expect {
-		return copyEffect(cur), fmt.Errorf("memstore: command %s at version %d, not %d: %w", next.CommandID, cur.Version, expect, effect.ErrConflict)
+		return copyEffect(cur), fmt.Errorf("memory: command %s at version %d, not %d: %w", next.CommandID, cur.Version, expect, effect.ErrConflict)
 	}
 	next.Version, next.CreatedAt, next.ExpiresAt = expect+1, cur.CreatedAt, cur.ExpiresAt
 	next = copyEffect(next)

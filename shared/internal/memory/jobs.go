@@ -122,7 +122,7 @@ func (s *StateStore) PutJobPage(ctx context.Context, key store.JobKey, n int, id
 		return err
 	}
 	if n < 0 || len(ids) > store.MaxJobPage {
-		return fmt.Errorf("memstore: job page %d of %d ids: pages are numbered from 0 and hold at most %d", n, len(ids), store.MaxJobPage)
+		return fmt.Errorf("memory: job page %d of %d ids: pages are numbered from 0 and hold at most %d", n, len(ids), store.MaxJobPage)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -151,10 +151,10 @@ func (s *StateStore) JobPage(ctx context.Context, key store.JobKey, n int) ([]st
 // checkJob refuses a job record no store could keep.
 func checkJob(j store.Job) error {
 	if j.Key.TenantID == "" || j.Key.ID == "" || j.ExpiresAt.IsZero() {
-		return fmt.Errorf("memstore: a job needs a tenant, an id and an expiry")
+		return fmt.Errorf("memory: a job needs a tenant, an id and an expiry")
 	}
 	if len(j.State) > store.MaxJobState {
-		return fmt.Errorf("memstore: job state of %d bytes exceeds %d", len(j.State), store.MaxJobState)
+		return fmt.Errorf("memory: job state of %d bytes exceeds %d", len(j.State), store.MaxJobState)
 	}
 	return nil
 }

@@ -88,7 +88,7 @@ func decodeListCursor(c, query string) (*listPos, error) {
 		err = json.Unmarshal(b, &cur)
 	}
 	if err != nil || cur.Query != query || cur.After.ID == "" {
-		return nil, fmt.Errorf("memstore: %w: not a cursor of this list query", store.ErrInvalidCursor)
+		return nil, fmt.Errorf("memory: %w: not a cursor of this list query", store.ErrInvalidCursor)
 	}
 	return &cur.After, nil
 }

@@ -40,7 +40,7 @@ func (s *PayloadStore) PutPart(ctx context.Context, p payload.Part) error {
 		return err
 	}
 	if p.PayloadID == "" || p.Name == "" {
-		return errors.New("memstore: a part needs a payload id and a name")
+		return errors.New("memory: a part needs a payload id and a name")
 	}
 	now := s.clock.Now()
 	k := partKey{p.PayloadID, p.Name}
@@ -50,7 +50,7 @@ func (s *PayloadStore) PutPart(ctx context.Context, p payload.Part) error {
 		if bytes.Equal(old.Data, p.Data) {
 			return nil
 		}
-		return fmt.Errorf("memstore: put %s %s: %w", p.PayloadID, p.Name, payload.ErrConflict)
+		return fmt.Errorf("memory: put %s %s: %w", p.PayloadID, p.Name, payload.ErrConflict)
 	}
 	if s.reap.due() {
 		maps.DeleteFunc(s.parts, func(_ partKey, q payload.Part) bool { return expired(q.ExpiresAt, now) })
@@ -75,7 +75,7 @@ func (s *PayloadStore) GetPart(ctx context.Context, payloadID, name string) (pay
 		ok = false
 	}
 	if !ok {
-		return payload.Part{}, fmt.Errorf("memstore: get %s %s: %w", payloadID, name, payload.ErrNotFound)
+		return payload.Part{}, fmt.Errorf("memory: get %s %s: %w", payloadID, name, payload.ErrNotFound)
 	}
 	p.Data = bytes.Clone(p.Data)
 	return p, nil
@@ -91,7 +91,7 @@ func (s *PayloadStore) ExtendPart(ctx context.Context, payloadID, name string, u
 	defer s.mu.Unlock()
 	p, ok := s.parts[k]
 	if !ok || expired(p.ExpiresAt, s.clock.Now()) {
-		return fmt.Errorf("memstore: extend %s %s: %w", payloadID, name, payload.ErrNotFound)
+		return fmt.Errorf("memory: extend %s %s: %w", payloadID, name, payload.ErrNotFound)
 	}
 	if !p.ExpiresAt.IsZero() && until.After(p.ExpiresAt) {
 		p.ExpiresAt = until

@@ -55,7 +55,7 @@ func (s *StateStore) CreateOrGet(ctx context.Context, req store.CreateRequest) (
 	}
 	e := req.Execution
 	if e.TenantID == "" || e.ExecutionID == "" {
-		return store.Execution{}, false, fmt.Errorf("memstore: create needs tenant and execution id")
+		return store.Execution{}, false, fmt.Errorf("memory: create needs tenant and execution id")
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -271,7 +271,7 @@ func decodeCursor(s string) (*store.DueRef, error) {
 		err = json.Unmarshal(b, &c)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("memstore: invalid due cursor")
+		return nil, fmt.Errorf("memory: invalid due cursor")
 	}
 	return &store.DueRef{Key: c.Key, SweepAt: time.UnixMilli(c.At)}, nil
 }

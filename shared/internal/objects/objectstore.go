@@ -37,7 +37,7 @@ type Store interface {
 
 // ErrNotFound is returned by Get for a missing object. It matches
 // fs.ErrNotExist (errors.Is), as backendtest requires of an object store.
-var ErrNotFound = fmt.Errorf("objectstore: object not found: %w", fs.ErrNotExist)
+var ErrNotFound = fmt.Errorf("objects: object not found: %w", fs.ErrNotExist)
 
 // File stores objects as files: file:///abs/path.
 type File struct{}
@@ -47,7 +47,7 @@ var _ Store = File{}
 func filePath(uri string) (string, error) {
 	u, err := url.Parse(uri)
 	if err != nil || u.Scheme != "file" || (u.Host != "" && u.Host != "localhost") || !filepath.IsAbs(u.Path) {
-		return "", fmt.Errorf("objectstore: %q is not a file:///absolute/path URI", uri)
+		return "", fmt.Errorf("objects: %q is not a file:///absolute/path URI", uri)
 	}
 	return filepath.Clean(u.Path), nil
 }
@@ -66,22 +66,22 @@ func (File) Put(ctx context.Context, uri string, data []byte, _ string) error {
 		return nil
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("objectstore: %w", err)
+		return fmt.Errorf("objects: %w", err)
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
-		return fmt.Errorf("objectstore: %w", err)
+		return fmt.Errorf("objects: %w", err)
 	}
 	defer os.Remove(tmp.Name())
 	if _, err := tmp.Write(data); err != nil {
 		tmp.Close()
-		return fmt.Errorf("objectstore: %w", err)
+		return fmt.Errorf("objects: %w", err)
 	}
 	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("objectstore: %w", err)
+		return fmt.Errorf("objects: %w", err)
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("objectstore: %w", err)
+		return fmt.Errorf("objects: %w", err)
 	}
 	return nil
 }
@@ -102,15 +102,32 @@ func (File) Get(ctx context.Context, uri string) ([]byte, error) {
 	return b, err
 }
 
-// S3 stores objects in S3: s3://bucket/key.
-type S3 struct{ Client *s3.Client }
+// S3 stores objects in S3: s3://bucket/key, through Client, or when it is
+// nil through the client Connect returns (asked for at each call; a
+// session builds it on the first).
+type S3 struct {
+	Client  *s3.Client
+	Connect func(context.Context) (*s3.Client, error)
+}
+
+// client is the client of a call.
+func (s S3) client(ctx context.Context) (*s3.Client, error) {
+	if s.Client != nil || s.Connect == nil {
+		return s.Client, nil
+	}
+	c, err := s.Connect(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("objects: S3 client: %w", err)
+	}
+	return c, nil
+}
 
 var _ Store = S3{}
 
 func s3Location(uri string) (bucket, key string, err error) {
 	u, err := url.Parse(uri)
 	if err != nil || u.Scheme != "s3" || u.Host == "" || strings.TrimPrefix(u.Path, "/") == "" {
-		return "", "", fmt.Errorf("objectstore: %q is not an s3://bucket/key URI", uri)
+		return "", "", fmt.Errorf("objects: %q is not an s3://bucket/key URI", uri)
 	}
 	return u.Host, strings.TrimPrefix(u.Path, "/"), nil
 }
@@ -130,8 +147,12 @@ func (s S3) Put(ctx context.Context, uri string, data []byte, contentType string
 	if contentType != "" {
 		in.ContentType = aws.String(contentType)
 	}
-	if _, err := s.Client.PutObject(ctx, in); err != nil {
-		return fmt.Errorf("objectstore: put %s: %w", uri, err)
+	c, err := s.client(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := c.PutObject(ctx, in); err != nil {
+		return fmt.Errorf("objects: put %s: %w", uri, err)
 	}
 	return nil
 }
@@ -142,18 +163,22 @@ func (s S3) Get(ctx context.Context, uri string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	out, err := s.Client.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
+	c, err := s.client(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String(key)})
 	if err != nil {
 		var nk interface{ ErrorCode() string }
 		if errors.As(err, &nk) && (nk.ErrorCode() == "NoSuchKey" || nk.ErrorCode() == "NotFound") {
 			return nil, ErrNotFound
 		}
-		return nil, fmt.Errorf("objectstore: get %s: %w", uri, err)
+		return nil, fmt.Errorf("objects: get %s: %w", uri, err)
 	}
 	defer out.Body.Close()
 	var b bytes.Buffer
 	if _, err := b.ReadFrom(out.Body); err != nil {
-		return nil, fmt.Errorf("objectstore: get %s: %w", uri, err)
+		return nil, fmt.Errorf("objects: get %s: %w", uri, err)
 	}
 	return b.Bytes(), nil
 }
@@ -176,7 +201,7 @@ func (r Router) pick(uri string) (Store, error) {
 		s = r.S3
 	}
 	if s == nil {
-		return nil, fmt.Errorf("objectstore: no store for %q (file:// and s3:// are supported; s3 needs AWS clients)", scheme)
+		return nil, fmt.Errorf("objects: no store for %q (file:// and s3:// are supported; s3 needs AWS clients)", scheme)
 	}
 	return s, nil
 }

@@ -142,7 +142,7 @@ func (b *dynamoBackend) nothingDue(by time.Time) bool {
 		if !ok {
 			continue
 		}
-		at, err := strconv.ParseInt(first[schema.AttrSweepAt].S, 10, 64)
+		at, err := strconv.ParseInt(first[dynamo.AttrSweepAt].S, 10, 64)
 		if err != nil || at <= by.UnixMilli() {
 			return false
 		}

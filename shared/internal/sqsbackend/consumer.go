@@ -19,7 +19,7 @@ import (
 
 // BatchHandler handles one batch of queue messages in the form the AWS
 // Lambda SQS event source delivers them (the signature of a Lambda SQS
-// handler such as lambdafn.DLQ). The response's BatchItemFailures name the
+// handler such as the dlq function's). The response's BatchItemFailures name the
 // messages to deliver again; an error fails the whole batch.
 type BatchHandler func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error)
 
@@ -182,7 +182,7 @@ func (c *Consumer) handle(ctx context.Context, msgs []types.Message, arn, region
 func (c *Consumer) call(ctx context.Context, ev events.SQSEvent) (resp events.SQSEventResponse, err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			err = fmt.Errorf("sqsdispatch: batch handler panicked: %v", v)
+			err = fmt.Errorf("sqsbackend: batch handler panicked: %v", v)
 		}
 	}()
 	return c.handler(ctx, ev)
@@ -202,7 +202,7 @@ func batchItemFailures(resp events.SQSEventResponse, ev events.SQSEvent) (map[st
 	failed := make(map[string]bool, len(resp.BatchItemFailures))
 	for _, f := range resp.BatchItemFailures {
 		if f.ItemIdentifier == "" || !ids[f.ItemIdentifier] {
-			return nil, fmt.Errorf("sqsdispatch: batch item failure %q is not a message of the batch", f.ItemIdentifier)
+			return nil, fmt.Errorf("sqsbackend: batch item failure %q is not a message of the batch", f.ItemIdentifier)
 		}
 		failed[f.ItemIdentifier] = true
 	}
@@ -261,7 +261,7 @@ func RedriveTargetURL(ctx context.Context, client *sqs.Client, url string) (stri
 	out, err := client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(url),
 		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameRedrivePolicy}})
 	if err != nil {
-		return "", fmt.Errorf("sqsdispatch: queue %s attributes: %w", url, err)
+		return "", fmt.Errorf("sqsbackend: queue %s attributes: %w", url, err)
 	}
 	policy := out.Attributes[string(types.QueueAttributeNameRedrivePolicy)]
 	if policy == "" {
@@ -271,16 +271,16 @@ func RedriveTargetURL(ctx context.Context, client *sqs.Client, url string) (stri
 		DeadLetterTargetArn string `json:"deadLetterTargetArn"`
 	}
 	if err := json.Unmarshal([]byte(policy), &p); err != nil || p.DeadLetterTargetArn == "" {
-		return "", fmt.Errorf("sqsdispatch: queue %s: unreadable redrive policy", url)
+		return "", fmt.Errorf("sqsbackend: queue %s: unreadable redrive policy", url)
 	}
 	parts := strings.Split(p.DeadLetterTargetArn, ":")
 	if len(parts) != 6 || parts[5] == "" {
-		return "", fmt.Errorf("sqsdispatch: queue %s: redrive target %q is not a queue ARN", url, p.DeadLetterTargetArn)
+		return "", fmt.Errorf("sqsbackend: queue %s: redrive target %q is not a queue ARN", url, p.DeadLetterTargetArn)
 	}
 	// The target is in the same account and region (SQS requires it).
 	u, err := client.GetQueueUrl(ctx, &sqs.GetQueueUrlInput{QueueName: aws.String(parts[5])})
 	if err != nil {
-		return "", fmt.Errorf("sqsdispatch: redrive target %s: %w", parts[5], err)
+		return "", fmt.Errorf("sqsbackend: redrive target %s: %w", parts[5], err)
 	}
 	return aws.ToString(u.QueueUrl), nil
 }
@@ -289,11 +289,11 @@ func queueARN(ctx context.Context, client *sqs.Client, url string) (string, erro
 	out, err := client.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{QueueUrl: aws.String(url),
 		AttributeNames: []types.QueueAttributeName{types.QueueAttributeNameQueueArn}})
 	if err != nil {
-		return "", fmt.Errorf("sqsdispatch: queue %s attributes: %w", url, err)
+		return "", fmt.Errorf("sqsbackend: queue %s attributes: %w", url, err)
 	}
 	arn := out.Attributes[string(types.QueueAttributeNameQueueArn)]
 	if arn == "" {
-		return "", fmt.Errorf("sqsdispatch: queue %s has no ARN", url)
+		return "", fmt.Errorf("sqsbackend: queue %s has no ARN", url)
 	}
 	return arn, nil
 }

@@ -2,7 +2,6 @@ package sqsbackend
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -112,7 +111,7 @@ func NewPoller(client *sqs.Client, queueURL string, h dispatch.Handler, opts Pol
 // not cancelled with it. Run must not be called twice at once.
 func (p *Poller) Run(ctx context.Context) error {
 	if p.handler == nil {
-		return errors.New("sqsdispatch: poller has no handler")
+		return errors.New("sqsbackend: poller has no handler")
 	}
 	hctx, hcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer hcancel()
@@ -262,7 +261,7 @@ func (p *Poller) delete(ctx context.Context, log *slog.Logger, receipt *string) 
 func (p *Poller) call(ctx context.Context, item dispatch.WorkItem) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			err = fmt.Errorf("sqsdispatch: handler panicked: %v", v)
+			err = fmt.Errorf("sqsbackend: handler panicked: %v", v)
 			p.log.LogAttrs(ctx, slog.LevelError, "handler_panicked", slog.String("event", "handler_panicked"),
 				slog.String("execution_id", item.ExecutionID), slog.String("tenant", item.TenantID), slog.Any("panic", v))
 		}
@@ -312,34 +311,6 @@ func Defer(ctx context.Context, client *sqs.Client, queueURL, receipt string, d 
 		VisibilityTimeout: seconds(min(max(d, time.Second), MaxVisibility)),
 	})
 	return err
-}
-
-// Decode parses the body of a work queue message into a work item, as the
-// poller does. Its errors never quote the body.
-func Decode(body string) (dispatch.WorkItem, error) { return decode(body) }
-
-// decode parses a message body. Its errors never quote the body.
-func decode(body string) (dispatch.WorkItem, error) {
-	var item dispatch.WorkItem
-	if err := json.Unmarshal([]byte(body), &item); err != nil {
-		var syntax *json.SyntaxError
-		var typ *json.UnmarshalTypeError
-		switch {
-		case errors.As(err, &syntax):
-			return item, fmt.Errorf("body is not JSON (syntax error at offset %d)", syntax.Offset)
-		case errors.As(err, &typ):
-			return item, fmt.Errorf("body field %q has the wrong type", typ.Field)
-		default:
-			return item, errors.New("body is not a JSON work item")
-		}
-	}
-	switch {
-	case item.TenantID == "":
-		return item, errors.New("work item has no tenantId")
-	case item.ExecutionID == "":
-		return item, errors.New("work item has no executionId")
-	}
-	return item, nil
 }
 
 // retryDelay is base * 2^(receives-1), at most limit.

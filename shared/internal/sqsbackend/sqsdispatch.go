@@ -80,6 +80,13 @@ func NewDispatcher(client *sqs.Client, queueURL string, opts ...DispatcherOption
 	return d
 }
 
+// Defer makes a message received from the dispatcher's queue invisible
+// for d (see the package function Defer): the worker function keeps a
+// record that is not due yet in the queue it came from.
+func (d *Dispatcher) Defer(ctx context.Context, receiptHandle string, wait time.Duration) error {
+	return Defer(ctx, d.client, d.queueURL, receiptHandle, wait)
+}
+
 // SendError reports messages that SQS did not accept: entries it refused
 // in a batch response, or every message of a call that failed as a whole.
 // Messages not listed were accepted.
@@ -98,7 +105,7 @@ type SendError struct {
 
 // Error implements error.
 func (e *SendError) Error() string {
-	msg := fmt.Sprintf("sqsdispatch: %d of %d messages not accepted", e.Failed, e.Total)
+	msg := fmt.Sprintf("sqsbackend: %d of %d messages not accepted", e.Failed, e.Total)
 	if len(e.Codes) > 0 {
 		msg += fmt.Sprintf(" (%d refused, first code %q)", len(e.Codes), e.Codes[0])
 	}
@@ -117,7 +124,7 @@ func (e *SendError) Unwrap() error { return e.Err }
 // unless ctx has ended. A cancelled ctx sends nothing.
 func (d *Dispatcher) Dispatch(ctx context.Context, msgs ...dispatch.Message) error {
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("sqsdispatch: %w", err)
+		return fmt.Errorf("sqsbackend: %w", err)
 	}
 	switch len(msgs) {
 	case 0:
@@ -214,7 +221,7 @@ func (d *Dispatcher) sendBatch(ctx context.Context, group []dispatch.Message, se
 func encode(item dispatch.WorkItem) (string, error) {
 	b, err := json.Marshal(item)
 	if err != nil {
-		return "", fmt.Errorf("sqsdispatch: encode work item: %w", err)
+		return "", fmt.Errorf("sqsbackend: encode work item: %w", err)
 	}
 	return string(b), nil
 }
@@ -236,4 +243,32 @@ func DelaySeconds(delay time.Duration) int32 {
 		return int32(MaxDelay / time.Second)
 	}
 	return int32((delay + time.Second - 1) / time.Second)
+}
+
+// Decode parses the body of a work queue message into a work item, as the
+// poller does. Its errors never quote the body.
+func Decode(body string) (dispatch.WorkItem, error) { return decode(body) }
+
+// decode parses a message body. Its errors never quote the body.
+func decode(body string) (dispatch.WorkItem, error) {
+	var item dispatch.WorkItem
+	if err := json.Unmarshal([]byte(body), &item); err != nil {
+		var syntax *json.SyntaxError
+		var typ *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &syntax):
+			return item, fmt.Errorf("body is not JSON (syntax error at offset %d)", syntax.Offset)
+		case errors.As(err, &typ):
+			return item, fmt.Errorf("body field %q has the wrong type", typ.Field)
+		default:
+			return item, errors.New("body is not a JSON work item")
+		}
+	}
+	switch {
+	case item.TenantID == "":
+		return item, errors.New("work item has no tenantId")
+	case item.ExecutionID == "":
+		return item, errors.New("work item has no executionId")
+	}
+	return item, nil
 }

@@ -44,7 +44,7 @@ func NewDLQ(client *sqs.Client, queueURL string) *DLQ {
 func (p *DLQ) Publish(ctx context.Context, env deadletter.Envelope) error {
 	attrs := map[string]string{AttrTenant: env.TenantID, AttrTerminalReason: env.TerminalReason}
 	if err := Send(ctx, p.client, p.queueURL, env, attrs); err != nil {
-		return fmt.Errorf("sqsdlq: publish %s: %w", env.TransitionKey, err)
+		return fmt.Errorf("sqsbackend: publish %s: %w", env.TransitionKey, err)
 	}
 	return nil
 }

@@ -41,7 +41,7 @@ func NewRejects(client *sqs.Client, queueURL string) *Rejects {
 func (p *Rejects) Publish(ctx context.Context, env reject.Envelope) error {
 	attrs := map[string]string{AttrTenant: env.TenantID, AttrScope: string(env.Scope), AttrPipeline: env.PipelineID}
 	if err := Send(ctx, p.client, p.queueURL, env, attrs); err != nil {
-		return fmt.Errorf("sqsreject: publish %s reject of %s: %w", env.Scope, env.TransitionKey, err)
+		return fmt.Errorf("sqsbackend: publish %s reject of %s: %w", env.Scope, env.TransitionKey, err)
 	}
 	return nil
 }

@@ -18,10 +18,10 @@ import (
 
 	"github.com/qasync/qasync/shared/await"
 	"github.com/qasync/qasync/shared/config"
+	"github.com/qasync/qasync/shared/internal/dynamo"
 	"github.com/qasync/qasync/shared/internal/engine"
 	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/pipeline"
-	"github.com/qasync/qasync/shared/schema"
 	"github.com/qasync/qasync/shared/store"
 )
 
@@ -82,8 +82,8 @@ var errInjected = injectedError{}
 // (it records the transition key under the worker's lease).
 func isCommit(in any) bool {
 	u, ok := in.(*dynamodb.UpdateItemInput)
-	return ok && u.UpdateExpression != nil && strings.Contains(*u.UpdateExpression, "#"+schema.AttrLastTransitionKey) &&
-		u.ConditionExpression != nil && strings.Contains(*u.ConditionExpression, "#"+schema.AttrLeaseOwner+" = ")
+	return ok && u.UpdateExpression != nil && strings.Contains(*u.UpdateExpression, "#"+dynamo.AttrLastTransitionKey) &&
+		u.ConditionExpression != nil && strings.Contains(*u.ConditionExpression, "#"+dynamo.AttrLeaseOwner+" = ")
 }
 
 // (5) A commit whose answer is lost, once after the SDK's retries (an

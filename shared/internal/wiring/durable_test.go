@@ -17,6 +17,7 @@ import (
 	"github.com/qasync/qasync/shared/command"
 	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/deadletter"
+	"github.com/qasync/qasync/shared/internal/awsbackend"
 	"github.com/qasync/qasync/shared/internal/awsclient"
 	"github.com/qasync/qasync/shared/internal/awstest"
 	"github.com/qasync/qasync/shared/internal/engine"
@@ -31,7 +32,7 @@ import (
 // tables and queues, its SQS poller running.
 type durable struct {
 	t       *testing.T
-	set     *wiring.Set
+	set     *wiring.Process
 	counter *awsclient.Counter
 	clients awsclient.Clients
 	names   schema.Names
@@ -50,7 +51,7 @@ func openDurable(t *testing.T, adjust func(*config.Config), ps ...pipeline.Pipel
 
 // openDurableWith is openDurable with more SDK middleware on every client
 // and more options.
-func openDurableWith(t *testing.T, adjust func(*config.Config), mw []func(*middleware.Stack) error, opts []wiring.Option, ps ...pipeline.Pipeline) *durable {
+func openDurableWith(t *testing.T, adjust func(*config.Config), mw []func(*middleware.Stack) error, opts []option, ps ...pipeline.Pipeline) *durable {
 	t.Helper()
 	clients, _ := awstest.Clients(t)
 	n := awstest.Names(t)
@@ -68,8 +69,8 @@ func openDurableWith(t *testing.T, adjust func(*config.Config), mw []func(*middl
 		t.Fatal(err)
 	}
 	counter := awsclient.NewCounter()
-	set, err := wiring.Open(context.Background(), c, reg, slog.New(slog.DiscardHandler),
-		append(opts, wiring.WithAPIOptions(append([]func(*middleware.Stack) error{counter.APIOption}, mw...)...), wiring.WithDrainTimeout(5*time.Second))...)
+	set, err := open(context.Background(), c, reg, slog.New(slog.DiscardHandler),
+		append(opts, withAPIOptions(append([]func(*middleware.Stack) error{counter.APIOption}, mw...)...), withDrainTimeout(5*time.Second))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,10 +79,13 @@ func openDurableWith(t *testing.T, adjust func(*config.Config), mw []func(*middl
 	return d
 }
 
+// start runs the work queue's poller until the test ends or stop: only
+// the poller, no dead-letter consumer or stream feed (the tests count the
+// runtime's requests and read the queues themselves).
 func (d *durable) start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); _ = d.set.Work(ctx) }()
+	go func() { defer close(done); d.set.RunLoops(ctx, awsbackend.LoopPoller) }()
 	d.stop = func() { cancel(); <-done }
 }
 

@@ -13,7 +13,6 @@ import (
 	"github.com/qasync/qasync/shared/history"
 	"github.com/qasync/qasync/shared/internal/embedded"
 	"github.com/qasync/qasync/shared/internal/engine"
-	"github.com/qasync/qasync/shared/internal/wiring"
 	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/pipeline"
 	"github.com/qasync/qasync/shared/store"
@@ -68,15 +67,15 @@ func TestOpenDefaultsToTheEmbeddedStore(t *testing.T) {
 	c.EmbeddedDataDir = t.TempDir()
 	c.TenantSource = "none"
 	reg := embeddedRegistry(t)
-	set, err := wiring.Open(context.Background(), c, reg, slog.New(slog.DiscardHandler))
+	set, err := open(context.Background(), c, reg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if set.Embedded == nil || set.Queue == nil || set.Local != nil {
-		t.Fatalf("default configuration built %+v", set)
+	if _, ok := set.Seams.Dispatcher.(*embedded.Dispatcher); !ok {
+		t.Fatalf("default configuration dispatches with %T, want the embedded store's queue", set.Seams.Dispatcher)
 	}
-	if _, ok := set.Recorder.(*embedded.DeadLetters); !ok {
-		t.Fatalf("recorder %T, want the embedded store's", set.Recorder)
+	if _, ok := set.Seams.Recorder.(*embedded.DeadLetters); !ok {
+		t.Fatalf("recorder %T, want the embedded store's", set.Seams.Recorder)
 	}
 	ctx := context.Background()
 	in, _ := payload.JSON(map[string]int{})
@@ -112,7 +111,7 @@ func TestOpenDefaultsToTheEmbeddedStore(t *testing.T) {
 		t.Fatalf("the dead letter was re-driven %d times, want once", e.RedriveCount)
 	}
 
-	_, err = wiring.Open(context.Background(), c, reg, slog.New(slog.DiscardHandler))
+	_, err = open(context.Background(), c, reg, slog.New(slog.DiscardHandler))
 	if !errors.Is(err, embedded.ErrLocked) || !strings.Contains(err.Error(), "pipeline.orchestrator.embedded.data-dir") {
 		t.Fatalf("second Open of the directory: %v, want ErrLocked naming the key", err)
 	}
@@ -120,7 +119,7 @@ func TestOpenDefaultsToTheEmbeddedStore(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	again, err := wiring.Open(context.Background(), c, reg, slog.New(slog.DiscardHandler))
+	again, err := open(context.Background(), c, reg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

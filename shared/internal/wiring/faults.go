@@ -17,13 +17,18 @@ import (
 	"github.com/aws/smithy-go/middleware"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
+	"github.com/qasync/qasync/internal/testkeys"
+	"github.com/qasync/qasync/shared/clock"
+	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/deadletter"
 	"github.com/qasync/qasync/shared/dispatch"
+	"github.com/qasync/qasync/shared/internal/awsclient"
+	"github.com/qasync/qasync/shared/internal/engine"
 	"github.com/qasync/qasync/shared/store"
 )
 
 // Fault injection, for chaos tests only (keys faults.*, all 0 by
-// default). Every injected fault is logged at warn level as event
+// default: package testkeys reads them). Every injected fault is logged at warn level as event
 // "fault_injected" with "fault" naming it: dynamo_throttle, dynamo_500,
 // dispatch_duplicate, dispatch_drop, commit_before_write,
 // commit_after_write or dlq_publish.
@@ -52,7 +57,7 @@ const (
 // the leased commits (Update under a lease: a step's outcome) fail with
 // store.ErrUnavailable, half before the write and half after it landed,
 // so that the runtime must retry some and resolve others by reading the
-// row back. Test only: see config.Config.FaultCommitErrorRate.
+// row back. Test only: see testkeys.Faults.CommitErrorRate.
 type FaultyStore struct {
 	store.Store
 	// CommitRate is the probability, 0..1.
@@ -81,8 +86,8 @@ func (f *FaultyStore) Update(ctx context.Context, g store.Guard, next store.Exec
 
 // FaultyDLQ wraps a deadletter.Publisher for chaos tests: every publish
 // fails until OutageUntil (a shared wall-clock time), and a share Rate of
-// them after it. Test only: see config.Config.FaultDLQErrorRate and
-// FaultDLQOutageUntil.
+// them after it. Test only: see testkeys.Faults.DLQErrorRate and
+// DLQOutageUntil.
 type FaultyDLQ struct {
 	Inner deadletter.Publisher
 	// Rate is the probability, 0..1, of a failed publish after the outage.
@@ -126,7 +131,7 @@ func (o OffsetClock) Now() time.Time { return time.Now().Add(time.Duration(o)) }
 // SDK's retryer backs off and retries injected faults exactly as it does
 // real ones; only a call whose every attempt failed reaches the caller.
 // Other services' calls pass untouched. Test only: see
-// config.Config.FaultDynamoErrorRate.
+// testkeys.Faults.DynamoErrorRate.
 func DynamoFaults(rate float64, log *slog.Logger) func(*middleware.Stack) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -161,7 +166,7 @@ func DynamoFaults(rate float64, log *slog.Logger) func(*middleware.Stack) error 
 // queue lost it) with probability DropRate, or else sent twice with
 // probability DuplicateRate. The runtime must recover from both: a
 // duplicate is refused by the OCC claim, a drop is found by the sweeper.
-// Test only: see config.Config.FaultDispatchDropRate.
+// Test only: see testkeys.Faults.DispatchDropRate.
 type FaultyDispatcher struct {
 	// Inner is the real dispatcher.
 	Inner dispatch.Dispatcher
@@ -201,4 +206,53 @@ func (f *FaultyDispatcher) Dispatch(ctx context.Context, msgs ...dispatch.Messag
 		return nil
 	}
 	return f.Inner.Dispatch(ctx, out...)
+}
+
+// faultClock is the process's clock: the system clock, shifted by
+// faults.clock-offset-ms when set (logging every configured fault once,
+// as event test_faults_enabled).
+func faultClock(f testkeys.Faults, log *slog.Logger) clock.Clock {
+	if !f.Any() {
+		return clock.System{}
+	}
+	log.LogAttrs(context.Background(), slog.LevelWarn, "test_faults_enabled", slog.String("event", "test_faults_enabled"),
+		slog.Float64("dynamo_error_rate", f.DynamoErrorRate),
+		slog.Float64("dispatch_duplicate_rate", f.DispatchDuplicateRate),
+		slog.Float64("dispatch_drop_rate", f.DispatchDropRate),
+		slog.Float64("commit_error_rate", f.CommitErrorRate),
+		slog.Float64("dlq_error_rate", f.DLQErrorRate),
+		slog.Int64("dlq_outage_until_ms", f.DLQOutageUntil),
+		slog.Int64("clock_offset_ms", f.ClockOffset.Milliseconds()))
+	if f.ClockOffset != 0 {
+		return OffsetClock(f.ClockOffset) // a skewed worker
+	}
+	return clock.System{}
+}
+
+// faultAWS adds DynamoFaults to the session's clients when
+// faults.dynamo-error-rate is set.
+func faultAWS(f testkeys.Faults, sess *awsclient.Session, log *slog.Logger) error {
+	if f.DynamoErrorRate <= 0 {
+		return nil
+	}
+	if sess == nil {
+		return fmt.Errorf("%s: this process has no AWS clients to fail", config.FullKey("faults.dynamo-error-rate"))
+	}
+	sess.AddAPIOptions(DynamoFaults(f.DynamoErrorRate, log))
+	return nil
+}
+
+// faultSeams wraps the runtime's dispatcher, store and dead-letter
+// publisher in the faults f sets.
+func faultSeams(f testkeys.Faults, log *slog.Logger, d engine.Deps) engine.Deps {
+	if f.DispatchDuplicateRate > 0 || f.DispatchDropRate > 0 {
+		d.Dispatcher = &FaultyDispatcher{Inner: d.Dispatcher, DuplicateRate: f.DispatchDuplicateRate, DropRate: f.DispatchDropRate, Logger: log}
+	}
+	if f.CommitErrorRate > 0 {
+		d.Store = &FaultyStore{Store: d.Store, CommitRate: f.CommitErrorRate, Logger: log}
+	}
+	if f.DLQErrorRate > 0 || f.DLQOutageUntil > 0 {
+		d.DeadLetter = &FaultyDLQ{Inner: d.DeadLetter, Rate: f.DLQErrorRate, OutageUntil: time.UnixMilli(f.DLQOutageUntil), Logger: log}
+	}
+	return d
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/smithy-go/middleware"
 
+	"github.com/qasync/qasync/internal/testkeys"
 	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/dispatch"
 	"github.com/qasync/qasync/shared/internal/dynamo"
@@ -100,13 +101,21 @@ func TestFaultyDispatcher(t *testing.T) {
 }
 
 // TestOpenWrapsTheDispatcherWhenFaultsAreSet: the faults.* keys are off
-// by default, validated to 0..0.5, and wrap the dispatcher when set.
+// by default, validated to 0..0.5 naming the key (testkeys.Load), and
+// wrap the dispatcher when set.
 func TestOpenWrapsTheDispatcherWhenFaultsAreSet(t *testing.T) {
 	t.Parallel()
+	env := func(m map[string]string) func(string) (string, bool) {
+		return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+	}
 	reg, _ := pipeline.NewRegistry()
 	c := config.Default()
 	c.StateProvider = "memory"
-	set, err := wiring.Open(context.Background(), c, reg, slog.New(slog.DiscardHandler))
+	keys, err := testkeys.Load(env(nil))
+	if err != nil || keys.Faults.Any() {
+		t.Fatalf("faults by default: %+v, %v", keys.Faults, err)
+	}
+	set, err := open(context.Background(), c, reg, slog.New(slog.DiscardHandler), withFaults(keys.Faults))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,12 +123,14 @@ func TestOpenWrapsTheDispatcherWhenFaultsAreSet(t *testing.T) {
 		t.Error("faults are on by default")
 	}
 	_ = set.Close(context.Background())
-	c.FaultDispatchDropRate = 0.6
-	if _, err := wiring.Open(context.Background(), c, reg, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "faults.dispatch-drop-rate") {
+	if _, err := testkeys.Load(env(map[string]string{"PIPELINE_ORCHESTRATOR_FAULTS_DISPATCH_DROP_RATE": "0.6"})); err == nil || !strings.Contains(err.Error(), "faults.dispatch-drop-rate") {
 		t.Errorf("drop rate 0.6: %v, want an error naming the key", err)
 	}
-	c.FaultDispatchDropRate, c.FaultDispatchDuplicateRate = 0.1, 0.5
-	set, err = wiring.Open(context.Background(), c, reg, slog.New(slog.DiscardHandler))
+	keys, err = testkeys.Load(env(map[string]string{"PIPELINE_ORCHESTRATOR_FAULTS_DISPATCH_DROP_RATE": "0.1", "PIPELINE_ORCHESTRATOR_FAULTS_DISPATCH_DUPLICATE_RATE": "0.5"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	set, err = open(context.Background(), c, reg, slog.New(slog.DiscardHandler), withFaults(keys.Faults))
 	if err != nil {
 		t.Fatal(err)
 	}

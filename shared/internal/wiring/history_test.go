@@ -10,7 +10,6 @@ import (
 	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/history"
 	"github.com/qasync/qasync/shared/internal/engine"
-	"github.com/qasync/qasync/shared/internal/wiring"
 	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/pipeline"
 	"github.com/qasync/qasync/shared/store"
@@ -41,7 +40,7 @@ func TestMemoryProvidersServeHistory(t *testing.T) {
 	}
 	c := config.Default()
 	c.StateProvider = "memory" // the embedded store's history: TestOpenDefaultsToTheEmbeddedStore
-	set, err := wiring.Open(context.Background(), c, reg, slog.New(slog.DiscardHandler))
+	set, err := open(context.Background(), c, reg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,18 +22,18 @@ import (
 
 	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/deadletter"
+	"github.com/qasync/qasync/shared/internal/dynamo"
 	"github.com/qasync/qasync/shared/internal/engine"
 	"github.com/qasync/qasync/shared/internal/wiring"
 	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/pipeline"
-	"github.com/qasync/qasync/shared/schema"
 	"github.com/qasync/qasync/shared/store"
 )
 
 // reopen opens another process's runtime on d's tables and queues.
-func (d *durable) reopen() *wiring.Set {
+func (d *durable) reopen() *wiring.Process {
 	d.t.Helper()
-	set, err := wiring.Open(context.Background(), d.cfg, d.reg, slog.New(slog.DiscardHandler), wiring.WithDrainTimeout(5*time.Second))
+	set, err := open(context.Background(), d.cfg, d.reg, slog.New(slog.DiscardHandler), withDrainTimeout(5*time.Second))
 	if err != nil {
 		d.t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestDurableCancelRunningStep(t *testing.T) {
 		}),
 	}}
 	events := &cancelEvents{}
-	d := openDurableWith(t, nil, nil, []wiring.Option{wiring.WithObserver(events)}, p)
+	d := openDurableWith(t, nil, nil, []option{withObserver(events)}, p)
 	d.start()
 	e := d.submit("p.long", "k1", map[string]any{})
 	select {
@@ -194,7 +194,7 @@ func stopAfterRedrives(n int32, reason string, stop *atomic.Pointer[context.Canc
 func isRedrive(u *dynamodb.UpdateItemInput, reason string) bool {
 	unleased := false
 	for placeholder, name := range u.ExpressionAttributeNames {
-		if name == schema.AttrLeaseOwner && strings.Contains(aws.ToString(u.ConditionExpression), "attribute_not_exists("+placeholder+")") {
+		if name == dynamo.AttrLeaseOwner && strings.Contains(aws.ToString(u.ConditionExpression), "attribute_not_exists("+placeholder+")") {
 			unleased = true
 		}
 	}
@@ -270,7 +270,7 @@ func TestLocalDeadLettersAreListed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	set, err := wiring.Open(context.Background(), c, reg, slog.New(slog.DiscardHandler))
+	set, err := open(context.Background(), c, reg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

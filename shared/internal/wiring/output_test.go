@@ -41,14 +41,14 @@ func reportPipeline(to string) pipeline.Pipeline {
 }
 
 // openReport opens a memory runtime serving p.
-func openReport(t *testing.T, p pipeline.Pipeline, opts ...wiring.Option) *wiring.Set {
+func openReport(t *testing.T, p pipeline.Pipeline, opts ...option) *wiring.Process {
 	t.Helper()
 	return openReportWith(t, p, nil, opts...)
 }
 
 // openReportWith opens a memory runtime serving p, with mutate applied
 // to the configuration.
-func openReportWith(t *testing.T, p pipeline.Pipeline, mutate func(*config.Config), opts ...wiring.Option) *wiring.Set {
+func openReportWith(t *testing.T, p pipeline.Pipeline, mutate func(*config.Config), opts ...option) *wiring.Process {
 	t.Helper()
 	c := config.Default()
 	c.StateProvider = "memory"
@@ -60,7 +60,7 @@ func openReportWith(t *testing.T, p pipeline.Pipeline, mutate func(*config.Confi
 	if err != nil {
 		t.Fatal(err)
 	}
-	set, err := wiring.Open(context.Background(), c, reg, slog.New(slog.DiscardHandler), opts...)
+	set, err := open(context.Background(), c, reg, slog.New(slog.DiscardHandler), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func openReportWith(t *testing.T, p pipeline.Pipeline, mutate func(*config.Confi
 }
 
 // submitAndWait submits o and waits for a terminal status.
-func submitAndWait(t *testing.T, set *wiring.Set, o reportOrder) store.Execution {
+func submitAndWait(t *testing.T, set *wiring.Process, o reportOrder) store.Execution {
 	t.Helper()
 	in, _ := payload.JSON(o)
 	ctx := context.Background()
@@ -95,7 +95,7 @@ func submitAndWait(t *testing.T, set *wiring.Set, o reportOrder) store.Execution
 
 // checkPublished: the execution SUCCEEDED, and the object at uri holds
 // the result's bytes.
-func checkPublished(t *testing.T, set *wiring.Set, objs objects.Store, row store.Execution, uri string) {
+func checkPublished(t *testing.T, set *wiring.Process, objs objects.Store, row store.Execution, uri string) {
 	t.Helper()
 	if row.Status != store.Succeeded {
 		t.Fatalf("status %s (%+v), want SUCCEEDED", row.Status, row.Error)
@@ -124,9 +124,9 @@ func TestOutputPublishedToFileBeforeSuccess(t *testing.T) {
 	p := reportPipeline(to)
 	var seen []store.Status
 	var mu sync.Mutex
-	var set *wiring.Set
+	var set *wiring.Process
 	// Observe the row at the moment of the write.
-	set = openReport(t, p, wiring.WithObjects(objectStoreFunc(func(ctx context.Context, uri string, data []byte, ct string) error {
+	set = openReport(t, p, withObjects(objectStoreFunc(func(ctx context.Context, uri string, data []byte, ct string) error {
 		mu.Lock()
 		defer mu.Unlock()
 		seen = append(seen, currentStatus(set, uri))
@@ -188,7 +188,7 @@ func TestOutputBucketRequiredAtStartup(t *testing.T) {
 	}
 	c := config.Default()
 	c.StateProvider = "memory"
-	set, err := wiring.Open(context.Background(), c, reg, slog.New(slog.DiscardHandler))
+	set, err := open(context.Background(), c, reg, slog.New(slog.DiscardHandler))
 	if err == nil {
 		_ = set.Close(context.Background())
 		t.Fatal("Open succeeded without output.bucket")
@@ -208,7 +208,7 @@ func TestOutputPublishFailureRetriesThenDeadLetters(t *testing.T) {
 	t.Parallel()
 	var puts int
 	var mu sync.Mutex
-	set := openReport(t, reportPipeline("file:///nonexistent/{executionId}.json"), wiring.WithObjects(objectStoreFunc(func(context.Context, string, []byte, string) error {
+	set := openReport(t, reportPipeline("file:///nonexistent/{executionId}.json"), withObjects(objectStoreFunc(func(context.Context, string, []byte, string) error {
 		mu.Lock()
 		defer mu.Unlock()
 		puts++
@@ -232,7 +232,7 @@ func (f objectStoreFunc) Put(ctx context.Context, uri string, data []byte, ct st
 }
 
 // currentStatus reads the status of the execution whose id ends uri.
-func currentStatus(set *wiring.Set, uri string) store.Status {
+func currentStatus(set *wiring.Process, uri string) store.Status {
 	id := filepath.Base(uri)
 	id = id[:len(id)-len(".json")]
 	row, err := set.Runtime.Status(context.Background(), store.Key{TenantID: "acme", ExecutionID: id})

@@ -7,19 +7,26 @@ import (
 	"testing"
 	"time"
 
+	"github.com/qasync/qasync/shared/backend"
 	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/internal/awsclient"
 	"github.com/qasync/qasync/shared/internal/awstest"
+	"github.com/qasync/qasync/shared/internal/engine"
+	"github.com/qasync/qasync/shared/internal/logtest"
+	"github.com/qasync/qasync/shared/internal/memory"
+	"github.com/qasync/qasync/shared/internal/sqsbackend"
 	"github.com/qasync/qasync/shared/internal/wiring"
+	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/pipeline"
 	"github.com/qasync/qasync/shared/schema"
+	"github.com/qasync/qasync/shared/store"
 )
 
 func TestOpenRefusesInvalidConfig(t *testing.T) {
 	c := config.Default()
 	c.StateProvider = "memory"
 	c.SweepLimit = 0
-	if _, err := wiring.Open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "sweep-limit") {
+	if _, err := open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "sweep-limit") {
 		t.Fatalf("err = %v, want one naming sweep-limit", err)
 	}
 }
@@ -33,7 +40,7 @@ func TestConfiguredZeroMeansZero(t *testing.T) {
 	c.SweepGrace, c.InlineBudgetBytes, c.ClockSkewTolerance = 0, 0, 0
 	c.PipelineVersionWait, c.DispatchTimeout, c.ReleaseLimit = 3*time.Minute, 150*time.Millisecond, 4
 	reg, _ := pipeline.NewRegistry()
-	set, err := wiring.Open(context.Background(), c, reg, slog.New(slog.DiscardHandler))
+	set, err := open(context.Background(), c, reg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +52,7 @@ func TestConfiguredZeroMeansZero(t *testing.T) {
 	}
 	dc := config.Default()
 	dc.StateProvider = "memory"
-	def, err := wiring.Open(context.Background(), dc, reg, slog.New(slog.DiscardHandler))
+	def, err := open(context.Background(), dc, reg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +67,7 @@ func TestOpenMapsConfig(t *testing.T) {
 	c.StateProvider = "memory"
 	c.Lease, c.MaxRetries = 1234e6, 7
 	reg, _ := pipeline.NewRegistry()
-	set, err := wiring.Open(context.Background(), c, reg, slog.New(slog.DiscardHandler))
+	set, err := open(context.Background(), c, reg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,8 +76,8 @@ func TestOpenMapsConfig(t *testing.T) {
 	if got.Lease != c.Lease || got.Retry.MaxRetries != 7 || got.InlineBudget != c.InlineBudgetBytes || string(got.IdempotencyPolicy) != c.IdempotencyPolicy {
 		t.Fatalf("runtime config = %+v", got)
 	}
-	if set.Local == nil || set.Poller != nil || set.Clients != nil {
-		t.Fatalf("memory configuration built %+v", set)
+	if _, ok := set.Seams.Dispatcher.(*memory.Dispatcher); !ok || len(set.Seams.Loops) != 0 {
+		t.Fatalf("memory configuration built dispatcher %T and %d loops, want the in-process pool and none", set.Seams.Dispatcher, len(set.Seams.Loops))
 	}
 }
 
@@ -82,7 +89,7 @@ func TestStrictStartupNamesEveryMissingResource(t *testing.T) {
 	n := awstest.Names(t) // never created
 	c := durableConfig(n, "http://127.0.0.1:1/000000000000/"+n.WorkQueue, "http://127.0.0.1:1/000000000000/"+n.DLQQueue, "http://127.0.0.1:1/000000000000/"+n.RejectQueue)
 	c.StrictStartup = true
-	_, err := wiring.Open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler))
+	_, err := open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler))
 	if err == nil {
 		t.Fatal("strict startup accepted missing tables and queues")
 	}
@@ -103,12 +110,14 @@ func TestStrictStartupAcceptsProvisionedStack(t *testing.T) {
 	urls := awstest.Queues(t, clients, schema.Queues(n)...)
 	c := durableConfig(n, urls[n.WorkQueue], urls[n.DLQQueue], urls[n.RejectQueue])
 	c.StrictStartup = true
-	set, err := wiring.Open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler))
+	set, err := open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatalf("strict startup on a provisioned stack: %v", err)
 	}
-	if set.Poller == nil || set.Local != nil {
-		t.Fatalf("sqs configuration built %+v", set)
+	defer set.Close(context.Background())
+	// The poller, the DLQ and poison queues' consumers, the stream feed.
+	if _, ok := set.Seams.Dispatcher.(*sqsbackend.Dispatcher); !ok || len(set.Seams.Loops) != 4 {
+		t.Fatalf("sqs configuration built dispatcher %T and %d loops, want SQS and 4", set.Seams.Dispatcher, len(set.Seams.Loops))
 	}
 }
 
@@ -139,7 +148,7 @@ func TestStrictStartupRefusesInProcessProvidersBeforeAnyAWSCall(t *testing.T) {
 	c := config.Default()
 	c.StateProvider, c.StrictStartup = "dynamo", true // dlq-provider log, dispatcher-provider event, tenant-source header by default
 	counter := awsclient.NewCounter()
-	_, err := wiring.Open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler), wiring.WithAPIOptions(counter.APIOption))
+	_, err := open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler), withAPIOptions(counter.APIOption))
 	if err == nil {
 		t.Fatal("strict startup accepted in-process providers with state-provider dynamo")
 	}
@@ -164,12 +173,12 @@ func TestStrictStartupRefusesHeaderTenant(t *testing.T) {
 	c := config.Default()
 	c.StateProvider = "memory"
 	c.StrictStartup = true
-	_, err := wiring.Open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler))
+	_, err := open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler))
 	if err == nil || !strings.Contains(err.Error(), "pipeline.orchestrator.http.tenant-source:") {
 		t.Fatalf("strict startup with tenant-source header: error %v, want one naming pipeline.orchestrator.http.tenant-source", err)
 	}
 	c.TenantSource = "none"
-	set, err := wiring.Open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler))
+	set, err := open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatalf("strict startup with tenant-source none: %v", err)
 	}
@@ -189,15 +198,69 @@ func TestStrictStartupRefusesNonDurableRejectSink(t *testing.T) {
 		c := durableConfig(n, urls[n.WorkQueue], urls[n.DLQQueue], "")
 		c.ItemRejectProvider = provider
 		c.StrictStartup = true
-		_, err := wiring.Open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler))
+		_, err := open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler))
 		if err == nil || !strings.Contains(err.Error(), "pipeline.item-reject.provider:") {
 			t.Fatalf("strict startup with item-reject.provider=%s: error %v, want one naming pipeline.item-reject.provider", provider, err)
 		}
 		c.StrictStartup = false
-		set, err := wiring.Open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler))
+		set, err := open(context.Background(), c, &pipeline.Registry{}, slog.New(slog.DiscardHandler))
 		if err != nil {
 			t.Fatalf("non-strict startup with item-reject.provider=%s: %v", provider, err)
 		}
 		_ = set.Close(context.Background())
+	}
+}
+
+// TestLifecycleEventsArePublishedByTheProcessesThatOfferThem: with
+// events.bus-name set, a process assembled with a Lifecycle part
+// observes the runtime's events through it, and one without (the submit
+// and history functions) starts and logs lifecycle_events_not_published.
+func TestLifecycleEventsArePublishedByTheProcessesThatOfferThem(t *testing.T) {
+	t.Parallel()
+	c := config.Default()
+	c.StateProvider, c.EventsBusName = "memory", "orders-bus"
+	p := pipeline.Pipeline{ID: "t.one", Steps: []pipeline.Step{pipeline.NewStep("one", func(_ context.Context, _ pipeline.StepInfo, in any) (any, error) { return in, nil })}}
+	reg, err := pipeline.NewRegistry(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := make(chan engine.Event, 16)
+	var bus string
+	opts := wiring.Options{Backends: map[string]backend.Backend{"memory": memory.Backend()}, Logger: slog.New(slog.DiscardHandler),
+		Lifecycle: func(_ context.Context, b string, _ *slog.Logger) (engine.Observer, error) {
+			bus = b
+			return engine.ObserverFunc(func(_ context.Context, ev engine.Event) {
+				if ev.Terminal() {
+					events <- ev
+				}
+			}), nil
+		}}
+	proc, err := wiring.Assemble(context.Background(), c, reg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proc.Close(context.Background())
+	in, _ := payload.JSON(map[string]int{})
+	if _, err := proc.Runtime.Submit(context.Background(), engine.SubmitRequest{TenantID: "t", PipelineID: p.ID, IdempotencyKey: "k", Input: in}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-events:
+		if bus != "orders-bus" || ev.Execution.Status != store.Succeeded {
+			t.Errorf("bus %q, event %+v", bus, ev.Execution)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no terminal event reached the lifecycle publisher")
+	}
+
+	logs, log := logtest.New()
+	opts.Lifecycle, opts.Logger = nil, log
+	quiet, err := wiring.Assemble(context.Background(), c, reg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer quiet.Close(context.Background())
+	if !strings.Contains(logs.String(), `"event":"lifecycle_events_not_published"`) {
+		t.Errorf("no lifecycle_events_not_published warning:\n%s", logs.String())
 	}
 }

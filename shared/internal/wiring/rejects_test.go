@@ -61,7 +61,7 @@ var importPipeline = pipeline.Pipeline{ID: "test.import", Steps: []pipeline.Step
 
 // openMemory opens a memory runtime serving importPipeline with the
 // memory Item Reject Sink; it returns the set and its captured log.
-func openMemory(t *testing.T, adjust func(*config.Config)) (*wiring.Set, *logtest.Buffer) {
+func openMemory(t *testing.T, adjust func(*config.Config)) (*wiring.Process, *logtest.Buffer) {
 	t.Helper()
 	c := config.Default()
 	c.StateProvider, c.ItemRejectProvider = "memory", "memory"
@@ -74,7 +74,7 @@ func openMemory(t *testing.T, adjust func(*config.Config)) (*wiring.Set, *logtes
 		t.Fatal(err)
 	}
 	buf, log := logtest.New()
-	set, err := wiring.Open(context.Background(), c, reg, log)
+	set, err := open(context.Background(), c, reg, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func openMemory(t *testing.T, adjust func(*config.Config)) (*wiring.Set, *logtes
 }
 
 // run submits in and waits for a terminal status.
-func run(t *testing.T, set *wiring.Set, in any) store.Execution {
+func run(t *testing.T, set *wiring.Process, in any) store.Execution {
 	t.Helper()
 	p, err := payload.JSON(in)
 	if err != nil {
@@ -139,7 +139,7 @@ func TestRejectedItemsContinue(t *testing.T) {
 		if got := string(out.Data); got != `{"lines":[{"sku":"pen","qty":1},{"sku":"ink","qty":2}],"rejected":1}` {
 			t.Fatalf("result %s", got)
 		}
-		envs := set.RejectMemory.Envelopes()
+		envs := rejectMemory(set).Envelopes()
 		if len(envs) != 1 {
 			t.Fatalf("include=%v: %d envelopes, want 1: %+v", include, len(envs), envs)
 		}
@@ -168,7 +168,7 @@ func TestRejectedItemsContinue(t *testing.T) {
 		if row.Status != store.Succeeded {
 			t.Fatalf("all rejected: status %s", row.Status)
 		}
-		envs = set.RejectMemory.Envelopes()[1:]
+		envs = rejectMemory(set).Envelopes()[1:]
 		if len(envs) != 3 || envs[2].Scope != reject.ScopeStream || envs[2].ItemCount != 2 || envs[2].ErrorCode != reject.CodeRejected ||
 			envs[2].Fingerprint != "" || envs[2].Payload != nil || envs[2].ExecutionID != row.ExecutionID {
 			t.Errorf("stream reject: %+v", envs)
@@ -186,7 +186,7 @@ func TestRejectPublishFailurePolicy(t *testing.T) {
 	sinkDown := errors.New("sink down")
 
 	set, buf := openMemory(t, nil)
-	set.RejectMemory.FailWith(sinkDown)
+	rejectMemory(set).FailWith(sinkDown)
 	if row := run(t, set, in); row.Status != store.Succeeded || row.Attempt != 1 {
 		t.Fatalf("CONTINUE: status %s attempt %d, want SUCCEEDED on attempt 1", row.Status, row.Attempt)
 	}
@@ -195,19 +195,19 @@ func TestRejectPublishFailurePolicy(t *testing.T) {
 	}
 
 	set, _ = openMemory(t, func(c *config.Config) { c.ItemRejectPublishFailurePolicy = "FAIL_PIPELINE" })
-	set.RejectMemory.FailWith(sinkDown)
+	rejectMemory(set).FailWith(sinkDown)
 	row := run(t, set, in)
 	if row.Status != store.DLQ || row.Error == nil || row.Error.Code != reject.CodePublishFailed || row.Attempt != 2 {
 		t.Fatalf("FAIL_PIPELINE, sink down: status %s attempt %d error %+v, want DLQ after 2 attempts with %s", row.Status, row.Attempt, row.Error, reject.CodePublishFailed)
 	}
 
 	set, _ = openMemory(t, func(c *config.Config) { c.ItemRejectPublishFailurePolicy = "FAIL_PIPELINE" })
-	set.RejectMemory.FailTimes(1, sinkDown) // down for the first attempt, back for the retry
+	rejectMemory(set).FailTimes(1, sinkDown) // down for the first attempt, back for the retry
 	row = run(t, set, in)
 	if row.Status != store.Succeeded || row.Attempt != 2 {
 		t.Fatalf("FAIL_PIPELINE, sink back: status %s attempt %d, want SUCCEEDED on attempt 2", row.Status, row.Attempt)
 	}
-	if envs := set.RejectMemory.Envelopes(); len(envs) != 1 || envs[0].Attempt != 2 {
+	if envs := rejectMemory(set).Envelopes(); len(envs) != 1 || envs[0].Attempt != 2 {
 		t.Fatalf("envelopes %+v, want the retry's one", envs)
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/qasync/qasync/shared/internal/engine"
-	"github.com/qasync/qasync/shared/internal/wiring"
 	"github.com/qasync/qasync/shared/pipeline"
 	"github.com/qasync/qasync/shared/remote"
 	"github.com/qasync/qasync/shared/store"
@@ -46,7 +45,7 @@ func TestDurableRemoteOutcomeUnknown(t *testing.T) {
 		remote.Step("call", remote.Spec{URL: srv.URL + "/run", Deadline: 2 * time.Second}),
 	}}
 	var unknown atomic.Int32
-	d := openDurableWith(t, nil, nil, []wiring.Option{wiring.WithObserver(engine.ObserverFunc(func(_ context.Context, ev engine.Event) {
+	d := openDurableWith(t, nil, nil, []option{withObserver(engine.ObserverFunc(func(_ context.Context, ev engine.Event) {
 		if ev.Kind == engine.EventOutcomeUnknown {
 			unknown.Add(1)
 		}

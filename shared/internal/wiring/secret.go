@@ -8,7 +8,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
 	"github.com/qasync/qasync/shared/config"
-	"github.com/qasync/qasync/shared/internal/awsclient"
 )
 
 // SecretGetter is the one Secrets Manager call ResolveAwaitSecret makes
@@ -17,26 +16,34 @@ type SecretGetter interface {
 	GetSecretValue(ctx context.Context, in *secretsmanager.GetSecretValueInput, opts ...func(*secretsmanager.Options)) (*secretsmanager.GetSecretValueOutput, error)
 }
 
+// Secrets is the Options.Secrets part of a process that parks or
+// completes awaits: ResolveAwaitSecret through the client that connect
+// returns, asked for only when the secret is to be fetched.
+func Secrets(connect func(context.Context) (SecretGetter, error)) func(context.Context, *config.Config) error {
+	return func(ctx context.Context, c *config.Config) error {
+		if c.AwaitResumeTokenSecretARN == "" || c.AwaitResumeTokenSecret != "" {
+			return nil
+		}
+		sm, err := connect(ctx)
+		if err != nil {
+			return fmt.Errorf("%s: AWS configuration: %w", config.FullKey("await.resume-token-secret-arn"), err)
+		}
+		return ResolveAwaitSecret(ctx, c, sm)
+	}
+}
+
 // ResolveAwaitSecret fills c.AwaitResumeTokenSecret from the Secrets
 // Manager secret of await.resume-token-secret-arn, once, at startup: the
 // deployed functions get the secret's ARN in their environment, never its
 // value. It does nothing when the ARN is empty or the secret value is
-// already set (an explicit value wins). sm nil: a client from the SDK's
-// default configuration (AWS_ENDPOINT_URL_SECRETS_MANAGER is honoured).
-// A failed fetch, or a secret without a string value, is an error naming
-// the key; the value never appears in an error.
+// already set (an explicit value wins). A failed fetch, or a secret
+// without a string value, is an error naming the key; the value never
+// appears in an error.
 func ResolveAwaitSecret(ctx context.Context, c *config.Config, sm SecretGetter) error {
 	if c.AwaitResumeTokenSecretARN == "" || c.AwaitResumeTokenSecret != "" {
 		return nil
 	}
 	key := config.FullKey("await.resume-token-secret-arn")
-	if sm == nil {
-		clients, err := awsclient.Load(ctx)
-		if err != nil {
-			return fmt.Errorf("%s: AWS configuration: %w", key, err)
-		}
-		sm = clients.SecretsManager
-	}
 	out, err := sm.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(c.AwaitResumeTokenSecretARN)})
 	if err != nil {
 		return fmt.Errorf("%s: fetch the resume-token secret %s: %w", key, c.AwaitResumeTokenSecretARN, err)

@@ -12,4 +12,4 @@ import (
 	"github.com/qasync/qasync/shared/server"
 )
 
-func main() { os.Exit(server.Main(os.Args[1:], server.Static(invoices.Registry()))) }
+func main() { os.Exit(server.Main(os.Args[1:], invoices.Registry())) }

@@ -5,6 +5,7 @@ package main
 import (
 	"github.com/qasync/qasync/examples/invoices"
 	"github.com/qasync/qasync/shared/lambdafn"
+	"github.com/qasync/qasync/shared/lambdafn/dlq"
 )
 
-func main() { lambdafn.Main(lambdafn.DLQ, invoices.Registry()) }
+func main() { lambdafn.Main(dlq.Function, invoices.Registry()) }

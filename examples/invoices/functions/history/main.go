@@ -5,6 +5,7 @@ package main
 import (
 	"github.com/qasync/qasync/examples/invoices"
 	"github.com/qasync/qasync/shared/lambdafn"
+	"github.com/qasync/qasync/shared/lambdafn/history"
 )
 
-func main() { lambdafn.Main(lambdafn.History, invoices.Registry()) }
+func main() { lambdafn.Main(history.Function, invoices.Registry()) }

@@ -5,6 +5,7 @@ package main
 import (
 	"github.com/qasync/qasync/examples/invoices"
 	"github.com/qasync/qasync/shared/lambdafn"
+	"github.com/qasync/qasync/shared/lambdafn/submit"
 )
 
-func main() { lambdafn.Main(lambdafn.Submit, invoices.Registry()) }
+func main() { lambdafn.Main(submit.Function, invoices.Registry()) }

@@ -5,6 +5,7 @@ package main
 import (
 	"github.com/qasync/qasync/examples/invoices"
 	"github.com/qasync/qasync/shared/lambdafn"
+	"github.com/qasync/qasync/shared/lambdafn/sweeper"
 )
 
-func main() { lambdafn.Main(lambdafn.Sweeper, invoices.Registry()) }
+func main() { lambdafn.Main(sweeper.Function, invoices.Registry()) }

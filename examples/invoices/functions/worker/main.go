@@ -5,6 +5,7 @@ package main
 import (
 	"github.com/qasync/qasync/examples/invoices"
 	"github.com/qasync/qasync/shared/lambdafn"
+	"github.com/qasync/qasync/shared/lambdafn/worker"
 )
 
-func main() { lambdafn.Main(lambdafn.Worker, invoices.Registry()) }
+func main() { lambdafn.Main(worker.Function, invoices.Registry()) }

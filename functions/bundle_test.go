@@ -1,0 +1,135 @@
+// Package functions_test holds the budget of the five Lambda bundles
+// (functions/*): each function's main links only its role, which this
+// test keeps true by the bundles' sizes and by what each imports.
+package functions_test
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// MiB is a mebibyte.
+const MiB = 1 << 20
+
+// budget is, per function, the most its bootstrap (linux/arm64, built as
+// make build-lambda builds it) and its zip may weigh. Set from the
+// measured sizes (docs/architecture.md, "What each function links") with
+// a little room: a change that links another role's code, the SDK's
+// default credential chain or the embedded store breaks it. The submit
+// function is the heaviest: its console renders pages with html/template,
+// whose method lookups by name keep every exported method of the SDK
+// clients it holds (4.1 MiB of it; the goal is 12 MiB each).
+var budget = map[string]struct{ bootstrap, zip float64 }{
+	"submit":  {15.25, 5.35},
+	"worker":  {11.5, 4.2},
+	"sweeper": {10.6, 3.9},
+	"dlq":     {10.5, 3.8},
+	"history": {10.2, 3.8},
+}
+
+// forbidden are the packages no function imports, directly or not, and
+// only those only some may: the roles each package serves. (The AWS SDK's
+// parts a function does not call, its default credential chain, the S3
+// and DynamoDB Streams clients, are imported by the shared AWS packages
+// but not linked; the budget keeps them out: each is half a MiB or
+// more.)
+var (
+	forbidden = []string{
+		"github.com/qasync/qasync/shared/internal/embedded", // one process's data directory
+		"go.etcd.io/bbolt",
+		"github.com/qasync/qasync/shared/server",
+		"github.com/qasync/qasync/shared/internal/localcloud",
+		"github.com/qasync/qasync/shared/internal/cli",
+	}
+	// only maps a package to the functions that may import it.
+	only = map[string][]string{
+		"github.com/qasync/qasync/shared/internal/console": {"submit"},
+		"github.com/qasync/qasync/shared/internal/httpapi": {"submit"},
+		"github.com/qasync/qasync/shared/internal/apigw":   {"submit"},
+		"html/template": {"submit"},
+		"github.com/qasync/qasync/shared/internal/objects": {"worker"},
+	}
+)
+
+// TestBundlesStayWithinBudget builds the five bootstraps for
+// linux/arm64 (static, stripped, trimmed: the Makefile's flags), zips
+// each as scripts/zipbootstrap does, and fails a function above its
+// budget or importing a package outside its role. It logs the sizes. It
+// asserts no time: the cold-start init of each is measured under the
+// Lambda emulator, not here.
+func TestBundlesStayWithinBudget(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds five binaries")
+	}
+	root := moduleRoot(t)
+	dir := t.TempDir()
+	zipper := filepath.Join(dir, "zipbootstrap")
+	run(t, root, nil, "go", "build", "-o", zipper, "./scripts/zipbootstrap")
+	env := []string{"GOOS=linux", "GOARCH=arm64", "CGO_ENABLED=0"}
+	var table strings.Builder
+	for _, fn := range []string{"submit", "worker", "sweeper", "dlq", "history"} {
+		bin := filepath.Join(dir, fn, "bootstrap")
+		run(t, root, env, "go", "build", "-tags", "lambda.norpc", "-trimpath", "-ldflags=-s -w -buildid=", "-o", bin, "./functions/"+fn)
+		zip := filepath.Join(dir, fn+".zip")
+		run(t, root, nil, zipper, bin, zip)
+		size, zipped := fileMiB(t, bin), fileMiB(t, zip)
+		fmt.Fprintf(&table, "\n  %-8s bootstrap %5.2f MiB (budget %5.2f)  zip %4.2f MiB (budget %4.2f)", fn, size, budget[fn].bootstrap, zipped, budget[fn].zip)
+		if size > budget[fn].bootstrap || zipped > budget[fn].zip {
+			t.Errorf("%s: bootstrap %.2f MiB, zip %.2f MiB; budget %.2f and %.2f MiB", fn, size, zipped, budget[fn].bootstrap, budget[fn].zip)
+		}
+		deps := strings.Fields(run(t, root, env, "go", "list", "-tags", "lambda.norpc", "-deps", "./functions/"+fn))
+		for _, p := range forbidden {
+			if slices.Contains(deps, p) {
+				t.Errorf("%s imports %s", fn, p)
+			}
+		}
+		for p, fns := range only {
+			if slices.Contains(deps, p) && !slices.Contains(fns, fn) {
+				t.Errorf("%s imports %s, which only %v may", fn, p, fns)
+			}
+		}
+	}
+	t.Logf("the five bundles (linux/arm64):%s", table.String())
+}
+
+// moduleRoot is the directory of the module's go.mod.
+func moduleRoot(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		t.Fatalf("go env GOMOD: %v", err)
+	}
+	return filepath.Dir(strings.TrimSpace(string(out)))
+}
+
+// run runs a command in dir with env added and returns its output,
+// failing the test on an error.
+func run(t *testing.T, dir string, env []string, name string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir, cmd.Env = dir, append(os.Environ(), env...)
+	out, err := cmd.Output()
+	if err != nil {
+		stderr := ""
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = string(ee.Stderr)
+		}
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, stderr)
+	}
+	return string(out)
+}
+
+// fileMiB is the size of the file at path in MiB.
+func fileMiB(t *testing.T, path string) float64 {
+	t.Helper()
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return float64(st.Size()) / MiB
+}
