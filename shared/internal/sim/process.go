@@ -56,24 +56,6 @@ type proc struct {
 	waiters []chan struct{}
 	// diskFull: the embedded store refuses writes until then.
 	diskFullUntil time.Time
-	// startedAt is when this generation started (no injected crash
-	// within minUptime of it).
-	startedAt time.Time
-}
-
-// minUptime is the least a process lives before the simulator may crash
-// it again. Crashes are injected at I/O points, so without it a process
-// under load crashes as often as it works: the embedded store's one
-// process, behind a backlog, restarted 67 times in an hour (seed 20261202,
-// day 171) and every row waited its turn through the restarts, past any
-// bound that counts the downtime but not the backlog. Real crashes come
-// per unit of time (a host, a deploy, memory), not per request; the crash
-// points stay the same.
-const minUptime = 2 * time.Minute
-
-// mayCrash reports whether the simulator may crash the process now.
-func (p *proc) mayCrash() bool {
-	return !p.w.settling && time.Since(p.startedAt) >= minUptime
 }
 
 // clock is the process's clock: the true time plus its skew.
@@ -104,7 +86,7 @@ func (p *proc) crash(where, exec string) {
 
 // maybeCrash crashes the process with the step crash rate.
 func (p *proc) maybeCrash(where, exec string) bool {
-	if !p.mayCrash() || !p.w.chance(p.w.cfg.rates.crashInStep) {
+	if p.w.settling || !p.w.chance(p.w.cfg.rates.crashInStep) {
 		return p.isCrashed()
 	}
 	p.crash(where, exec)
@@ -167,7 +149,7 @@ func (p *proc) do(op string, kind ioKind, exec string, fn func() error) error {
 	w, r := p.w, p.w.cfg.rates
 	if !w.settling {
 		switch {
-		case p.mayCrash() && w.chance(r.crashAtIO):
+		case w.chance(r.crashAtIO):
 			p.crash("before_"+op, exec)
 			return errCrashed
 		case kind == ioCommit && w.chance(r.commitFail):
@@ -185,7 +167,7 @@ func (p *proc) do(op string, kind ioKind, exec string, fn func() error) error {
 	err := fn()
 	if !w.settling {
 		switch {
-		case kind != ioRead && p.mayCrash() && w.chance(r.crashAfterIO):
+		case kind != ioRead && w.chance(r.crashAfterIO):
 			p.crash("after_"+op, exec)
 			return errCrashed
 		case kind == ioCommit && err == nil && w.chance(r.commitLost):

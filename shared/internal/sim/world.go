@@ -28,7 +28,7 @@ func (w *world) startProcs() error {
 // backend's providers behind the process's gates, and the real Lambda
 // handlers on it.
 func (w *world) newProc(slot, gen, version int, dropOld bool) (*proc, error) {
-	p := &proc{w: w, slot: slot, gen: gen, name: fmt.Sprintf("w%d.%d", slot, gen), version: version, dropOld: dropOld, startedAt: time.Now()}
+	p := &proc{w: w, slot: slot, gen: gen, name: fmt.Sprintf("w%d.%d", slot, gen), version: version, dropOld: dropOld}
 	w.mu.Lock()
 	if w.cfg.rates.skew > 0 {
 		p.skew = time.Duration(w.rng.Int64N(int64(2*w.cfg.rates.skew))) - w.cfg.rates.skew
