@@ -16,18 +16,18 @@ import (
 // Errors of CompleteAwait (test with errors.Is).
 var (
 	// ErrAwaitsDisabled: no resume-token secret is configured.
-	ErrAwaitsDisabled = errors.New("runtime: await completion is not configured (no resume-token secret)")
+	ErrAwaitsDisabled = errors.New("engine: await completion is not configured (no resume-token secret)")
 	// ErrResumeTokenMissing: the completion carries no resume token.
-	ErrResumeTokenMissing = errors.New("runtime: resume token missing")
+	ErrResumeTokenMissing = errors.New("engine: resume token missing")
 	// ErrResumeTokenInvalid: the resume token is not the await's.
-	ErrResumeTokenInvalid = errors.New("runtime: resume token invalid")
+	ErrResumeTokenInvalid = errors.New("engine: resume token invalid")
 	// ErrAwaitNotCurrent: the await id is not the execution's current await.
-	ErrAwaitNotCurrent = errors.New("runtime: await is not the execution's current await")
+	ErrAwaitNotCurrent = errors.New("engine: await is not the execution's current await")
 	// ErrAwaitAlreadyCompleted: the await was completed with a different payload.
-	ErrAwaitAlreadyCompleted = errors.New("runtime: await already completed with a different payload")
+	ErrAwaitAlreadyCompleted = errors.New("engine: await already completed with a different payload")
 	// ErrAwaitBusy: the await timed out and its step is being retried
 	// right now; a late completion cannot be recorded until the lease ends.
-	ErrAwaitBusy = errors.New("runtime: execution is running; retry the completion later")
+	ErrAwaitBusy = errors.New("engine: execution is running; retry the completion later")
 )
 
 // park commits the execution as WAITING_EXTERNAL with the step's await:
@@ -167,7 +167,7 @@ func (r *Runtime) completeAwait(ctx context.Context, executionID, awaitID, token
 		}
 		ref, err := payload.Write(ctx, r.deps.Payloads, in, slot, lateInlineBudget, r.horizon(e.RecordsExpireAt, e.ExpiresAt))
 		if err != nil {
-			return e, false, fmt.Errorf("runtime: store late completion: %w", err)
+			return e, false, fmt.Errorf("engine: store late completion: %w", err)
 		}
 		a.Late, a.LatePayload, a.Digest, a.CompletedAt = true, ref, digest, now
 		next := e
@@ -184,7 +184,7 @@ func (r *Runtime) completeAwait(ctx context.Context, executionID, awaitID, token
 	expires := r.keepAlive(&e, now)
 	ref, err := payload.Write(ctx, r.deps.Payloads, in, slot, r.cfg.InlineBudget, r.horizon(e.RecordsExpireAt, expires))
 	if err != nil {
-		return e, false, fmt.Errorf("runtime: store completion: %w", err)
+		return e, false, fmt.Errorf("engine: store completion: %w", err)
 	}
 	a.Status, a.Digest, a.CompletedAt = store.AwaitCompleted, digest, now
 	next := e

@@ -14,10 +14,10 @@ import (
 var (
 	// ErrNotCancellable: cancel asked of a SUCCEEDED, FAILED or DLQ
 	// execution, which has already ended.
-	ErrNotCancellable = errors.New("runtime: execution has ended (SUCCEEDED, FAILED or DLQ) and cannot be cancelled")
+	ErrNotCancellable = errors.New("engine: execution has ended (SUCCEEDED, FAILED or DLQ) and cannot be cancelled")
 	// ErrCancelled is the cancellation cause of a step whose execution an
 	// operator cancelled (context.Cause of the step's context).
-	ErrCancelled = errors.New("runtime: execution cancelled")
+	ErrCancelled = errors.New("engine: execution cancelled")
 )
 
 // cancelTries bounds how often Cancel reads the row again after losing a

@@ -10,7 +10,7 @@ import (
 
 // ErrDeadLettersUnavailable: the runtime has no dead-letter lister
 // (Deps.DeadLetters).
-var ErrDeadLettersUnavailable = errors.New("runtime: dead-letter records are not available with these providers")
+var ErrDeadLettersUnavailable = errors.New("engine: dead-letter records are not available with these providers")
 
 // List returns a page of one tenant's executions, newest first, filtered
 // as q says (store.Lister; q.TenantID is required). It writes nothing: on

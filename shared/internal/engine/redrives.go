@@ -73,10 +73,10 @@ const (
 // Errors of bulk re-drive (test with errors.Is).
 var (
 	// ErrRedrivesUnavailable: the runtime has no job store.
-	ErrRedrivesUnavailable = errors.New("runtime: bulk re-drive needs a job store (the state store keeps none)")
+	ErrRedrivesUnavailable = errors.New("engine: bulk re-drive needs a job store (the state store keeps none)")
 	// ErrInvalidRedrive: the bulk re-drive's filter, reason or rate is not
 	// acceptable (the message says which).
-	ErrInvalidRedrive = errors.New("runtime: invalid bulk re-drive")
+	ErrInvalidRedrive = errors.New("engine: invalid bulk re-drive")
 )
 
 // RedriveFilter selects the executions of a bulk re-drive.
@@ -193,7 +193,7 @@ type redriveJob struct {
 func decodeRedriveJob(j store.Job) (*redriveJob, error) {
 	rj := &redriveJob{rec: j}
 	if err := json.Unmarshal(j.State, &rj.st); err != nil {
-		return nil, fmt.Errorf("runtime: bulk re-drive %s: unreadable state: %w", j.Key, err)
+		return nil, fmt.Errorf("engine: bulk re-drive %s: unreadable state: %w", j.Key, err)
 	}
 	return rj, nil
 }
@@ -288,7 +288,7 @@ func (r *Runtime) StartRedrivesWith(ctx context.Context, tenant string, opts Red
 			continue // the key's job expired between the create and the read
 		case errors.Is(err, store.ErrNotFound):
 			// Again: the caller retries (503), not a missing execution.
-			return RedriveJob{}, fmt.Errorf("runtime: bulk re-drive %s: %w: its job kept expiring while it was started", job.rec.Key, store.ErrUnavailable)
+			return RedriveJob{}, fmt.Errorf("engine: bulk re-drive %s: %w: its job kept expiring while it was started", job.rec.Key, store.ErrUnavailable)
 		}
 		return dup, err
 	}

@@ -1,4 +1,4 @@
-// Package runtime is the queue-async execution engine: it accepts
+// Package engine is the queue-async execution engine (the runtime): it accepts
 // submissions, runs one transition per work item under a lease, commits
 // each with an OCC-guarded write, retries with backoff, dead-letters what
 // cannot finish, sweeps for work whose dispatch was lost, and answers
@@ -58,23 +58,23 @@ const (
 // (store.ErrNotFound, store.ErrKeyMismatch, store.ErrConflict) pass through.
 var (
 	// ErrPipelineNotFound: no pipeline with that id is registered.
-	ErrPipelineNotFound = errors.New("runtime: pipeline not found")
+	ErrPipelineNotFound = errors.New("engine: pipeline not found")
 	// ErrKeyRequired: the policy needs a client idempotency key.
-	ErrKeyRequired = errors.New("runtime: idempotency key required")
+	ErrKeyRequired = errors.New("engine: idempotency key required")
 	// ErrNotSucceeded: the result was asked of an execution that has not succeeded.
-	ErrNotSucceeded = errors.New("runtime: execution has not succeeded")
+	ErrNotSucceeded = errors.New("engine: execution has not succeeded")
 	// ErrNotRedrivable: re-drive asked of an execution that is not DLQ,
 	// FAILED or REMOTE_OUTCOME_UNKNOWN.
-	ErrNotRedrivable = errors.New("runtime: execution is not in DLQ, FAILED or REMOTE_OUTCOME_UNKNOWN")
+	ErrNotRedrivable = errors.New("engine: execution is not in DLQ, FAILED or REMOTE_OUTCOME_UNKNOWN")
 	// ErrRemoteEffectUnconfirmed: re-drive of a REMOTE_OUTCOME_UNKNOWN
 	// execution without RedriveOptions.ConfirmedNoRemoteEffect.
-	ErrRemoteEffectUnconfirmed = errors.New("runtime: re-driving a REMOTE_OUTCOME_UNKNOWN execution needs confirmedNoRemoteEffect")
+	ErrRemoteEffectUnconfirmed = errors.New("engine: re-driving a REMOTE_OUTCOME_UNKNOWN execution needs confirmedNoRemoteEffect")
 	// ErrVersionMismatch: re-drive's expected version is not the current one.
-	ErrVersionMismatch = errors.New("runtime: version mismatch")
+	ErrVersionMismatch = errors.New("engine: version mismatch")
 	// ErrLeaseLost is the cancellation cause of a step whose lease was lost.
 	ErrLeaseLost = store.ErrLeaseLost
 	// ErrHistoryUnavailable: the runtime has no history reader (Deps.History).
-	ErrHistoryUnavailable = errors.New("runtime: execution history is not available with these providers")
+	ErrHistoryUnavailable = errors.New("engine: execution history is not available with these providers")
 )
 
 // Config is the runtime's policy. Fields whose zero value is not a
@@ -178,18 +178,18 @@ func (c *Config) defaults() error {
 	}
 	switch {
 	case c.Lease < 3*time.Millisecond:
-		return fmt.Errorf("runtime: lease %s too short", c.Lease)
+		return fmt.Errorf("engine: lease %s too short", c.Lease)
 	case c.InlineBudget < 0 || c.InlineBudget > payload.MaxInlineBudget:
-		return fmt.Errorf("runtime: inline budget %d outside 0..%d", c.InlineBudget, payload.MaxInlineBudget)
+		return fmt.Errorf("engine: inline budget %d outside 0..%d", c.InlineBudget, payload.MaxInlineBudget)
 	case c.SweepLimit < 1, c.SweepGrace < 0, c.ExecutionTTL < 0, c.ClockSkewTolerance < 0, c.ReleaseLimit < 1, c.DispatchTimeout < 0, c.ChainMaxSteps < 1:
-		return fmt.Errorf("runtime: sweep limit, sweep grace, TTL, clock-skew tolerance, release limit or dispatch timeout out of range")
+		return fmt.Errorf("engine: sweep limit, sweep grace, TTL, clock-skew tolerance, release limit or dispatch timeout out of range")
 	case c.PipelineVersionWait < 0 || c.PipelineVersionWait > c.ExecutionTTL:
-		return fmt.Errorf("runtime: pipeline version wait %s outside 0..the execution retention %s", c.PipelineVersionWait, c.ExecutionTTL)
+		return fmt.Errorf("engine: pipeline version wait %s outside 0..the execution retention %s", c.PipelineVersionWait, c.ExecutionTTL)
 	}
 	switch c.IdempotencyPolicy {
 	case OptionalClientKey, ClientKeyRequired, ServerKeyOnly:
 	default:
-		return fmt.Errorf("runtime: unknown idempotency policy %q", c.IdempotencyPolicy)
+		return fmt.Errorf("engine: unknown idempotency policy %q", c.IdempotencyPolicy)
 	}
 	return c.Retry.Validate()
 }
@@ -264,7 +264,7 @@ func New(cfg Config, deps Deps) (*Runtime, error) {
 		return nil, err
 	}
 	if deps.Registry == nil || deps.Store == nil || deps.Payloads == nil || deps.Dispatcher == nil || deps.DeadLetter == nil {
-		return nil, errors.New("runtime: registry, store, payload store, dispatcher and dead-letter publisher are all required")
+		return nil, errors.New("engine: registry, store, payload store, dispatcher and dead-letter publisher are all required")
 	}
 	if err := checkRetention(cfg, deps.Registry); err != nil {
 		return nil, err
@@ -360,7 +360,7 @@ func (r *Runtime) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, 
 	// it is shared with another execution of the key.
 	in, err := payload.Write(ctx, r.deps.Payloads, req.Input, "input/"+store.KeyID(req.TenantID, id), r.cfg.InlineBudget, records)
 	if err != nil {
-		return SubmitResult{}, fmt.Errorf("runtime: store input: %w", err)
+		return SubmitResult{}, fmt.Errorf("engine: store input: %w", err)
 	}
 	clientKey := key
 	if key != req.IdempotencyKey {
@@ -607,7 +607,7 @@ func (r *Runtime) keepRecords(ctx context.Context, next *store.Execution, writte
 			r.execLogger(next).LogAttrs(ctx, slog.LevelError, "payload_lost", slog.String("event", "payload_lost"),
 				slog.String("payload_id", ref.ManifestID), slog.String("error", err.Error()))
 		case err != nil:
-			return fmt.Errorf("runtime: keep the payloads of %s: %w", next.ExecutionID, err)
+			return fmt.Errorf("engine: keep the payloads of %s: %w", next.ExecutionID, err)
 		}
 	}
 	next.RecordsExpireAt = h
@@ -637,21 +637,21 @@ func maxTime(a, b time.Time) time.Time {
 // author that the wait is not what they meant.
 func checkRetention(cfg Config, reg *pipeline.Registry) error {
 	if cfg.Retry.MaxDelay > cfg.ExecutionTTL {
-		return fmt.Errorf("runtime: the retry delay may reach %s (pipeline.orchestrator.retry-max-delay), more than the execution retention %s (pipeline.orchestrator.execution-ttl-days)",
+		return fmt.Errorf("engine: the retry delay may reach %s (pipeline.orchestrator.retry-max-delay), more than the execution retention %s (pipeline.orchestrator.execution-ttl-days)",
 			cfg.Retry.MaxDelay, cfg.ExecutionTTL)
 	}
 	for _, p := range reg.All() {
 		for _, s := range p.Steps {
 			if s.AwaitTimeout > cfg.ExecutionTTL {
-				return fmt.Errorf("runtime: pipeline %s step %s: await timeout %s exceeds the execution retention %s (pipeline.orchestrator.execution-ttl-days): the parked execution could not be kept that long",
+				return fmt.Errorf("engine: pipeline %s step %s: await timeout %s exceeds the execution retention %s (pipeline.orchestrator.execution-ttl-days): the parked execution could not be kept that long",
 					p.ID, s.Name, s.AwaitTimeout, cfg.ExecutionTTL)
 			}
 			if s.SleepFor > cfg.ExecutionTTL {
-				return fmt.Errorf("runtime: pipeline %s step %s: sleep %s exceeds the execution retention %s (pipeline.orchestrator.execution-ttl-days)",
+				return fmt.Errorf("engine: pipeline %s step %s: sleep %s exceeds the execution retention %s (pipeline.orchestrator.execution-ttl-days)",
 					p.ID, s.Name, s.SleepFor, cfg.ExecutionTTL)
 			}
 			if s.Retry != nil && s.Retry.MaxDelay > cfg.ExecutionTTL {
-				return fmt.Errorf("runtime: pipeline %s step %s: its retry delay may reach %s (WithRetry MaxDelay), more than the execution retention %s (pipeline.orchestrator.execution-ttl-days)",
+				return fmt.Errorf("engine: pipeline %s step %s: its retry delay may reach %s (WithRetry MaxDelay), more than the execution retention %s (pipeline.orchestrator.execution-ttl-days)",
 					p.ID, s.Name, s.Retry.MaxDelay, cfg.ExecutionTTL)
 			}
 		}

@@ -691,7 +691,7 @@ func (t *transition) commit(ctx context.Context, next store.Execution, keepSweep
 	defer cancel()
 	if err := r.keepRecords(cctx, &next, t.written); err != nil {
 		// Nothing is written: the step is tried again, as after a failed commit.
-		return nil, fmt.Errorf("runtime: commit %s: %w", t.row.TransitionKey(), err)
+		return nil, fmt.Errorf("engine: commit %s: %w", t.row.TransitionKey(), err)
 	}
 	backoff := commitBackoff
 	for attempt := 1; ; attempt++ {
@@ -701,7 +701,7 @@ func (t *transition) commit(ctx context.Context, next store.Execution, keepSweep
 		}
 		refused := errors.Is(err, store.ErrLeaseLost) || errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrConflict)
 		if !refused && !transient(err) {
-			return nil, fmt.Errorf("runtime: commit %s: %w", t.row.TransitionKey(), err)
+			return nil, fmt.Errorf("engine: commit %s: %w", t.row.TransitionKey(), err)
 		}
 		// The outcome of a write is unknown (it failed transiently), or a
 		// write was refused, maybe because an earlier try of it landed (ours,
@@ -730,12 +730,12 @@ func (t *transition) commit(ctx context.Context, next store.Execution, keepSweep
 		if attempt >= commitAttempts || !r.deps.Clock.Now().Add(backoff).Before(deadline) {
 			t.log.LogAttrs(ctx, slog.LevelError, "commit_failed", slog.String("event", "commit_failed"),
 				slog.Int("writes", attempt), slog.String("error", err.Error()))
-			return nil, fmt.Errorf("runtime: commit %s after %d writes: %w", t.row.TransitionKey(), attempt, err)
+			return nil, fmt.Errorf("engine: commit %s after %d writes: %w", t.row.TransitionKey(), attempt, err)
 		}
 		t.log.LogAttrs(ctx, slog.LevelWarn, "commit_retry", slog.String("event", "commit_retry"),
 			slog.Int("writes", attempt), slog.String("error", err.Error()))
 		if sleepCtx(cctx, r.jitter(backoff)) != nil {
-			return nil, fmt.Errorf("runtime: commit %s: %w", t.row.TransitionKey(), err)
+			return nil, fmt.Errorf("engine: commit %s: %w", t.row.TransitionKey(), err)
 		}
 		backoff = min(2*backoff, commitBackoffMax)
 	}

@@ -31,14 +31,6 @@ type goPackage struct {
 // "dynamo: ..." (the rule: it is the package's name).
 var errorPrefix = regexp.MustCompile(`^([a-z][a-z0-9]*): `)
 
-// oldNames are the packages whose package comment and error prefixes may
-// still use an old name, each with that name. The engine still says
-// "runtime" (its name before the rename): it is being changed in
-// parallel, and renames them there.
-var oldNames = map[string]string{
-	module + "/shared/internal/engine": "runtime",
-}
-
 // namingProblems returns, for the packages of pkgs, the violations of the
 // naming rules: each package has exactly one package comment (the doc
 // comment of one of its files), which begins "Package <name>" ("Command
@@ -68,16 +60,13 @@ func namingProblems(pkgs []goPackage) ([]string, error) {
 				if p.Name == "main" {
 					lead = "Command " + want + " "
 				}
-				if old, ok := oldNames[p.ImportPath]; ok && strings.HasPrefix(text, "Package "+old+" ") {
-					lead = "Package " + old + " "
-				}
 				if !strings.HasPrefix(text, lead) {
 					out = append(out, fmt.Sprintf("%s: the package comment of %s does not begin %q: %q", p.ImportPath, name, lead, firstLine(text)))
 				}
 			}
 			for _, msg := range errorLiterals(f) {
 				m := errorPrefix.FindStringSubmatch(msg.text)
-				if m == nil || m[1] == want || oldNames[p.ImportPath] == m[1] {
+				if m == nil || m[1] == want {
 					continue
 				}
 				out = append(out, fmt.Sprintf("%s: error %q at %s names %q, not the package %q", p.ImportPath, msg.text, fset.Position(msg.pos), m[1], want))

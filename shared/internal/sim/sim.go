@@ -253,8 +253,11 @@ type world struct {
 	sleepingUntil time.Time
 	// latest is the newest incarnation of each execution id.
 	latest map[string]*incarnation
-	// deliveries counts the embedded store's deliveries in flight.
-	deliveries int
+	// delivering counts, per process, the embedded store's deliveries in
+	// flight. A process's own count limits its deliveries: those of a
+	// dead process may still be ending (a slow step's wait), but a real
+	// crash takes them with it, so they take no slot of the next one.
+	delivering map[*proc]int
 	// reported: the invariants already broken per execution.
 	reported map[string]bool
 	// debugGlobal counts the violations SIM_DEBUG printed (the first
@@ -290,7 +293,7 @@ func newWorld(t *testing.T, o Options) (*world, error) {
 	w := &world{
 		t: t, o: o, rng: rand.New(rand.NewChaCha8(seedBytes(o.Seed))), start: time.Now(),
 		incs: map[string]*incarnation{}, pending: map[string]bool{}, commits: map[string]string{},
-		ctx: context.Background(), wake: make(chan struct{}, 1), latest: map[string]*incarnation{}, reported: map[string]bool{},
+		ctx: context.Background(), wake: make(chan struct{}, 1), latest: map[string]*incarnation{}, reported: map[string]bool{}, delivering: map[*proc]int{},
 		trace: newTraceLog(o.KeepTrace),
 	}
 	w.report = Report{Seed: o.Seed, Store: o.Store, Executions: o.Executions, VirtualDays: o.VirtualDays,
@@ -487,14 +490,21 @@ func (w *world) violate(inv, exec, format string, args ...any) {
 		// Each violation as it happens, with its trace; the first also with
 		// what every process went through in the hour before it.
 		w.mu.Lock()
-		inFlight := w.deliveries
+		inFlight, zombies := 0, 0
+		for p, n := range w.delivering {
+			if p == w.procs[0] {
+				inFlight += n
+			} else {
+				zombies += n
+			}
+		}
 		w.debugGlobal++
 		var global []string
 		if w.debugGlobal == 1 {
 			global = w.trace.globalSince(v.At - time.Hour)
 		}
 		w.mu.Unlock()
-		fmt.Fprintf(os.Stderr, "sim: violation %s at +%s %s: %s (embedded deliveries in flight: %d)\n", inv, fmtDur(v.At), exec, v.Detail, inFlight)
+		fmt.Fprintf(os.Stderr, "sim: violation %s at +%s %s: %s (embedded deliveries in flight: %d; of dead processes, still ending: %d)\n", inv, fmtDur(v.At), exec, v.Detail, inFlight, zombies)
 		for _, line := range v.Trace {
 			fmt.Fprintf(os.Stderr, "sim:   %s\n", line)
 		}

@@ -240,7 +240,7 @@ func (w *world) pump() {
 			return
 		}
 		w.mu.Lock()
-		busy := w.deliveries >= w.cfg.concurrency
+		busy := w.delivering[p] >= w.cfg.concurrency
 		w.mu.Unlock()
 		next := eb.disp.NextAvailable()
 		if next.IsZero() {
@@ -259,12 +259,14 @@ func (w *world) pump() {
 		}
 		disp := eb.disp
 		w.mu.Lock()
-		w.deliveries++
+		w.delivering[p]++
 		w.mu.Unlock()
 		w.async(func() {
 			disp.DeliverOne()
 			w.mu.Lock()
-			w.deliveries--
+			if w.delivering[p]--; w.delivering[p] == 0 {
+				delete(w.delivering, p)
+			}
 			w.mu.Unlock()
 			w.wakeMain()
 		})

@@ -166,6 +166,13 @@ func TestDurableLateCompletionIsAReference(t *testing.T) {
 	d := openDurable(t, func(c *config.Config) {
 		c.AwaitResumeTokenSecret = "durable-secret"
 		c.InlineBudgetBytes = 190 << 10
+		// A lease a loaded machine cannot outrun. With the suite's 1.5 s,
+		// a renewal delayed by load (make test under -race at load 18
+		// failed here once) can let the sweeper take the await step over:
+		// a takeover spends an attempt, and with MaxRetries 0 it
+		// dead-letters the execution (worker_lost) before its await is
+		// recorded. The await's timeout, not the lease, is under test.
+		c.Lease = 15 * time.Second
 	}, p)
 	d.start()
 	d.sweepEvery(300 * time.Millisecond)
@@ -175,7 +182,7 @@ func TestDurableLateCompletionIsAReference(t *testing.T) {
 	}
 	dead := d.await(e, store.DLQ, 30*time.Second)
 	if dead.Await == nil || dead.Await.Status != store.AwaitTimedOut || dead.Result.ManifestID != "" {
-		t.Fatalf("row: await %+v, result inline %v", dead.Await, dead.Result.ManifestID == "")
+		t.Fatalf("row: await %+v, result inline %v, error %+v", dead.Await, dead.Result.ManifestID == "", dead.Error)
 	}
 	mu.Lock()
 	id, tok := awaitID, token
