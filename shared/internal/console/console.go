@@ -1,15 +1,16 @@
 // Package console is the operator plane's web console: server-rendered
-// HTML pages (html/template, a stylesheet and a little script, all
-// embedded in the binary; nothing is fetched from outside) that list a
-// tenant's executions, show one execution's timeline, list its dead
-// letters, and cancel or re-drive an execution.
+// HTML pages (written by the console's own code, html.go; a stylesheet
+// and a little script, all embedded in the binary; nothing is fetched
+// from outside) that list a tenant's executions, show one execution's
+// timeline a page of its history at a time, list its dead letters, and
+// cancel or re-drive an execution.
 //
 // New returns an http.Handler for the paths under Prefix; the HTTP API
 // serves it there (httpapi.Options.Console, which Site sets), so that
 // `qasync serve` and the submit function serve both on one listener.
 //
 //	GET  /console                              executions, newest first (?pipeline=&status=&limit=&cursor=)
-//	GET  /console/executions/{id}              one execution: summary, steps, timeline, actions
+//	GET  /console/executions/{id}              one execution: summary, steps, timeline, actions (?cursor=: its history's next page)
 //	GET  /console/executions/{id}/result       the result bytes (only when the operator asks for them)
 //	GET  /console/dead-letters                 dead-letter records (?pipeline=&limit=&cursor=)
 //	POST /console/executions/{id}/cancel       cancel (operator; reason required)
@@ -63,8 +64,10 @@ type Backend interface {
 	// Result returns a SUCCEEDED execution's result (an error wrapping
 	// engine.ErrNotSucceeded otherwise).
 	Result(ctx context.Context, key store.Key) (store.Execution, payload.Payload, error)
-	// History returns an execution's events in commit order.
-	History(ctx context.Context, key store.Key) ([]history.Event, error)
+	// HistoryPage returns the page of an execution's history after the
+	// cursor: at most limit events in commit order, numbered on from the
+	// cursor, and the cursor of the next page (nil at the end).
+	HistoryPage(ctx context.Context, key store.Key, after history.Cursor, limit int) (history.Page, error)
 	// DeadLetters returns a page of one tenant's dead-letter records.
 	DeadLetters(ctx context.Context, q deadletter.ListQuery) (deadletter.ListPage, error)
 	// Cancel cancels an execution; changed is false when it was already

@@ -349,7 +349,7 @@ func TestTimelineShowsStepsAttemptsDurationsErrorsAwaitsAndRedrives(t *testing.T
 		`data-type="STEP_FAILED"`, "took 5.00 s", `<code>gateway_timeout</code> payment gateway did not answer within 5s`,
 		"(after 2.00 s)", `(after 4.00 s)`, `worker <code>worker-b2</code>`, `data-type="AWAITING"`, `data-type="AWAIT_COMPLETED"`,
 		"took 1m 16s", `data-type="LEASE_TAKEN_OVER"`, "took 30.0 s", `data-type="DEAD_LETTERED"`, `data-type="REDRIVEN"`,
-		"reason: carrier fixed the label API", "<code>label_rejected</code>", "&#43;6m 41s",
+		"reason: carrier fixed the label API", "<code>label_rejected</code>", "+6m 41s",
 		// The chart: a run per attempt, the await, the back-offs.
 		`<th scope="row">charge #2</th>`, `<th scope="row">await-approval await</th>`, `<th scope="row">charge back-off</th>`,
 		`<th scope="row">ship #1</th>`,

@@ -3,6 +3,7 @@ package console_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -38,10 +39,11 @@ func (q *queue) Dispatch(_ context.Context, msgs ...dispatch.Message) error {
 	return nil
 }
 
-// drain runs every dispatched item until none is left.
+// drain runs every dispatched item until none is left (a step at a
+// time: a pipeline of n steps takes n rounds).
 func (q *queue) drain(t *testing.T, rt *engine.Runtime) {
 	t.Helper()
-	for range 10 {
+	for range 500 {
 		q.mu.Lock()
 		items := q.items
 		q.items = nil
@@ -58,8 +60,9 @@ func (q *queue) drain(t *testing.T, rt *engine.Runtime) {
 	t.Fatal("work items kept coming")
 }
 
-// newRuntime is a memory runtime with an "echo" and a "fail" pipeline.
-func newRuntime(t *testing.T) (*engine.Runtime, *queue) {
+// newRuntime is a memory runtime with an "echo" and a "fail" pipeline,
+// and the extra ones.
+func newRuntime(t *testing.T, extra ...pipeline.Pipeline) (*engine.Runtime, *queue) {
 	t.Helper()
 	echo := pipeline.NewStep("echo", func(_ context.Context, _ pipeline.StepInfo, in payload.Payload) (payload.Payload, error) {
 		return in, nil
@@ -67,7 +70,7 @@ func newRuntime(t *testing.T) (*engine.Runtime, *queue) {
 	fail := pipeline.NewStep("explode", func(context.Context, pipeline.StepInfo, payload.Payload) (payload.Payload, error) {
 		return payload.Payload{}, pipeline.NonRetryable("boom", errors.New("the step always fails"))
 	})
-	reg, err := pipeline.NewRegistry(pipeline.Pipeline{ID: "echo", Steps: []pipeline.Step{echo}}, pipeline.Pipeline{ID: "fail", Steps: []pipeline.Step{fail}})
+	reg, err := pipeline.NewRegistry(append(extra, pipeline.Pipeline{ID: "echo", Steps: []pipeline.Step{echo}}, pipeline.Pipeline{ID: "fail", Steps: []pipeline.Step{fail}})...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,5 +168,47 @@ func TestEngineBackendOverTheRealRuntime(t *testing.T) {
 	}
 	if after, err := rt.Status(context.Background(), got.Key()); err != nil || after.Status != store.Cancelled || after.CancelReason != "stop" {
 		t.Errorf("after the cancel: %s, reason %q (%v)", after.Status, after.CancelReason, err)
+	}
+}
+
+// TestEngineBackendPagesALongHistory runs a pipeline of 110 steps on the
+// memory runtime (222 events: more than a page) and reads its history on
+// the console through Engine: the first page shows 200 events and links
+// the next, which shows the rest; together they are the runtime's
+// history, each event once and in order.
+func TestEngineBackendPagesALongHistory(t *testing.T) {
+	t.Parallel()
+	steps := make([]pipeline.Step, 110)
+	for i := range steps {
+		steps[i] = pipeline.NewStep(fmt.Sprintf("s%03d", i), func(_ context.Context, _ pipeline.StepInfo, in payload.Payload) (payload.Payload, error) {
+			return in, nil
+		})
+	}
+	rt, q := newRuntime(t, pipeline.Pipeline{ID: "long", Steps: steps})
+	x := submit(t, rt, "long", "k-long", `{}`)
+	q.drain(t, rt)
+	all, err := rt.History(context.Background(), x.Key())
+	if err != nil || len(all) <= 200 {
+		t.Fatalf("history of %d events (%v), want more than a page", len(all), err)
+	}
+
+	_, log := logtest.New()
+	e := &env{t: t, h: console.New(console.Engine(rt), console.Options{TenantCookie: true, Logger: log}),
+		jar: map[string]string{console.TenantCookieName: tenantAcme}}
+	var seqs []string
+	eachPage(e, "/console/executions/"+x.ExecutionID, func(page int, body string) {
+		rows := matches(eventSeq, body)
+		if want := min(200, len(all)-len(seqs)); len(rows) != want {
+			t.Fatalf("page %d shows %d events, want %d", page, len(rows), want)
+		}
+		seqs = append(seqs, rows...)
+	})
+	for i, ev := range all {
+		if i >= len(seqs) || seqs[i] != strconv.Itoa(ev.Seq) {
+			t.Fatalf("the pages show events %v, want 1 to %d in order", seqs, len(all))
+		}
+	}
+	if len(seqs) != len(all) {
+		t.Errorf("the pages show %d events, want %d", len(seqs), len(all))
 	}
 }

@@ -67,7 +67,9 @@ type fakeBackend struct {
 	lists    []store.ListQuery
 	cancels  []string // "tenant/id: reason"
 	redrives []engine.RedriveOptions
-	now      time.Time
+	// historyLimits are the limits HistoryPage was called with.
+	historyLimits []int
+	now           time.Time
 }
 
 // newFakeBackend returns the fixtures: 137 executions of tenant acme over
@@ -352,14 +354,17 @@ func (f *fakeBackend) Result(_ context.Context, key store.Key) (store.Execution,
 	return *e, f.results[key], nil
 }
 
-// History implements console.Backend.
-func (f *fakeBackend) History(_ context.Context, key store.Key) ([]history.Event, error) {
+// HistoryPage implements console.Backend, as the runtime does: the page
+// of the execution's events after the cursor (history.PageOf). It keeps
+// the limit of each call.
+func (f *fakeBackend) HistoryPage(_ context.Context, key store.Key, after history.Cursor, limit int) (history.Page, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if _, ok := f.execs[key]; !ok {
-		return nil, store.ErrNotFound
+		return history.Page{}, store.ErrNotFound
 	}
-	return slices.Clone(f.events[key]), nil
+	f.historyLimits = append(f.historyLimits, limit)
+	return history.PageOf(slices.Clone(f.events[key]), after, limit), nil
 }
 
 // DeadLetters implements console.Backend.
@@ -403,13 +408,18 @@ func (f *fakeBackend) Cancel(_ context.Context, key store.Key, reason string) (s
 	}
 	e.Version++
 	e.CancelReason, e.CancelRequestedAt, e.UpdatedAt = reason, f.now, f.now
-	f.events[key] = append(f.events[key], history.Event{Seq: len(f.events[key]) + 1, Type: history.CancelRequested, At: f.now,
-		StepIndex: e.StepIndex, StepName: e.StepName, Attempt: e.Attempt, Status: e.Status, Reason: reason, Version: e.Version})
+	// The events of one commit, after the history's last (history.Number
+	// orders and keeps events by Version and Index).
+	ev := f.events[key]
+	v := ev[len(ev)-1].Version + 1
+	ev = append(ev, history.Event{Seq: len(ev) + 1, Type: history.CancelRequested, At: f.now,
+		StepIndex: e.StepIndex, StepName: e.StepName, Attempt: e.Attempt, Status: e.Status, Reason: reason, Version: v})
 	if e.Status != store.Running {
 		e.Status = store.Cancelled
-		f.events[key] = append(f.events[key], history.Event{Seq: len(f.events[key]) + 1, Type: history.Cancelled, At: f.now,
-			StepIndex: e.StepIndex, StepName: e.StepName, Attempt: e.Attempt, Status: e.Status, Reason: reason, Version: e.Version})
+		ev = append(ev, history.Event{Seq: len(ev) + 1, Type: history.Cancelled, At: f.now,
+			StepIndex: e.StepIndex, StepName: e.StepName, Attempt: e.Attempt, Status: e.Status, Reason: reason, Version: v, Index: 1})
 	}
+	f.events[key] = ev
 	return *e, true, nil
 }
 

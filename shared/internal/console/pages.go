@@ -1,7 +1,6 @@
 package console
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/qasync/qasync/shared/deadletter"
+	"github.com/qasync/qasync/shared/history"
 	"github.com/qasync/qasync/shared/internal/engine"
 	"github.com/qasync/qasync/shared/internal/httpapi"
 	"github.com/qasync/qasync/shared/payload"
@@ -52,23 +52,6 @@ func (c *Console) base(w http.ResponseWriter, r *http.Request, title, nav, tenan
 	}
 }
 
-// render writes a page with status code.
-func (c *Console) render(w http.ResponseWriter, r *http.Request, name string, status int, data any) {
-	var buf bytes.Buffer
-	if err := pages()[name].ExecuteTemplate(&buf, "layout", data); err != nil {
-		c.logAction(r, slog.LevelError, "console_render_failed", slog.String("page", name), slog.String("error", err.Error()))
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.WriteHeader(http.StatusInternalServerError)
-		_, _ = w.Write([]byte("The page could not be shown.\n"))
-		return
-	}
-	h := w.Header()
-	h.Set("Content-Type", "text/html; charset=utf-8")
-	h.Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_, _ = w.Write(buf.Bytes())
-}
-
 // errorData is the error page.
 type errorData struct {
 	base
@@ -89,7 +72,8 @@ func (c *Console) errorPage(w http.ResponseWriter, r *http.Request, status int, 
 		back = executionURL(id)
 	}
 	b.Here = back // a sign-in from this page returns to the page it came from
-	c.render(w, r, "error", status, errorData{base: b, Message: message, Back: back})
+	d := &errorData{base: b, Message: message, Back: back}
+	c.render(w, status, &d.base, d.content)
 }
 
 // backendError answers an error of the backend.
@@ -260,7 +244,7 @@ func (c *Console) listPage(w http.ResponseWriter, r *http.Request) {
 	if page.Cursor != "" {
 		d.NextURL = link(page.Cursor, d.Page+1)
 	}
-	c.render(w, r, "list", http.StatusOK, d)
+	c.render(w, http.StatusOK, &d.base, d.content)
 }
 
 // pageLink is the address of page n (at cursor cur; "" for the first)
@@ -307,6 +291,12 @@ func flashMessage(code string) string {
 	return ""
 }
 
+// historyPageSize is the most history events an execution's page
+// shows: a long history (a parent of thousands of children, an execution
+// that ran for months) is shown a page at a time, so that its page stays
+// a few hundred KB however long the history grows.
+const historyPageSize = 200
+
 // execData is one execution's page.
 type execData struct {
 	base
@@ -315,19 +305,30 @@ type execData struct {
 	Duration      time.Duration
 	Timeline      timeline
 	HistoryNotice string
-	CanCancel     bool
-	CanRedrive    bool
-	NeedsConfirm  bool
-	HasResult     bool
-	ResultURL     string
-	ActionURL     string
-	ReasonMax     int
+	// Page numbers the page of history shown (from 1); FirstURL and
+	// NextURL link the history's first page (when this is another) and
+	// its next (when there is one).
+	Page              int
+	FirstURL, NextURL string
+	CanCancel         bool
+	CanRedrive        bool
+	NeedsConfirm      bool
+	HasResult         bool
+	ResultURL         string
+	ActionURL         string
+	ReasonMax         int
 }
 
 // executionPage handles GET /console/executions/{id}.
 func (c *Console) executionPage(w http.ResponseWriter, r *http.Request) {
 	key, ok := c.executionKey(w, r)
 	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	after, err := history.ParseCursor(q.Get("cursor"))
+	if err != nil {
+		c.errorPage(w, r, http.StatusBadRequest, "Bad page link", "This history page link is not one the console gave. Start again from the execution's first page.")
 		return
 	}
 	e, err := c.b.Status(r.Context(), key)
@@ -344,16 +345,24 @@ func (c *Console) executionPage(w http.ResponseWriter, r *http.Request) {
 		ActionURL: executionURL(e.ExecutionID), ReasonMax: maxReasonLen,
 	}
 	d.NeedsConfirm = e.Status == store.RemoteOutcomeUnknown
-	d.Flash = flashMessage(r.URL.Query().Get("done"))
+	d.Flash = flashMessage(q.Get("done"))
 	if d.Terminal {
 		d.Duration = e.UpdatedAt.Sub(e.CreatedAt)
 	} else {
 		d.Duration = now.Sub(e.CreatedAt)
 	}
-	events, err := c.b.History(r.Context(), key)
+	hp, err := c.b.HistoryPage(r.Context(), key, after, historyPageSize)
 	switch {
 	case err == nil:
-		d.Timeline = buildTimeline(events, &e, now)
+		d.Timeline = buildTimeline(hp.Events, &e, now, hp.Next != nil)
+		d.Page = 1
+		if after != (history.Cursor{}) {
+			d.Page = parsePage(q.Get("page"))
+			d.FirstURL = executionURL(e.ExecutionID)
+		}
+		if hp.Next != nil {
+			d.NextURL = pageLink(executionURL(e.ExecutionID), nil, hp.Next.String(), d.Page+1)
+		}
 	case errors.Is(err, ErrNotSupported):
 		d.HistoryNotice = "This deployment does not record execution histories; the summary above is the execution's current state."
 	case errors.Is(err, store.ErrNotFound):
@@ -362,7 +371,7 @@ func (c *Console) executionPage(w http.ResponseWriter, r *http.Request) {
 		c.backendError(w, r, "Reading the history", err)
 		return
 	}
-	c.render(w, r, "execution", http.StatusOK, d)
+	c.render(w, http.StatusOK, &d.base, d.content)
 }
 
 // resultBytes handles GET /console/executions/{id}/result: the result
@@ -465,5 +474,5 @@ func (c *Console) deadLettersPage(w http.ResponseWriter, r *http.Request) {
 	if page.Cursor != "" {
 		d.NextURL = link(page.Cursor, d.Page+1)
 	}
-	c.render(w, r, "deadletters", http.StatusOK, d)
+	c.render(w, http.StatusOK, &d.base, d.content)
 }

@@ -5,7 +5,6 @@ import (
 	"embed"
 	"encoding/hex"
 	"fmt"
-	"html/template"
 	"io/fs"
 	"net/http"
 	"strings"
@@ -15,28 +14,11 @@ import (
 	"github.com/qasync/qasync/shared/store"
 )
 
-// The pages and their assets are embedded: the console fetches nothing
-// from elsewhere and needs no build step.
+// The assets are embedded: the console fetches nothing from elsewhere
+// and needs no build step.
 //
-//go:embed templates/*.html
-var templateFS embed.FS
-
 //go:embed assets
 var assetFS embed.FS
-
-// pageNames are the page templates, each parsed with the layout.
-var pageNames = []string{"list", "execution", "deadletters", "error"}
-
-// pages returns the parsed page templates by name, parsed on the first
-// page served (a process that imports the console but serves no page,
-// or none yet, pays nothing for them at startup).
-var pages = sync.OnceValue(func() map[string]*template.Template {
-	m := map[string]*template.Template{}
-	for _, name := range pageNames {
-		m[name] = template.Must(template.New(name).Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+name+".html"))
-	}
-	return m
-})
 
 // assetVersion changes whenever an asset does: asset links carry it, so a
 // browser never keeps a stale stylesheet or script.
@@ -73,16 +55,13 @@ func serveAsset(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(b)
 }
 
-// funcs are the template functions.
-var funcs = template.FuncMap{
-	"utc":     fmtTime,
-	"rfc3339": func(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) },
-	"dur":     fmtDuration,
-	"offset":  func(d time.Duration) string { return "+" + fmtDuration(d) },
-	"lower":   func(s store.Status) string { return strings.ToLower(strings.ReplaceAll(string(s), "_", "-")) },
-	"asset":   func(name string) string { return Prefix + "/assets/" + name + "?v=" + assetVersion() },
-	"prefix":  func() string { return Prefix },
-	"add":     func(a, b int) int { return a + b },
+// asset is the address of an embedded asset, versioned.
+func asset(name string) string { return Prefix + "/assets/" + name + "?v=" + assetVersion() }
+
+// statusClass is a status's CSS class suffix: RUNNING is "running",
+// WAIT_RETRY "wait-retry".
+func statusClass(s store.Status) string {
+	return strings.ToLower(strings.ReplaceAll(string(s), "_", "-"))
 }
 
 // fmtTime formats t in UTC to the millisecond ("-" for the zero time).

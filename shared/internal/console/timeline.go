@@ -9,15 +9,22 @@ import (
 	"github.com/qasync/qasync/shared/store"
 )
 
-// timeline is an execution's history as the execution page shows it: the
-// events, the spans they delimit (each run of a step attempt, each await,
-// each retry back-off) and a summary per step.
+// timeline is a page of an execution's history as the execution page
+// shows it: the events, the spans they delimit (each run of a step
+// attempt, each await, each retry back-off) and a summary per step. A
+// long history is shown a page at a time, so the spans and the steps are
+// those of the page's events: a run that began on the page before has no
+// span here, and one still open at the end of a page that another
+// follows "continues".
 type timeline struct {
 	Events []eventRow
 	Spans  []span
 	Steps  []stepRow
-	Start  time.Time
-	End    time.Time
+	// Start and End bound the chart: the page's first event (the
+	// execution's creation on the first page) and its last (or now, on
+	// the last page of an execution that has not ended).
+	Start time.Time
+	End   time.Time
 }
 
 // eventRow is one event of the timeline table.
@@ -52,7 +59,8 @@ type span struct {
 	Start     time.Time
 	End       time.Time
 	// Outcome says how it ended: succeeded, failed, outcome-unknown,
-	// awaiting, completed, taken-over, cancelled, running (still open).
+	// awaiting, completed, taken-over, cancelled, running (still open),
+	// continues (open at the end of a page another follows).
 	Outcome string
 	Open    bool
 	// X and W place the span on a 0-1000 axis from the timeline's Start
@@ -88,16 +96,23 @@ type stepRow struct {
 	Errors          int
 }
 
-// buildTimeline derives the timeline of e from its history, at time now
-// (the end of the spans still open when e has not ended).
-func buildTimeline(events []history.Event, e *store.Execution, now time.Time) timeline {
+// buildTimeline derives the timeline of e from a page of its history
+// (the first page when its first event's Seq is 1, or unset), at time
+// now (the end of the spans still open when e has not ended). more says
+// another page follows this one.
+func buildTimeline(events []history.Event, e *store.Execution, now time.Time, more bool) timeline {
 	var t timeline
 	if len(events) == 0 {
 		return t
 	}
-	t.Start = events[0].At
-	if e.CreatedAt.Before(t.Start) && !e.CreatedAt.IsZero() {
-		t.Start = e.CreatedAt
+	// origin is the submit: events show the time since it.
+	origin := events[0].At
+	if e.CreatedAt.Before(origin) && !e.CreatedAt.IsZero() {
+		origin = e.CreatedAt
+	}
+	t.Start = origin
+	if events[0].Seq > 1 {
+		t.Start = events[0].At
 	}
 	var run, await *span // the open ones
 	closeSpan := func(s **span, at time.Time, outcome string) int {
@@ -114,7 +129,7 @@ func buildTimeline(events []history.Event, e *store.Execution, now time.Time) ti
 		run = &span{Kind: spanRun, StepIndex: ev.StepIndex, StepName: ev.StepName, Attempt: ev.Attempt, Worker: worker, Start: ev.At, Open: true}
 	}
 	for _, ev := range events {
-		row := eventRow{Event: ev, Offset: ev.At.Sub(t.Start), Kind: "info"}
+		row := eventRow{Event: ev, Offset: ev.At.Sub(origin), Kind: "info"}
 		took := func(i int) {
 			if i >= 0 {
 				row.Took = t.Spans[i].Duration()
@@ -180,13 +195,16 @@ func buildTimeline(events []history.Event, e *store.Execution, now time.Time) ti
 		t.Events = append(t.Events, row)
 	}
 	t.End = events[len(events)-1].At
-	if !e.Status.Terminal() && now.After(t.End) {
+	if !more && !e.Status.Terminal() && now.After(t.End) {
 		t.End = now
 	}
 	for _, s := range []*span{run, await} {
 		if s != nil {
 			s.End, s.Outcome = t.End, "running"
-			if s.Kind == spanAwait {
+			switch {
+			case more:
+				s.Outcome = "continues"
+			case s.Kind == spanAwait:
 				s.Outcome = "waiting"
 			}
 			t.Spans = append(t.Spans, *s)

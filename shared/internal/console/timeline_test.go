@@ -23,7 +23,7 @@ func TestTimelineSpansOfATakeoverAndAnOpenRun(t *testing.T) {
 		{Type: history.StepStarted, At: at(43), StepName: "a", Attempt: 2, Worker: "w1"},
 	}
 	e := &store.Execution{Status: store.Running, CreatedAt: at(0)}
-	tl := buildTimeline(ev, e, at(100))
+	tl := buildTimeline(ev, e, at(100), false)
 	type got struct {
 		kind, outcome, worker string
 		took                  time.Duration
@@ -55,7 +55,7 @@ func TestTimelineSpansOfATakeoverAndAnOpenRun(t *testing.T) {
 	if !tl.End.Equal(at(100)) {
 		t.Errorf("end %v, want now", tl.End)
 	}
-	if empty := buildTimeline(nil, e, at(100)); len(empty.Events)+len(empty.Spans) != 0 {
+	if empty := buildTimeline(nil, e, at(100), false); len(empty.Events)+len(empty.Spans) != 0 {
 		t.Errorf("empty history: %+v", empty)
 	}
 }
@@ -84,7 +84,7 @@ func TestTimelineShowsASleep(t *testing.T) {
 		{Type: history.StepSucceeded, At: at(2), StepIndex: 0, StepName: "nap", Attempt: 1, Worker: "w1"},
 		{Type: history.Sleeping, At: at(2), StepIndex: 0, StepName: "nap", Attempt: 1, WakeAt: at(3602)},
 	}
-	tl := buildTimeline(ev, &store.Execution{Status: store.Queued, CreatedAt: at(0)}, at(60))
+	tl := buildTimeline(ev, &store.Execution{Status: store.Queued, CreatedAt: at(0)}, at(60), false)
 	var sleep *span
 	for i := range tl.Spans {
 		if tl.Spans[i].Kind == spanSleep {

@@ -1,0 +1,144 @@
+package console_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/qasync/qasync/shared/history"
+	"github.com/qasync/qasync/shared/internal/console"
+	"github.com/qasync/qasync/shared/internal/httpapi"
+	"github.com/qasync/qasync/shared/store"
+)
+
+// attack is what TestEveryValueIsEscaped writes into each string that can
+// reach a page: markup, both quotes and an ampersand.
+const attack = `<script>alert(1)</script>"'&`
+
+// attackForms are the only forms attack may take on a page: escaped as
+// HTML (text or a quoted attribute value), escaped in a URL path then as
+// HTML (an href), escaped in a URL query (a paging link).
+var attackForms = []string{
+	`&lt;script&gt;alert(1)&lt;/script&gt;&#34;&#39;&amp;`,
+	`%3Cscript%3Ealert%281%29%3C%2Fscript%3E%22%27&amp;`,
+	`%3Cscript%3Ealert%281%29%3C%2Fscript%3E%22%27%26`,
+}
+
+// tenantEvil holds the executions whose every string is label+attack,
+// the label (Zpipe, Zstep, ...) saying which field it is.
+const (
+	tenantEvil = "evil"
+	evilID     = "0195a1c2-0000-8000-8000-0000000evil2"
+)
+
+// evil adds tenant evil's executions and dead letters: one that can be
+// opened (a valid id) and one whose id is an attack too (listed, never
+// opened: the console refuses such an id in its addresses).
+func (f *fakeBackend) evil() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, id := range []string{evilID, "Zid" + attack} {
+		e := f.add(tenantEvil, id, "Zpipe"+attack, store.DLQ, epoch.Add(-time.Duration(i+1)*time.Minute))
+		e.PipelineVersion, e.StepName, e.IdempotencyKey = "Zversion"+attack, "Zstep"+attack, "Zkey"+attack
+		e.LeaseOwner, e.LeaseExpiresAt = "Zowner"+attack, epoch.Add(time.Minute)
+		e.Error = &store.Failure{Code: "Zcode" + attack, Message: "Zmsg" + attack, TerminalReason: "Zterminal" + attack}
+		e.Note, e.RedriveCount = "Znote"+attack, 1
+		e.CancelReason = "Zcancel" + attack
+		e.Await = &store.Await{ID: "Zawait" + attack, Status: store.AwaitTimedOut}
+		at := e.CreatedAt
+		f.setEvents(e.Key(), []history.Event{
+			{Type: history.Submitted, At: at, Status: store.Queued},
+			{Type: history.StepStarted, At: at.Add(time.Second), StepName: e.StepName, Attempt: 1, Status: store.Running, Worker: "Zworker" + attack},
+			{Type: history.StepFailed, At: at.Add(2 * time.Second), StepName: e.StepName, Attempt: 1, Status: store.DLQ, Error: e.Error,
+				Worker: "Zworker" + attack},
+			{Type: history.Redriven, At: at.Add(3 * time.Second), StepName: e.StepName, Attempt: 2, Status: store.Queued, Reason: "Zevreason" + attack},
+		})
+		f.deadLetter(e, e.UpdatedAt)
+	}
+}
+
+// wantOnlyEscaped checks that each label is on the page, and that every
+// occurrence of it is followed by one of attackForms; and that no raw
+// script tag or quote pair is anywhere.
+func wantOnlyEscaped(t *testing.T, page, body string, labels ...string) {
+	t.Helper()
+	for _, label := range labels {
+		rest, n := body, 0
+		for {
+			i := strings.Index(rest, label)
+			if i < 0 {
+				break
+			}
+			n++
+			rest = rest[i+len(label):]
+			ok := false
+			for _, form := range attackForms {
+				ok = ok || strings.HasPrefix(rest, form)
+			}
+			if !ok {
+				t.Errorf("%s: %s is followed by %q, not an escaped form", page, label, rest[:min(len(rest), 60)])
+			}
+		}
+		if n == 0 {
+			t.Errorf("%s: %s is not on the page", page, label)
+		}
+	}
+	for _, raw := range []string{"<script>alert", `"'&`, "alert(1)</script>"} {
+		if strings.Contains(body, raw) {
+			t.Errorf("%s: the page contains %q", page, raw)
+		}
+	}
+}
+
+// TestEveryValueIsEscaped puts an attack into every string that reaches
+// the pages (pipeline, step, error, worker, reasons, await, execution
+// ids, the registered pipelines, the filter, the page's own address, a
+// tenant function's error naming the tenant) and checks that the list,
+// the execution, the dead letters and the error page hold only its
+// escaped forms. The idempotency key reaches no page.
+func TestEveryValueIsEscaped(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, func(o *console.Options) { o.Pipelines = append(fixturePipelines, "Zregistered"+attack) })
+	e.f.evil()
+	e.jar[console.TenantCookieName] = tenantEvil
+	e.signIn()
+
+	list := e.get("/console?limit=1&pipeline="+url.QueryEscape("Zpipe"+attack), http.StatusOK)
+	wantOnlyEscaped(t, "list", list, "Zpipe", "Zstep", "Zcode", "Zregistered")
+	if len(matches(nextLink, list)) != 1 {
+		t.Error("list: no next page link (the filter is carried in it)")
+	}
+	list2 := e.get(unescape(matches(nextLink, list)[0]), http.StatusOK)
+	wantOnlyEscaped(t, "list page 2", list2, "Zid", "Zpipe", "Zstep", "Zcode")
+
+	exec := e.get("/console/executions/"+evilID, http.StatusOK)
+	wantOnlyEscaped(t, "execution", exec, "Zpipe", "Zversion", "Zstep", "Zowner", "Zcode", "Zmsg", "Zterminal", "Znote", "Zcancel",
+		"Zawait", "Zworker", "Zevreason")
+	if !strings.Contains(exec, `id="redrive-form"`) {
+		t.Error("execution: the operator's re-drive form is not shown")
+	}
+
+	dead := e.get("/console/dead-letters", http.StatusOK)
+	wantOnlyEscaped(t, "dead letters", dead, "Zid", "Zpipe", "Zstep", "Zcode", "Zmsg", "Zterminal")
+
+	// The page's own address is in the sign-out form.
+	here := e.get("/console/dead-letters?Zhere="+attack, http.StatusOK)
+	wantOnlyEscaped(t, "dead letters' address", here, "Zhere=")
+
+	for page, body := range map[string]string{"list": list, "execution": exec, "dead letters": dead} {
+		if strings.Contains(body, "Zkey") {
+			t.Errorf("%s: the idempotency key is on the page", page)
+		}
+	}
+
+	// A tenant function's error that names the tenant.
+	bad := newEnv(t, func(o *console.Options) {
+		o.TenantFunc = func(*http.Request) (string, error) {
+			return "", fmt.Errorf("%w: tenant %s is not allowed", httpapi.ErrInvalidTenant, "Ztenant"+attack)
+		}
+	})
+	wantOnlyEscaped(t, "error", bad.get("/console", http.StatusBadRequest), "Ztenant")
+}
