@@ -179,13 +179,67 @@ func pages[T any](fetch func(cursor string) ([]T, string, error), cursor string)
 	}
 }
 
-// History returns an execution's history, in commit order.
+// History returns an execution's whole history, in commit order: it
+// follows every page (of MaxHistoryPage events each), so a long history
+// takes a request per thousand events; HistoryPage reads one page. The
+// answer's EndCursor continues it later (HistoryAfter). A server that
+// hands out the same cursor twice ends it with an error, not a loop.
 func (c *Client) History(ctx context.Context, executionID string) (History, error) {
+	return c.HistoryAfter(ctx, executionID, "")
+}
+
+// HistoryAfter returns the events of an execution's history after cursor
+// (a previous answer's EndCursor or NextCursor; "": all of them),
+// following every page, as History does. A poller keeps the answer's
+// EndCursor and passes it next time, to read only the events that joined
+// since. A server that predates paging ignores the cursor and answers
+// the whole history (EndCursor ""): a poller drops the events whose Seq
+// it has seen.
+func (c *Client) HistoryAfter(ctx context.Context, executionID, cursor string) (History, error) {
+	seen := map[string]bool{cursor: true}
+	var all History
+	for {
+		h, err := c.HistoryPage(ctx, executionID, HistoryPageOptions{Limit: MaxHistoryPage, Cursor: cursor})
+		if err != nil {
+			return History{}, err
+		}
+		all.ExecutionID = h.ExecutionID
+		all.Events = append(all.Events, h.Events...)
+		if h.EndCursor != "" {
+			all.EndCursor = h.EndCursor
+		}
+		if h.NextCursor == "" {
+			if all.Events == nil {
+				all.Events = []Event{}
+			}
+			return all, nil
+		}
+		if seen[h.NextCursor] {
+			return History{}, fmt.Errorf("client: GET %s/history: the server gave cursor %q twice", executionPath(executionID), h.NextCursor)
+		}
+		seen[h.NextCursor] = true
+		cursor = h.NextCursor
+	}
+}
+
+// HistoryPage returns one page of an execution's history: at most
+// o.Limit events after o.Cursor, with NextCursor ("" on the last page)
+// and EndCursor. A bad limit is a 400 *Error (IsBadRequest), kind
+// invalid-request; a cursor that is not one of this execution's history
+// a 400 of kind invalid-cursor.
+func (c *Client) HistoryPage(ctx context.Context, executionID string, o HistoryPageOptions) (History, error) {
 	if executionID == "" {
 		return History{}, missing("the execution id")
 	}
+	v := url.Values{}
+	if o.Limit != 0 {
+		v.Set("limit", strconv.Itoa(o.Limit))
+	}
+	if o.Cursor != "" {
+		v.Set("cursor", o.Cursor)
+	}
 	var h History
-	_, err := c.doJSON(ctx, call{method: http.MethodGet, path: executionPath(executionID) + "/history"}, nil, &h)
+	_, err := c.doJSON(ctx, call{method: http.MethodGet, path: executionPath(executionID) + "/history", query: v}, nil, &h)
 	return h, err
 }
 

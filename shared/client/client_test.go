@@ -340,13 +340,7 @@ func TestHistoryInCommitOrder(t *testing.T) {
 	c := newClient(t, clitest.Real(t))
 	ctx := ctxOf(t)
 	e := settle(t, c, clitest.PipelineOK, store.Succeeded)
-	var h client.History
-	clitest.Eventually(t, func() (err error) {
-		if h, err = c.History(ctx, e.ExecutionID); err == nil && (len(h.Events) == 0 || h.Events[len(h.Events)-1].Type != history.Succeeded) {
-			err = fmt.Errorf("the history does not end SUCCEEDED yet: %+v", h.Events)
-		}
-		return err
-	})
+	h := succeededHistory(t, c, e.ExecutionID)
 	if h.ExecutionID != e.ExecutionID || len(h.Events) == 0 {
 		t.Fatalf("history %+v", h)
 	}
@@ -364,6 +358,21 @@ func TestHistoryInCommitOrder(t *testing.T) {
 	if _, err := c.History(ctx, "no-such-execution"); !client.IsNotFound(err) {
 		t.Fatalf("history of an unknown id: %v", err)
 	}
+}
+
+// succeededHistory returns the whole history of a SUCCEEDED execution
+// once it ends SUCCEEDED (clitest.Eventually: a stream-fed history
+// trails the row).
+func succeededHistory(t *testing.T, c *client.Client, id string) client.History {
+	t.Helper()
+	var h client.History
+	clitest.Eventually(t, func() (err error) {
+		if h, err = c.History(ctxOf(t), id); err == nil && (len(h.Events) == 0 || h.Events[len(h.Events)-1].Type != history.Succeeded) {
+			err = fmt.Errorf("the history does not end SUCCEEDED yet: %+v", h.Events)
+		}
+		return err
+	})
+	return h
 }
 
 // TestCancel: a parked execution is CANCELLED at once (202), a second

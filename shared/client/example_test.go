@@ -122,3 +122,52 @@ func ExampleClient_ListAll() {
 		}
 	}
 }
+
+// helloDone serves the pipeline "hello" (serveHello), runs one execution
+// of it to its end, and returns a client of the server, the execution's
+// id, and a function that stops the server.
+func helloDone(ctx context.Context) (*client.Client, string, func()) {
+	url, stop := serveHello()
+	c, err := client.New(url, client.WithTenant("acme"))
+	if err == nil {
+		var sub client.Submission
+		if sub, err = c.Submit(ctx, client.SubmitRequest{PipelineID: "hello", Body: []byte(`{"name":"ada"}`)}); err == nil {
+			if _, err = c.Wait(ctx, sub.ExecutionID, client.WaitOptions{}); err == nil {
+				return c, sub.ExecutionID, stop
+			}
+		}
+	}
+	stop()
+	panic(err)
+}
+
+// Read an execution's history a page at a time: each page's NextCursor
+// reads the next one, and the last page has none. (History reads every
+// page for you; a page is for a caller that shows one, or stops early.)
+func ExampleClient_HistoryPage() {
+	ctx := context.Background()
+	c, id, stop := helloDone(ctx)
+	defer stop()
+
+	o := client.HistoryPageOptions{Limit: 2}
+	for {
+		page, err := c.HistoryPage(ctx, id, o)
+		if err != nil {
+			panic(err)
+		}
+		for _, ev := range page.Events {
+			fmt.Println(ev.Seq, ev.Type)
+		}
+		if page.NextCursor == "" {
+			break
+		}
+		fmt.Println("-- next page")
+		o.Cursor = page.NextCursor
+	}
+	// Output:
+	// 1 SUBMITTED
+	// 2 STEP_STARTED
+	// -- next page
+	// 3 STEP_SUCCEEDED
+	// 4 SUCCEEDED
+}

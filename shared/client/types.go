@@ -162,13 +162,47 @@ type ExecutionPage struct {
 	NextCursor string `json:"nextCursor,omitempty"`
 }
 
-// History is an execution's history: GET /v1/executions/{id}/history.
+// History is an execution's history, or one page of it: GET
+// /v1/executions/{id}/history.
 type History struct {
 	// ExecutionID is the execution's id.
 	ExecutionID string `json:"executionId"`
-	// Events are in commit order, Seq from 1 without gaps.
+	// Events are in commit order, Seq from 1 without gaps over the whole
+	// history (a page's events go on from its cursor's).
 	Events []Event `json:"events"`
+	// NextCursor continues the history: the cursor of the next page; ""
+	// on the last page (and in what Client.History returns, which has
+	// followed every page).
+	NextCursor string `json:"nextCursor,omitempty"`
+	// EndCursor is where these events end, on the last page too: read
+	// after it later (HistoryPageOptions.Cursor, Client.HistoryAfter) and
+	// only the events that joined the history since come back. "" when
+	// no event was read from the start (or from a server that predates
+	// paging, which answers the whole history every time).
+	EndCursor string `json:"endCursor,omitempty"`
 }
+
+// HistoryPageOptions select one page of a history (Client.HistoryPage).
+type HistoryPageOptions struct {
+	// Limit is the most events of the page, 1 to MaxHistoryPage (0: the
+	// server's default, DefaultHistoryPage). The server may answer fewer
+	// and a NextCursor when the events are unusually large (its byte
+	// budget per answer).
+	Limit int
+	// Cursor reads after a previous page's NextCursor or EndCursor ("":
+	// from the first event).
+	Cursor string
+}
+
+// The history route's page sizes.
+const (
+	// DefaultHistoryPage is the page size of a history request without
+	// a limit.
+	DefaultHistoryPage = 100
+	// MaxHistoryPage is the largest limit a history request takes
+	// (history.MaxPage).
+	MaxHistoryPage = history.MaxPage
+)
 
 // Event is one entry of a history.
 type Event struct {

@@ -12,6 +12,7 @@ package history
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -90,8 +91,15 @@ type Reader interface {
 }
 
 // MaxPage is the most events a page of history holds (PageOf): about
-// 250 KB of JSON, far below API Gateway's 6 MB and 10 MB limits.
+// 270 KB of JSON for ordinary events (the API's byte budget cuts a page of
+// unusually large ones shorter), far below API Gateway's 6 MB and 10 MB
+// limits.
 const MaxPage = 1000
+
+// ErrCursor is returned (wrapped) by PageAfter for a cursor that names no
+// event of the history it is read against: a cursor of another execution
+// or incarnation, or one nobody gave.
+var ErrCursor = errors.New("history: the cursor names no event of this history")
 
 // Cursor marks where a page of history ended: its last event's Version,
 // Index and Seq. The zero Cursor is the start.
@@ -99,6 +107,12 @@ type Cursor struct {
 	Version int64
 	Index   int
 	Seq     int
+}
+
+// Cursor returns the cursor of a page that ends with e: reading after it
+// gives the events that follow e.
+func (e Event) Cursor() Cursor {
+	return Cursor{Version: e.Version, Index: e.Index, Seq: e.Seq}
 }
 
 // cursorPrefix starts every encoded cursor (its format's version).
@@ -137,10 +151,29 @@ func ParseCursor(s string) (Cursor, error) {
 }
 
 // Page is part of a history: events numbered on from the cursor it was
-// read after, and Next, the cursor of the page after it (nil at the end).
+// read after, Next, the cursor of the page after it (nil at the end), and
+// End, where it ends.
 type Page struct {
 	Events []Event
 	Next   *Cursor
+	// End is the cursor of the page's last event, or the cursor the page
+	// was read after when it has none: read after End later, a poller
+	// gets only the events that joined the history since. Unlike Next it
+	// is set on the last page too.
+	End Cursor
+}
+
+// Head returns the page cut to its first n events, Next and End then
+// the cursor of the nth: how an API shortens a page to a byte budget.
+// An n below 1 is taken as 1 (a page moves on by at least an event); n
+// at or above the page's length returns the page as it is.
+func (p Page) Head(n int) Page {
+	if n >= len(p.Events) {
+		return p
+	}
+	n = max(n, 1)
+	end := p.Events[n-1].Cursor()
+	return Page{Events: p.Events[:n], Next: &end, End: end}
 }
 
 // PageOf returns the page of up to limit events (at most MaxPage; 0
@@ -150,21 +183,47 @@ type Page struct {
 // while it grows gives each event once, with the Seq it gets in the
 // whole history, since events only ever join at its end.
 func PageOf(events []Event, after Cursor, limit int) Page {
+	p, _ := page(Number(events), after, limit)
+	return p
+}
+
+// PageAfter is PageOf for a cursor from outside (an API's caller): it
+// also checks that after names an event of this history, with the Seq
+// that event has in it, and returns an error wrapping ErrCursor when it
+// does not. Every cursor a page of this history gave passes (events only
+// join at a history's end); a cursor of another execution or incarnation
+// fails unless that history has an event at the same version, index and
+// seq (a cursor carries no execution id), and then it means the same
+// position.
+func PageAfter(events []Event, after Cursor, limit int) (Page, error) {
+	p, ok := page(Number(events), after, limit)
+	if !ok {
+		return Page{}, fmt.Errorf("%w: %s", ErrCursor, after)
+	}
+	return p, nil
+}
+
+// page is PageOf of a numbered history; ok says whether after is the
+// start or names one of its events.
+func page(all []Event, after Cursor, limit int) (Page, bool) {
 	if limit <= 0 || limit > MaxPage {
 		limit = MaxPage
 	}
-	all := Number(events)
 	start := sort.Search(len(all), func(i int) bool {
 		return cmp.Or(cmp.Compare(all[i].Version, after.Version), cmp.Compare(all[i].Index, after.Index)) > 0
 	})
+	ok := after == (Cursor{}) || (start > 0 && all[start-1].Cursor() == after)
 	rest := all[start:]
-	p := Page{Events: rest[:min(limit, len(rest))]}
+	p := Page{Events: rest[:min(limit, len(rest))], End: after}
 	for i := range p.Events {
 		p.Events[i].Seq = after.Seq + i + 1
 	}
-	if len(rest) > limit {
-		last := p.Events[len(p.Events)-1]
-		p.Next = &Cursor{Version: last.Version, Index: last.Index, Seq: last.Seq}
+	if len(p.Events) > 0 {
+		p.End = p.Events[len(p.Events)-1].Cursor()
 	}
-	return p
+	if len(rest) > limit {
+		next := p.End
+		p.Next = &next
+	}
+	return p, ok
 }

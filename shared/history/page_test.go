@@ -1,6 +1,7 @@
 package history
 
 import (
+	"errors"
 	"testing"
 	"time"
 )
@@ -81,5 +82,90 @@ func TestPageLimitsAndCursors(t *testing.T) {
 	}
 	if c, err := ParseCursor(""); err != nil || c != (Cursor{}) {
 		t.Errorf(`ParseCursor("") = %+v, %v`, c, err)
+	}
+}
+
+// PageAfter takes every cursor a page of the history gave, also after
+// the history grew, and refuses one that names no event of it: a made-up
+// position, one past its end, one whose seq differs (another execution's
+// history with an event at that version and index), as ErrCursor. End is
+// set on every page, the last included, and an empty page read after End
+// keeps it: a poller resumes from it and gets only new events.
+func TestPageAfterChecksTheCursor(t *testing.T) {
+	var evs []Event
+	add := func(v int64, n int) {
+		for i := range n {
+			evs = append(evs, Event{Type: StepStarted, Version: v, Index: i})
+		}
+	}
+	for v := int64(1); v <= 5; v++ {
+		add(v, 2)
+	}
+	var after Cursor
+	var got int
+	for range 20 {
+		p, err := PageAfter(evs, after, 3)
+		if err != nil {
+			t.Fatalf("PageAfter(%s): %v", after, err)
+		}
+		got += len(p.Events)
+		if len(p.Events) > 0 && p.End != p.Events[len(p.Events)-1].Cursor() {
+			t.Fatalf("End %s is not the last event's cursor %s", p.End, p.Events[len(p.Events)-1].Cursor())
+		}
+		if p.Next != nil && *p.Next != p.End {
+			t.Fatalf("Next %s differs from End %s", p.Next, p.End)
+		}
+		after = p.End
+		if p.Next == nil {
+			break
+		}
+	}
+	if got != len(evs) || after.Seq != len(evs) {
+		t.Fatalf("pages gave %d events ending at %s, want %d", got, after, len(evs))
+	}
+	// Nothing new yet: an empty page, ending where it was read.
+	if p, err := PageAfter(evs, after, 3); err != nil || len(p.Events) != 0 || p.Next != nil || p.End != after {
+		t.Fatalf("read at the end: %+v, %v", p, err)
+	}
+	// The execution moved on: from End, only the new events.
+	add(6, 1)
+	if p, err := PageAfter(evs, after, 3); err != nil || len(p.Events) != 1 || p.Events[0].Seq != 11 || p.Events[0].Version != 6 {
+		t.Fatalf("read after the history grew: %+v, %v", p, err)
+	}
+	for _, bad := range []Cursor{
+		{Version: 3, Index: 5, Seq: 6},  // no event at version 3, index 5
+		{Version: 9, Index: 0, Seq: 12}, // past the end
+		{Version: 3, Index: 0, Seq: 2},  // the event is the 5th here
+		{Version: 0, Index: 0, Seq: 4},  // nothing at version 0
+	} {
+		if _, err := PageAfter(evs, bad, 3); !errors.Is(err, ErrCursor) {
+			t.Errorf("PageAfter(%s) = %v, want ErrCursor", bad, err)
+		}
+	}
+}
+
+// Head cuts a page to its first events and moves Next and End to the
+// last one kept; it keeps at least one event.
+func TestPageHead(t *testing.T) {
+	var evs []Event
+	for v := int64(1); v <= 10; v++ {
+		evs = append(evs, Event{Type: StepStarted, Version: v})
+	}
+	p := PageOf(evs, Cursor{}, 0)
+	if p.Next != nil || p.End.Seq != 10 {
+		t.Fatalf("whole page: %+v", p)
+	}
+	h := p.Head(4)
+	if len(h.Events) != 4 || h.Next == nil || *h.Next != p.Events[3].Cursor() || h.End != *h.Next {
+		t.Fatalf("Head(4) = %d events, next %v, end %s", len(h.Events), h.Next, h.End)
+	}
+	if rest := PageOf(evs, *h.Next, 0); len(rest.Events) != 6 || rest.Events[0].Seq != 5 {
+		t.Fatalf("after Head(4): %+v", rest)
+	}
+	if h := p.Head(0); len(h.Events) != 1 || h.Next == nil {
+		t.Fatalf("Head(0) = %+v, want one event", h)
+	}
+	if h := p.Head(10); h.Next != nil || len(h.Events) != 10 {
+		t.Fatalf("Head(len) changed the page: %+v", h)
 	}
 }

@@ -13,6 +13,7 @@ var EventTargets = map[string]string{
 	"submit-post.json":          SubmitFunctionID,
 	"status-get.json":           SubmitFunctionID,
 	"result-get.json":           SubmitFunctionID,
+	"history-get.json":          SubmitFunctionID,
 	"worker-sqs-batch.json":     WorkerFunctionID,
 	"sweeper-schedule.json":     SweeperFunctionID,
 	"dlq-envelope.json":         DLQFunctionID,

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -83,6 +84,31 @@ func TestNewRequestStripsNamedStage(t *testing.T) {
 	ev.RequestContext.Stage, ev.RequestContext.DomainName, ev.RequestContext.DomainPrefix = "prod", "api.example.com", "api"
 	if r, err = apigw.NewRequest(context.Background(), ev); err != nil || r.URL.Path != "/prod/v1/executions/x" {
 		t.Fatalf("%v %v", r.URL, err)
+	}
+}
+
+// TestHistoryPageQueryReachesTheHandler: the history route's paging
+// parameters, in the event's raw query string as API Gateway passes them
+// (through a named stage's execute-api endpoint too), reach the handler
+// as the request's query: limit and cursor, a cursor's dots and an
+// escaped one alike.
+func TestHistoryPageQueryReachesTheHandler(t *testing.T) {
+	h := apigw.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		_, _ = io.WriteString(w, r.URL.Path+" limit="+q.Get("limit")+" cursor="+q.Get("cursor")+" n="+strconv.Itoa(len(q["cursor"])))
+	}))
+	for _, tc := range []struct{ stage, path, query, want string }{
+		{"$default", "/v1/executions/e1/history", "limit=2&cursor=h1.12.1.27", "/v1/executions/e1/history limit=2 cursor=h1.12.1.27 n=1"},
+		{"$default", "/v1/executions/e1/history", "cursor=h1%2E12%2E1%2E27&limit=1000", "/v1/executions/e1/history limit=1000 cursor=h1.12.1.27 n=1"},
+		{"prod", "/prod/v1/executions/e1/history", "limit=100", "/v1/executions/e1/history limit=100 cursor= n=0"},
+		{"$default", "/v1/executions/e1/history", "", "/v1/executions/e1/history limit= cursor= n=0"},
+	} {
+		ev := event(http.MethodGet, tc.path, tc.query)
+		ev.RequestContext.Stage = tc.stage
+		resp, err := h(context.Background(), ev)
+		if err != nil || resp.StatusCode != http.StatusOK || resp.Body != tc.want {
+			t.Errorf("%s?%s: %d %q %v, want %q", tc.path, tc.query, resp.StatusCode, resp.Body, err, tc.want)
+		}
 	}
 }
 

@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -40,6 +42,52 @@ type runner struct {
 	// be lost on the way back (the connection dropped).
 	loseAnswers atomic.Bool
 	inputs      atomic.Int64 // numbers settle's inputs, so that none is a duplicate
+	// reads records the history answers the commands got.
+	reads historyLog
+}
+
+// historyLog records the history answers a runner's commands got: the
+// cursor each request sent and the seqs of the events it got back.
+type historyLog struct {
+	mu    sync.Mutex
+	reads []historyRead
+}
+
+// historyRead is one history request and its answer.
+type historyRead struct {
+	cursor string
+	seqs   []int
+}
+
+func (l *historyLog) all() []historyRead {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]historyRead(nil), l.reads...)
+}
+
+// record notes a history answer, leaving its body readable.
+func (l *historyLog) record(req *http.Request, resp *http.Response) error {
+	if !strings.HasSuffix(req.URL.Path, "/history") || resp.StatusCode != http.StatusOK {
+		return nil
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	var h client.History
+	if err := json.Unmarshal(b, &h); err != nil {
+		return err
+	}
+	read := historyRead{cursor: req.URL.Query().Get("cursor")}
+	for _, ev := range h.Events {
+		read.seqs = append(read.seqs, ev.Seq)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.reads = append(l.reads, read)
+	return nil
 }
 
 func newRunner(t *testing.T, tg *clitest.Target) *runner {
@@ -56,13 +104,17 @@ func (r *runner) admin() *runner {
 // counting counts the requests it sends once their answers are in (or
 // they failed), and loses the answers while lose is set.
 type counting struct {
-	next http.RoundTripper
-	n    *atomic.Int64
-	lose *atomic.Bool
+	next  http.RoundTripper
+	n     *atomic.Int64
+	lose  *atomic.Bool
+	reads *historyLog
 }
 
 func (c counting) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := c.next.RoundTrip(req)
+	if err == nil {
+		err = c.reads.record(req, resp)
+	}
 	c.n.Add(1)
 	if err == nil && c.lose.Load() {
 		resp.Body.Close()
@@ -78,7 +130,7 @@ func (r *runner) run(args ...string) result {
 	env := cli.Env{Stdin: strings.NewReader(r.stdin), Stdout: &out, Stderr: &errOut,
 		Getenv:     func(k string) string { return r.env[k] },
 		Terminal:   func() bool { return r.terminal },
-		HTTPClient: &http.Client{Timeout: 10 * time.Second, Transport: counting{http.DefaultTransport, &r.requests, &r.loseAnswers}},
+		HTTPClient: &http.Client{Timeout: 10 * time.Second, Transport: counting{http.DefaultTransport, &r.requests, &r.loseAnswers, &r.reads}},
 		PollMin:    5 * time.Millisecond, PollMax: 50 * time.Millisecond}
 	ctx, cancel := context.WithTimeout(r.t.Context(), 30*time.Second)
 	defer cancel()

@@ -39,7 +39,8 @@ With -o json: {"contentType", "messageType", "data"} (data is the JSON result it
 or "dataBase64" for other media types). Before success it exits 4 (conflict).`, flags: resultCmd},
 	{name: "watch", usage: "watch ID [--display auto|live|plain]", summary: "follow an execution's steps until it ends",
 		help: `Follows execution ID until it is terminal (SUCCEEDED, FAILED, DLQ, CANCELLED), polling
-its status with backoff and reading its history where the server has one. On a terminal
+its status with backoff and reading its history where the server has one (each read
+after the first asks only for the events after the last one it got). On a terminal
 it shows one progress line per step, rewritten in place; piped, it prints one plain line
 per history event (per status change on a server without the history route). With -o json it prints each new status document as one JSON line.
 It exits 0 when the execution succeeded and 5 when it ended otherwise.`, flags: watchCmd},
@@ -47,9 +48,16 @@ It exits 0 when the execution succeeded and 5 when it ended otherwise.`, flags: 
 		help: `Lists the tenant's executions, newest first, following the server's cursors until
 --limit executions (0: all). With -o json: {"executions": [...], "nextCursor"} where
 nextCursor (present when --limit stopped the list) continues it with --cursor.`, flags: listCmd},
-	{name: "history", usage: "history ID", summary: "print an execution's history",
+	{name: "history", usage: "history ID [--limit N] [--cursor C]", summary: "print an execution's history",
 		help: `Prints the events of execution ID in commit order: submitted, each step started,
-succeeded or failed (with the retry's due time), awaits, re-drives, cancels, the end.`, flags: historyCmd},
+succeeded or failed (with the retry's due time), awaits, re-drives, cancels, the end.
+The server answers a page of events at a time (up to 1,000 a request): history follows
+the pages to the end, or until --limit events (0: all); when --limit stopped it, it
+prints on stderr the --cursor that continues. --cursor C starts after C: a nextCursor
+or endCursor of an earlier answer. With -o json: {"executionId", "events", "nextCursor",
+"endCursor"}: nextCursor (present when --limit stopped it) continues with --cursor;
+endCursor is where the events end: --cursor with it later prints only the events that
+joined since.`, flags: historyCmd},
 	{name: "cancel", usage: "cancel ID --reason R", summary: "cancel an execution (operator)",
 		help: `Cancels execution ID: a queued, retrying, waiting or parked execution becomes CANCELLED
 at once; a running step is cancelled at its next lease renewal and the execution ends
@@ -339,15 +347,25 @@ func (s *session) more(next string) {
 }
 
 func historyCmd(fs *flag.FlagSet) runFunc {
+	limit := fs.Int("limit", 0, "the most events to print, following cursors (0: all)")
+	cursor := fs.String("cursor", "", "start after this cursor (a nextCursor or endCursor of an earlier answer)")
 	return func(ctx context.Context, s *session, args []string) error {
 		if err := wantArgs(args, "ID"); err != nil {
 			return err
+		}
+		if *limit < 0 {
+			return usagef("--limit %d: must be 0 (all) or more", *limit)
 		}
 		c, err := s.client()
 		if err != nil {
 			return err
 		}
-		h, err := c.History(ctx, args[0])
+		var h client.History
+		if *limit == 0 {
+			h, err = c.HistoryAfter(ctx, args[0], *cursor)
+		} else {
+			h, err = historyUpTo(ctx, c, args[0], *cursor, *limit)
+		}
 		if err != nil {
 			return err
 		}
@@ -356,8 +374,27 @@ func historyCmd(fs *flag.FlagSet) runFunc {
 			return nil
 		}
 		printHistory(s.env.Stdout, h)
+		s.more(h.NextCursor)
 		return nil
 	}
+}
+
+// historyUpTo reads up to limit events of a history after cursor,
+// following its pages; NextCursor continues it when limit stopped it.
+func historyUpTo(ctx context.Context, c *client.Client, id, cursor string, limit int) (client.History, error) {
+	var last client.History
+	p := pageFlags{limit: limit, pageSize: min(limit, client.MaxHistoryPage), cursor: cursor}
+	events, next, err := collect(p, func(n int, cursor string) ([]client.Event, string, error) {
+		page, err := c.HistoryPage(ctx, id, client.HistoryPageOptions{Limit: n, Cursor: cursor})
+		if err == nil {
+			last = page
+		}
+		return page.Events, page.NextCursor, err
+	})
+	if err != nil {
+		return client.History{}, err
+	}
+	return client.History{ExecutionID: last.ExecutionID, Events: append([]client.Event{}, events...), NextCursor: next, EndCursor: last.EndCursor}, nil
 }
 
 func cancelCmd(fs *flag.FlagSet) runFunc {

@@ -114,6 +114,83 @@ func TestHistoryCommand(t *testing.T) {
 	r.want(cli.ExitNotFound, "history", "no-such-execution")
 }
 
+// TestHistoryCommandPages: history --limit N prints the first N events
+// and on stderr the --cursor that continues; following those cursors
+// prints every event of the history once, in order, as history without
+// --limit prints them; -o json carries nextCursor (absent at the end)
+// and endCursor, with which history later prints only newer events (none
+// here). A bad --limit is a usage error, a cursor that names no event of
+// the history a failure the server explains.
+func TestHistoryCommandPages(t *testing.T) {
+	t.Parallel()
+	r := newRunner(t, clitest.Real(t))
+	sub := decode[client.Submission](t, r.ok("submit", clitest.PipelineRetry, "-o", "json"))
+	r.ok("watch", sub.ExecutionID, "-o", "json")
+	var full client.History
+	clitest.Eventually(t, func() error {
+		if full = decode[client.History](t, r.ok("history", sub.ExecutionID, "-o", "json")); len(full.Events) == 0 || full.Events[len(full.Events)-1].Type != history.Succeeded {
+			return fmt.Errorf("the history does not end SUCCEEDED yet: %+v", full.Events)
+		}
+		return nil
+	})
+	if len(full.Events) < 5 || full.NextCursor != "" || full.EndCursor == "" {
+		t.Fatalf("the whole history of a retry: %d events, nextCursor %q, endCursor %q", len(full.Events), full.NextCursor, full.EndCursor)
+	}
+
+	res := r.want(0, "history", sub.ExecutionID, "--limit", "2")
+	lines := strings.Split(strings.TrimSpace(res.stdout), "\n")
+	more := regexp.MustCompile(`^\(more: add --cursor (\S+)\)$`).FindStringSubmatch(strings.TrimSpace(res.stderr))
+	if len(lines) != 3 || !regexp.MustCompile(`^2\s+20\S+\s+STEP_STARTED\s`).MatchString(lines[2]) || more == nil {
+		t.Fatalf("history --limit 2:\n%s\nstderr: %s", res.stdout, res.stderr)
+	}
+	var seqs []int
+	cursor := ""
+	for pages := 0; ; pages++ {
+		args := []string{"history", sub.ExecutionID, "--limit", "2", "-o", "json"}
+		if cursor != "" {
+			args = append(args, "--cursor", cursor)
+		}
+		h := decode[client.History](t, r.ok(args...))
+		if pages == 0 && h.NextCursor != more[1] {
+			t.Fatalf("the JSON's nextCursor %q is not the table's --cursor %q", h.NextCursor, more[1])
+		}
+		if len(h.Events) > 2 || pages > len(full.Events) || (h.NextCursor != "" && h.NextCursor != h.EndCursor) {
+			t.Fatalf("page %d: %+v", pages+1, h)
+		}
+		for _, ev := range h.Events {
+			seqs = append(seqs, ev.Seq)
+		}
+		if h.NextCursor == "" {
+			if h.EndCursor != full.EndCursor {
+				t.Fatalf("the last page ends at %q, the whole history at %q", h.EndCursor, full.EndCursor)
+			}
+			break
+		}
+		cursor = h.NextCursor
+	}
+	for i, seq := range seqs {
+		if seq != i+1 || i >= len(full.Events) {
+			t.Fatalf("the pages gave seqs %v; the history has %d events", seqs, len(full.Events))
+		}
+	}
+	if len(seqs) != len(full.Events) {
+		t.Fatalf("the pages gave %d events; the history has %d", len(seqs), len(full.Events))
+	}
+
+	// After the end: nothing new, as a table (the header only) and as JSON.
+	if out := strings.TrimSpace(r.ok("history", sub.ExecutionID, "--cursor", full.EndCursor)); strings.Contains(out, "\n") {
+		t.Fatalf("history after its end cursor:\n%s", out)
+	}
+	if h := decode[client.History](t, r.ok("history", sub.ExecutionID, "--cursor", full.EndCursor, "-o", "json")); len(h.Events) != 0 || h.Events == nil || h.EndCursor != full.EndCursor {
+		t.Fatalf("history after its end cursor: %+v", h)
+	}
+
+	r.want(cli.ExitUsage, "history", sub.ExecutionID, "--limit", "-1")
+	if res := r.want(cli.ExitFailure, "history", sub.ExecutionID, "--cursor", "h1.999.0.999"); !strings.Contains(res.stderr, "cursor") {
+		t.Fatalf("a cursor of no event of the history: %s", res.stderr)
+	}
+}
+
 // TestCancelCommand: cancel of a parked execution prints it CANCELLED,
 // a second cancel exits 0, a finished one exits 4, an unknown one 3, and
 // without the operator token 1.

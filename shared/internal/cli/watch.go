@@ -59,8 +59,12 @@ type watcher struct {
 	w     io.Writer
 	live  bool
 	steps map[int]*stepView
-	// lastSeq is the last history event printed (plain mode).
+	// lastSeq is the last history event folded in (and, plain, printed):
+	// an event read again (from a server that predates paging, which
+	// answers the whole history every time) is skipped.
 	lastSeq int
+	// lastStatus is the execution's status after that event.
+	lastStatus store.Status
 	// lastLine is the last plain status line printed (without history).
 	lastLine string
 	// drawn is how many lines the live display has on screen.
@@ -68,9 +72,30 @@ type watcher struct {
 	now   func() time.Time
 }
 
+// newEvents reads the events of an execution's history after the ones
+// read before: it keeps the answer's endCursor between calls, so each
+// poll of a long history fetches only what joined it since.
+type newEvents struct {
+	c      *client.Client
+	id     string
+	cursor string
+}
+
+func (n *newEvents) read(ctx context.Context) ([]client.Event, error) {
+	h, err := n.c.HistoryAfter(ctx, n.id, n.cursor)
+	if err != nil {
+		return nil, err
+	}
+	if h.EndCursor != "" {
+		n.cursor = h.EndCursor
+	}
+	return h.Events, nil
+}
+
 func (s *session) watch(ctx context.Context, c *client.Client, id string, live bool) error {
 	wt := &watcher{w: s.env.Stdout, live: live, steps: map[int]*stepView{}, now: time.Now}
 	useHistory := true
+	tail := &newEvents{c: c, id: id}
 	final, err := c.Wait(ctx, id, client.WaitOptions{MinInterval: s.pollMin(), MaxInterval: s.pollMax(),
 		OnChange: func(e client.Execution) error {
 			if s.json() {
@@ -79,10 +104,10 @@ func (s *session) watch(ctx context.Context, c *client.Client, id string, live b
 			}
 			var events []client.Event
 			if useHistory {
-				h, err := c.History(ctx, id)
+				evs, err := tail.read(ctx)
 				switch {
 				case err == nil:
-					events = h.Events
+					events = evs
 				case historyMissing(err):
 					useHistory = false // a server without the history route
 				default:
@@ -96,7 +121,7 @@ func (s *session) watch(ctx context.Context, c *client.Client, id string, live b
 		return err
 	}
 	if useHistory && !s.json() {
-		if err := s.catchUp(ctx, c, id, final, wt); err != nil {
+		if err := s.catchUp(ctx, tail, id, final, wt); err != nil {
 			return err
 		}
 	}
@@ -113,23 +138,29 @@ func (s *session) watch(ctx context.Context, c *client.Client, id string, live b
 // terminal, for the history to tell that end too.
 const historyCatchUp = 10 * time.Second
 
-// catchUp reads the history again until its last event shows a terminal
-// status, as final does (a stream-fed history, DynamoDB's, trails the row by about a
-// second), so that watch prints every event; after historyCatchUp it
-// prints what there is and says so on stderr.
-func (s *session) catchUp(ctx context.Context, c *client.Client, id string, final client.Execution, wt *watcher) error {
+// catchUp reads the new events of the history until the last one shows a
+// terminal status, as final does (a stream-fed history, DynamoDB's,
+// trails the row by about a second), so that watch prints every event;
+// after historyCatchUp it prints what there is and says so on stderr.
+func (s *session) catchUp(ctx context.Context, tail *newEvents, id string, final client.Execution, wt *watcher) error {
 	deadline := time.Now().Add(historyCatchUp)
 	wait := s.pollMin()
+	var events []client.Event
+	last := wt.lastStatus
 	for {
-		h, err := c.History(ctx, id)
+		evs, err := tail.read(ctx)
 		if err != nil {
 			return err
 		}
+		events = append(events, evs...)
+		if len(evs) > 0 {
+			last = evs[len(evs)-1].Status
+		}
 		// Any terminal status will do: a FAILED execution the status
 		// showed may have been dead-lettered (DLQ) since.
-		caughtUp := len(h.Events) > 0 && h.Events[len(h.Events)-1].Status.Terminal()
+		caughtUp := last.Terminal()
 		if caughtUp || !time.Now().Before(deadline) {
-			wt.update(final, h.Events, true)
+			wt.update(final, events, true)
 			if !caughtUp {
 				fmt.Fprintf(s.env.Stderr, "qasync: the history of %s had not caught up with its status %s after %s; qasync history %s shows it once it has\n",
 					id, final.Status, historyCatchUp, id)
@@ -238,10 +269,16 @@ func (wt *watcher) apply(ev client.Event) {
 	}
 }
 
-// update takes a new status document and, with history, its events.
+// update takes a new status document and, with history, the events
+// read since the last update (those seen before are skipped).
 func (wt *watcher) update(e client.Execution, events []client.Event, withHistory bool) {
+	var fresh []client.Event
 	for _, ev := range events {
-		wt.apply(ev)
+		if ev.Seq > wt.lastSeq {
+			wt.lastSeq, wt.lastStatus = ev.Seq, ev.Status
+			wt.apply(ev)
+			fresh = append(fresh, ev)
+		}
 	}
 	// The status document is the newest word on the current step (a
 	// stream-fed history may lag behind it).
@@ -278,15 +315,12 @@ func (wt *watcher) update(e client.Execution, events []client.Event, withHistory
 		return
 	}
 	if withHistory {
-		for _, ev := range events {
-			if ev.Seq > wt.lastSeq {
-				wt.lastSeq = ev.Seq
-				line := fmt.Sprintf("%s  %-16s  step %s  attempt %d", ts(ev.At), ev.Type, step(ev.StepIndex, ev.StepName), ev.Attempt)
-				if d := eventDetail(ev); d != "" {
-					line += "  " + d
-				}
-				fmt.Fprintln(wt.w, line)
+		for _, ev := range fresh {
+			line := fmt.Sprintf("%s  %-16s  step %s  attempt %d", ts(ev.At), ev.Type, step(ev.StepIndex, ev.StepName), ev.Attempt)
+			if d := eventDetail(ev); d != "" {
+				line += "  " + d
 			}
+			fmt.Fprintln(wt.w, line)
 		}
 		return
 	}

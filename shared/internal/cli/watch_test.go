@@ -147,6 +147,41 @@ func TestWatchPipedPrintsPlainLines(t *testing.T) {
 	)
 }
 
+// TestWatchReadsOnlyNewEvents: watch keeps the history's cursor between
+// its polls: it reads the history several times while the execution
+// parks, resumes and succeeds, every read after the first sends the
+// cursor where the last one ended, and together the reads got every
+// event of the history exactly once (none fetched again).
+func TestWatchReadsOnlyNewEvents(t *testing.T) {
+	t.Parallel()
+	r := newRunner(t, clitest.Real(t))
+	res := watchAwait(t, r)
+	if res.code != 0 {
+		t.Fatalf("exit %d, output %q, stderr %q", res.code, res.stdout, res.stderr)
+	}
+	reads := r.reads.all()
+	if len(reads) < 2 {
+		t.Fatalf("watch read the history %d times", len(reads))
+	}
+	var seqs []int
+	for i, rd := range reads {
+		if i > 0 && rd.cursor == "" {
+			t.Fatalf("history read %d of %d sent no cursor: %+v", i+1, len(reads), reads)
+		}
+		seqs = append(seqs, rd.seqs...)
+	}
+	for i, seq := range seqs {
+		if seq != i+1 {
+			t.Fatalf("the reads got seqs %v, want each event once in order", seqs)
+		}
+	}
+	// The last line before the outcome is the last event: all were read.
+	lines := strings.Split(strings.TrimSpace(res.stdout), "\n")
+	if len(lines)-1 != len(seqs) {
+		t.Fatalf("watch printed %d events, its reads got %d:\n%s", len(lines)-1, len(seqs), res.stdout)
+	}
+}
+
 // TestWatchWaitsForALaggingHistory: against a history that trails the
 // status by a second (clitest.LaggingHistory, as a DynamoDB deployment's
 // stream-fed one does), piped watch still prints every event, the

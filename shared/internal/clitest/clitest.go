@@ -237,7 +237,10 @@ func WithoutHistory(t testing.TB, tg *Target) *Target {
 // LaggingHistory returns a target that forwards every request to tg but
 // leaves out of each history the events committed less than lag ago: the
 // history as a DynamoDB deployment serves it, from the execution table's
-// stream, which trails the row. It stops when the test ends.
+// stream, which trails the row. A page that lost events is the last one
+// (no nextCursor) and ends (endCursor) after the last event it kept, as
+// the server's own page of those events would. It stops when the test
+// ends.
 func LaggingHistory(t testing.TB, tg *Target, lag time.Duration) *Target {
 	t.Helper()
 	u, err := url.Parse(tg.URL)
@@ -249,10 +252,7 @@ func LaggingHistory(t testing.TB, tg *Target, lag time.Duration) *Target {
 		if resp.StatusCode != http.StatusOK || !strings.HasSuffix(resp.Request.URL.Path, "/history") {
 			return nil
 		}
-		var doc struct {
-			ExecutionID string            `json:"executionId"`
-			Events      []json.RawMessage `json:"events"`
-		}
+		var doc historyPage
 		if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
 			return err
 		}
@@ -269,7 +269,13 @@ func LaggingHistory(t testing.TB, tg *Target, lag time.Duration) *Target {
 				seen = append(seen, raw)
 			}
 		}
-		doc.Events = seen
+		if len(seen) < len(doc.Events) {
+			end, err := endAfter(resp.Request, len(seen))
+			if err != nil {
+				return err
+			}
+			doc.Events, doc.NextCursor, doc.EndCursor = seen, "", end
+		}
 		b, err := json.Marshal(doc)
 		if err != nil {
 			return err
@@ -281,6 +287,41 @@ func LaggingHistory(t testing.TB, tg *Target, lag time.Duration) *Target {
 	srv := httptest.NewServer(proxy)
 	t.Cleanup(srv.Close)
 	return &Target{URL: srv.URL, AdminToken: tg.AdminToken, tokens: tg.tokens}
+}
+
+// historyPage is a history answer with its events left as they came.
+type historyPage struct {
+	ExecutionID string            `json:"executionId"`
+	Events      []json.RawMessage `json:"events"`
+	NextCursor  string            `json:"nextCursor,omitempty"`
+	EndCursor   string            `json:"endCursor,omitempty"`
+}
+
+// endAfter returns the cursor after the first n events of the page req
+// asked for: req's cursor when n is 0, else the server's endCursor of
+// the same page cut to n events (a history only grows at its end, so its
+// first n events are the same ones).
+func endAfter(req *http.Request, n int) (string, error) {
+	q := req.URL.Query()
+	if n == 0 {
+		return q.Get("cursor"), nil
+	}
+	q.Set("limit", strconv.Itoa(n))
+	again := req.Clone(req.Context())
+	again.URL.RawQuery, again.RequestURI = q.Encode(), ""
+	resp, err := http.DefaultTransport.RoundTrip(again)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var doc historyPage
+	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK || len(doc.Events) != n {
+		return "", fmt.Errorf("clitest: the page of %d events after %q: %d, %d events", n, q.Get("cursor"), resp.StatusCode, len(doc.Events))
+	}
+	return doc.EndCursor, nil
 }
 
 // Eventually calls check until it returns nil, for at most 15 s, and

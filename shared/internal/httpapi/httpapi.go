@@ -11,7 +11,9 @@
 //	                                             (pipelineId, status, limit, cursor)
 //	GET  /v1/executions/{executionId}            status document
 //	GET  /v1/executions/{executionId}/result     result bytes once SUCCEEDED, else 409
-//	GET  /v1/executions/{executionId}/history    the execution's events in commit order
+//	GET  /v1/executions/{executionId}/history    a page of the execution's events in commit
+//	                                             order (limit, default 100, at most 1000;
+//	                                             cursor; nextCursor, endCursor)
 //	POST /v1/executions/{executionId}/redrive    operator re-drive (Bearer admin token; a
 //	                                             REMOTE_OUTCOME_UNKNOWN execution needs
 //	                                             "confirmedNoRemoteEffect": true)

@@ -157,6 +157,10 @@ func TestOpenAPIDocumentMatchesEveryResponse(t *testing.T) {
 	token := await.Sign([]byte(openapiSecret), "default", parked, st.Await.AwaitID)
 	job := decode[client.BulkRedrive](t, post(e, "/v1/redrives", `{"reason":"count","dryRun":true}`))
 	firstPage := decode[client.ExecutionPage](t, e.do(req{method: http.MethodGet, path: "/v1/executions?limit=1"}))
+	firstEvents := decode[client.History](t, e.do(req{method: http.MethodGet, path: "/v1/executions/" + succeeded + "/history?limit=1"}))
+	if firstEvents.NextCursor == "" {
+		t.Fatalf("a history page of 1 event has no nextCursor: %+v", firstEvents)
+	}
 
 	admin := func(h map[string]string) map[string]string {
 		out := map[string]string{"Authorization": "Bearer " + adminToken, "Content-Type": "application/json"}
@@ -200,6 +204,12 @@ func TestOpenAPIDocumentMatchesEveryResponse(t *testing.T) {
 			{"GET", ex(succeeded) + "/history", "", nil, 200, true},
 			{"GET", ex(succeeded) + "/history", "", badTenant, 400, false},
 			{"GET", ex(succeeded) + "/history", "", map[string]string{"X-Tenant-Id": "other"}, 404, true},
+			{"GET", ex(succeeded) + "/history?limit=2", "", nil, 200, true},
+			{"GET", ex(succeeded) + "/history?limit=1000&cursor=" + firstEvents.NextCursor, "", nil, 200, true},
+			{"GET", ex(succeeded) + "/history?limit=1001", "", nil, 400, false},
+			{"GET", ex(succeeded) + "/history?limit=0", "", nil, 400, false},
+			{"GET", ex(succeeded) + "/history?cursor=not-ours", "", nil, 400, true},
+			{"GET", ex(dead) + "/history?cursor=h1.999.0.999", "", nil, 400, true},
 
 			{"POST", ex(dead) + "/redrive", `{"reason":"fixed"}`, admin(nil), 202, true},
 			{"POST", ex(succeeded) + "/redrive", `{"reason":""}`, admin(nil), 400, false},

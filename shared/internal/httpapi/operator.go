@@ -157,26 +157,77 @@ func (a *api) list(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, resp)
 }
 
-// history handles GET /v1/executions/{executionId}/history.
+// maxHistoryBytes bounds the events of one history answer, as JSON. A
+// page of history.MaxPage ordinary events is about a quarter of it (270
+// KB, TestHistoryAnswerSizeIsBounded); events with error messages and
+// reasons at their 2 KB bounds, full of characters JSON escapes, are 25
+// KB each and would pass API Gateway's 6 MB response limit at a thousand
+// a page, so an answer stops at this budget and hands out a nextCursor
+// instead. Within a Lambda response the body's bytes are escaped once
+// more, at most doubling them: 2 MiB, well under 6 MB.
+const maxHistoryBytes = 1 << 20
+
+// history handles GET /v1/executions/{executionId}/history: one page,
+// limit events (client.DefaultHistoryPage when absent, at most
+// history.MaxPage) after the cursor, cut shorter by maxHistoryBytes.
 func (a *api) history(w http.ResponseWriter, r *http.Request) {
 	key, ok := a.executionKey(w, r)
 	if !ok {
 		return
 	}
+	limit, raw, ok := listParams(w, r.URL.Query(), history.MaxPage)
+	if !ok {
+		return
+	}
+	if limit == 0 {
+		limit = client.DefaultHistoryPage
+	}
+	after, err := history.ParseCursor(raw)
+	if err != nil {
+		writeProblem(w, kindInvalidCursor.problem("cursor must be a nextCursor or endCursor of this execution's history."))
+		return
+	}
+	// The cursor comes from a caller: history.PageAfter checks that it
+	// names an event of this history (Runtime.HistoryPage, the console's,
+	// reads any cursor as a position).
 	events, err := a.rt.History(r.Context(), key)
+	var page history.Page
+	if err == nil {
+		page, err = history.PageAfter(events, after, limit)
+	}
 	switch {
 	case errors.Is(err, engine.ErrHistoryUnavailable):
 		writeProblem(w, kindHistoryUnavailable.problem("This deployment keeps no execution history."))
+		return
+	case errors.Is(err, history.ErrCursor):
+		writeProblem(w, kindInvalidCursor.problem("The cursor names no event of this execution's history (it is another execution's, or an earlier incarnation's): start again without it."))
 		return
 	case err != nil:
 		a.fail(w, r, err)
 		return
 	}
-	resp := client.History{ExecutionID: key.ExecutionID, Events: make([]client.Event, len(events))}
-	for i, ev := range events {
-		resp.Events[i] = historyEvent(ev)
+	writeJSON(w, http.StatusOK, historyDocument(key.ExecutionID, page))
+}
+
+// historyDocument is the answer of a page of history: its events up to
+// maxHistoryBytes of JSON (at least one), and the cursors where they end.
+func historyDocument(executionID string, p history.Page) client.History {
+	events := make([]client.Event, 0, len(p.Events))
+	size := 0
+	for i, ev := range p.Events {
+		doc := historyEvent(ev)
+		b, _ := json.Marshal(doc) // a plain struct: cannot fail
+		if size += len(b) + 1; size > maxHistoryBytes && i > 0 {
+			p = p.Head(i)
+			break
+		}
+		events = append(events, doc)
 	}
-	writeJSON(w, http.StatusOK, resp)
+	resp := client.History{ExecutionID: executionID, Events: events, EndCursor: p.End.String()}
+	if p.Next != nil {
+		resp.NextCursor = p.Next.String()
+	}
+	return resp
 }
 
 func historyEvent(ev history.Event) client.Event {

@@ -33,11 +33,11 @@ func (f fakeHistory) History(_ context.Context, key store.Key) ([]history.Event,
 	}
 	at := epoch
 	return []history.Event{
-		{Seq: 1, Type: history.Submitted, At: at, StepName: "work", Attempt: 1, Status: store.Queued},
-		{Seq: 2, Type: history.StepStarted, At: at, StepName: "work", Attempt: 1, Status: store.Running, Worker: "w-1"},
+		{Seq: 1, Type: history.Submitted, At: at, StepName: "work", Attempt: 1, Status: store.Queued, Version: 1},
+		{Seq: 2, Type: history.StepStarted, At: at, StepName: "work", Attempt: 1, Status: store.Running, Worker: "w-1", Version: 2},
 		{Seq: 3, Type: history.StepFailed, At: at, StepName: "work", Attempt: 1, Status: store.WaitRetry,
-			Error: &store.Failure{Code: "boom", Message: "it broke"}, RetryAt: at.Add(time.Second)},
-		{Seq: 4, Type: history.Cancelled, At: at, StepName: "work", Attempt: 2, Status: store.Cancelled, Reason: "ops"},
+			Error: &store.Failure{Code: "boom", Message: "it broke"}, RetryAt: at.Add(time.Second), Version: 3},
+		{Seq: 4, Type: history.Cancelled, At: at, StepName: "work", Attempt: 2, Status: store.Cancelled, Reason: "ops", Version: 4},
 	}, nil
 }
 

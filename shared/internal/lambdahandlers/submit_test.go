@@ -117,6 +117,48 @@ func TestResultFixture(t *testing.T) {
 	}
 }
 
+// TestHistoryFixture: the history fixture (limit=1 in the query string,
+// as API Gateway passes it) reads one page of the named execution's
+// history through the real handler, with a nextCursor; the same event
+// with that cursor added to its query string reads the next page, and
+// the pages end.
+func TestHistoryFixture(t *testing.T) {
+	env, _ := openMem(t, nil)
+	seed(t, env.p.Runtime, fixtureExecution, orderPipelineID, `{"orderId":"1001"}`, nil)
+	if _, _, err := env.p.Runtime.Cancel(context.Background(), store.Key{TenantID: fixtureTenant, ExecutionID: fixtureExecution}, "order withdrawn"); err != nil {
+		t.Fatal(err)
+	}
+	var ev events.APIGatewayV2HTTPRequest
+	if err := json.Unmarshal(fixture(t, "history-get.json"), &ev); err != nil {
+		t.Fatal(err)
+	}
+	var seqs []int
+	for page := 1; ; page++ {
+		b, _ := json.Marshal(ev)
+		var resp events.APIGatewayV2HTTPResponse
+		invoke(t, context.Background(), env.submitHandler(), b, &resp)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("page %d: status %d: %s", page, resp.StatusCode, resp.Body)
+		}
+		var doc client.History
+		if err := json.Unmarshal([]byte(resp.Body), &doc); err != nil {
+			t.Fatal(err)
+		}
+		if len(doc.Events) != 1 || doc.ExecutionID != fixtureExecution || page > 10 {
+			t.Fatalf("page %d of limit 1: %s", page, resp.Body)
+		}
+		seqs = append(seqs, doc.Events[0].Seq)
+		if doc.NextCursor == "" {
+			break
+		}
+		ev.RawQueryString = "limit=1&cursor=" + doc.NextCursor
+		ev.QueryStringParameters = map[string]string{"limit": "1", "cursor": doc.NextCursor}
+	}
+	if len(seqs) < 2 || seqs[0] != 1 || seqs[len(seqs)-1] != len(seqs) {
+		t.Fatalf("the pages gave seqs %v", seqs)
+	}
+}
+
 // TestStatusFixtureOtherTenant: an execution of another tenant is not
 // found through the caller's identity: another IAM role of the same
 // account is another tenant (tenant-source iam).
