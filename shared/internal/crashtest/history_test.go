@@ -29,7 +29,12 @@ const checkoutHistory = "SUBMITTED STEP_STARTED STEP_SUCCEEDED STEP_STARTED STEP
 // restarted feed lost nothing and doubled nothing.
 func TestServeFeedsTheHistoryAcrossAKill(t *testing.T) {
 	st := crashtest.NewStack(t)
-	env := st.Env(crashtest.Settings{"history.poll-interval": "200ms", "lease-ms": "2000"})
+	// A lease a loaded machine cannot outrun: the first batch's histories
+	// are asserted exactly (chained, no takeover), and with 2 s renewals
+	// at load 18 under -race came late enough that leases lapsed and
+	// LEASE_TAKEN_OVER joined them. The second batch's takeover waits
+	// this lease out after the kill, well inside its wait.
+	env := st.Env(crashtest.Settings{"history.poll-interval": "200ms", "lease-ms": "10000"})
 	reader, err := dynamo.NewHistory(st.Clients.DynamoDB, st.Store, dynamo.HistoryOptions{Table: st.Names.HistoryTable})
 	if err != nil {
 		t.Fatal(err)
