@@ -44,16 +44,20 @@ const parentCancelPrefix = "parent cancelled: "
 
 // ChildID is the execution id of element index of the map at step of
 // the parent with execution id parentID and create token parentToken:
-// "<parent id>-<step>-<index>.<incarnation>", the incarnation derived
-// from all four, so that a re-run of the fan-out names the same child
-// and its create is a create-or-get. The slot is unique per parent
-// incarnation, step and element (store.Slot takes the part before the
-// last '.'). It returns the id and the incarnation, the child's create
-// token.
+// "<parent slot>-<parent incarnation>-<step>-<index>.<incarnation>", the
+// incarnation derived from all four, so that a re-run of the fan-out
+// names the same child and its create is a create-or-get. The slot is
+// unique per parent incarnation, step and element, and holds no
+// store.IncarnationSep (the parent's is replaced by '-'): a store's
+// index answers with bare slots (the DynamoDB due and list indexes), and
+// a bare slot with a '.' in it would read as an id of another slot (the
+// parent's), so the sweeper would never find a lost child. It returns the
+// id and the incarnation, the child's create token.
 func ChildID(parentID, parentToken string, step, index int) (id, token string) {
 	h := sha256.Sum256(fmt.Appendf(nil, "qasync-child;%d:%s;%d:%s;%d;%d", len(parentID), parentID, len(parentToken), parentToken, step, index))
 	token = hex.EncodeToString(h[:8])
-	return parentID + "-" + strconv.Itoa(step) + "-" + strconv.Itoa(index) + store.IncarnationSep + token, token
+	slot := strings.ReplaceAll(parentID, store.IncarnationSep, "-") + "-" + strconv.Itoa(step) + "-" + strconv.Itoa(index)
+	return slot + store.IncarnationSep + token, token
 }
 
 func (r *Runtime) maps() (store.MapStore, bool) {

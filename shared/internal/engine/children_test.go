@@ -328,6 +328,56 @@ func crashRow(t *testing.T, arm func(f *flakyMaps)) {
 	})
 }
 
+// A child's slot holds no incarnation separator, nested children's
+// too: a store's index answers with bare slots (DynamoDB's due and list
+// indexes), and a bare slot with a '.' reads as an id of the parent's
+// slot, so a lost child was never found (the DynamoDB provider failed
+// TestMapCrashDuringFanOut about half of its runs).
+func TestChildSlotIsBare(t *testing.T) {
+	id := "5a5f4520-db1e-8b8d-a0a9-5f746c776d64.055c5acde2f2b04d"
+	for depth := range pipeline.MaxNesting {
+		child, token := engine.ChildID(id, store.Incarnation(id), depth, 7)
+		slot := store.Slot(child)
+		if store.Incarnation(slot) != "" || store.Incarnation(child) != token {
+			t.Fatalf("depth %d: child %q has slot %q", depth, child, slot)
+		}
+		if !store.Answers(slot, child) || store.Answers(store.Slot(id), child) {
+			t.Fatalf("depth %d: the slot %q does not name the child %q alone", depth, slot, child)
+		}
+		id = child
+	}
+}
+
+// The work items of a fan-out lost: one sweep past the grace re-sends
+// every released child (found through the sweep index, which on DynamoDB
+// answers with bare slots), and the map completes.
+func TestMapSweepResendsLostChildren(t *testing.T) {
+	lossyDispatch(t)
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		var runs sync.Map
+		rt := c.worker("w", engine.Config{}, nil, fanPipelines(pipeline.MapOptions{MaxInFlight: 3}, &runs)...)
+		e := submitTo(t, rt, "p.fan", "k", nums(1, 2, 3, 4))
+		deliver(rt, c.queue) // the fan-out: children 0-2 queued
+		if lost := len(c.queue.take()); lost != 3 {
+			t.Fatalf("the fan-out sent %d work items, want 3", lost)
+		}
+		time.Sleep(time.Minute) // past the sweep grace, before the parent's look
+		res, err := rt.SweepOnce(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Redispatched != 3 {
+			t.Fatalf("the sweep re-sent %d work items (%+v), want the 3 released children", res.Redispatched, res)
+		}
+		drainChecked(t, c, rt, e, 4, 3)
+		if done := c.get(e.ExecutionID); done.Status != store.Succeeded || fmt.Sprint(output(t, c, done).Outputs) != "[2 4 6 8]" {
+			t.Fatalf("parent %s %+v", done.Status, done.Error)
+		}
+		ranOnce(t, &runs, 1, 2, 3, 4)
+	})
+}
+
 // Crash table: during the fan-out, some children created: the map step
 // runs again and its creates find those that exist.
 func TestMapCrashDuringFanOut(t *testing.T) {
