@@ -96,13 +96,23 @@ func (t *transition) mapStep(ctx context.Context, step pipeline.Step, in payload
 	}
 	inFlight := min(step.Map.InFlight(), len(elems))
 	// The creates run under the lease, renewed as for any step.
+	var pending []int
 	create := pipeline.Step{Name: step.Name, Run: func(ctx context.Context, _ pipeline.StepInfo, _ payload.Payload) (payload.Payload, error) {
-		return payload.Payload{}, r.createChildren(ctx, row, child, elems, inFlight)
+		var err error
+		pending, err = r.createChildren(ctx, row, child, elems, inFlight)
+		return payload.Payload{}, err
 	}}
 	_, cause, err := t.invoke(ctx, create, in)
 	switch {
+	case errors.Is(cause, ErrCancelled):
+		t.log.LogAttrs(ctx, slog.LevelWarn, "step_cancelled", slog.String("event", "step_cancelled"), slog.String("phase", "fan_out"))
+		return nil // the execution was ended CANCELLED when the cancel was seen
 	case cause != nil:
-		return nil // lease lost or cancelled: nothing of ours commits
+		// Said as for any step: a fan-out slower than its renewals (a store
+		// that serializes writes, its lease renewal queued behind the
+		// creates) otherwise leaves no trace until the sweeper's takeover.
+		t.log.LogAttrs(ctx, slog.LevelWarn, "lease_lost", slog.String("event", "lease_lost"), slog.String("phase", "fan_out"))
+		return nil // the sweeper re-dispatches; the re-run's creates find what exists
 	case err != nil && ctx.Err() != nil:
 		return t.release(ctx, err, "", policy)
 	case err != nil:
@@ -119,16 +129,17 @@ func (t *transition) mapStep(ctx context.Context, step pipeline.Step, in payload
 	}
 	r.execLogger(got).LogAttrs(ctx, slog.LevelInfo, "children_started", slog.String("event", "children_started"),
 		slog.String("child_pipeline", child.ID), slog.Int("children", len(elems)), slog.Int("max_in_flight", inFlight))
-	// Children may all have ended before the park landed (their wake-up
-	// found the parent still running): look once now.
-	r.wakeIfFinished(ctx, ms, *got)
+	// Children may have ended before their pending siblings existed, or
+	// all before the park landed: look once now.
+	r.afterFanOut(ctx, ms, *got, pending)
 	return nil
 }
 
 // createChildren creates every child of the map (create-or-get: a re-run
 // finds those that exist), the first inFlight QUEUED and dispatched, the
-// rest PENDING.
-func (r *Runtime) createChildren(ctx context.Context, parent *store.Execution, child *pipeline.Pipeline, elems []json.RawMessage, inFlight int) error {
+// rest PENDING. It returns the indexes of the children it found or left
+// PENDING.
+func (r *Runtime) createChildren(ctx context.Context, parent *store.Execution, child *pipeline.Pipeline, elems []json.RawMessage, inFlight int) ([]int, error) {
 	now := r.deps.Clock.Now()
 	expires := now.Add(r.cfg.ExecutionTTL)
 	records := r.recordsExpire(expires)
@@ -137,6 +148,7 @@ func (r *Runtime) createChildren(ctx context.Context, parent *store.Execution, c
 		firstErr error
 		wg       sync.WaitGroup
 		queued   []store.Execution
+		pending  []int
 	)
 	jobs := make(chan int)
 	for range min(fanOutParallel, len(elems)) {
@@ -151,6 +163,9 @@ func (r *Runtime) createChildren(ctx context.Context, parent *store.Execution, c
 				}
 				if err == nil && e.Status == store.Queued {
 					queued = append(queued, e)
+				}
+				if err == nil && e.Status == store.Pending {
+					pending = append(pending, i)
 				}
 				mu.Unlock()
 			}
@@ -168,15 +183,15 @@ func (r *Runtime) createChildren(ctx context.Context, parent *store.Execution, c
 	close(jobs)
 	wg.Wait()
 	if firstErr != nil {
-		return firstErr
+		return nil, firstErr
 	}
 	if err := ctx.Err(); err != nil {
-		return err
+		return nil, err
 	}
 	for i := range queued {
 		r.handOver(ctx, &queued[i], 0)
 	}
-	return nil
+	return pending, nil
 }
 
 // createChild creates (or finds) child i.
@@ -307,15 +322,42 @@ func (r *Runtime) wakeParent(ctx context.Context, key store.Key, token string, s
 	return nil
 }
 
-// wakeIfFinished wakes a parent just parked whose children all ended
-// before the park landed.
-func (r *Runtime) wakeIfFinished(ctx context.Context, ms store.MapStore, e store.Execution) {
+// afterFanOut is the parent's one look at its map's counts once its
+// children all exist and it is parked. A child that ended before its
+// pending sibling existed released nothing (a re-run of the fan-out
+// after a lost lease or a crash, or the sweeper dispatching a QUEUED
+// child of a long fan-out): pending lists the children left PENDING, and
+// each whose predecessor (index - MaxInFlight) is counted ended is
+// released here. A predecessor counted after this read counted after
+// the sibling existed, so its own release finds it. When every child
+// ended before the park landed (their wake-up found the parent still
+// running), it wakes the parent. What fails here the sweep look repairs.
+func (r *Runtime) afterFanOut(ctx context.Context, ms store.MapStore, e store.Execution, pending []int) {
 	c := e.Children
 	counts, err := ms.MapCounts(ctx, store.MapKey{TenantID: e.TenantID, ParentID: e.ExecutionID, StepIndex: c.StepIndex}, c.Total)
-	if err != nil || len(counts.Finished) < store.Groups(c.Total) {
-		return // the last child's end, or the sweep look, wakes it
+	if err != nil {
+		return
 	}
-	_ = r.wakeParent(ctx, e.Key(), e.CreateToken, c.StepIndex)
+	if len(counts.Finished) >= store.Groups(c.Total) {
+		_ = r.wakeParent(ctx, e.Key(), e.CreateToken, c.StepIndex)
+		return
+	}
+	if len(pending) == 0 || len(counts.Ended) == 0 {
+		return
+	}
+	ended := make(map[int]bool, len(counts.Ended))
+	for _, i := range counts.Ended {
+		ended[i] = true
+	}
+	ref := &store.ParentRef{ExecutionID: e.ExecutionID, CreateToken: e.CreateToken, StepIndex: c.StepIndex, Total: c.Total, MaxInFlight: c.MaxInFlight}
+	for _, j := range pending {
+		if i := j - c.MaxInFlight; i >= 0 && ended[i] {
+			if err := r.releaseNext(ctx, e.TenantID, ref, i, !e.CancelRequestedAt.IsZero()); err != nil {
+				r.execLogger(&e).LogAttrs(ctx, slog.LevelWarn, "child_release_failed", slog.String("event", "child_release_failed"),
+					slog.Int("index", j), slog.String("error", err.Error()))
+			}
+		}
+	}
 }
 
 // releaseNext releases the sibling child index+MaxInFlight when it is

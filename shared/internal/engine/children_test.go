@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -462,4 +464,107 @@ func TestMapRegistrationLimits(t *testing.T) {
 	if _, err := pipeline.NewRegistry(kid, mapOf("k1", "k0", pipeline.MapOptions{}), mapOf("k2", "k1", pipeline.MapOptions{}), mapOf("k3", "k2", pipeline.MapOptions{})); err != nil {
 		t.Errorf("depth 3 refused: %v", err)
 	}
+}
+
+// serialWrites is a state store that answers one write at a time
+// (DynamoDB Local does) while slow: the creates of the children from
+// index stall on, each holding the store until its caller gives up, so
+// the fan-out's lease renewal queues behind them; the creates before
+// index land at once.
+type serialWrites struct {
+	mapsStore
+	turn  chan struct{} // held through each slow write (a channel: synctest sees a wait on it)
+	stall int
+	slow  atomic.Bool
+}
+
+// wait takes the store's turn; stall holds it until ctx ends.
+func (s *serialWrites) wait(ctx context.Context, stall bool) error {
+	if !s.slow.Load() {
+		return nil
+	}
+	select {
+	case s.turn <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-s.turn }()
+	if stall {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return nil
+}
+
+func (s *serialWrites) CreateOrGet(ctx context.Context, req store.CreateRequest) (store.Execution, bool, error) {
+	if p := req.Execution.Parent; p != nil && p.Index >= s.stall {
+		if err := s.wait(ctx, true); err != nil {
+			return store.Execution{}, false, err
+		}
+	}
+	return s.mapsStore.CreateOrGet(ctx, req)
+}
+
+// mapsStore is a state store that keeps map counts, as every provider's does.
+type mapsStore interface {
+	store.Store
+	store.MapStore
+}
+
+func (s *serialWrites) Renew(ctx context.Context, k store.Key, owner string, version int64, until time.Time) error {
+	if err := s.wait(ctx, false); err != nil {
+		return err
+	}
+	return s.mapsStore.Renew(ctx, k, owner, version, until)
+}
+
+// Found by the wiring's fan-out cost test (a map of 200 on DynamoDB Local,
+// a 1.5 s lease): on a store answering one write at a time, the parent's
+// lease renewal queued behind the fan-out's 25 creates and the lease
+// lapsed by the worker's clock. The map step returned without a word
+// (it now says lease_lost as any step does). Worse, after the sweep's
+// re-dispatch the released children ran before the re-run created their
+// pending siblings, so their releases found nothing, and the re-run left
+// those siblings PENDING until the parent's sweep look (ChildrenLook, 5
+// minutes by default; never without a sweeper). The fan-out now releases,
+// once its children all exist, each pending child whose predecessor is
+// counted ended: the map completes in one drain, each child run once.
+func TestMapFanOutSlowerThanItsLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		var runs sync.Map
+		cfg := engine.Config{Lease: 30 * time.Second, SweepGrace: 10 * time.Second, ClockSkewTolerance: 2 * time.Second, Retry: fastRetry}
+		st := &serialWrites{mapsStore: c.store.(mapsStore), stall: 3, turn: make(chan struct{}, 1)}
+		rt := c.workerOn("w", cfg, nil, st, fanPipelines(pipeline.MapOptions{MaxInFlight: 3}, &runs)...)
+		e := submitTo(t, rt, "p.fan", "k", nums(1, 2, 3, 4, 5, 6, 7, 8, 9, 10))
+		st.slow.Store(true) // children 0-2 created, 3-9 stalled, the renewal behind them
+		deliver(rt, c.queue)
+		st.slow.Store(false)
+		if got := c.get(e.ExecutionID); got.Status != store.Running {
+			t.Fatalf("after the slow fan-out the parent is %s (%+v), want RUNNING (its lease lost); logs:\n%s", got.Status, got.Error, c.logs.String())
+		}
+		lost := 0
+		for _, l := range c.logs.Lines() {
+			if strings.Contains(l, `"event":"lease_lost"`) && strings.Contains(l, `"phase":"fan_out"`) && strings.Contains(l, e.ExecutionID) {
+				lost++
+			}
+		}
+		if lost != 1 {
+			t.Fatalf("%d lease_lost events of the fan-out, want 1; logs:\n%s", lost, c.logs.String())
+		}
+		time.Sleep(cfg.Lease + cfg.ClockSkewTolerance + cfg.SweepGrace)
+		if _, err := rt.SweepOnce(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		drainChecked(t, c, rt, e, 0, 0) // not every child exists yet
+		done := c.get(e.ExecutionID)
+		if done.Status != store.Succeeded || fmt.Sprint(output(t, c, done).Outputs) != "[2 4 6 8 10 12 14 16 18 20]" {
+			var kids []string
+			for _, k := range c.children(e, 0, 10) {
+				kids = append(kids, string(k.Status))
+			}
+			t.Fatalf("after one drain the parent is %s %+v, its children %v", done.Status, done.Error, kids)
+		}
+		ranOnce(t, &runs, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
+	})
 }
