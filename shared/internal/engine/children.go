@@ -27,11 +27,6 @@ import (
 	"github.com/qasync/qasync/shared/store"
 )
 
-// fanOutParallel is how many child creates a fan-out has in flight at
-// once (each a conditional write: a batch write cannot carry a
-// condition).
-const fanOutParallel = 25
-
 // lookBudget bounds the child rows one sweep look of a parent reads (and
 // the children one look cancels), so that a look of a map of 10,000
 // stays a bounded piece of work; the next look goes on.
@@ -151,7 +146,7 @@ func (r *Runtime) createChildren(ctx context.Context, parent *store.Execution, c
 		pending  []int
 	)
 	jobs := make(chan int)
-	for range min(fanOutParallel, len(elems)) {
+	for range min(r.cfg.FanOutParallel, len(elems)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

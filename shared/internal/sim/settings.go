@@ -126,5 +126,9 @@ func (s settings) engineConfig(workerID string) engine.Config {
 	cfg.AwaitSecret = "sim-await-secret"
 	cfg.PipelineVersionWait = min(time.Hour, s.ttl)
 	cfg.ChainMaxSteps = s.chainMax
+	// One child create at a time: parallel creates woken at one virtual
+	// instant would draw their faults in no set order (a seed must give
+	// one run).
+	cfg.FanOutParallel = 1
 	return cfg
 }
