@@ -122,6 +122,23 @@ func runState(t *testing.T, f func(*testing.T, clock.Clock) store.Store) {
 			tc.fn(setupState(t, f))
 		})
 	}
+	for _, tc := range childCases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.fn(setupState(t, f))
+		})
+	}
+	for _, tc := range mapCases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := setupState(t, f)
+			ms, ok := e.s.(store.MapStore)
+			if !ok {
+				t.Skip("the state store keeps no map counts (store.MapStore)")
+			}
+			tc.fn(e, ms)
+		})
+	}
 	for _, tc := range jobCases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -750,6 +767,7 @@ func testRoundTrip(e *stateEnv) {
 		TimeoutAt: e.clock.Now().Add(2 * time.Second), CompletedAt: e.clock.Now().Add(3 * time.Second),
 		Digest: payload.Digest([]byte("done")), Late: true,
 		LatePayload: payload.Ref{Encoding: payload.EncodingJSON, ContentType: "application/json", Length: 4, SHA256: payload.Digest([]byte("done")), Inline: []byte("done")}}
+	next.Children = &store.Children{StepIndex: 3, Total: 250, MaxInFlight: 7, Done: true}
 	if _, err := e.s.Update(e.ctx, store.Guard{Key: x.Key(), Version: held.Version, LeaseOwner: "w1"}, next); err != nil {
 		e.t.Fatalf("Update: %v", err)
 	}

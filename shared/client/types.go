@@ -86,6 +86,34 @@ type Execution struct {
 	CancelReason string `json:"cancelReason,omitempty"`
 	// CancelRequestedAt is when the cancel was requested (zero: never).
 	CancelRequestedAt time.Time `json:"cancelRequestedAt,omitzero"`
+	// Parent links a map's child to its parent, nil for an execution
+	// submitted on its own.
+	Parent *ParentLink `json:"parent,omitempty"`
+	// Children are the counts of the map the execution waits for
+	// (WAITING_CHILDREN) or last waited for, nil when it has none. The
+	// status route reads every count; a list answer carries the total
+	// only.
+	Children *ChildCounts `json:"children,omitempty"`
+}
+
+// ParentLink is a child's link to its parent.
+type ParentLink struct {
+	// ExecutionID is the parent's execution id (same tenant).
+	ExecutionID string `json:"executionId"`
+	// StepIndex is the index of the parent's map step.
+	StepIndex int `json:"stepIndex"`
+	// Index is the child's element index in the map's input.
+	Index int `json:"index"`
+}
+
+// ChildCounts are a map's counts: Succeeded + Failed children have ended,
+// Running are released and not ended, Pending wait for a slot.
+type ChildCounts struct {
+	Total     int `json:"total"`
+	Succeeded int `json:"succeeded"`
+	Failed    int `json:"failed"`
+	Running   int `json:"running"`
+	Pending   int `json:"pending"`
 }
 
 // ExecutionError is the failure of a status document.

@@ -2,6 +2,7 @@ package history
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"time"
 
@@ -33,6 +34,9 @@ import (
 //     reconciliation); its timeout: STEP_FAILED with AWAIT_TIMEOUT;
 //   - a sleep step's commit (the next step scheduled later than the
 //     write): STEP_SUCCEEDED and SLEEPING, with WakeAt;
+//   - a map step's fan-out (the row parked WAITING_CHILDREN):
+//     CHILDREN_STARTED; the end of its last child (the row queued at the
+//     map step again): CHILDREN_FINISHED;
 //   - an operator's re-drive (RedriveCount grows): REDRIVEN; a cancel
 //     request (CancelRequestedAt set): CANCEL_REQUESTED; the row becoming
 //     CANCELLED: CANCELLED (a cancel of a row that is not running is one
@@ -95,6 +99,10 @@ func Derive(old, new *store.Execution) []Event {
 			}
 		}
 		d.ended(Awaiting, reason)
+	case new.Status == store.WaitingChildren && old.Status != store.WaitingChildren && new.Children != nil:
+		d.ended(ChildrenStarted, fmt.Sprintf("%d children, at most %d at a time", new.Children.Total, new.Children.MaxInFlight))
+	case old.Status == store.WaitingChildren && new.Status != store.WaitingChildren && new.Children != nil && new.Children.Done:
+		d.add(ChildrenFinished, new, fmt.Sprintf("%d children ended", new.Children.Total))
 	}
 	if new.Status == store.Queued && new.StepIndex > old.StepIndex && new.NextDueAt.After(new.UpdatedAt) {
 		e := d.add(Sleeping, d.old, "until "+new.NextDueAt.UTC().Format(time.RFC3339Nano))

@@ -27,20 +27,26 @@ type Type string
 
 // Event types.
 const (
-	Submitted       Type = "SUBMITTED"
-	StepStarted     Type = "STEP_STARTED"
-	StepSucceeded   Type = "STEP_SUCCEEDED"
-	StepFailed      Type = "STEP_FAILED"
-	LeaseTakenOver  Type = "LEASE_TAKEN_OVER"
-	Awaiting        Type = "AWAITING"
-	AwaitCompleted  Type = "AWAIT_COMPLETED"
-	Sleeping        Type = "SLEEPING"
-	OutcomeUnknown  Type = "OUTCOME_UNKNOWN"
-	Redriven        Type = "REDRIVEN"
-	CancelRequested Type = "CANCEL_REQUESTED"
-	Cancelled       Type = "CANCELLED"
-	DeadLettered    Type = "DEAD_LETTERED"
-	Succeeded       Type = "SUCCEEDED"
+	Submitted      Type = "SUBMITTED"
+	StepStarted    Type = "STEP_STARTED"
+	StepSucceeded  Type = "STEP_SUCCEEDED"
+	StepFailed     Type = "STEP_FAILED"
+	LeaseTakenOver Type = "LEASE_TAKEN_OVER"
+	Awaiting       Type = "AWAITING"
+	AwaitCompleted Type = "AWAIT_COMPLETED"
+	Sleeping       Type = "SLEEPING"
+	// ChildrenStarted: a map step created its children and the execution
+	// waits for them (WAITING_CHILDREN); Reason counts them.
+	ChildrenStarted Type = "CHILDREN_STARTED"
+	// ChildrenFinished: every child of the map ended; the map step runs
+	// again to collect their outcomes.
+	ChildrenFinished Type = "CHILDREN_FINISHED"
+	OutcomeUnknown   Type = "OUTCOME_UNKNOWN"
+	Redriven         Type = "REDRIVEN"
+	CancelRequested  Type = "CANCEL_REQUESTED"
+	Cancelled        Type = "CANCELLED"
+	DeadLettered     Type = "DEAD_LETTERED"
+	Succeeded        Type = "SUCCEEDED"
 )
 
 // Event is one entry of a history.

@@ -115,6 +115,9 @@ type Step struct {
 	// SleepFor is a Sleep step's fixed duration (zero for SleepUntil): the
 	// runtime refuses to start when it exceeds the execution retention.
 	SleepFor time.Duration
+	// Map, when set, makes the step a fan-out (Map, Child): the runtime
+	// does not run Run but starts child executions and waits for them.
+	Map *MapSpec
 	// Run executes the step.
 	Run StepFunc
 	// Accepts lists the payload encodings the step's input may have; nil
@@ -320,6 +323,9 @@ func (p *Pipeline) Validate() error {
 		if err := s.validateSleep(i == len(p.Steps)-1); err != nil {
 			return fmt.Errorf("pipeline %s: %w", p.ID, err)
 		}
+		if err := s.validateMap(); err != nil {
+			return fmt.Errorf("pipeline %s: %w", p.ID, err)
+		}
 		if s.Retry != nil {
 			if err := s.Retry.Validate(); err != nil {
 				return fmt.Errorf("pipeline %s: step %s: %w", p.ID, s.Name, err)
@@ -393,6 +399,9 @@ func NewRegistry(ps ...Pipeline) (*Registry, error) {
 		if vs.current == nil {
 			return nil, fmt.Errorf("pipeline %s: every registered version is Draining; one must take new submissions", id)
 		}
+	}
+	if err := r.validateMaps(); err != nil {
+		return nil, err
 	}
 	return r, nil
 }

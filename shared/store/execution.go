@@ -37,10 +37,19 @@ const (
 	// Cancelled: terminal; an operator cancelled the execution (its reason
 	// is Execution.CancelReason). Nothing claims, sweeps or retries it.
 	Cancelled Status = "CANCELLED"
+	// Pending: a map's child created but not yet released (its parent's
+	// in-flight limit is reached): not dispatched, not in the sweep index,
+	// visible in the list. The end of a sibling releases it (QUEUED).
+	Pending Status = "PENDING"
+	// WaitingChildren: a parent parked at its map step until every child
+	// has ended; in the sweep index at a slow cadence (its look repairs
+	// lost counts and releases), never claimed until the last group of
+	// children finishes and queues it.
+	WaitingChildren Status = "WAITING_CHILDREN"
 )
 
 // Statuses lists every status.
-var Statuses = []Status{Queued, Running, WaitRetry, WaitingExternal, RemoteOutcomeUnknown, Succeeded, Failed, DLQ, Cancelled}
+var Statuses = []Status{Queued, Running, WaitRetry, WaitingExternal, RemoteOutcomeUnknown, Succeeded, Failed, DLQ, Cancelled, Pending, WaitingChildren}
 
 // Terminal reports whether s ends the execution.
 func (s Status) Terminal() bool { return s == Succeeded || s == Failed || s == DLQ || s == Cancelled }
@@ -224,6 +233,12 @@ type Execution struct {
 	// Await is the current step's external await, if it started one (the
 	// row is then WAITING_EXTERNAL until it is completed or times out).
 	Await *Await // await (one map attribute)
+	// Parent is set on a map's child: its parent and its place in the map
+	// (set at create, never changed).
+	Parent *ParentRef // parent (one map attribute)
+	// Children is set on a parent once its map step has created its
+	// children (the row is then WAITING_CHILDREN until they have ended).
+	Children *Children // children (one map attribute)
 }
 
 // AwaitStatus is the state of an external await.

@@ -223,6 +223,9 @@ func Claimable(row *Execution, dueBy, takeoverBy time.Time) bool {
 // a key reused after its execution's row expired makes a new execution
 // with another id, which shares nothing with the old one (no step key,
 // command id, await token, dead-letter record, history or payload).
+// A slot never contains IncarnationSep: an id without one names a slot
+// (indexes answer with bare slots), so a slot with one would read as an
+// id of another slot.
 const IncarnationSep = "."
 
 // Slot returns the part of an execution id that names its row's place in

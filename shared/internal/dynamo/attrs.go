@@ -54,6 +54,11 @@ const (
 	AttrRecordsExpire = "rx"
 	// AttrAwait is the map attribute of the current external await.
 	AttrAwait = "aw"
+	// AttrParent is a map child's link to its parent (a map attribute,
+	// written at create and never changed).
+	AttrParent = "pa"
+	// AttrChildren is the map a parent waits for (a map attribute).
+	AttrChildren = "ch"
 	// AttrIncarnation is the incarnation of the row's execution id (the
 	// part after store.IncarnationSep; the pk holds the slot), projected
 	// into both indexes so that their entries name the full id. Every
@@ -105,6 +110,19 @@ const (
 	// AttrActiveJobs is the "#jobs" item's string set of active jobs,
 	// "<tenant>#<id>".
 	AttrActiveJobs = "aj"
+)
+
+// Attribute names of a map's count items. They live in the execution
+// table beside the rows, under keys no execution can have
+// ("#map#<tenant>#<parent id>#<step>#<group>", the finished set's
+// "...#f"), and outside both indexes.
+const (
+	// AttrEnded is a group item's number set of ended children (the
+	// finished set's item: of finished groups).
+	AttrEnded = "me"
+	// AttrFailed is a group item's number set of children that ended
+	// without success.
+	AttrFailed = "mf"
 )
 
 // Attribute names of the payload table.

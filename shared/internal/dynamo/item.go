@@ -160,6 +160,9 @@ func encode(e *store.Execution, shards int) map[string]types.AttributeValue {
 	if e.CreateToken != ic {
 		item[AttrCreateToken] = str(e.CreateToken)
 	}
+	if e.Parent != nil {
+		item[AttrParent] = parentAttr(e.Parent)
+	}
 	u := newUpdate()
 	mutable(u, e, false)
 	for name, v := range u.setValues {
@@ -208,6 +211,80 @@ func mutable(u *update, e *store.Execution, keepSweep bool) {
 	u.setOrRemove(AttrCancelReason, e.CancelReason != "", str(e.CancelReason))
 	u.setOrRemove(AttrCancelRequested, !e.CancelRequestedAt.IsZero(), millis(e.CancelRequestedAt))
 	u.setOrRemove(AttrAwait, e.Await != nil, awaitAttr(e.Await))
+	u.setOrRemove(AttrChildren, e.Children != nil, childrenAttr(e.Children))
+}
+
+// Keys of the parent and children map attributes.
+const (
+	mapExecution = "e"
+	mapToken     = "ct"
+	mapStep      = "si"
+	mapIndex     = "i"
+	mapTotal     = "n"
+	mapInFlight  = "m"
+	mapDone      = "d"
+)
+
+// parentAttr encodes a child's parent reference as a map attribute.
+func parentAttr(p *store.ParentRef) types.AttributeValue {
+	return &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{
+		mapExecution: str(p.ExecutionID), mapToken: str(p.CreateToken), mapStep: num(p.StepIndex),
+		mapIndex: num(p.Index), mapTotal: num(p.Total), mapInFlight: num(p.MaxInFlight),
+	}}
+}
+
+// childrenAttr encodes a parent's map as a map attribute.
+func childrenAttr(c *store.Children) types.AttributeValue {
+	if c == nil {
+		return nil
+	}
+	m := map[string]types.AttributeValue{mapStep: num(c.StepIndex), mapTotal: num(c.Total), mapInFlight: num(c.MaxInFlight)}
+	if c.Done {
+		m[mapDone] = boolean(true)
+	}
+	return &types.AttributeValueMemberM{Value: m}
+}
+
+// sub returns a reader of the map attribute name (nil when absent).
+func (r *reader) sub(name string) *reader {
+	m, ok := r.item[name].(*types.AttributeValueMemberM)
+	if !ok {
+		if r.item[name] != nil {
+			r.fail(name, "a map")
+		}
+		return nil
+	}
+	return &reader{item: m.Value}
+}
+
+// done carries a sub-reader's error up.
+func (r *reader) done(name string, sub *reader) {
+	if sub.err != nil && r.err == nil {
+		r.err = fmt.Errorf("%s: %w", name, sub.err)
+	}
+}
+
+// parent decodes the parent map attribute (nil when absent).
+func (r *reader) parent(name string) *store.ParentRef {
+	sub := r.sub(name)
+	if sub == nil {
+		return nil
+	}
+	p := &store.ParentRef{ExecutionID: sub.str(mapExecution), CreateToken: sub.str(mapToken), StepIndex: sub.int(mapStep),
+		Index: sub.int(mapIndex), Total: sub.int(mapTotal), MaxInFlight: sub.int(mapInFlight)}
+	r.done(name, sub)
+	return p
+}
+
+// children decodes the children map attribute (nil when absent).
+func (r *reader) children(name string) *store.Children {
+	sub := r.sub(name)
+	if sub == nil {
+		return nil
+	}
+	c := &store.Children{StepIndex: sub.int(mapStep), Total: sub.int(mapTotal), MaxInFlight: sub.int(mapInFlight), Done: sub.bool(mapDone)}
+	r.done(name, sub)
+	return c
 }
 
 // Keys of the await map attribute.
@@ -412,6 +489,8 @@ func decode(item map[string]types.AttributeValue) (store.Execution, error) {
 		CreatedAt: r.millis(AttrCreated), UpdatedAt: r.millis(AttrUpdated), ExpiresAt: r.seconds(AttrTTL),
 		RecordsExpireAt: r.seconds(AttrRecordsExpire),
 		Await:           r.await(AttrAwait),
+		Parent:          r.parent(AttrParent),
+		Children:        r.children(AttrChildren),
 	}
 	if _, ok := item[AttrErrorCode]; ok {
 		e.Error = &store.Failure{Code: r.str(AttrErrorCode), Message: r.str(AttrErrorMessage), TerminalReason: r.str(AttrTerminalReason)}

@@ -167,6 +167,26 @@ type rowRec struct {
 	X  int64          `json:"x,omitempty"`
 	RX int64          `json:"rx,omitempty"`
 	Aw *awaitRec      `json:"aw,omitempty"`
+	Pa *parentRec     `json:"pa,omitempty"`
+	Ch *childrenRec   `json:"ch,omitempty"`
+}
+
+// parentRec is a child's store.ParentRef.
+type parentRec struct {
+	E  string `json:"e"`
+	CT string `json:"ct"`
+	SI int    `json:"si"`
+	I  int    `json:"i"`
+	N  int    `json:"n"`
+	M  int    `json:"m"`
+}
+
+// childrenRec is a parent's store.Children.
+type childrenRec struct {
+	SI int  `json:"si"`
+	N  int  `json:"n"`
+	M  int  `json:"m"`
+	D  bool `json:"d,omitempty"`
 }
 
 type awaitRec struct {
@@ -208,6 +228,12 @@ func encodeRow(e *store.Execution) ([]byte, error) {
 	if a := e.Await; a != nil {
 		r.Aw = &awaitRec{ID: a.ID, SI: a.StepIndex, S: a.Status, TO: ms(a.TimeoutAt), CA: ms(a.CompletedAt), D: a.Digest, L: a.Late, LP: refPtr(a.LatePayload)}
 	}
+	if p := e.Parent; p != nil {
+		r.Pa = &parentRec{E: p.ExecutionID, CT: p.CreateToken, SI: p.StepIndex, I: p.Index, N: p.Total, M: p.MaxInFlight}
+	}
+	if c := e.Children; c != nil {
+		r.Ch = &childrenRec{SI: c.StepIndex, N: c.Total, M: c.MaxInFlight, D: c.Done}
+	}
 	return sealJSON(&r)
 }
 
@@ -229,6 +255,12 @@ func decodeRow(body []byte) (store.Execution, error) {
 	if a := r.Aw; a != nil {
 		e.Await = &store.Await{ID: a.ID, StepIndex: a.SI, Status: a.S, TimeoutAt: fromMs(a.TO), CompletedAt: fromMs(a.CA),
 			Digest: a.D, Late: a.L, LatePayload: refVal(a.LP)}
+	}
+	if p := r.Pa; p != nil {
+		e.Parent = &store.ParentRef{ExecutionID: p.E, CreateToken: p.CT, StepIndex: p.SI, Index: p.I, Total: p.N, MaxInFlight: p.M}
+	}
+	if c := r.Ch; c != nil {
+		e.Children = &store.Children{StepIndex: c.SI, Total: c.N, MaxInFlight: c.M, Done: c.D}
 	}
 	return e, nil
 }

@@ -25,8 +25,9 @@ import (
 // the file; Open refuses a file with a newer one (ErrNewerSchema).
 //
 // Version 2 added the operator jobs' buckets (jobs, jobpages,
-// jobsactive); Open upgrades a version 1 file by creating them.
-const SchemaVersion = 2
+// jobsactive); version 3 the maps' count rows (maps). Open upgrades an
+// older file by creating the buckets it lacks.
+const SchemaVersion = 3
 
 // FileName is the store's file inside its data directory.
 const FileName = "qasync.db"
@@ -73,14 +74,15 @@ var (
 	bJobs       = []byte("jobs")       // jobKey -> job record
 	bJobPages   = []byte("jobpages")   // jobKey + page number -> ids
 	bJobsActive = []byte("jobsactive") // jobKey -> nothing (the active jobs)
+	bMaps       = []byte("maps")       // mapKey + group (or the finished set) -> indexes
 
 	allBuckets = [][]byte{bMeta, bExec, bSweep, bList, bQueue, bHist, bParts, bEffects, bDead, bDeadIdx, bRejects,
-		bJobs, bJobPages, bJobsActive}
+		bJobs, bJobPages, bJobsActive, bMaps}
 )
 
 // bucketSince is the schema version that added a bucket (absent: 1). A
 // file of an older version lacks the bucket until Open upgrades it.
-var bucketSince = map[string]int{string(bJobs): 2, string(bJobPages): 2, string(bJobsActive): 2}
+var bucketSince = map[string]int{string(bJobs): 2, string(bJobPages): 2, string(bJobsActive): 2, string(bMaps): 3}
 
 // Options tune Open.
 type Options struct {

@@ -154,6 +154,12 @@ func (db *DB) Expire(ctx context.Context) (int, error) {
 		}); err != nil {
 			return err
 		}
+		if err := scan(bMaps, func(v []byte) bool {
+			var r mapRec
+			return openJSON(v, &r, "") == nil && expired(fromSecs(r.X), now)
+		}); err != nil {
+			return err
+		}
 		return scan(bRejects, func(v []byte) bool {
 			var env reject.Envelope
 			return openJSON(v, &env, "") == nil && now.Sub(env.RejectedAt) > rejectRetention
@@ -201,6 +207,14 @@ func (db *DB) Expire(ctx context.Context) (int, error) {
 						return err
 					}
 					if err := t.bucket(bJobs).Delete(v.key); err != nil {
+						return err
+					}
+				case string(bMaps):
+					var r mapRec
+					if val := t.bucket(bMaps).Get(v.key); val == nil || openJSON(val, &r, "") != nil || !expired(fromSecs(r.X), now) {
+						continue // rewritten since the scan
+					}
+					if err := t.bucket(bMaps).Delete(v.key); err != nil {
 						return err
 					}
 				case string(bJobPages):

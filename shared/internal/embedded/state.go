@@ -294,7 +294,7 @@ func (s *State) Update(ctx context.Context, g store.Guard, next store.Execution)
 		u := next
 		u.TenantID, u.ExecutionID, u.PipelineID = row.TenantID, row.ExecutionID, row.PipelineID
 		u.PipelineVersion, u.IdempotencyKey, u.Input = row.PipelineVersion, row.IdempotencyKey, row.Input
-		u.Fingerprint, u.CreateToken, u.CreatedAt = row.Fingerprint, row.CreateToken, row.CreatedAt
+		u.Fingerprint, u.CreateToken, u.CreatedAt, u.Parent = row.Fingerprint, row.CreateToken, row.CreatedAt, row.Parent
 		if u.ExpiresAt.IsZero() {
 			u.ExpiresAt = row.ExpiresAt
 		}

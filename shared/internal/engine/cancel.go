@@ -92,7 +92,26 @@ func (r *Runtime) cancelOnce(ctx context.Context, e store.Execution, reason stri
 		r.execLogger(&got).LogAttrs(ctx, slog.LevelWarn, "execution_cancel_requested", slog.String("event", "execution_cancel_requested"),
 			slog.String("reason", reason), slog.String("lease_owner", got.LeaseOwner), slog.Int64("version", got.Version))
 		return got, true, nil
-	default: // QUEUED, WAIT_RETRY and the parked statuses
+	case store.WaitingChildren:
+		// The parent stays waiting until its children have ended: its
+		// cancel is recorded and carried on to them (here, up to a look's
+		// budget, then by its sweep looks); the last one's end wakes it,
+		// and it ends CANCELLED then.
+		if !e.CancelRequestedAt.IsZero() {
+			return e, false, nil
+		}
+		next := e
+		next.CancelReason, next.CancelRequestedAt, next.UpdatedAt = reason, now, now
+		next.SweepAt, next.Sweeps = now, 0
+		got, err := r.deps.Store.Update(ctx, store.Guard{Key: e.Key(), Version: e.Version}, next)
+		if err != nil {
+			return e, false, err
+		}
+		r.execLogger(&got).LogAttrs(ctx, slog.LevelWarn, "execution_cancel_requested", slog.String("event", "execution_cancel_requested"),
+			slog.String("reason", reason), slog.Int("children", got.Children.Total))
+		r.reschedule(ctx, &got, r.lookAtChildren(ctx, got), 0)
+		return got, true, nil
+	default: // QUEUED, WAIT_RETRY, PENDING and the parked statuses
 		e.CancelReason, e.CancelRequestedAt = reason, now
 		got, err := r.finishCancel(ctx, e, "requester")
 		return got, err == nil, err
@@ -125,6 +144,7 @@ func (r *Runtime) finishCancel(ctx context.Context, e store.Execution, by string
 		slog.String("reason", got.CancelReason), slog.String("from_status", string(e.Status)), slog.String("by", by),
 		slog.Time("cancel_requested_at", got.CancelRequestedAt), slog.Duration("latency", now.Sub(got.CreatedAt)))
 	r.notify(ctx, EventCancelled, got, SweepResult{})
+	r.childEnded(ctx, got)
 	return got, nil
 }
 

@@ -135,6 +135,17 @@ type Config struct {
 	// (or a Lambda batch) from the others. 1 turns chaining off.
 	// Default 16.
 	ChainMaxSteps int
+	// ChildrenLook is how often the sweeper looks at a parent waiting for
+	// its children (WAITING_CHILDREN): the look repairs a count or a
+	// release lost to a crash and carries a cancel on to the children.
+	// Default 5 minutes.
+	ChildrenLook time.Duration
+	// FanOutParallel is how many child creates a map step's fan-out has
+	// in flight at once (each a conditional write: a batch write cannot
+	// carry a condition). Default 25. The simulator sets 1: goroutines
+	// woken at one virtual instant run in no set order, and its fault
+	// draws must come in one.
+	FanOutParallel int
 }
 
 // DefaultConfig returns the runtime's defaults for every field.
@@ -144,6 +155,7 @@ func DefaultConfig() Config {
 		ClockSkewTolerance: 2 * time.Second, ExecutionTTL: 30 * 24 * time.Hour, InlineBudget: payload.DefaultInlineBudget,
 		IdempotencyPolicy: OptionalClientKey, PipelineVersionWait: time.Hour, DispatchTimeout: 2 * time.Second, ReleaseLimit: 10,
 		ChainMaxSteps: 16,
+		ChildrenLook:  5 * time.Minute, FanOutParallel: 25,
 	}
 }
 
@@ -175,6 +187,12 @@ func (c *Config) defaults() error {
 	}
 	if c.ChainMaxSteps == 0 {
 		c.ChainMaxSteps = def.ChainMaxSteps
+	}
+	if c.ChildrenLook <= 0 {
+		c.ChildrenLook = def.ChildrenLook
+	}
+	if c.FanOutParallel <= 0 {
+		c.FanOutParallel = def.FanOutParallel
 	}
 	switch {
 	case c.Lease < 3*time.Millisecond:

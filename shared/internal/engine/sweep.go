@@ -127,6 +127,10 @@ func (r *Runtime) Sweep(ctx context.Context, pass *SweepPass) (SweepResult, erro
 			} else if !errors.Is(err, store.ErrConflict) && !errors.Is(err, store.ErrLeaseLost) && !errors.Is(err, store.ErrNotFound) {
 				res.Failed++
 			}
+		case sweepChildren:
+			if r.reschedule(ctx, &e, r.lookAtChildren(ctx, e), 0) {
+				res.Rescheduled++
+			}
 		case sweepReschedule:
 			if r.reschedule(ctx, &e, at, e.Sweeps) {
 				res.Rescheduled++
@@ -173,6 +177,7 @@ const (
 	sweepReschedule                      // healthy: look again at the returned time
 	sweepForget                          // needs no look: leave the index
 	sweepCancel                          // cancelled, its worker gone: end it CANCELLED
+	sweepChildren                        // a parent waiting for its children: repair, carry a cancel on
 )
 
 // sweepPlan decides, from the row alone, what the sweeper does with it at
@@ -189,6 +194,8 @@ func (r *Runtime) sweepPlan(e *store.Execution, now time.Time) (sweepAction, tim
 			return sweepAwaitTimeout, time.Time{}
 		}
 		return sweepReschedule, e.Await.TimeoutAt
+	case e.Status == store.WaitingChildren:
+		return sweepChildren, time.Time{}
 	case cancelPending(e):
 		// Cancelled while running: its worker ends it, unless it died; no
 		// grace, since no work item has to come back for it.

@@ -267,6 +267,9 @@ func (t *transition) run(ctx context.Context, takeover bool) error {
 	if step.IsSleep() {
 		return t.sleep(ctx, step, in, src, policy)
 	}
+	if step.IsMap() {
+		return t.mapStep(ctx, step, in, policy)
+	}
 
 	out, cause, stepErr := t.invoke(ctx, step, in)
 	switch {
@@ -330,7 +333,7 @@ func (t *transition) stepInfo(step pipeline.Step) pipeline.StepInfo {
 // lost, ErrCancelled when the execution was cancelled (and already ended
 // CANCELLED); nothing of the step's may then be committed.
 func (t *transition) invoke(ctx context.Context, step pipeline.Step, in payload.Payload) (out payload.Payload, cause error, err error) {
-	stepCtx, cancel := context.WithCancelCause(ctx)
+	stepCtx, cancel := context.WithCancelCause(pipeline.WithPayloads(ctx, t.r.deps.Payloads))
 	defer cancel(nil)
 	done := make(chan struct{})
 	renewed := make(chan struct{})
@@ -747,6 +750,9 @@ func (t *transition) landedAs(ctx context.Context, got store.Execution, attrs []
 		slog.String("status", string(got.Status)), slog.Int64("version", got.Version)}, attrs...)...)
 	t.r.notify(ctx, EventTransitionCommitted, got, SweepResult{})
 	t.committed = &got
+	if got.Parent != nil && got.Status.Terminal() {
+		t.r.childEnded(ctx, got)
+	}
 	return &got
 }
 

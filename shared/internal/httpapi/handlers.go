@@ -81,6 +81,12 @@ func statusDocument(e *store.Execution) client.Execution {
 	if !e.CancelRequestedAt.IsZero() {
 		d.CancelReason, d.CancelRequestedAt = e.CancelReason, utc(e.CancelRequestedAt)
 	}
+	if p := e.Parent; p != nil {
+		d.Parent = &client.ParentLink{ExecutionID: p.ExecutionID, StepIndex: p.StepIndex, Index: p.Index}
+	}
+	if c := e.Children; c != nil {
+		d.Children = &client.ChildCounts{Total: c.Total}
+	}
 	if aw := e.Await; aw != nil {
 		d.Await = &client.Await{AwaitID: aw.ID, Status: aw.Status, Late: aw.Late}
 		if !aw.TimeoutAt.IsZero() {
@@ -355,7 +361,14 @@ func (a *api) status(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, statusDocument(&e))
+	doc := statusDocument(&e)
+	if c, err := a.rt.ChildCounts(r.Context(), e); err != nil {
+		a.fail(w, r, err)
+		return
+	} else if c != nil {
+		doc.Children = &client.ChildCounts{Total: c.Total, Succeeded: c.Succeeded, Failed: c.Failed, Running: c.Running, Pending: c.Pending}
+	}
+	writeJSON(w, http.StatusOK, doc)
 }
 
 // result handles GET /v1/executions/{executionId}/result.

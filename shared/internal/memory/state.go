@@ -29,6 +29,7 @@ type StateStore struct {
 	due  map[store.Key]struct{}
 	hist map[store.Key][]history.Event
 	jobs memJobs
+	maps map[mapRecKey]*mapRec
 	reap reaper
 }
 
@@ -45,6 +46,7 @@ func NewStateStore(c clock.Clock) *StateStore {
 		due:   map[store.Key]struct{}{},
 		hist:  map[store.Key][]history.Event{},
 		jobs:  memJobs{jobs: map[store.JobKey]*store.Job{}, pages: map[jobPageKey]jobPage{}},
+		maps:  map[mapRecKey]*mapRec{},
 	}
 }
 
@@ -70,6 +72,11 @@ func (s *StateStore) CreateOrGet(ctx context.Context, req store.CreateRequest) (
 		now := s.clock.Now()
 		for key := range s.rows {
 			s.live(key, now)
+		}
+		for key, r := range s.maps {
+			if expired(r.expires, now) {
+				delete(s.maps, key)
+			}
 		}
 	}
 	row := clone(e)
@@ -175,7 +182,7 @@ func (s *StateStore) Update(ctx context.Context, g store.Guard, next store.Execu
 	updated.TenantID, updated.ExecutionID, updated.PipelineID = row.TenantID, row.ExecutionID, row.PipelineID
 	updated.PipelineVersion, updated.IdempotencyKey, updated.Input = row.PipelineVersion, row.IdempotencyKey, row.Input
 	updated.Fingerprint, updated.CreateToken = row.Fingerprint, row.CreateToken
-	updated.CreatedAt = row.CreatedAt
+	updated.CreatedAt, updated.Parent = row.CreatedAt, row.Parent
 	if updated.ExpiresAt.IsZero() {
 		updated.ExpiresAt = row.ExpiresAt
 	}
@@ -363,6 +370,14 @@ func clone(e store.Execution) store.Execution {
 		a := *e.Await
 		a.LatePayload.Inline = cloneBytes(a.LatePayload.Inline)
 		e.Await = &a
+	}
+	if e.Parent != nil {
+		p := *e.Parent
+		e.Parent = &p
+	}
+	if e.Children != nil {
+		c := *e.Children
+		e.Children = &c
 	}
 	return e
 }

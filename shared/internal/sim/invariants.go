@@ -59,6 +59,15 @@ const (
 	// invSleepOnTime: the step after a durable sleep never runs before
 	// the wake-up (less the clock-skew tolerance and a worker's skew).
 	invSleepOnTime = "sleeps end no earlier than their wake-up"
+	// invJoinSawAll: a map's join step gets every element's outcome once,
+	// in input order, each the outcome its child had (its output its own).
+	invJoinSawAll = "the join saw every child's outcome once, in order"
+	// invMapInFlight: a map never has more children released and not
+	// ended than its in-flight limit.
+	invMapInFlight = "a map runs no more children at once than its limit"
+	// invParentWakes: once a map's last child has ended, its parent waits
+	// no longer than its sweep look and the claim bound.
+	invParentWakes = "a parent wakes within the bound after its last child ended"
 	// invConfigRefused: a configuration that cannot hold is refused.
 	invConfigRefused = "impossible configuration refused"
 	// invSetup: the simulator itself could not do something.
@@ -67,7 +76,7 @@ const (
 
 var invariantNames = []string{invSettles, invNoStall, invNoVanish, invExactlyOnce, invEffectIsolation, invDeadLetterIsolation,
 	invAwaitIsolation, invCheckpointReadable, invHistory, invRefusedStoresNothing, invKeylessIsNew, invNoFalsePoison,
-	invBackupNoPin, invOneJobPerKey, invSleepOnTime, invConfigRefused, invSetup}
+	invBackupNoPin, invOneJobPerKey, invSleepOnTime, invJoinSawAll, invMapInFlight, invParentWakes, invConfigRefused, invSetup}
 
 // stallBound is how long an execution may stay claimable without a claim:
 // a lost lease lapses (lease + tolerance), the sweeper looks within its
@@ -126,6 +135,9 @@ func (w *world) audit() {
 		w.mu.Unlock()
 		w.settledState(inc, e)
 		w.checkStall(inc, e, now)
+		if e.Status == store.WaitingChildren {
+			w.checkParent(ctx, v, inc, e, now)
+		}
 		w.checkCheckpoints(ctx, v, inc, e)
 		if e.Status == store.DLQ {
 			w.checkDeadLetter(ctx, v, inc, e, false)
@@ -157,6 +169,7 @@ func (w *world) vanished(inc *incarnation, last store.Execution, now time.Time) 
 	// the lines of the executions alive only).
 	w.mu.Lock()
 	w.trace.forget(inc.exec)
+	delete(w.spreads, inc.exec)
 	w.mu.Unlock()
 }
 
@@ -172,6 +185,9 @@ func fmtTime(w *world, t time.Time) string {
 func (w *world) claimed(before store.Execution) {
 	if inc := w.incOf(&before); inc != nil {
 		w.checkStall(inc, before, time.Now())
+		if wokenParent(before) {
+			w.checkParent(context.Background(), w.back.view(), inc, before, time.Now())
+		}
 	}
 }
 

@@ -23,9 +23,13 @@ const (
 	pipeFail    = "sim.fail"    // check (fails non-retryably until re-driven enough), done
 	pipeLong    = "sim.long"    // forty steps: a long life of hand-overs
 	pipeNap     = "sim.nap"     // doze (sets the wake-up), nap (a durable sleep until it), rise
+	pipeMap     = "sim.map"     // spread (the children's documents), fan (a map over sim.kid), join
+	pipeKid     = "sim.kid"     // a map's child: k1, k2 (fails non-retryably when scripted to)
 )
 
-var pipelineIDs = []string{pipePay, pipeApprove, pipeFlaky, pipeChain, pipeFail, pipeLong, pipeNap}
+// pipelineIDs are the pipelines clients submit (and bulk re-drives pick):
+// sim.kid runs only as a map's child.
+var pipelineIDs = []string{pipePay, pipeApprove, pipeFlaky, pipeChain, pipeFail, pipeLong, pipeNap, pipeMap}
 
 // chainNames are the names of n numbered steps.
 func chainNames(prefix string, n int) []string {
@@ -62,6 +66,12 @@ type script struct {
 	FailUntil int `json:"failUntil,omitempty"`
 	// NapFor: the nap pipeline sleeps this long (ms) after its doze step.
 	NapFor int64 `json:"napFor,omitempty"`
+	// Kids is how many children the map pipeline's spread step makes;
+	// KidFails lists the ones whose k2 step fails non-retryably.
+	Kids     int   `json:"kids,omitempty"`
+	KidFails []int `json:"kidFails,omitempty"`
+	// Fail: a child's k2 step fails non-retryably.
+	Fail bool `json:"fail,omitempty"`
 }
 
 // charge is what the bank's charge returns.
@@ -101,6 +111,8 @@ func (p *proc) registry(version int, dropOld bool) (*pipeline.Registry, error) {
 		{ID: pipeLong, Steps: steps(chainNames("l", 40))},
 		{ID: pipeFail, Steps: []pipeline.Step{p.checkStep(), plain("done")}},
 		{ID: pipeNap, Steps: []pipeline.Step{p.dozeStep(), napStep(), p.riseStep()}},
+		{ID: pipeKid, Steps: []pipeline.Step{plain("k1"), p.kidStep()}},
+		{ID: pipeMap, Steps: []pipeline.Step{p.spreadStep(), pipeline.Map("fan", pipeKid, pipeline.MapOptions{MaxInFlight: s.mapInFlight, ToleratedFailures: s.mapTolerated}), p.joinStep()}},
 	}
 	switch {
 	case version == 1:
@@ -283,6 +295,10 @@ func stepNames(pipelineID string, version string) []string {
 		return []string{"check", "done"}
 	case pipeNap:
 		return []string{"doze", "rise"}
+	case pipeMap:
+		return []string{"spread", "join"}
+	case pipeKid:
+		return []string{"k1", "k2"}
 	}
 	return nil
 }

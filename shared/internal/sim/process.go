@@ -244,6 +244,7 @@ type gatedStore struct {
 var (
 	_ store.Store    = (*gatedStore)(nil)
 	_ store.JobStore = (*gatedStore)(nil)
+	_ store.MapStore = (*gatedStore)(nil)
 )
 
 func (g *gatedStore) CreateOrGet(ctx context.Context, req store.CreateRequest) (e store.Execution, created bool, err error) {
@@ -297,6 +298,26 @@ func (g *gatedStore) List(ctx context.Context, q store.ListQuery) (page store.Li
 }
 
 func (g *gatedStore) jobs() store.JobStore { return g.s.(store.JobStore) }
+
+func (g *gatedStore) maps() store.MapStore { return g.s.(store.MapStore) }
+
+// CountChild, FinishGroup and MapCounts are the map counts of fan-out
+// steps (every provider keeps them), behind the gate like any I/O: a crash
+// before a count, after it, or after the write that finishes a group.
+func (g *gatedStore) CountChild(ctx context.Context, m store.MapKey, index int, failed bool, expires time.Time) (n int, err error) {
+	err = g.p.do("count_child", ioWrite, m.ParentID, func() error { n, err = g.maps().CountChild(ctx, m, index, failed, expires); return err })
+	return n, err
+}
+
+func (g *gatedStore) FinishGroup(ctx context.Context, m store.MapKey, group int, expires time.Time) (n int, err error) {
+	err = g.p.do("finish_group", ioWrite, m.ParentID, func() error { n, err = g.maps().FinishGroup(ctx, m, group, expires); return err })
+	return n, err
+}
+
+func (g *gatedStore) MapCounts(ctx context.Context, m store.MapKey, total int) (c store.MapCounts, err error) {
+	err = g.p.do("map_counts", ioRead, m.ParentID, func() error { c, err = g.maps().MapCounts(ctx, m, total); return err })
+	return c, err
+}
 
 func (g *gatedStore) CreateJob(ctx context.Context, j store.Job) error {
 	return g.p.do("create_job", ioWrite, "", func() error { return g.jobs().CreateJob(ctx, j) })

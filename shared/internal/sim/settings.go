@@ -30,6 +30,9 @@ type settings struct {
 	longRetry pipeline.RetryPolicy
 	// awaitTimeout is the approval step's timeout (0: none).
 	awaitTimeout time.Duration
+	// mapInFlight and mapTolerated are the map pipeline's in-flight limit
+	// and tolerated child failures.
+	mapInFlight, mapTolerated int
 
 	rates rates
 }
@@ -96,6 +99,7 @@ func drawSettings(rng *rand.Rand, o Options) settings {
 	// (a configuration the runtime must refuse or survive).
 	s.longRetry = pipeline.RetryPolicy{MaxRetries: 3, Delay: time.Hour, Multiplier: 6, MaxDelay: []time.Duration{s.ttl / 2, 2 * s.ttl}[pick([]int{40, 60})]}
 	s.awaitTimeout = []time.Duration{0, s.ttl / 2, s.ttl}[pick([]int{20, 40, 40})]
+	s.mapInFlight, s.mapTolerated = 1+rng.IntN(10), rng.IntN(4)
 	s.rates = rates{
 		crashAtIO: 0.002, crashAfterIO: 0.002, crashInStep: 0.01,
 		commitFail: 0.01, commitLost: 0.01, storeError: 0.002,
@@ -110,8 +114,8 @@ func drawSettings(rng *rand.Rand, o Options) settings {
 }
 
 func (s settings) String() string {
-	return fmt.Sprintf("ttl=%s lease=%s tolerance=%s grace=%s sweep_interval=%s policy=%s processes=%d long_retry_max_delay=%s await_timeout=%s deploys=%d work_item_loss=%.2f chain_max_steps=%d",
-		s.ttl, s.lease, s.tolerance, s.grace, s.sweepInterval, s.policy, s.procs, s.longRetry.MaxDelay, s.awaitTimeout, s.rates.deploysPerRun, s.rates.drop, s.chainMax)
+	return fmt.Sprintf("ttl=%s lease=%s tolerance=%s grace=%s sweep_interval=%s policy=%s processes=%d long_retry_max_delay=%s await_timeout=%s deploys=%d work_item_loss=%.2f chain_max_steps=%d map_in_flight=%d map_tolerated=%d",
+		s.ttl, s.lease, s.tolerance, s.grace, s.sweepInterval, s.policy, s.procs, s.longRetry.MaxDelay, s.awaitTimeout, s.rates.deploysPerRun, s.rates.drop, s.chainMax, s.mapInFlight, s.mapTolerated)
 }
 
 // engineConfig is the runtime configuration of every process.
@@ -122,5 +126,9 @@ func (s settings) engineConfig(workerID string) engine.Config {
 	cfg.AwaitSecret = "sim-await-secret"
 	cfg.PipelineVersionWait = min(time.Hour, s.ttl)
 	cfg.ChainMaxSteps = s.chainMax
+	// One child create at a time: parallel creates woken at one virtual
+	// instant would draw their faults in no set order (a seed must give
+	// one run).
+	cfg.FanOutParallel = 1
 	return cfg
 }

@@ -285,6 +285,9 @@ type world struct {
 	jobsUntil time.Time
 	// bulkKeys numbers the idempotency keys of bulk re-drives.
 	bulkKeys int
+	// spreads are the map pipeline's documents after their spread step,
+	// by execution id: the join step's output continues them.
+	spreads map[string]doc
 	// nextProgress is when the run next reports its progress.
 	nextProgress time.Duration
 }
@@ -294,7 +297,7 @@ func newWorld(t *testing.T, o Options) (*world, error) {
 		t: t, o: o, rng: rand.New(rand.NewChaCha8(seedBytes(o.Seed))), start: time.Now(),
 		incs: map[string]*incarnation{}, pending: map[string]bool{}, commits: map[string]string{},
 		ctx: context.Background(), wake: make(chan struct{}, 1), latest: map[string]*incarnation{}, reported: map[string]bool{}, delivering: map[*proc]int{},
-		trace: newTraceLog(o.KeepTrace),
+		spreads: map[string]doc{}, trace: newTraceLog(o.KeepTrace),
 	}
 	w.report = Report{Seed: o.Seed, Store: o.Store, Executions: o.Executions, VirtualDays: o.VirtualDays,
 		Faults: map[string]int{}, Outcomes: map[string]int{}, Checks: map[string]int{}}

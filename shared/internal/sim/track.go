@@ -46,6 +46,10 @@ type incarnation struct {
 	cancelled bool
 	// redrives planned and done.
 	redrives int
+	// waitAt and waitAttempt: when (the row's time) and at which attempt
+	// it last parked WAITING_CHILDREN (a map's parent).
+	waitAt      time.Time
+	waitAttempt int
 	// drops are the times its work items were lost.
 	drops []time.Time
 	// checked terminal facts once.
@@ -108,6 +112,9 @@ func (w *world) observed(p *proc, ev engine.Event) {
 	w.mu.Unlock()
 	if ev.Kind == engine.EventTransitionCommitted {
 		w.committed(p, inc, e)
+		if e.Parent != nil {
+			w.checkInFlight(e)
+		}
 	}
 	w.settledState(inc, e)
 	if ev.Kind == engine.EventDeadLettered {
@@ -137,6 +144,9 @@ func (w *world) settledState(inc *incarnation, e store.Execution) {
 		inc.terminalAt, first = e.UpdatedAt, true
 	case !e.Status.Terminal():
 		inc.terminalAt = time.Time{}
+	}
+	if e.Status == store.WaitingChildren && (inc.waitAt.IsZero() || inc.waitAttempt != e.Attempt) {
+		inc.waitAt, inc.waitAttempt = e.UpdatedAt, e.Attempt
 	}
 	if e.Status.Parked() && (e.Await == nil || e.Await.TimeoutAt.IsZero()) {
 		if inc.parkedAt.IsZero() {

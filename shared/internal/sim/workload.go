@@ -110,7 +110,7 @@ func (w *world) drawSubmission(s *submission, earlier []*submission) {
 		}
 		return
 	}
-	s.pipeline = []string{pipePay, pipePay, pipeApprove, pipeApprove, pipeFlaky, pipeChain, pipeChain, pipeFail, pipeLong, pipeNap}[w.intn(10)]
+	s.pipeline = []string{pipePay, pipePay, pipeApprove, pipeApprove, pipeFlaky, pipeChain, pipeChain, pipeFail, pipeLong, pipeNap, pipeMap}[w.intn(11)]
 	if w.cfg.policy == engine.ClientKeyRequired || w.chance(0.7) {
 		s.key = fmt.Sprintf("key-%d", s.n)
 	}
@@ -126,6 +126,15 @@ func (w *world) drawSubmission(s *submission, earlier []*submission) {
 		nap := []time.Duration{w.between(time.Second, time.Minute), w.between(20*time.Minute, 12*time.Hour),
 			w.between(day, w.cfg.ttl*11/10)}[w.intn(3)]
 		s.body.Script.NapFor = nap.Milliseconds()
+	case pipeMap:
+		// Up to 30 children; about one in seven fails (the map's tolerance
+		// decides whether the join runs or the parent dead-letters).
+		s.body.Script.Kids = 1 + w.intn(30)
+		for i := range s.body.Script.Kids {
+			if w.chance(0.15) {
+				s.body.Script.KidFails = append(s.body.Script.KidFails, i)
+			}
+		}
 	}
 	switch {
 	case w.chance(0.01):
@@ -233,8 +242,8 @@ func (w *world) cancel(inc *incarnation) {
 // and then. Re-drives come late in the retention, where a lifetime that
 // does not follow the row shows.
 func (w *world) onDeadLettered(inc *incarnation, e store.Execution) {
-	if w.settling {
-		return
+	if w.settling || e.Parent != nil {
+		return // a map's child is not re-driven alone (not built: issue 19)
 	}
 	w.mu.Lock()
 	want := 0

@@ -9,6 +9,7 @@ import (
 
 	"github.com/aws/smithy-go/middleware"
 
+	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/internal/awsclient"
 	"github.com/qasync/qasync/shared/pipeline"
 	"github.com/qasync/qasync/shared/store"
@@ -40,26 +41,35 @@ type runCost struct {
 // a fresh deployment and measures its write units.
 func measureRun(t *testing.T, p pipeline.Pipeline, inBytes int) runCost {
 	t.Helper()
+	return measureRunOf(t, nil, p.ID, map[string]any{"blob": strings.Repeat("i", inBytes)}, time.Minute, p)
+}
+
+// measureRunOf submits one execution of pipeline id with input in to a
+// fresh deployment serving ps (its configuration changed by adjust, when
+// set) and measures its write units and requests until it succeeds
+// (within).
+func measureRunOf(t *testing.T, adjust func(*config.Config), id string, in any, within time.Duration, ps ...pipeline.Pipeline) runCost {
+	t.Helper()
 	meter := awsclient.NewCapacityMeter()
-	d := openDurableWith(t, nil, []func(*middleware.Stack) error{meter.APIOption}, nil, p)
+	d := openDurableWith(t, adjust, []func(*middleware.Stack) error{meter.APIOption}, nil, ps...)
 	// The first create of a process also records the table's index shard
 	// count (once per process): make it with a row of its own, never
 	// dispatched, so that what is measured is what every later submit costs.
 	now := time.Now()
 	if _, _, err := d.set.Runtime.Store().CreateOrGet(context.Background(), store.CreateRequest{Execution: store.Execution{
-		TenantID: "t-warm-up", ExecutionID: "warm-up", PipelineID: p.ID, Status: store.Queued, Version: 1, Attempt: 1,
+		TenantID: "t-warm-up", ExecutionID: "warm-up", PipelineID: id, Status: store.Queued, Version: 1, Attempt: 1,
 		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(time.Hour),
 	}}); err != nil {
 		t.Fatal(err)
 	}
 	meter.Reset()
-	e := d.submit(p.ID, "measured", map[string]any{"blob": strings.Repeat("i", inBytes)})
+	e := d.submit(id, "measured", in)
 	var c runCost
 	c.submitTable, c.submitIndex = meter.Snapshot().Writes()
 	meter.Reset()
 	d.counter.Reset()
 	d.start()
-	d.await(e, store.Succeeded, 30*time.Second)
+	d.await(e, store.Succeeded, within)
 	d.stop()
 	c.runTable, c.runIndex = meter.Snapshot().Writes()
 	c.runRequests = d.counter.Snapshot()

@@ -1,0 +1,570 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/qasync/qasync/shared/history"
+	"github.com/qasync/qasync/shared/internal/engine"
+	"github.com/qasync/qasync/shared/payload"
+	"github.com/qasync/qasync/shared/pipeline"
+	"github.com/qasync/qasync/shared/store"
+)
+
+// num is the element of the fan-out tests' maps.
+type num struct {
+	N int `json:"n"`
+}
+
+// joined is the join step's output: the children's outputs in input
+// order, and the counts it was given.
+type joined struct {
+	Outputs   []int `json:"outputs"`
+	Failed    []int `json:"failed"`
+	Succeeded int   `json:"succeeded"`
+}
+
+// fanPipelines: p.fan maps its list over p.kid (which doubles n, and
+// fails non-retryably for a negative n) and joins the outputs; runs counts
+// each child's runs by n.
+func fanPipelines(o pipeline.MapOptions, runs *sync.Map) []pipeline.Pipeline {
+	kid := pipeline.NewStep("double", func(_ context.Context, _ pipeline.StepInfo, in num) (num, error) {
+		c, _ := runs.LoadOrStore(fmt.Sprint(in.N), new(int))
+		*c.(*int)++
+		if in.N < 0 {
+			return num{}, pipeline.NonRetryable("negative", errors.New("negative"))
+		}
+		return num{N: 2 * in.N}, nil
+	})
+	join := pipeline.NewStep("join", func(ctx context.Context, _ pipeline.StepInfo, r pipeline.MapResult) (joined, error) {
+		out := joined{Succeeded: r.Succeeded}
+		for i, el := range r.Elements {
+			if el.Index != i {
+				return joined{}, fmt.Errorf("element %d has index %d", i, el.Index)
+			}
+			if el.Status != string(store.Succeeded) {
+				out.Failed = append(out.Failed, i)
+				continue
+			}
+			var v num
+			if err := r.Decode(ctx, i, &v); err != nil {
+				return joined{}, err
+			}
+			out.Outputs = append(out.Outputs, v.N)
+		}
+		return out, nil
+	})
+	return []pipeline.Pipeline{
+		{ID: "p.kid", Steps: []pipeline.Step{kid}},
+		{ID: "p.fan", Steps: []pipeline.Step{pipeline.Map("fan", "p.kid", o), join}},
+	}
+}
+
+func nums(ns ...int) []num {
+	out := make([]num, len(ns))
+	for i, n := range ns {
+		out[i] = num{N: n}
+	}
+	return out
+}
+
+// children returns the parent's children rows by element index.
+func (c *cluster) children(parent store.Execution, step, total int) []store.Execution {
+	c.t.Helper()
+	out := make([]store.Execution, total)
+	for i := range total {
+		id, _ := engine.ChildID(parent.ExecutionID, parent.CreateToken, step, i)
+		out[i] = c.get(id)
+	}
+	return out
+}
+
+// drainChecked delivers every queued item until the queue is empty,
+// checking after each delivery that no more than limit children of
+// parent run at once.
+func drainChecked(t *testing.T, c *cluster, rt *engine.Runtime, parent store.Execution, total, limit int) {
+	t.Helper()
+	for round := 0; round < 1000; round++ {
+		msgs := c.queue.take()
+		if len(msgs) == 0 {
+			return
+		}
+		for _, m := range msgs {
+			_ = rt.Process(context.Background(), m.Item)
+			if total > 0 {
+				if n := inFlight(c.children(parent, 0, total)); n > limit {
+					t.Fatalf("%d children in flight, limit %d", n, limit)
+				}
+			}
+		}
+	}
+	t.Fatalf("the queue never drained")
+}
+
+// inFlight counts children released and not ended.
+func inFlight(kids []store.Execution) int {
+	n := 0
+	for _, k := range kids {
+		if k.Status != store.Pending && !k.Status.Terminal() {
+			n++
+		}
+	}
+	return n
+}
+
+func output(t *testing.T, c *cluster, e store.Execution) joined {
+	t.Helper()
+	var j joined
+	p, err := payload.Read(context.Background(), c.payloads, e.Result)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.DecodeJSON(&j); err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+func ranOnce(t *testing.T, runs *sync.Map, ns ...int) {
+	t.Helper()
+	for _, n := range ns {
+		if got := runsOf(runs, fmt.Sprint(n)); got != 1 {
+			t.Errorf("child of %d ran %d times, want once", n, got)
+		}
+	}
+}
+
+// A map of 7 at most 2 in flight: the parent waits WAITING_CHILDREN with
+// its counts, 2 children QUEUED and 5 PENDING; each child runs once,
+// never more than 2 at a time; the join gets every output in input
+// order; the history shows CHILDREN_STARTED and CHILDREN_FINISHED; a
+// child links its parent.
+func TestMapRunsChildrenAndJoinsInOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		var runs sync.Map
+		rt := c.worker("w", engine.Config{}, nil, fanPipelines(pipeline.MapOptions{MaxInFlight: 2}, &runs)...)
+		e := submitTo(t, rt, "p.fan", "k", nums(1, 2, 3, 4, 5, 6, 7))
+		deliver(rt, c.queue) // the fan-out
+		parent := c.get(e.ExecutionID)
+		if parent.Status != store.WaitingChildren || parent.Children == nil || parent.Children.Total != 7 {
+			t.Fatalf("parent %s %+v; want WAITING_CHILDREN of 7", parent.Status, parent.Children)
+		}
+		counts, err := rt.ChildCounts(context.Background(), parent)
+		if err != nil || *counts != (engine.ChildCounts{Total: 7, Running: 2, Pending: 5}) {
+			t.Fatalf("counts %+v, %v", counts, err)
+		}
+		kids := c.children(parent, 0, 7)
+		for i, k := range kids {
+			want := store.Pending
+			if i < 2 {
+				want = store.Queued
+			}
+			if k.Status != want || k.Parent == nil || k.Parent.ExecutionID != e.ExecutionID || k.Parent.Index != i || k.PipelineID != "p.kid" {
+				t.Fatalf("child %d: %s %+v; want %s linked to its parent", i, k.Status, k.Parent, want)
+			}
+		}
+		drainChecked(t, c, rt, parent, 7, 2)
+		done := c.get(e.ExecutionID)
+		if done.Status != store.Succeeded {
+			t.Fatalf("parent %s, want SUCCEEDED", done.Status)
+		}
+		if j := output(t, c, done); fmt.Sprint(j.Outputs) != "[2 4 6 8 10 12 14]" || j.Succeeded != 7 {
+			t.Fatalf("join got %+v", j)
+		}
+		for n := 1; n <= 7; n++ {
+			ranOnce(t, &runs, n)
+		}
+		counts, _ = rt.ChildCounts(context.Background(), done)
+		if *counts != (engine.ChildCounts{Total: 7, Succeeded: 7}) {
+			t.Fatalf("final counts %+v", counts)
+		}
+		// The history where the store keeps it in its writes (memory,
+		// embedded); the DynamoDB one is fed from the stream.
+		if hr, ok := c.store.(history.Reader); ok {
+			evs, err := hr.History(context.Background(), e.Key())
+			seen := map[history.Type]int{}
+			for _, ev := range evs {
+				seen[ev.Type]++
+			}
+			if err != nil || seen[history.ChildrenStarted] != 1 || seen[history.ChildrenFinished] != 1 {
+				t.Fatalf("history %v, %v; want CHILDREN_STARTED and CHILDREN_FINISHED once", seen, err)
+			}
+		}
+	})
+}
+
+// Failures within the tolerance: the map succeeds and the join sees the
+// failed element with its error; beyond it the parent dead-letters with
+// children_failed.
+func TestMapToleratedFailures(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		var runs sync.Map
+		rt := c.worker("w", engine.Config{}, nil, fanPipelines(pipeline.MapOptions{MaxInFlight: 3, ToleratedFailures: 1}, &runs)...)
+		ok := submitTo(t, rt, "p.fan", "ok", nums(1, -2, 3))
+		bad := submitTo(t, rt, "p.fan", "bad", nums(-1, -3, 5))
+		drainChecked(t, c, rt, ok, 0, 0)
+		if got := c.get(ok.ExecutionID); got.Status != store.Succeeded || fmt.Sprint(output(t, c, got).Failed) != "[1]" {
+			t.Fatalf("tolerated: %s", got.Status)
+		}
+		got := c.get(bad.ExecutionID)
+		if got.Status != store.DLQ || got.Error == nil || got.Error.Code != pipeline.CodeChildrenFailed {
+			t.Fatalf("beyond the tolerance: %s %+v; want DLQ children_failed", got.Status, got.Error)
+		}
+	})
+}
+
+// flakyMaps wraps the cluster's store to fail one operation once: the
+// crash points of the design's crash table, as a write that never
+// happened (before) or one whose answer was lost (after).
+type flakyMaps struct {
+	store.Store
+	ms store.MapStore
+	mu sync.Mutex
+	// failCreate fails the n-th child create (from 1) once.
+	failCreate, creates int
+	// failCount fails the first count of index countIndex once, before
+	// its write.
+	failCount  bool
+	countIndex int
+	// failRelease fails the first release (an unleased PENDING -> QUEUED
+	// update) once.
+	failRelease bool
+	// loseFinish makes the write that completes the finished set land and
+	// answer an error.
+	loseFinish bool
+}
+
+var errInjected = fmt.Errorf("injected: %w", store.ErrUnavailable)
+
+func (f *flakyMaps) CreateOrGet(ctx context.Context, req store.CreateRequest) (store.Execution, bool, error) {
+	f.mu.Lock()
+	if req.Execution.Parent != nil {
+		f.creates++
+		if f.creates == f.failCreate {
+			f.mu.Unlock()
+			return store.Execution{}, false, errInjected
+		}
+	}
+	f.mu.Unlock()
+	return f.Store.CreateOrGet(ctx, req)
+}
+
+func (f *flakyMaps) Update(ctx context.Context, g store.Guard, next store.Execution) (store.Execution, error) {
+	f.mu.Lock()
+	if f.failRelease && g.LeaseOwner == "" && next.Parent != nil && next.Status == store.Queued {
+		f.failRelease = false
+		f.mu.Unlock()
+		return store.Execution{}, errInjected
+	}
+	f.mu.Unlock()
+	return f.Store.Update(ctx, g, next)
+}
+
+func (f *flakyMaps) CountChild(ctx context.Context, m store.MapKey, index int, failed bool, exp time.Time) (int, error) {
+	f.mu.Lock()
+	if f.failCount && index == f.countIndex {
+		f.failCount = false
+		f.mu.Unlock()
+		return 0, errInjected
+	}
+	f.mu.Unlock()
+	return f.ms.CountChild(ctx, m, index, failed, exp)
+}
+
+func (f *flakyMaps) FinishGroup(ctx context.Context, m store.MapKey, g int, exp time.Time) (int, error) {
+	n, err := f.ms.FinishGroup(ctx, m, g, exp)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err == nil && f.loseFinish {
+		f.loseFinish = false
+		return 0, errInjected
+	}
+	return n, err
+}
+
+func (f *flakyMaps) MapCounts(ctx context.Context, m store.MapKey, total int) (store.MapCounts, error) {
+	return f.ms.MapCounts(ctx, m, total)
+}
+
+// crashRow runs a map of 5 (2 in flight) with one crash point injected
+// by arm, delivering everything queued and sweeping every ChildrenLook
+// until the parent ends; it checks that the parent succeeded with every
+// output in order and every child ran once.
+func crashRow(t *testing.T, arm func(f *flakyMaps)) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		var runs sync.Map
+		f := &flakyMaps{Store: c.store, ms: c.store.(store.MapStore)}
+		arm(f)
+		rt := c.workerOn("w", engine.Config{}, nil, f, fanPipelines(pipeline.MapOptions{MaxInFlight: 2}, &runs)...)
+		e := submitTo(t, rt, "p.fan", "k", nums(1, 2, 3, 4, 5))
+		for range 20 {
+			drainChecked(t, c, rt, e, 0, 0)
+			if c.get(e.ExecutionID).Status.Terminal() {
+				break
+			}
+			time.Sleep(5 * time.Minute) // the default ChildrenLook
+			if _, err := rt.SweepOnce(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		done := c.get(e.ExecutionID)
+		if done.Status != store.Succeeded || fmt.Sprint(output(t, c, done).Outputs) != "[2 4 6 8 10]" {
+			t.Fatalf("parent %s %+v", done.Status, done.Error)
+		}
+		ranOnce(t, &runs, 1, 2, 3, 4, 5)
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.failCount || f.failRelease || f.loseFinish || f.creates < f.failCreate {
+			t.Fatalf("the injected crash never happened: %+v", f)
+		}
+	})
+}
+
+// A child's slot holds no incarnation separator, nested children's
+// too: a store's index answers with bare slots (DynamoDB's due and list
+// indexes), and a bare slot with a '.' reads as an id of the parent's
+// slot, so a lost child was never found (the DynamoDB provider failed
+// TestMapCrashDuringFanOut about half of its runs).
+func TestChildSlotIsBare(t *testing.T) {
+	id := "5a5f4520-db1e-8b8d-a0a9-5f746c776d64.055c5acde2f2b04d"
+	for depth := range pipeline.MaxNesting {
+		child, token := engine.ChildID(id, store.Incarnation(id), depth, 7)
+		slot := store.Slot(child)
+		if store.Incarnation(slot) != "" || store.Incarnation(child) != token {
+			t.Fatalf("depth %d: child %q has slot %q", depth, child, slot)
+		}
+		if !store.Answers(slot, child) || store.Answers(store.Slot(id), child) {
+			t.Fatalf("depth %d: the slot %q does not name the child %q alone", depth, slot, child)
+		}
+		id = child
+	}
+}
+
+// The work items of a fan-out lost: one sweep past the grace re-sends
+// every released child (found through the sweep index, which on DynamoDB
+// answers with bare slots), and the map completes.
+func TestMapSweepResendsLostChildren(t *testing.T) {
+	lossyDispatch(t)
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		var runs sync.Map
+		rt := c.worker("w", engine.Config{}, nil, fanPipelines(pipeline.MapOptions{MaxInFlight: 3}, &runs)...)
+		e := submitTo(t, rt, "p.fan", "k", nums(1, 2, 3, 4))
+		deliver(rt, c.queue) // the fan-out: children 0-2 queued
+		if lost := len(c.queue.take()); lost != 3 {
+			t.Fatalf("the fan-out sent %d work items, want 3", lost)
+		}
+		time.Sleep(time.Minute) // past the sweep grace, before the parent's look
+		res, err := rt.SweepOnce(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Redispatched != 3 {
+			t.Fatalf("the sweep re-sent %d work items (%+v), want the 3 released children", res.Redispatched, res)
+		}
+		drainChecked(t, c, rt, e, 4, 3)
+		if done := c.get(e.ExecutionID); done.Status != store.Succeeded || fmt.Sprint(output(t, c, done).Outputs) != "[2 4 6 8]" {
+			t.Fatalf("parent %s %+v", done.Status, done.Error)
+		}
+		ranOnce(t, &runs, 1, 2, 3, 4)
+	})
+}
+
+// Crash table: during the fan-out, some children created: the map step
+// runs again and its creates find those that exist.
+func TestMapCrashDuringFanOut(t *testing.T) {
+	crashRow(t, func(f *flakyMaps) { f.failCreate = 3 })
+}
+
+// Crash table: after a child's terminal commit, before its count: the
+// parent's sweep look counts it from its row and releases its sibling.
+func TestMapCrashBeforeTheCount(t *testing.T) {
+	crashRow(t, func(f *flakyMaps) { f.failCount, f.countIndex = true, 0 })
+}
+
+// Crash table: after the count, before the release: the parent's sweep
+// look releases the pending sibling.
+func TestMapCrashBeforeTheRelease(t *testing.T) {
+	crashRow(t, func(f *flakyMaps) { f.failRelease = true })
+}
+
+// Crash table: the write completing the parent's set lands, its answer
+// lost: the parent's sweep look finds every group finished and queues it.
+func TestMapFinishAnswerLost(t *testing.T) {
+	crashRow(t, func(f *flakyMaps) { f.loseFinish = true })
+}
+
+// Crash table: a parent cancelled while children run: running children
+// are cancelled, pending ones never run, the parent ends CANCELLED once
+// they have all ended.
+func TestMapCancelCancelsChildren(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		var runs sync.Map
+		rt := c.worker("w", engine.Config{}, nil, fanPipelines(pipeline.MapOptions{MaxInFlight: 2}, &runs)...)
+		e := submitTo(t, rt, "p.fan", "k", nums(1, 2, 3, 4, 5, 6))
+		deliver(rt, c.queue) // the fan-out; children 0 and 1 queued, not run
+		if _, changed, err := rt.Cancel(context.Background(), e.Key(), "stop"); err != nil || !changed {
+			t.Fatalf("Cancel = %v, %v", changed, err)
+		}
+		for range 5 {
+			drainChecked(t, c, rt, e, 0, 0)
+			if c.get(e.ExecutionID).Status.Terminal() {
+				break
+			}
+			time.Sleep(5 * time.Minute)
+			if _, err := rt.SweepOnce(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := c.get(e.ExecutionID); got.Status != store.Cancelled {
+			t.Fatalf("parent %s, want CANCELLED", got.Status)
+		}
+		for i, k := range c.children(e, 0, 6) {
+			if k.Status != store.Cancelled {
+				t.Errorf("child %d %s, want CANCELLED", i, k.Status)
+			}
+		}
+		for n := 1; n <= 6; n++ {
+			if runsOf(&runs, fmt.Sprint(n)) != 0 {
+				t.Errorf("child of %d ran after its parent's cancel", n)
+			}
+		}
+	})
+}
+
+// Registration refuses a map without its child pipeline, limits outside
+// their range, and maps nested deeper than pipeline.MaxNesting.
+func TestMapRegistrationLimits(t *testing.T) {
+	kid := pipeline.Pipeline{ID: "k0", Steps: []pipeline.Step{pipeline.NewStep("s", func(_ context.Context, _ pipeline.StepInfo, in num) (num, error) { return in, nil })}}
+	mapOf := func(id, child string, o pipeline.MapOptions) pipeline.Pipeline {
+		return pipeline.Pipeline{ID: id, Steps: []pipeline.Step{pipeline.Map("m", child, o)}}
+	}
+	for name, ps := range map[string][]pipeline.Pipeline{
+		"unknown child":  {mapOf("p", "nope", pipeline.MapOptions{})},
+		"in flight 1001": {kid, mapOf("p", "k0", pipeline.MapOptions{MaxInFlight: 1001})},
+		"percent 101":    {kid, mapOf("p", "k0", pipeline.MapOptions{ToleratedFailurePercent: 101})},
+		"depth 4":        {kid, mapOf("k1", "k0", pipeline.MapOptions{}), mapOf("k2", "k1", pipeline.MapOptions{}), mapOf("k3", "k2", pipeline.MapOptions{}), mapOf("k4", "k3", pipeline.MapOptions{})},
+		"cycle":          {mapOf("a", "b", pipeline.MapOptions{}), mapOf("b", "a", pipeline.MapOptions{})},
+	} {
+		if _, err := pipeline.NewRegistry(ps...); err == nil {
+			t.Errorf("%s: registered", name)
+		}
+	}
+	if _, err := pipeline.NewRegistry(kid, mapOf("k1", "k0", pipeline.MapOptions{}), mapOf("k2", "k1", pipeline.MapOptions{}), mapOf("k3", "k2", pipeline.MapOptions{})); err != nil {
+		t.Errorf("depth 3 refused: %v", err)
+	}
+}
+
+// serialWrites is a state store that answers one write at a time
+// (DynamoDB Local does) while slow: the creates of the children from
+// index stall on, each holding the store until its caller gives up, so
+// the fan-out's lease renewal queues behind them; the creates before
+// index land at once.
+type serialWrites struct {
+	mapsStore
+	turn  chan struct{} // held through each slow write (a channel: synctest sees a wait on it)
+	stall int
+	slow  atomic.Bool
+}
+
+// wait takes the store's turn; stall holds it until ctx ends.
+func (s *serialWrites) wait(ctx context.Context, stall bool) error {
+	if !s.slow.Load() {
+		return nil
+	}
+	select {
+	case s.turn <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-s.turn }()
+	if stall {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return nil
+}
+
+func (s *serialWrites) CreateOrGet(ctx context.Context, req store.CreateRequest) (store.Execution, bool, error) {
+	if p := req.Execution.Parent; p != nil && p.Index >= s.stall {
+		if err := s.wait(ctx, true); err != nil {
+			return store.Execution{}, false, err
+		}
+	}
+	return s.mapsStore.CreateOrGet(ctx, req)
+}
+
+// mapsStore is a state store that keeps map counts, as every provider's does.
+type mapsStore interface {
+	store.Store
+	store.MapStore
+}
+
+func (s *serialWrites) Renew(ctx context.Context, k store.Key, owner string, version int64, until time.Time) error {
+	if err := s.wait(ctx, false); err != nil {
+		return err
+	}
+	return s.mapsStore.Renew(ctx, k, owner, version, until)
+}
+
+// Found by the wiring's fan-out cost test (a map of 200 on DynamoDB Local,
+// a 1.5 s lease): on a store answering one write at a time, the parent's
+// lease renewal queued behind the fan-out's 25 creates and the lease
+// lapsed by the worker's clock. The map step returned without a word
+// (it now says lease_lost as any step does). Worse, after the sweep's
+// re-dispatch the released children ran before the re-run created their
+// pending siblings, so their releases found nothing, and the re-run left
+// those siblings PENDING until the parent's sweep look (ChildrenLook, 5
+// minutes by default; never without a sweeper). The fan-out now releases,
+// once its children all exist, each pending child whose predecessor is
+// counted ended: the map completes in one drain, each child run once.
+func TestMapFanOutSlowerThanItsLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		var runs sync.Map
+		cfg := engine.Config{Lease: 30 * time.Second, SweepGrace: 10 * time.Second, ClockSkewTolerance: 2 * time.Second, Retry: fastRetry}
+		st := &serialWrites{mapsStore: c.store.(mapsStore), stall: 3, turn: make(chan struct{}, 1)}
+		rt := c.workerOn("w", cfg, nil, st, fanPipelines(pipeline.MapOptions{MaxInFlight: 3}, &runs)...)
+		e := submitTo(t, rt, "p.fan", "k", nums(1, 2, 3, 4, 5, 6, 7, 8, 9, 10))
+		st.slow.Store(true) // children 0-2 created, 3-9 stalled, the renewal behind them
+		deliver(rt, c.queue)
+		st.slow.Store(false)
+		if got := c.get(e.ExecutionID); got.Status != store.Running {
+			t.Fatalf("after the slow fan-out the parent is %s (%+v), want RUNNING (its lease lost); logs:\n%s", got.Status, got.Error, c.logs.String())
+		}
+		lost := 0
+		for _, l := range c.logs.Lines() {
+			if strings.Contains(l, `"event":"lease_lost"`) && strings.Contains(l, `"phase":"fan_out"`) && strings.Contains(l, e.ExecutionID) {
+				lost++
+			}
+		}
+		if lost != 1 {
+			t.Fatalf("%d lease_lost events of the fan-out, want 1; logs:\n%s", lost, c.logs.String())
+		}
+		time.Sleep(cfg.Lease + cfg.ClockSkewTolerance + cfg.SweepGrace)
+		if _, err := rt.SweepOnce(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		drainChecked(t, c, rt, e, 0, 0) // not every child exists yet
+		done := c.get(e.ExecutionID)
+		if done.Status != store.Succeeded || fmt.Sprint(output(t, c, done).Outputs) != "[2 4 6 8 10 12 14 16 18 20]" {
+			var kids []string
+			for _, k := range c.children(e, 0, 10) {
+				kids = append(kids, string(k.Status))
+			}
+			t.Fatalf("after one drain the parent is %s %+v, its children %v", done.Status, done.Error, kids)
+		}
+		ranOnce(t, &runs, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
+	})
+}
