@@ -22,10 +22,7 @@ import (
 // of the same bytes must leave those bytes, Put must refuse a cancelled
 // context, and Get of a missing object must return an error matching
 // fs.ErrNotExist (errors.Is).
-type ObjectStore interface {
-	pipeline.ObjectStore
-	Get(ctx context.Context, uri string) ([]byte, error)
-}
+type ObjectStore = pipeline.ObjectStore
 
 // runObjects runs the object store suite on stores from f.
 func runObjects(t *testing.T, f func(*testing.T) (ObjectStore, string)) {

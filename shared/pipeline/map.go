@@ -113,8 +113,11 @@ type MapResult struct {
 	// Failed counts children that ended FAILED or DLQ.
 	Failed int `json:"failed"`
 	// Cancelled counts children that ended CANCELLED.
-	Cancelled int          `json:"cancelled"`
-	Elements  []MapElement `json:"elements"`
+	Cancelled int `json:"cancelled"`
+	// Rejected counts children ended as rejected items (RejectedError):
+	// tolerated, and not in Failed.
+	Rejected int          `json:"rejected"`
+	Elements []MapElement `json:"elements"`
 }
 
 // MapElement is one child's outcome.
@@ -127,6 +130,9 @@ type MapElement struct {
 	// ErrorCode and ErrorMessage are the child's last failure.
 	ErrorCode    string `json:"errorCode,omitempty"`
 	ErrorMessage string `json:"errorMessage,omitempty"`
+	// Rejected marks a child ended as a rejected item (status FAILED,
+	// error code CodeItemRejected).
+	Rejected bool `json:"rejected,omitempty"`
 	// Output references the child's result (a succeeded child's); read
 	// it with MapResult.Output.
 	Output *payload.Ref `json:"output,omitempty"`
@@ -213,4 +219,43 @@ func (r *Registry) validateMaps() error {
 		}
 	}
 	return nil
+}
+
+// CodeItemRejected is the error code of an execution ended by a
+// RejectedError (its terminal reason is "rejected").
+const CodeItemRejected = "item_rejected"
+
+// RejectedError ends an execution as a rejected item rather than a
+// failure: the runtime commits it FAILED with code CodeItemRejected and
+// terminal reason "rejected", and publishes no dead-letter envelope (the
+// item went to the Item Reject Sink: reject.Reject publishes it and
+// returns this error). A map child that ends so counts as rejected:
+// tolerated whatever MapOptions say, and apart from the failures in
+// MapResult.
+type RejectedError struct {
+	// Err is the cause; its message is stored.
+	Err error
+}
+
+// Error implements error.
+func (e *RejectedError) Error() string { return CodeItemRejected + ": " + e.Err.Error() }
+
+// Unwrap returns the cause.
+func (e *RejectedError) Unwrap() error { return e.Err }
+
+// Rejected returns a RejectedError: the step's execution ends as a
+// rejected item. Most steps use reject.Reject, which also publishes the
+// item to the Item Reject Sink.
+func Rejected(cause error) error {
+	if cause == nil {
+		cause = errors.New("item rejected")
+	}
+	return &RejectedError{Err: cause}
+}
+
+// AsRejected reports whether err is (or wraps) a RejectedError.
+func AsRejected(err error) (*RejectedError, bool) {
+	var r *RejectedError
+	ok := errors.As(err, &r)
+	return r, ok
 }

@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"strings"
 	"testing"
 
@@ -17,6 +18,8 @@ func (p *puts) Put(_ context.Context, uri string, _ []byte, _ string) error {
 	*p = append(*p, uri)
 	return nil
 }
+
+func (p *puts) Get(context.Context, string) ([]byte, error) { return nil, fs.ErrNotExist }
 
 // TestOutputBucketPlaceholder: {outputBucket} is expanded from
 // StepInfo.OutputBucket (config key output.bucket) with the other

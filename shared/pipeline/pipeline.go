@@ -85,10 +85,16 @@ type RejectSink interface {
 	RejectStream(ctx context.Context, info StepInfo, itemCount int, cause error) error
 }
 
-// ObjectStore writes objects addressed by URI (file:///path, s3://bucket/key).
-// Put of the same URI with the same bytes is idempotent.
+// ObjectStore writes and reads objects addressed by URI (file:///path,
+// s3://bucket/key): the runtime's Terminal Object Publish, and a step
+// reading the object its input names (StepInfo.Objects).
 type ObjectStore interface {
+	// Put writes the object; the same URI with the same bytes is
+	// idempotent.
 	Put(ctx context.Context, uri string, data []byte, contentType string) error
+	// Get reads the object; a missing one is an error matching
+	// fs.ErrNotExist (errors.Is).
+	Get(ctx context.Context, uri string) ([]byte, error)
 }
 
 // StepFunc is the untyped form every step is reduced to.
@@ -528,6 +534,9 @@ const (
 
 // Classify returns the code, message and retry decision for a step error.
 func Classify(err error) (code, message string, retryable bool) {
+	if re, ok := AsRejected(err); ok {
+		return CodeItemRejected, re.Err.Error(), false
+	}
 	var pe *Error
 	if errors.As(err, &pe) {
 		msg := pe.Code

@@ -9,6 +9,7 @@ package pipelinetest
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"sync"
 
 	"github.com/qasync/qasync/shared/clock"
@@ -41,11 +42,16 @@ func (o *Objects) Put(_ context.Context, uri string, data []byte, _ string) erro
 	return nil
 }
 
-// Get returns the object at uri (nil when there is none).
-func (o *Objects) Get(uri string) []byte {
+// Get implements pipeline.ObjectStore: the object at uri, or an error
+// matching fs.ErrNotExist.
+func (o *Objects) Get(_ context.Context, uri string) ([]byte, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return o.objs[uri]
+	b, ok := o.objs[uri]
+	if !ok {
+		return nil, fmt.Errorf("pipelinetest: object %s: %w", uri, fs.ErrNotExist)
+	}
+	return append([]byte(nil), b...), nil
 }
 
 // Options describe the execution RunSteps and Info pretend to run.

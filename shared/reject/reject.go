@@ -314,3 +314,21 @@ func (m *Memory) Envelopes() []Envelope {
 	defer m.mu.Unlock()
 	return slices.Clone(m.envs)
 }
+
+// Reject publishes item to the Item Reject Sink, as RejectItem, and
+// returns the error that ends the step's execution as a rejected item
+// (pipeline.RejectedError): FAILED with code item_rejected and reason
+// rejected, no dead letter. It is how one item of a per-item flow (a map's
+// child) leaves the flow: its parent counts it as rejected, tolerated.
+// When the publish fails under FAIL_PIPELINE, that retryable error is
+// returned instead: the step is retried and rejects the item again.
+//
+//	if p.Amount <= 0 {
+//		return Out{}, reject.Reject(ctx, info, p, errors.New("amount must be positive"))
+//	}
+func Reject(ctx context.Context, info pipeline.StepInfo, item any, cause error) error {
+	if err := RejectItem(ctx, info, item, cause); err != nil {
+		return err
+	}
+	return pipeline.Rejected(cause)
+}

@@ -78,6 +78,9 @@ const (
 	ReasonRetryExhausted = "retry_exhausted"
 	// ReasonNonRetryable: the step returned a non-retryable error.
 	ReasonNonRetryable = "non_retryable"
+	// ReasonRejected: the step ended the execution as a rejected item
+	// (pipeline.RejectedError); no dead-letter envelope is published.
+	ReasonRejected = "rejected"
 )
 
 // Error codes the runtime itself assigns, stored on executions and in

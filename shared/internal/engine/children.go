@@ -463,12 +463,16 @@ func (t *transition) collect(ctx context.Context, ms store.MapStore, step pipeli
 			}
 		}
 	}
-	for _, el := range res.Elements {
-		switch el.Status {
-		case string(store.Succeeded):
+	for i := range res.Elements {
+		el := &res.Elements[i]
+		switch {
+		case el.Status == string(store.Succeeded):
 			res.Succeeded++
-		case string(store.Cancelled):
+		case el.Status == string(store.Cancelled):
 			res.Cancelled++
+		case el.Status == string(store.Failed) && el.ErrorCode == pipeline.CodeItemRejected:
+			el.Rejected = true
+			res.Rejected++
 		default:
 			res.Failed++
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/qasync/qasync/shared/internal/engine"
 	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/pipeline"
+	"github.com/qasync/qasync/shared/reject"
 	"github.com/qasync/qasync/shared/store"
 )
 
@@ -566,5 +567,66 @@ func TestMapFanOutSlowerThanItsLease(t *testing.T) {
 			t.Fatalf("after one drain the parent is %s %+v, its children %v", done.Status, done.Error, kids)
 		}
 		ranOnce(t, &runs, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
+	})
+}
+
+// A per-item flow: the map is the pipeline's last step (no join) and each
+// child ends either with its own result or as a rejected item (a zero):
+// rejected children go to the Item Reject Sink, end FAILED with reason
+// rejected and no dead letter, and count as rejected, not failed, so a
+// map that tolerates no failure still succeeds; its MapResult (the
+// parent's result, what an Output would publish) says which were
+// rejected.
+func TestMapRejectedItemsAreTolerated(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		sink := reject.NewMemory()
+		kid := pipeline.NewStep("check", func(ctx context.Context, info pipeline.StepInfo, in num) (num, error) {
+			if in.N == 0 {
+				info.Rejects = &reject.Sink{Publisher: sink}
+				return num{}, reject.Reject(ctx, info, in, errors.New("zero is not a payment"))
+			}
+			return in, nil
+		})
+		rt := c.worker("w", engine.Config{}, nil,
+			pipeline.Pipeline{ID: "p.item", Steps: []pipeline.Step{kid}},
+			pipeline.Pipeline{ID: "p.items", Steps: []pipeline.Step{pipeline.Map("items", "p.item", pipeline.MapOptions{MaxInFlight: 2})}})
+		e := submitTo(t, rt, "p.items", "k", nums(1, 0, 2, 0))
+		drainChecked(t, c, rt, e, 0, 0)
+		done := c.get(e.ExecutionID)
+		if done.Status != store.Succeeded {
+			for i, k := range c.children(done, 0, 4) {
+				t.Logf("child %d: %s %+v", i, k.Status, k.Error)
+			}
+			t.Fatalf("parent %s %+v, want SUCCEEDED (rejects are tolerated)", done.Status, done.Error)
+		}
+		var res pipeline.MapResult
+		p, err := payload.Read(context.Background(), c.payloads, done.Result)
+		if err != nil || p.DecodeJSON(&res) != nil {
+			t.Fatalf("result: %v", err)
+		}
+		if res.Total != 4 || res.Succeeded != 2 || res.Rejected != 2 || res.Failed != 0 {
+			t.Fatalf("result counts %+v", res)
+		}
+		for i, el := range res.Elements {
+			if el.Rejected != (i%2 == 1) {
+				t.Fatalf("element %d rejected=%v", i, el.Rejected)
+			}
+		}
+		for i, k := range c.children(done, 0, 4) {
+			if i%2 == 0 {
+				continue
+			}
+			if k.Status != store.Failed || k.DLQPending || k.Error == nil || k.Error.Code != pipeline.CodeItemRejected ||
+				k.Error.TerminalReason != store.ReasonRejected || !k.SweepAt.IsZero() {
+				t.Fatalf("rejected child %d: %s dlqPending=%v %+v sweepAt=%v", i, k.Status, k.DLQPending, k.Error, k.SweepAt)
+			}
+		}
+		if n := len(c.dlq.published()); n != 0 {
+			t.Fatalf("%d dead letters, want none (rejects go to the reject sink)", n)
+		}
+		if envs := sink.Envelopes(); len(envs) != 2 || envs[0].ErrorCode != "item_rejected" {
+			t.Fatalf("reject sink got %+v, want the 2 zeros", envs)
+		}
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"strings"
 	"sync"
@@ -518,6 +519,15 @@ func (o *objects) Put(_ context.Context, uri string, data []byte, _ string) erro
 	}
 	o.puts[uri] = data
 	return nil
+}
+
+func (o *objects) Get(_ context.Context, uri string) ([]byte, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if b, ok := o.puts[uri]; ok {
+		return b, nil
+	}
+	return nil, fs.ErrNotExist
 }
 
 // (8) An await step as the last step published no terminal object

@@ -21,6 +21,10 @@ const (
 	// EventDeadLettered: the execution's dead letter was published and it
 	// is DLQ (terminal).
 	EventDeadLettered EventKind = "execution_dead_lettered"
+	// EventRejected: a step ended the execution as a rejected item
+	// (pipeline.RejectedError; FAILED with reason rejected, no dead
+	// letter; terminal).
+	EventRejected EventKind = "execution_rejected"
 	// EventOutcomeUnknown: the execution was parked as REMOTE_OUTCOME_UNKNOWN.
 	EventOutcomeUnknown EventKind = "execution_outcome_unknown"
 	// EventCancelled: an operator's cancel ended the execution CANCELLED
@@ -50,7 +54,7 @@ type Event struct {
 
 // Terminal reports whether the event ends an execution.
 func (e Event) Terminal() bool {
-	return e.Kind == EventSucceeded || e.Kind == EventDeadLettered || e.Kind == EventOutcomeUnknown || e.Kind == EventCancelled
+	return e.Kind == EventSucceeded || e.Kind == EventDeadLettered || e.Kind == EventRejected || e.Kind == EventOutcomeUnknown || e.Kind == EventCancelled
 }
 
 // Observer hears runtime events: metrics and lifecycle notifications plug

@@ -605,6 +605,9 @@ func (t *transition) fail(ctx context.Context, stepErr error, policy pipeline.Re
 		r.handOver(ctx, got, delay)
 		return nil
 	}
+	if _, ok := pipeline.AsRejected(stepErr); ok {
+		return t.rejected(ctx, next)
+	}
 	next.Error.TerminalReason = store.ReasonNonRetryable
 	if retryable {
 		next.Error.TerminalReason = store.ReasonRetryExhausted
@@ -618,6 +621,25 @@ func (t *transition) fail(ctx context.Context, stepErr error, policy pipeline.Re
 		return err
 	}
 	r.deadLetter(ctx, *got)
+	return nil
+}
+
+// rejected ends the execution as a rejected item: FAILED with reason
+// rejected, out of the sweep index, no dead letter (the step published
+// the item to the Item Reject Sink before returning).
+func (t *transition) rejected(ctx context.Context, next store.Execution) error {
+	r := t.r
+	now := r.deps.Clock.Now()
+	next.Error.Code, next.Error.TerminalReason = pipeline.CodeItemRejected, store.ReasonRejected
+	next.Status, next.DLQPending, next.NextDueAt, next.ExpiresAt = store.Failed, false, time.Time{}, now.Add(r.cfg.ExecutionTTL)
+	next.SweepAt, next.Sweeps = time.Time{}, 0
+	got, err := t.commit(ctx, next, false, slog.String("error_code", pipeline.CodeItemRejected))
+	if err != nil || got == nil {
+		return err
+	}
+	r.execLogger(got).LogAttrs(ctx, slog.LevelInfo, "execution_rejected", slog.String("event", "execution_rejected"),
+		slog.String("error", got.Error.Message))
+	r.notify(ctx, EventRejected, *got, SweepResult{})
 	return nil
 }
 

@@ -47,6 +47,9 @@ const (
 	// DetailTypeDeadLettered: the execution failed and its dead letter was
 	// published (engine.EventDeadLettered; status DLQ).
 	DetailTypeDeadLettered = "Execution Dead-Lettered"
+	// DetailTypeRejected: a step ended the execution as a rejected item
+	// (engine.EventRejected; status FAILED, terminal reason rejected).
+	DetailTypeRejected = "Execution Rejected"
 	// DetailTypeOutcomeUnknown: the execution was parked because a remote
 	// attempt's outcome is unknown (engine.EventOutcomeUnknown; status
 	// REMOTE_OUTCOME_UNKNOWN); an operator must re-drive it.
@@ -103,7 +106,7 @@ type Detail struct {
 type ErrorDetail struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
-	// TerminalReason is retry_exhausted or non_retryable when the failure
+	// TerminalReason is retry_exhausted, non_retryable or rejected when the failure
 	// ended the execution; absent otherwise.
 	TerminalReason string `json:"terminalReason,omitempty"`
 }
@@ -116,6 +119,8 @@ func DetailType(kind engine.EventKind) (detailType string, ok bool) {
 		return DetailTypeSucceeded, true
 	case engine.EventDeadLettered:
 		return DetailTypeDeadLettered, true
+	case engine.EventRejected:
+		return DetailTypeRejected, true
 	case engine.EventOutcomeUnknown:
 		return DetailTypeOutcomeUnknown, true
 	case engine.EventCancelled:

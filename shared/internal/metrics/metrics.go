@@ -26,6 +26,7 @@ const (
 	Retries                   = "Retries"
 	DeadLetters               = "DeadLetters"
 	Succeeded                 = "Succeeded"
+	Rejected                  = "Rejected"
 	OutcomeUnknown            = "OutcomeUnknown"
 	Cancelled                 = "Cancelled"
 	LeaseTakeovers            = "LeaseTakeovers"
@@ -70,6 +71,8 @@ func (m *EMF) Observe(_ context.Context, ev engine.Event) {
 		m.Emit(at, pipeline, Datum{Succeeded, 1, "Count"}, latency(ev))
 	case engine.EventDeadLettered:
 		m.Emit(at, pipeline, Datum{DeadLetters, 1, "Count"}, latency(ev))
+	case engine.EventRejected:
+		m.Emit(at, pipeline, Datum{Rejected, 1, "Count"}, latency(ev))
 	case engine.EventOutcomeUnknown:
 		m.Emit(at, pipeline, Datum{OutcomeUnknown, 1, "Count"}, latency(ev))
 	case engine.EventCancelled:

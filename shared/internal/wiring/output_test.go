@@ -3,6 +3,7 @@ package wiring_test
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"log/slog"
 	"net/url"
 	"os"
@@ -230,6 +231,8 @@ type objectStoreFunc func(ctx context.Context, uri string, data []byte, ct strin
 func (f objectStoreFunc) Put(ctx context.Context, uri string, data []byte, ct string) error {
 	return f(ctx, uri, data, ct)
 }
+
+func (f objectStoreFunc) Get(context.Context, string) ([]byte, error) { return nil, fs.ErrNotExist }
 
 // currentStatus reads the status of the execution whose id ends uri.
 func currentStatus(set *wiring.Process, uri string) store.Status {
