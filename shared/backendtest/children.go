@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/store"
 )
 
@@ -23,6 +24,7 @@ var childCases = []struct {
 	{"ChildRowPendingOutsideTheSweep", testChildPending},
 	{"ChildCreateOrGet", testChildCreateOrGet},
 	{"ParentChildrenAttribute", testParentChildren},
+	{"ChildOfALaterRound", testChildOfALaterRound},
 }
 
 // mapCases are the count cases, run by runState on stores that keep them.
@@ -40,7 +42,7 @@ var mapCases = []struct {
 func (e *stateEnv) child(i int) store.Execution {
 	r := e.row(fmt.Sprintf("p-1-%d.c%d", i, i))
 	r.Status, r.NextDueAt, r.SweepAt = store.Pending, time.Time{}, time.Time{}
-	r.Parent = &store.ParentRef{ExecutionID: "p.1", CreateToken: "1", StepIndex: 2, Index: i, Total: 250, MaxInFlight: 3}
+	r.Parent = &store.ParentRef{ExecutionID: "p.1", CreateToken: "1", StepIndex: 2, Index: i, Element: i, Total: 250, MaxInFlight: 3}
 	return r
 }
 
@@ -159,6 +161,37 @@ func testParentChildren(e *stateEnv) {
 	}
 }
 
+// A child of a later round (a re-drive of a map's failed children) keeps
+// its round and its element beside its index in the round; a parent's map
+// keeps its round, its retry mark, the earlier outcomes' reference and
+// the kept counts.
+func testChildOfALaterRound(e *stateEnv) {
+	c := e.child(1)
+	c.Parent.Round, c.Parent.Element, c.Parent.Total = 2, 40, 7
+	got, created, err := e.s.CreateOrGet(e.ctx, store.CreateRequest{Execution: c})
+	if err != nil || !created || got.Parent == nil || *got.Parent != *c.Parent {
+		e.t.Fatalf("create = %+v, %v, %v; want %+v", got.Parent, created, err, c.Parent)
+	}
+	if read, err := e.s.Get(e.ctx, c.Key()); err != nil || read.Parent == nil || *read.Parent != *c.Parent {
+		e.t.Fatalf("Get = %+v, %v; want %+v", read.Parent, err, c.Parent)
+	}
+	x := e.create("par-round")
+	held := e.mustClaim(x, "w1")
+	next := held
+	next.Status, next.LeaseOwner, next.LeaseExpiresAt = store.WaitingChildren, "", time.Time{}
+	prior := payload.Ref{Encoding: payload.EncodingJSON, ContentType: payload.ContentTypeJSON, Length: 1 << 20,
+		SHA256: payload.Digest([]byte("x")), ManifestID: "m-prior"}
+	next.Children = &store.Children{StepIndex: 1, Total: 12, MaxInFlight: 5, Round: 3, Retry: true, Prior: &prior,
+		KeptSucceeded: 80, KeptOther: 8}
+	parked, err := e.s.Update(e.ctx, store.Guard{Key: x.Key(), Version: held.Version, LeaseOwner: "w1"}, next)
+	if err != nil || !reflect.DeepEqual(parked.Children, next.Children) {
+		e.t.Fatalf("park = %+v, %v; want %+v", parked.Children, err, next.Children)
+	}
+	if read, err := e.s.Get(e.ctx, x.Key()); err != nil || !reflect.DeepEqual(read.Children, next.Children) {
+		e.t.Fatalf("Get = %+v, %v; want %+v", read.Children, err, next.Children)
+	}
+}
+
 func (e *stateEnv) mapKey(step int) store.MapKey {
 	return store.MapKey{TenantID: e.tenant, ParentID: "par.1", StepIndex: step}
 }
@@ -239,15 +272,16 @@ func testMapGroupCompletedOnce(e *stateEnv, ms store.MapStore) {
 func testMapCountsScoped(e *stateEnv, ms store.MapStore) {
 	exp := e.clock.Now().Add(24 * time.Hour)
 	a, b := e.mapKey(1), e.mapKey(2)
-	other := a
+	other, later := a, a
 	other.TenantID = e.tenant + "-other"
+	later.Round = 1
 	if _, err := ms.CountChild(e.ctx, a, 1, false, exp); err != nil {
 		e.t.Fatal(err)
 	}
 	if _, err := ms.FinishGroup(e.ctx, a, 0, exp); err != nil {
 		e.t.Fatal(err)
 	}
-	for _, k := range []store.MapKey{b, other} {
+	for _, k := range []store.MapKey{b, other, later} {
 		if c, err := ms.MapCounts(e.ctx, k, 100); err != nil || len(c.Ended)+len(c.Finished) != 0 {
 			e.t.Fatalf("map %+v sees another map's counts: %+v, %v", k, c, err)
 		}

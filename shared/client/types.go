@@ -104,16 +104,25 @@ type ParentLink struct {
 	StepIndex int `json:"stepIndex"`
 	// Index is the child's element index in the map's input.
 	Index int `json:"index"`
+	// Round is the map's round the child ran in: 0, or n for the n-th
+	// re-drive of the map's failed children.
+	Round int `json:"round,omitempty"`
 }
 
-// ChildCounts are a map's counts: Succeeded + Failed children have ended,
-// Running are released and not ended, Pending wait for a slot.
+// ChildCounts are a map's counts: Succeeded + Failed children have ended
+// (Failed includes rejected items), Running are released and not ended,
+// Pending wait for a slot. After a re-drive of the map's failed children
+// (Round > 0) the counts are over every element: those not run again
+// count as they ended.
 type ChildCounts struct {
 	Total     int `json:"total"`
 	Succeeded int `json:"succeeded"`
 	Failed    int `json:"failed"`
 	Running   int `json:"running"`
 	Pending   int `json:"pending"`
+	// Round is the map's round: 0, or the number of re-drives of its
+	// failed children.
+	Round int `json:"round,omitempty"`
 }
 
 // ExecutionError is the failure of a status document.

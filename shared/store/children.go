@@ -7,6 +7,8 @@ package store
 import (
 	"context"
 	"time"
+
+	"github.com/qasync/qasync/shared/payload"
 )
 
 // GroupSize is how many children share one group row of a map's counts:
@@ -24,18 +26,25 @@ type ParentRef struct {
 	CreateToken string
 	// StepIndex is the index of the parent's map step.
 	StepIndex int
-	// Index is the child's element index in the map's input (from 0).
+	// Round is the map's round the child belongs to: 0 for the fan-out,
+	// n for the n-th re-drive of the map's failed children.
+	Round int
+	// Index is the child's index in its round (from 0); in round 0 it is
+	// the element's index in the map's input.
 	Index int
-	// Total is the number of children of the map.
+	// Element is the element's index in the map's input (Index in round
+	// 0; the stores keep it only for later rounds).
+	Element int
+	// Total is the number of children of the round.
 	Total int
 	// MaxInFlight is the map's in-flight limit: the end of child i
 	// releases child i+MaxInFlight.
 	MaxInFlight int
 }
 
-// Map returns the key of the map the child belongs to.
+// Map returns the key of the map round the child belongs to.
 func (p *ParentRef) Map(tenantID string) MapKey {
-	return MapKey{TenantID: tenantID, ParentID: p.ExecutionID, StepIndex: p.StepIndex}
+	return MapKey{TenantID: tenantID, ParentID: p.ExecutionID, StepIndex: p.StepIndex, Round: p.Round}
 }
 
 // Children is the map a parent waits for.
@@ -49,6 +58,21 @@ type Children struct {
 	// Done marks a map whose every group has finished: the parent is
 	// queued at its map step again, whose next run collects the outcomes.
 	Done bool
+	// Round is the map's round: 0 for the fan-out, n for the n-th
+	// re-drive of its failed children (Total is then the round's size).
+	Round int
+	// Retry marks a map whose round ended beyond its tolerance (the
+	// parent failed with children_failed): a re-drive of the parent runs
+	// the failed elements again as round Round+1.
+	Retry bool
+	// Prior is the MapResult of every element as the rounds before this
+	// one left them (nil in round 0): what a later round's outcomes
+	// replace. A payload of the parent's, kept as its input is.
+	Prior *payload.Ref
+	// Kept counts the elements a later round does not run again, for the
+	// status counts: those that succeeded, and those that ended otherwise
+	// (rejected, cancelled).
+	KeptSucceeded, KeptOther int
 }
 
 // Groups returns the number of group rows of a map of total children.
@@ -64,6 +88,9 @@ type MapKey struct {
 	ParentID string
 	// StepIndex is the parent's map step.
 	StepIndex int
+	// Round is the map's round (see Children.Round): each round counts in
+	// rows of its own.
+	Round int
 }
 
 // MapCounts is what a map's count rows hold.

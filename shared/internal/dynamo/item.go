@@ -222,15 +222,25 @@ const (
 	mapIndex     = "i"
 	mapTotal     = "n"
 	mapInFlight  = "m"
+	mapRound     = "r"
+	mapElement   = "el"
+	mapRetry     = "rt"
+	mapPrior     = "pr"
+	mapKeptOK    = "ks"
+	mapKeptOther = "ko"
 	mapDone      = "d"
 )
 
 // parentAttr encodes a child's parent reference as a map attribute.
 func parentAttr(p *store.ParentRef) types.AttributeValue {
-	return &types.AttributeValueMemberM{Value: map[string]types.AttributeValue{
+	m := map[string]types.AttributeValue{
 		mapExecution: str(p.ExecutionID), mapToken: str(p.CreateToken), mapStep: num(p.StepIndex),
 		mapIndex: num(p.Index), mapTotal: num(p.Total), mapInFlight: num(p.MaxInFlight),
-	}}
+	}
+	if p.Round > 0 {
+		m[mapRound], m[mapElement] = num(p.Round), num(p.Element)
+	}
+	return &types.AttributeValueMemberM{Value: m}
 }
 
 // childrenAttr encodes a parent's map as a map attribute.
@@ -241,6 +251,21 @@ func childrenAttr(c *store.Children) types.AttributeValue {
 	m := map[string]types.AttributeValue{mapStep: num(c.StepIndex), mapTotal: num(c.Total), mapInFlight: num(c.MaxInFlight)}
 	if c.Done {
 		m[mapDone] = boolean(true)
+	}
+	if c.Round > 0 {
+		m[mapRound] = num(c.Round)
+	}
+	if c.Retry {
+		m[mapRetry] = boolean(true)
+	}
+	if c.Prior != nil {
+		m[mapPrior] = ref(*c.Prior)
+	}
+	if c.KeptSucceeded > 0 {
+		m[mapKeptOK] = num(c.KeptSucceeded)
+	}
+	if c.KeptOther > 0 {
+		m[mapKeptOther] = num(c.KeptOther)
 	}
 	return &types.AttributeValueMemberM{Value: m}
 }
@@ -271,7 +296,11 @@ func (r *reader) parent(name string) *store.ParentRef {
 		return nil
 	}
 	p := &store.ParentRef{ExecutionID: sub.str(mapExecution), CreateToken: sub.str(mapToken), StepIndex: sub.int(mapStep),
-		Index: sub.int(mapIndex), Total: sub.int(mapTotal), MaxInFlight: sub.int(mapInFlight)}
+		Index: sub.int(mapIndex), Total: sub.int(mapTotal), MaxInFlight: sub.int(mapInFlight), Round: sub.int(mapRound)}
+	p.Element = p.Index
+	if p.Round > 0 {
+		p.Element = sub.int(mapElement)
+	}
 	r.done(name, sub)
 	return p
 }
@@ -282,7 +311,12 @@ func (r *reader) children(name string) *store.Children {
 	if sub == nil {
 		return nil
 	}
-	c := &store.Children{StepIndex: sub.int(mapStep), Total: sub.int(mapTotal), MaxInFlight: sub.int(mapInFlight), Done: sub.bool(mapDone)}
+	c := &store.Children{StepIndex: sub.int(mapStep), Total: sub.int(mapTotal), MaxInFlight: sub.int(mapInFlight), Done: sub.bool(mapDone),
+		Round: sub.int(mapRound), Retry: sub.bool(mapRetry), KeptSucceeded: sub.int(mapKeptOK), KeptOther: sub.int(mapKeptOther)}
+	if _, ok := sub.item[mapPrior]; ok {
+		pr := sub.ref(mapPrior)
+		c.Prior = &pr
+	}
 	r.done(name, sub)
 	return c
 }

@@ -21,10 +21,15 @@ import (
 var _ store.MapStore = (*StateStore)(nil)
 
 // mapPK is the partition key of a map's count item: a group's
-// ("...#<group>") or the finished set's ("...#f"). A tenant never holds
+// ("...#<group>") or the finished set's ("...#f"); a round after the
+// fan-out has its own ("...#<step>r<round>#..."). A tenant never holds
 // '#', so no execution row has it.
 func mapPK(m store.MapKey, item string) string {
-	return "#map#" + m.TenantID + "#" + m.ParentID + "#" + strconv.Itoa(m.StepIndex) + "#" + item
+	step := strconv.Itoa(m.StepIndex)
+	if m.Round > 0 {
+		step += "r" + strconv.Itoa(m.Round)
+	}
+	return "#map#" + m.TenantID + "#" + m.ParentID + "#" + step + "#" + item
 }
 
 func mapItemKey(m store.MapKey, item string) map[string]types.AttributeValue {

@@ -179,14 +179,21 @@ type parentRec struct {
 	I  int    `json:"i"`
 	N  int    `json:"n"`
 	M  int    `json:"m"`
+	R  int    `json:"r,omitempty"`  // the round (0: the fan-out)
+	EL int    `json:"el,omitempty"` // the element, kept for rounds after 0
 }
 
 // childrenRec is a parent's store.Children.
 type childrenRec struct {
-	SI int  `json:"si"`
-	N  int  `json:"n"`
-	M  int  `json:"m"`
-	D  bool `json:"d,omitempty"`
+	SI int          `json:"si"`
+	N  int          `json:"n"`
+	M  int          `json:"m"`
+	D  bool         `json:"d,omitempty"`
+	R  int          `json:"r,omitempty"`
+	RT bool         `json:"rt,omitempty"`
+	PR *payload.Ref `json:"pr,omitempty"`
+	KS int          `json:"ks,omitempty"`
+	KO int          `json:"ko,omitempty"`
 }
 
 type awaitRec struct {
@@ -229,10 +236,14 @@ func encodeRow(e *store.Execution) ([]byte, error) {
 		r.Aw = &awaitRec{ID: a.ID, SI: a.StepIndex, S: a.Status, TO: ms(a.TimeoutAt), CA: ms(a.CompletedAt), D: a.Digest, L: a.Late, LP: refPtr(a.LatePayload)}
 	}
 	if p := e.Parent; p != nil {
-		r.Pa = &parentRec{E: p.ExecutionID, CT: p.CreateToken, SI: p.StepIndex, I: p.Index, N: p.Total, M: p.MaxInFlight}
+		r.Pa = &parentRec{E: p.ExecutionID, CT: p.CreateToken, SI: p.StepIndex, I: p.Index, N: p.Total, M: p.MaxInFlight, R: p.Round}
+		if p.Round > 0 {
+			r.Pa.EL = p.Element
+		}
 	}
 	if c := e.Children; c != nil {
-		r.Ch = &childrenRec{SI: c.StepIndex, N: c.Total, M: c.MaxInFlight, D: c.Done}
+		r.Ch = &childrenRec{SI: c.StepIndex, N: c.Total, M: c.MaxInFlight, D: c.Done, R: c.Round, RT: c.Retry, PR: c.Prior,
+			KS: c.KeptSucceeded, KO: c.KeptOther}
 	}
 	return sealJSON(&r)
 }
@@ -257,10 +268,15 @@ func decodeRow(body []byte) (store.Execution, error) {
 			Digest: a.D, Late: a.L, LatePayload: refVal(a.LP)}
 	}
 	if p := r.Pa; p != nil {
-		e.Parent = &store.ParentRef{ExecutionID: p.E, CreateToken: p.CT, StepIndex: p.SI, Index: p.I, Total: p.N, MaxInFlight: p.M}
+		e.Parent = &store.ParentRef{ExecutionID: p.E, CreateToken: p.CT, StepIndex: p.SI, Index: p.I, Total: p.N, MaxInFlight: p.M,
+			Round: p.R, Element: p.I}
+		if p.R > 0 {
+			e.Parent.Element = p.EL
+		}
 	}
 	if c := r.Ch; c != nil {
-		e.Children = &store.Children{StepIndex: c.SI, Total: c.N, MaxInFlight: c.M, Done: c.D}
+		e.Children = &store.Children{StepIndex: c.SI, Total: c.N, MaxInFlight: c.M, Done: c.D, Round: c.R, Retry: c.RT, Prior: c.PR,
+			KeptSucceeded: c.KS, KeptOther: c.KO}
 	}
 	return e, nil
 }

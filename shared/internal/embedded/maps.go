@@ -30,11 +30,16 @@ type mapRec struct {
 const finishedSlot = -1
 
 // mapRecKey is the key of record n of map m: the tenant, the parent id
-// and the step, each length-prefixed, then n.
+// and the step, each length-prefixed, then n, then the round when it is
+// not 0 (so a later round's records are others).
 func mapRecKey(m store.MapKey, n int) []byte {
 	k := appendStr(appendStr(nil, m.TenantID), m.ParentID)
 	k = append(k, be64(int64(m.StepIndex))...)
-	return append(k, be64(int64(n))...)
+	k = append(k, be64(int64(n))...)
+	if m.Round > 0 {
+		k = append(k, be64(int64(m.Round))...)
+	}
+	return k
 }
 
 // readMapRec reads record k (an expired one as empty).

@@ -49,10 +49,45 @@ const parentCancelPrefix = "parent cancelled: "
 // parent's), so the sweeper would never find a lost child. It returns the
 // id and the incarnation, the child's create token.
 func ChildID(parentID, parentToken string, step, index int) (id, token string) {
-	h := sha256.Sum256(fmt.Appendf(nil, "qasync-child;%d:%s;%d:%s;%d;%d", len(parentID), parentID, len(parentToken), parentToken, step, index))
+	return RoundChildID(parentID, parentToken, step, 0, index)
+}
+
+// RoundChildID is the execution id of child index of round round of the
+// map (ChildID is round 0's): a later round's ids are
+// "<parent slot>-<parent incarnation>-<step>r<round>-<index>.<incarnation>",
+// so a re-drive of the map's failed children creates new executions, each
+// with its own row, history and retention, never another incarnation's.
+func RoundChildID(parentID, parentToken string, step, round, index int) (id, token string) {
+	seed := fmt.Appendf(nil, "qasync-child;%d:%s;%d:%s;%d;%d", len(parentID), parentID, len(parentToken), parentToken, step, index)
+	stepPart := strconv.Itoa(step)
+	if round > 0 {
+		seed = fmt.Appendf(seed, ";r%d", round)
+		stepPart += "r" + strconv.Itoa(round)
+	}
+	h := sha256.Sum256(seed)
 	token = hex.EncodeToString(h[:8])
-	slot := strings.ReplaceAll(parentID, store.IncarnationSep, "-") + "-" + strconv.Itoa(step) + "-" + strconv.Itoa(index)
+	slot := strings.ReplaceAll(parentID, store.IncarnationSep, "-") + "-" + stepPart + "-" + strconv.Itoa(index)
 	return slot + store.IncarnationSep + token, token
+}
+
+// roundKey returns the key of the map round the parent e waits for.
+func roundKey(e *store.Execution) store.MapKey {
+	c := e.Children
+	return store.MapKey{TenantID: e.TenantID, ParentID: e.ExecutionID, StepIndex: c.StepIndex, Round: c.Round}
+}
+
+// roundRef is the parent reference the children of e's map round carry
+// (without their own index).
+func roundRef(e *store.Execution) *store.ParentRef {
+	c := e.Children
+	return &store.ParentRef{ExecutionID: e.ExecutionID, CreateToken: e.CreateToken, StepIndex: c.StepIndex, Round: c.Round,
+		Total: c.Total, MaxInFlight: c.MaxInFlight}
+}
+
+// childOf is the id of child index of the round p names.
+func childOf(p *store.ParentRef, index int) string {
+	id, _ := RoundChildID(p.ExecutionID, p.CreateToken, p.StepIndex, p.Round, index)
+	return id
 }
 
 func (r *Runtime) maps() (store.MapStore, bool) {
@@ -68,7 +103,8 @@ func (t *transition) mapStep(ctx context.Context, step pipeline.Step, in payload
 	if !ok {
 		return t.fail(ctx, pipeline.NonRetryable("map_not_supported", errors.New("the state store keeps no map counts (store.MapStore)")), policy)
 	}
-	if c := row.Children; c != nil && c.StepIndex == row.StepIndex {
+	c := row.Children
+	if c != nil && c.StepIndex == row.StepIndex && !c.Retry {
 		return t.collect(ctx, ms, step, policy)
 	}
 	var elems []json.RawMessage
@@ -89,12 +125,46 @@ func (t *transition) mapStep(ctx context.Context, step pipeline.Step, in payload
 	if len(elems) == 0 {
 		return t.succeed(ctx, mustJSON(pipeline.MapResult{Elements: []pipeline.MapElement{}}), nil, policy)
 	}
-	inFlight := min(step.Map.InFlight(), len(elems))
+	// The round: 0 runs every element; a re-drive of a map that failed
+	// beyond its tolerance runs its failed elements again as the next.
+	park := store.Children{StepIndex: row.StepIndex, Total: len(elems)}
+	members := make([]int, len(elems))
+	for i := range members {
+		members[i] = i
+	}
+	if c != nil && c.StepIndex == row.StepIndex && c.Retry {
+		prior, err := r.priorResult(ctx, c)
+		if err != nil {
+			return t.fail(ctx, pipeline.NonRetryable(CodePayloadUnreadable, fmt.Errorf("step %s: the map's earlier outcomes: %w", step.Name, err)), policy)
+		}
+		if len(prior.Elements) != len(elems) {
+			return t.fail(ctx, pipeline.NonRetryable("invalid_input", fmt.Errorf("step %s: the map's input has %d elements, its earlier round %d",
+				step.Name, len(elems), len(prior.Elements))), policy)
+		}
+		members = members[:0]
+		for _, el := range prior.Elements {
+			switch {
+			case rerun(el):
+				members = append(members, el.Index)
+			case el.Status == string(store.Succeeded):
+				park.KeptSucceeded++
+			default:
+				park.KeptOther++
+			}
+		}
+		park.Round, park.Prior, park.Total = c.Round+1, c.Prior, len(members)
+		if len(members) == 0 {
+			// Nothing to run again (the failures were cancels): decide on
+			// the outcomes as they are.
+			return t.judge(ctx, step, prior, policy)
+		}
+	}
+	park.MaxInFlight = min(step.Map.InFlight(), park.Total)
 	// The creates run under the lease, renewed as for any step.
 	var pending []int
 	create := pipeline.Step{Name: step.Name, Run: func(ctx context.Context, _ pipeline.StepInfo, _ payload.Payload) (payload.Payload, error) {
 		var err error
-		pending, err = r.createChildren(ctx, row, child, elems, inFlight)
+		pending, err = r.createChildren(ctx, row, &park, child, elems, members)
 		return payload.Payload{}, err
 	}}
 	_, cause, err := t.invoke(ctx, create, in)
@@ -116,25 +186,48 @@ func (t *transition) mapStep(ctx context.Context, step pipeline.Step, in payload
 	now := r.deps.Clock.Now()
 	next := t.base(now)
 	next.Status = store.WaitingChildren
-	next.Children = &store.Children{StepIndex: row.StepIndex, Total: len(elems), MaxInFlight: inFlight}
+	next.Children = &park
 	next.SweepAt, next.Sweeps = now.Add(r.cfg.ChildrenLook), 0
-	got, err := t.commit(ctx, next, false, slog.Int("children", len(elems)), slog.Int("max_in_flight", inFlight))
+	got, err := t.commit(ctx, next, false, slog.Int("children", park.Total), slog.Int("max_in_flight", park.MaxInFlight), slog.Int("round", park.Round))
 	if err != nil || got == nil {
 		return err
 	}
 	r.execLogger(got).LogAttrs(ctx, slog.LevelInfo, "children_started", slog.String("event", "children_started"),
-		slog.String("child_pipeline", child.ID), slog.Int("children", len(elems)), slog.Int("max_in_flight", inFlight))
+		slog.String("child_pipeline", child.ID), slog.Int("children", park.Total), slog.Int("max_in_flight", park.MaxInFlight),
+		slog.Int("round", park.Round))
 	// Children may have ended before their pending siblings existed, or
 	// all before the park landed: look once now.
 	r.afterFanOut(ctx, ms, *got, pending)
 	return nil
 }
 
-// createChildren creates every child of the map (create-or-get: a re-run
-// finds those that exist), the first inFlight QUEUED and dispatched, the
-// rest PENDING. It returns the indexes of the children it found or left
+// rerun reports whether a re-drive of the map runs element el again: a
+// child that failed (FAILED, DLQ, or gone), not a rejected item nor a
+// cancelled one.
+func rerun(el pipeline.MapElement) bool {
+	return el.Status != string(store.Succeeded) && el.Status != string(store.Cancelled) && !el.Rejected
+}
+
+// priorResult reads the outcomes the map's earlier rounds left.
+func (r *Runtime) priorResult(ctx context.Context, c *store.Children) (pipeline.MapResult, error) {
+	var res pipeline.MapResult
+	if c.Prior == nil {
+		return res, errors.New("engine: the map keeps no earlier outcomes")
+	}
+	p, err := payload.Read(ctx, r.deps.Payloads, *c.Prior)
+	if err != nil {
+		return res, err
+	}
+	return res, p.DecodeJSON(&res)
+}
+
+// createChildren creates the children of the round park describes, one
+// per element of members (create-or-get: a re-run finds those that
+// exist), the first park.MaxInFlight QUEUED and dispatched, the rest
+// PENDING. It returns the round indexes of the children it found or left
 // PENDING.
-func (r *Runtime) createChildren(ctx context.Context, parent *store.Execution, child *pipeline.Pipeline, elems []json.RawMessage, inFlight int) ([]int, error) {
+func (r *Runtime) createChildren(ctx context.Context, parent *store.Execution, park *store.Children, child *pipeline.Pipeline,
+	elems []json.RawMessage, members []int) ([]int, error) {
 	now := r.deps.Clock.Now()
 	expires := now.Add(r.cfg.ExecutionTTL)
 	records := r.recordsExpire(expires)
@@ -145,13 +238,17 @@ func (r *Runtime) createChildren(ctx context.Context, parent *store.Execution, c
 		queued   []store.Execution
 		pending  []int
 	)
+	ref := store.ParentRef{ExecutionID: parent.ExecutionID, CreateToken: parent.CreateToken, StepIndex: park.StepIndex,
+		Round: park.Round, Total: park.Total, MaxInFlight: park.MaxInFlight}
 	jobs := make(chan int)
-	for range min(r.cfg.FanOutParallel, len(elems)) {
+	for range min(r.cfg.FanOutParallel, len(members)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range jobs {
-				e, err := r.createChild(ctx, parent, child, elems[i], i, len(elems), inFlight, now, expires, records)
+				p := ref
+				p.Index, p.Element = i, members[i]
+				e, err := r.createChild(ctx, parent.TenantID, &p, child, elems[p.Element], now, expires, records)
 				mu.Lock()
 				if err != nil && firstErr == nil {
 					firstErr = err
@@ -166,7 +263,7 @@ func (r *Runtime) createChildren(ctx context.Context, parent *store.Execution, c
 			}
 		}()
 	}
-	for i := range elems {
+	for i := range members {
 		mu.Lock()
 		stop := firstErr != nil
 		mu.Unlock()
@@ -189,29 +286,28 @@ func (r *Runtime) createChildren(ctx context.Context, parent *store.Execution, c
 	return pending, nil
 }
 
-// createChild creates (or finds) child i.
-func (r *Runtime) createChild(ctx context.Context, parent *store.Execution, child *pipeline.Pipeline, elem json.RawMessage,
-	i, total, inFlight int, now, expires, records time.Time) (store.Execution, error) {
-	id, token := ChildID(parent.ExecutionID, parent.CreateToken, parent.StepIndex, i)
+// createChild creates (or finds) the child p names, element elem.
+func (r *Runtime) createChild(ctx context.Context, tenant string, p *store.ParentRef, child *pipeline.Pipeline, elem json.RawMessage,
+	now, expires, records time.Time) (store.Execution, error) {
+	id, token := RoundChildID(p.ExecutionID, p.CreateToken, p.StepIndex, p.Round, p.Index)
 	in, err := payload.Write(ctx, r.deps.Payloads, payload.Payload{Encoding: payload.EncodingJSON, ContentType: payload.ContentTypeJSON, Data: elem},
-		"input/"+store.KeyID(parent.TenantID, id), r.cfg.InlineBudget, records)
+		"input/"+store.KeyID(tenant, id), r.cfg.InlineBudget, records)
 	if err != nil {
-		return store.Execution{}, fmt.Errorf("engine: store child %d's input: %w", i, err)
+		return store.Execution{}, fmt.Errorf("engine: store child %d's input: %w", p.Element, err)
 	}
 	row := store.Execution{
-		TenantID: parent.TenantID, ExecutionID: id, PipelineID: child.ID, PipelineVersion: child.VersionID(),
+		TenantID: tenant, ExecutionID: id, PipelineID: child.ID, PipelineVersion: child.VersionID(),
 		Status: store.Pending, Version: 1, StepName: child.Steps[0].Name, Attempt: 1, Input: in,
 		Fingerprint: "child:" + token, CreateToken: token,
 		CreatedAt: now, UpdatedAt: now, ExpiresAt: expires, RecordsExpireAt: records,
-		Parent: &store.ParentRef{ExecutionID: parent.ExecutionID, CreateToken: parent.CreateToken, StepIndex: parent.StepIndex,
-			Index: i, Total: total, MaxInFlight: inFlight},
+		Parent: p,
 	}
-	if i < inFlight {
+	if p.Index < p.MaxInFlight {
 		row.Status, row.NextDueAt, row.SweepAt = store.Queued, now, r.firstLook(now)
 	}
 	got, _, err := r.deps.Store.CreateOrGet(ctx, store.CreateRequest{Execution: row})
 	if err != nil {
-		return store.Execution{}, fmt.Errorf("engine: create child %d: %w", i, err)
+		return store.Execution{}, fmt.Errorf("engine: create child %d: %w", p.Element, err)
 	}
 	return got, nil
 }
@@ -268,7 +364,7 @@ func (r *Runtime) finishGroup(ctx context.Context, ms store.MapStore, tenant str
 	if fin < store.Groups(p.Total) {
 		return nil
 	}
-	return r.wakeParent(ctx, store.Key{TenantID: tenant, ExecutionID: p.ExecutionID}, p.CreateToken, p.StepIndex)
+	return r.wakeParent(ctx, store.Key{TenantID: tenant, ExecutionID: p.ExecutionID}, p.CreateToken, p.StepIndex, p.Round)
 }
 
 // countsExpire is the expiry of a map's count rows written when a child
@@ -282,7 +378,7 @@ func (r *Runtime) countsExpire(childExpires time.Time) time.Time {
 // again (Children.Done), and dispatches it: the step's next run collects.
 // A parent that is not waiting for this map (woken already, another
 // incarnation) is left alone.
-func (r *Runtime) wakeParent(ctx context.Context, key store.Key, token string, step int) error {
+func (r *Runtime) wakeParent(ctx context.Context, key store.Key, token string, step, round int) error {
 	for try := 0; try < cancelTries; try++ {
 		e, err := r.deps.Store.Get(ctx, key)
 		if errors.Is(err, store.ErrNotFound) {
@@ -291,7 +387,7 @@ func (r *Runtime) wakeParent(ctx context.Context, key store.Key, token string, s
 		if err != nil {
 			return err
 		}
-		if e.Status != store.WaitingChildren || e.CreateToken != token || e.Children == nil || e.Children.StepIndex != step {
+		if e.Status != store.WaitingChildren || e.CreateToken != token || e.Children == nil || e.Children.StepIndex != step || e.Children.Round != round {
 			return nil
 		}
 		now := r.deps.Clock.Now()
@@ -329,12 +425,12 @@ func (r *Runtime) wakeParent(ctx context.Context, key store.Key, token string, s
 // running), it wakes the parent. What fails here the sweep look repairs.
 func (r *Runtime) afterFanOut(ctx context.Context, ms store.MapStore, e store.Execution, pending []int) {
 	c := e.Children
-	counts, err := ms.MapCounts(ctx, store.MapKey{TenantID: e.TenantID, ParentID: e.ExecutionID, StepIndex: c.StepIndex}, c.Total)
+	counts, err := ms.MapCounts(ctx, roundKey(&e), c.Total)
 	if err != nil {
 		return
 	}
 	if len(counts.Finished) >= store.Groups(c.Total) {
-		_ = r.wakeParent(ctx, e.Key(), e.CreateToken, c.StepIndex)
+		_ = r.wakeParent(ctx, e.Key(), e.CreateToken, c.StepIndex, c.Round)
 		return
 	}
 	if len(pending) == 0 || len(counts.Ended) == 0 {
@@ -344,7 +440,7 @@ func (r *Runtime) afterFanOut(ctx context.Context, ms store.MapStore, e store.Ex
 	for _, i := range counts.Ended {
 		ended[i] = true
 	}
-	ref := &store.ParentRef{ExecutionID: e.ExecutionID, CreateToken: e.CreateToken, StepIndex: c.StepIndex, Total: c.Total, MaxInFlight: c.MaxInFlight}
+	ref := roundRef(&e)
 	for _, j := range pending {
 		if i := j - c.MaxInFlight; i >= 0 && ended[i] {
 			if err := r.releaseNext(ctx, e.TenantID, ref, i, !e.CancelRequestedAt.IsZero()); err != nil {
@@ -363,8 +459,7 @@ func (r *Runtime) releaseNext(ctx context.Context, tenant string, p *store.Paren
 	if j >= p.Total {
 		return nil
 	}
-	id, _ := ChildID(p.ExecutionID, p.CreateToken, p.StepIndex, j)
-	e, err := r.deps.Store.Get(ctx, store.Key{TenantID: tenant, ExecutionID: id})
+	e, err := r.deps.Store.Get(ctx, store.Key{TenantID: tenant, ExecutionID: childOf(p, j)})
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
 	}
@@ -406,10 +501,10 @@ func (r *Runtime) release(ctx context.Context, e store.Execution, cancel bool, r
 	return nil
 }
 
-// collect is the map step's run after every child has ended: it reads the
-// children's rows (in pages of 100), builds the MapResult in input order
-// and succeeds with it, or fails with CodeChildrenFailed beyond the
-// tolerance. A parent whose cancel was requested ends CANCELLED here.
+// collect is the map step's run after every child of its round has
+// ended: it reads the round's children rows (in pages of 100), puts their
+// outcomes in input order (over the earlier rounds' in a later round) and
+// judges them. A parent whose cancel was requested ends CANCELLED here.
 func (t *transition) collect(ctx context.Context, ms store.MapStore, step pipeline.Step, policy pipeline.RetryPolicy) error {
 	r, row := t.r, &t.row
 	c := row.Children
@@ -420,7 +515,7 @@ func (t *transition) collect(ctx context.Context, ms store.MapStore, step pipeli
 		}
 		return err
 	}
-	counts, err := ms.MapCounts(ctx, store.MapKey{TenantID: row.TenantID, ParentID: row.ExecutionID, StepIndex: c.StepIndex}, c.Total)
+	counts, err := ms.MapCounts(ctx, roundKey(row), c.Total)
 	if err != nil {
 		return t.release(ctx, err, "", policy)
 	}
@@ -436,52 +531,91 @@ func (t *transition) collect(ctx context.Context, ms store.MapStore, step pipeli
 		_, err := t.commit(ctx, next, false)
 		return err
 	}
-	res := pipeline.MapResult{Total: c.Total, Elements: make([]pipeline.MapElement, c.Total)}
+	var res pipeline.MapResult
+	if c.Round > 0 {
+		if res, err = r.priorResult(ctx, c); err != nil {
+			return t.fail(ctx, pipeline.NonRetryable(CodePayloadUnreadable, fmt.Errorf("step %s: the map's earlier outcomes: %w", step.Name, err)), policy)
+		}
+	} else {
+		res = pipeline.MapResult{Total: c.Total, Elements: make([]pipeline.MapElement, c.Total)}
+	}
+	ref := roundRef(row)
 	for start := 0; start < c.Total; start += 100 {
 		keys := make([]store.Key, 0, 100)
 		for i := start; i < min(start+100, c.Total); i++ {
-			id, _ := ChildID(row.ExecutionID, row.CreateToken, c.StepIndex, i)
+			id := childOf(ref, i)
 			keys = append(keys, store.Key{TenantID: row.TenantID, ExecutionID: id})
-			res.Elements[i] = pipeline.MapElement{Index: i, ExecutionID: id, Status: "EXPIRED"}
+			if c.Round == 0 {
+				res.Elements[i] = pipeline.MapElement{Index: i, ExecutionID: id, Status: "EXPIRED"}
+			}
 		}
 		rows, err := r.deps.Store.GetBatch(ctx, keys)
 		if err != nil {
 			return t.release(ctx, err, "", policy)
 		}
 		for _, e := range rows {
-			if e.Parent == nil || e.Parent.ExecutionID != row.ExecutionID {
+			p := e.Parent
+			if p == nil || p.ExecutionID != row.ExecutionID || p.Round != c.Round || p.Element < 0 || p.Element >= len(res.Elements) {
 				continue
 			}
-			el := &res.Elements[e.Parent.Index]
-			el.Status = string(e.Status)
+			el := pipeline.MapElement{Index: p.Element, ExecutionID: e.ExecutionID, Status: string(e.Status)}
 			if e.Error != nil {
 				el.ErrorCode, el.ErrorMessage = e.Error.Code, e.Error.Message
+				el.Rejected = e.Status == store.Failed && e.Error.TerminalReason == store.ReasonRejected
 			}
 			if e.Status == store.Succeeded {
 				ref := e.Result
 				el.Output = &ref
 			}
+			res.Elements[p.Element] = el
 		}
 	}
+	return t.judge(ctx, step, res, policy)
+}
+
+// judge counts the map's outcomes and succeeds with them, or, beyond the
+// tolerance, keeps them as the map's earlier outcomes (for a re-drive to
+// run the failed elements again) and fails with CodeChildrenFailed.
+func (t *transition) judge(ctx context.Context, step pipeline.Step, res pipeline.MapResult, policy pipeline.RetryPolicy) error {
+	r, row := t.r, &t.row
+	res.Total, res.Succeeded, res.Failed, res.Cancelled, res.Rejected = len(res.Elements), 0, 0, 0, 0
 	for i := range res.Elements {
 		el := &res.Elements[i]
+		el.Rejected = el.Rejected || (el.Status == string(store.Failed) && el.ErrorCode == pipeline.CodeItemRejected)
 		switch {
 		case el.Status == string(store.Succeeded):
 			res.Succeeded++
 		case el.Status == string(store.Cancelled):
 			res.Cancelled++
-		case el.Status == string(store.Failed) && el.ErrorCode == pipeline.CodeItemRejected:
-			el.Rejected = true
+		case el.Rejected:
 			res.Rejected++
 		default:
 			res.Failed++
 		}
 	}
-	if bad := res.Failed + res.Cancelled; bad > step.Map.Tolerated(c.Total) {
-		return t.fail(ctx, pipeline.NonRetryable(pipeline.CodeChildrenFailed,
-			fmt.Errorf("step %s: %d of %d children failed or were cancelled, %d tolerated", step.Name, bad, c.Total, step.Map.Tolerated(c.Total))), policy)
+	bad, tolerated := res.Failed+res.Cancelled, step.Map.Tolerated(res.Total)
+	if bad <= tolerated {
+		return t.succeed(ctx, mustJSON(res), nil, policy)
 	}
-	return t.succeed(ctx, mustJSON(res), nil, policy)
+	cause := pipeline.NonRetryable(pipeline.CodeChildrenFailed,
+		fmt.Errorf("step %s: %d of %d children failed or were cancelled, %d tolerated", step.Name, bad, res.Total, tolerated))
+	round := 0
+	if row.Children != nil {
+		round = row.Children.Round
+	}
+	prior, err := payload.Write(ctx, r.deps.Payloads, mustJSON(res),
+		fmt.Sprintf("map/%s/%d/r%d", store.KeyID(row.TenantID, row.ExecutionID), row.StepIndex, round), r.cfg.InlineBudget,
+		r.recordsExpire(r.deps.Clock.Now().Add(r.cfg.ExecutionTTL)))
+	if err != nil {
+		return t.release(ctx, fmt.Errorf("engine: keep the map's outcomes: %w", err), "", policy)
+	}
+	c := store.Children{StepIndex: row.StepIndex, Total: res.Total}
+	if row.Children != nil {
+		c = *row.Children
+	}
+	c.Retry, c.Prior, c.Done = true, &prior, true
+	t.row.Children = &c
+	return t.fail(ctx, cause, policy)
 }
 
 func mustJSON(v any) payload.Payload {
@@ -506,7 +640,7 @@ func (r *Runtime) lookAtChildren(ctx context.Context, e store.Execution) time.Ti
 	if !ok || c == nil {
 		return next
 	}
-	m := store.MapKey{TenantID: e.TenantID, ParentID: e.ExecutionID, StepIndex: c.StepIndex}
+	m := roundKey(&e)
 	counts, err := ms.MapCounts(ctx, m, c.Total)
 	if err != nil {
 		return r.firstLook(now)
@@ -525,12 +659,11 @@ func (r *Runtime) lookAtChildren(ctx context.Context, e store.Execution) time.Ti
 			cand = append(cand, i)
 		}
 	}
-	ref := &store.ParentRef{ExecutionID: e.ExecutionID, CreateToken: e.CreateToken, StepIndex: c.StepIndex, Total: c.Total, MaxInFlight: c.MaxInFlight}
+	ref := roundRef(&e)
 	for start := 0; start < len(cand); start += 100 {
 		keys := make([]store.Key, 0, 100)
 		for _, i := range cand[start:min(start+100, len(cand))] {
-			id, _ := ChildID(e.ExecutionID, e.CreateToken, c.StepIndex, i)
-			keys = append(keys, store.Key{TenantID: e.TenantID, ExecutionID: id})
+			keys = append(keys, store.Key{TenantID: e.TenantID, ExecutionID: childOf(ref, i)})
 		}
 		rows, err := r.deps.Store.GetBatch(ctx, keys)
 		if err != nil {
@@ -569,7 +702,7 @@ func (r *Runtime) lookAtChildren(ctx context.Context, e store.Execution) time.Ti
 		}
 	}
 	if len(finished) == store.Groups(c.Total) {
-		_ = r.wakeParent(ctx, e.Key(), e.CreateToken, c.StepIndex)
+		_ = r.wakeParent(ctx, e.Key(), e.CreateToken, c.StepIndex, c.Round)
 	}
 	if cancelling {
 		return r.firstLook(now) // go on cancelling soon
@@ -577,9 +710,12 @@ func (r *Runtime) lookAtChildren(ctx context.Context, e store.Execution) time.Ti
 	return next
 }
 
-// ChildCounts are a parent's map counts as its status shows them.
+// ChildCounts are a parent's map counts as its status shows them: over
+// every element of the map (Failed includes rejected items); Round is the
+// map's round (0, or the number of re-drives of its failed children).
 type ChildCounts struct {
 	Total, Succeeded, Failed, Running, Pending int
+	Round                                      int
 }
 
 // ChildCounts reads the counts of the map e waits for (or last waited
@@ -590,11 +726,14 @@ func (r *Runtime) ChildCounts(ctx context.Context, e store.Execution) (*ChildCou
 	if c == nil || !ok {
 		return nil, nil
 	}
-	counts, err := ms.MapCounts(ctx, store.MapKey{TenantID: e.TenantID, ParentID: e.ExecutionID, StepIndex: c.StepIndex}, c.Total)
+	counts, err := ms.MapCounts(ctx, roundKey(&e), c.Total)
 	if err != nil {
 		return nil, err
 	}
 	ended, failed := len(counts.Ended), len(counts.Failed)
 	released := min(c.Total, c.MaxInFlight+ended)
-	return &ChildCounts{Total: c.Total, Succeeded: ended - failed, Failed: failed, Running: released - ended, Pending: c.Total - released}, nil
+	// A later round runs the failed elements again: the others count as
+	// the earlier rounds left them.
+	return &ChildCounts{Total: c.Total + c.KeptSucceeded + c.KeptOther, Succeeded: ended - failed + c.KeptSucceeded,
+		Failed: failed + c.KeptOther, Running: released - ended, Pending: c.Total - released, Round: c.Round}, nil
 }

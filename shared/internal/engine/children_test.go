@@ -630,3 +630,88 @@ func TestMapRejectedItemsAreTolerated(t *testing.T) {
 		}
 	})
 }
+
+// A map that failed beyond its tolerance is re-driven: only its failed
+// elements run again (round 1, new child executions; the failed round-0
+// children stay as they ended, the succeeded ones are not run again), and
+// the join gets every element's output in input order. A round that fails
+// again is re-driven as round 2. Rejected items are never run again.
+func TestMapRedriveRunsOnlyFailedChildren(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		var runs sync.Map
+		var healed atomic.Int32 // negatives fail until healed reaches their attempt count
+		kid := pipeline.NewStep("double", func(ctx context.Context, info pipeline.StepInfo, in num) (num, error) {
+			cnt, _ := runs.LoadOrStore(fmt.Sprint(in.N), new(int))
+			*cnt.(*int)++
+			switch {
+			case in.N == 0:
+				return num{}, reject.Reject(ctx, info, in, errors.New("zero"))
+			case in.N < 0 && int(healed.Load()) < -in.N:
+				return num{}, pipeline.NonRetryable("negative", errors.New("not yet"))
+			}
+			return num{N: 2 * in.N}, nil
+		})
+		pipes := fanPipelines(pipeline.MapOptions{MaxInFlight: 2}, &runs)
+		pipes[0].Steps = []pipeline.Step{kid}
+		rt := c.worker("w", engine.Config{}, nil, pipes...)
+		e := submitTo(t, rt, "p.fan", "k", nums(1, -2, 3, -4, 0, 5))
+		drainChecked(t, c, rt, e, 0, 0)
+		got := c.get(e.ExecutionID)
+		if got.Status != store.DLQ || got.Error == nil || got.Error.Code != pipeline.CodeChildrenFailed {
+			t.Fatalf("round 0: %s %+v, want DLQ children_failed", got.Status, got.Error)
+		}
+		round0 := c.children(got, 0, 6)
+
+		// Re-drive with -2 healed but not -4: round 1 runs the two failed
+		// elements only and fails again on -4.
+		healed.Store(2)
+		if _, err := rt.Redrive(context.Background(), got.Key(), "heal 2", nil); err != nil {
+			t.Fatal(err)
+		}
+		drainChecked(t, c, rt, e, 0, 0)
+		got = c.get(e.ExecutionID)
+		if got.Status != store.DLQ || got.Children == nil || got.Children.Round != 1 || got.Children.Total != 2 {
+			t.Fatalf("round 1: %s %+v, want DLQ after a round of 2", got.Status, got.Children)
+		}
+		counts, err := rt.ChildCounts(context.Background(), got)
+		if err != nil || *counts != (engine.ChildCounts{Total: 6, Succeeded: 4, Failed: 2, Round: 1}) {
+			t.Fatalf("round 1 counts %+v, %v", counts, err)
+		}
+
+		healed.Store(4)
+		if _, err := rt.Redrive(context.Background(), got.Key(), "heal 4", nil); err != nil {
+			t.Fatal(err)
+		}
+		drainChecked(t, c, rt, e, 0, 0)
+		done := c.get(e.ExecutionID)
+		if done.Status != store.Succeeded || done.Children.Round != 2 || done.Children.Total != 1 {
+			t.Fatalf("round 2: %s %+v, want SUCCEEDED after a round of 1", done.Status, done.Children)
+		}
+		if j := output(t, c, done); fmt.Sprint(j.Outputs) != "[2 -4 6 -8 10]" || fmt.Sprint(j.Failed) != "[4]" || j.Succeeded != 5 {
+			t.Fatalf("join got %+v; want every output in order, the rejected zero apart", j)
+		}
+		ranOnce(t, &runs, 1, 3, 5, 0)
+		if n := runsOf(&runs, "-2"); n != 2 {
+			t.Errorf("-2 ran %d times, want 2 (round 0, round 1)", n)
+		}
+		if n := runsOf(&runs, "-4"); n != 3 {
+			t.Errorf("-4 ran %d times, want 3 (rounds 0, 1, 2)", n)
+		}
+		// Round 0's children are as they ended; the later rounds' are new
+		// executions of their own.
+		for i, k := range c.children(done, 0, 6) {
+			if k.Version != round0[i].Version || k.Status != round0[i].Status {
+				t.Errorf("round-0 child %d moved: %s v%d, was %s v%d", i, k.Status, k.Version, round0[i].Status, round0[i].Version)
+			}
+		}
+		id, _ := engine.RoundChildID(done.ExecutionID, done.CreateToken, 0, 2, 0)
+		if k := c.get(id); k.Status != store.Succeeded || k.Parent == nil || k.Parent.Round != 2 || k.Parent.Element != 3 {
+			t.Fatalf("round-2 child: %s %+v; want SUCCEEDED, element 3 of round 2", k.Status, k.Parent)
+		}
+		counts, _ = rt.ChildCounts(context.Background(), done)
+		if *counts != (engine.ChildCounts{Total: 6, Succeeded: 5, Failed: 1, Round: 2}) {
+			t.Fatalf("final counts %+v (the rejected zero counts failed)", counts)
+		}
+	})
+}

@@ -615,6 +615,9 @@ func (r *Runtime) keepRecords(ctx context.Context, next *store.Execution, writte
 	if next.Await != nil {
 		refs = append(refs, next.Await.LatePayload)
 	}
+	if next.Children != nil && next.Children.Prior != nil {
+		refs = append(refs, *next.Children.Prior)
+	}
 	for _, ref := range refs {
 		if ref.ManifestID == "" || slices.ContainsFunc(written, func(w payload.Ref) bool { return w.ManifestID == ref.ManifestID }) {
 			continue

@@ -82,10 +82,10 @@ func statusDocument(e *store.Execution) client.Execution {
 		d.CancelReason, d.CancelRequestedAt = e.CancelReason, utc(e.CancelRequestedAt)
 	}
 	if p := e.Parent; p != nil {
-		d.Parent = &client.ParentLink{ExecutionID: p.ExecutionID, StepIndex: p.StepIndex, Index: p.Index}
+		d.Parent = &client.ParentLink{ExecutionID: p.ExecutionID, StepIndex: p.StepIndex, Index: p.Element, Round: p.Round}
 	}
 	if c := e.Children; c != nil {
-		d.Children = &client.ChildCounts{Total: c.Total}
+		d.Children = &client.ChildCounts{Total: c.Total + c.KeptSucceeded + c.KeptOther, Round: c.Round}
 	}
 	if aw := e.Await; aw != nil {
 		d.Await = &client.Await{AwaitID: aw.ID, Status: aw.Status, Late: aw.Late}
@@ -366,7 +366,8 @@ func (a *api) status(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	} else if c != nil {
-		doc.Children = &client.ChildCounts{Total: c.Total, Succeeded: c.Succeeded, Failed: c.Failed, Running: c.Running, Pending: c.Pending}
+		doc.Children = &client.ChildCounts{Total: c.Total, Succeeded: c.Succeeded, Failed: c.Failed, Running: c.Running, Pending: c.Pending,
+			Round: c.Round}
 	}
 	writeJSON(w, http.StatusOK, doc)
 }

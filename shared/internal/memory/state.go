@@ -377,6 +377,11 @@ func clone(e store.Execution) store.Execution {
 	}
 	if e.Children != nil {
 		c := *e.Children
+		if c.Prior != nil {
+			pr := *c.Prior
+			pr.Inline = cloneBytes(pr.Inline)
+			c.Prior = &pr
+		}
 		e.Children = &c
 	}
 	return e
