@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -22,6 +23,9 @@ const (
 	DefaultMaxInFlight = 100
 	// MaxNesting is how deep maps may nest: a child's child's child.
 	MaxNesting = 3
+	// MaxElementBytes is the largest element of a map's input list (each
+	// element is a child's input), and the largest input of a Child step.
+	MaxElementBytes = 256 << 10
 )
 
 // Error codes of fan-out steps.
@@ -32,7 +36,40 @@ const (
 	// CodeChildrenFailed: more children failed than the map tolerates
 	// (non-retryable; the execution dead-letters).
 	CodeChildrenFailed = "children_failed"
+	// CodeMapElementTooLarge: an element of the map's input (or a Child
+	// step's input) is larger than MaxElementBytes (non-retryable).
+	CodeMapElementTooLarge = "map_element_too_large"
+	// CodeMapInputInvalid: a map step's input is not a JSON list
+	// (non-retryable).
+	CodeMapInputInvalid = "invalid_input"
 )
+
+// MapElements splits a map step's input into its elements (a Child
+// step's whole input is its one element) and checks the limits: at most
+// MaxChildren elements, each at most MaxElementBytes. Its errors are
+// non-retryable step errors with CodeMapInputInvalid, CodeMapTooLarge or
+// CodeMapElementTooLarge. The runtime calls it when the map step runs,
+// and at submit for a pipeline whose first step is a map, so that an
+// input over the limits is refused there (HTTP 422).
+func (s *Step) MapElements(in payload.Payload) ([]json.RawMessage, error) {
+	var elems []json.RawMessage
+	if s.Map.One {
+		elems = []json.RawMessage{json.RawMessage(in.Data)}
+	} else if err := in.DecodeJSON(&elems); err != nil {
+		return nil, NonRetryable(CodeMapInputInvalid, fmt.Errorf("step %s: a map's input must be a JSON list: %w", s.Name, err))
+	}
+	if len(elems) > MaxChildren {
+		return nil, NonRetryable(CodeMapTooLarge,
+			fmt.Errorf("step %s: %d elements, more than the %d children a map may have", s.Name, len(elems), MaxChildren))
+	}
+	for i, el := range elems {
+		if len(el) > MaxElementBytes {
+			return nil, NonRetryable(CodeMapElementTooLarge,
+				fmt.Errorf("step %s: element %d is %d bytes, more than the %d a child's input may have", s.Name, i, len(el), MaxElementBytes))
+		}
+	}
+	return elems, nil
+}
 
 // MapOptions configure a map step.
 type MapOptions struct {

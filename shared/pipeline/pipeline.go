@@ -316,6 +316,9 @@ func (p *Pipeline) Validate() error {
 	if len(p.Steps) == 0 {
 		return fmt.Errorf("pipeline %s: no steps", p.ID)
 	}
+	if len(p.Steps) > MaxSteps {
+		return fmt.Errorf("pipeline %s: %d steps, more than the %d a pipeline may have", p.ID, len(p.Steps), MaxSteps)
+	}
 	seen := map[string]bool{}
 	for i, s := range p.Steps {
 		switch {
@@ -525,6 +528,20 @@ func AsHandBack(err error) (*HandBackError, bool) {
 	ok := errors.As(err, &h)
 	return h, ok
 }
+
+// Limits of a pipeline and its steps, enforced when a registry is built
+// (MaxSteps) and when a step's output is stored (MaxOutputBytes).
+const (
+	// MaxSteps is the most steps a pipeline may have.
+	MaxSteps = 1000
+	// MaxOutputBytes is the largest output a step may return (it is
+	// stored in the payload store, in chunks when it does not fit the
+	// row); a larger one fails the step with CodeOutputTooLarge.
+	MaxOutputBytes = 32 << 20
+	// CodeOutputTooLarge: the step's output is larger than MaxOutputBytes
+	// (non-retryable).
+	CodeOutputTooLarge = "output_too_large"
+)
 
 // Default error codes assigned by Classify.
 const (

@@ -107,15 +107,9 @@ func (t *transition) mapStep(ctx context.Context, step pipeline.Step, in payload
 	if c != nil && c.StepIndex == row.StepIndex && !c.Retry {
 		return t.collect(ctx, ms, step, policy)
 	}
-	var elems []json.RawMessage
-	if step.Map.One {
-		elems = []json.RawMessage{json.RawMessage(in.Data)}
-	} else if err := in.DecodeJSON(&elems); err != nil {
-		return t.fail(ctx, pipeline.NonRetryable("invalid_input", fmt.Errorf("step %s: a map's input must be a JSON list: %w", step.Name, err)), policy)
-	}
-	if len(elems) > pipeline.MaxChildren {
-		return t.fail(ctx, pipeline.NonRetryable(pipeline.CodeMapTooLarge,
-			fmt.Errorf("step %s: %d elements, more than the %d children a map may have", step.Name, len(elems), pipeline.MaxChildren)), policy)
+	elems, err := step.MapElements(in)
+	if err != nil {
+		return t.fail(ctx, err, policy)
 	}
 	child, ok := r.deps.Registry.Get(step.Map.Pipeline)
 	if !ok {
@@ -138,7 +132,7 @@ func (t *transition) mapStep(ctx context.Context, step pipeline.Step, in payload
 			return t.fail(ctx, pipeline.NonRetryable(CodePayloadUnreadable, fmt.Errorf("step %s: the map's earlier outcomes: %w", step.Name, err)), policy)
 		}
 		if len(prior.Elements) != len(elems) {
-			return t.fail(ctx, pipeline.NonRetryable("invalid_input", fmt.Errorf("step %s: the map's input has %d elements, its earlier round %d",
+			return t.fail(ctx, pipeline.NonRetryable(pipeline.CodeMapInputInvalid, fmt.Errorf("step %s: the map's input has %d elements, its earlier round %d",
 				step.Name, len(elems), len(prior.Elements))), policy)
 		}
 		members = members[:0]
@@ -669,6 +663,7 @@ func (r *Runtime) lookAtChildren(ctx context.Context, e store.Execution) time.Ti
 		if err != nil {
 			return r.firstLook(now)
 		}
+		r.countExpired(ctx, ms, &e, cand[start:min(start+100, len(cand))], rows)
 		for _, ch := range rows {
 			switch {
 			case ch.Parent == nil:
@@ -708,6 +703,41 @@ func (r *Runtime) lookAtChildren(ctx context.Context, e store.Execution) time.Ti
 		return r.firstLook(now) // go on cancelling soon
 	}
 	return next
+}
+
+// countExpired counts as failed the children of the parked parent e
+// among want (round indexes) that GetBatch found no row for. Every child
+// exists before its parent parks, so a missing one outlived its
+// retention (a map running longer than it): counted so, the map still
+// ends (its join sees the element EXPIRED) instead of waiting for a child
+// that is gone.
+func (r *Runtime) countExpired(ctx context.Context, ms store.MapStore, e *store.Execution, want []int, rows []store.Execution) {
+	if len(rows) == len(want) {
+		return
+	}
+	found := make(map[string]bool, len(rows))
+	for _, ch := range rows {
+		found[ch.ExecutionID] = true
+	}
+	ref := roundRef(e)
+	exp := r.countsExpire(r.deps.Clock.Now().Add(r.cfg.ExecutionTTL))
+	for _, i := range want {
+		if found[childOf(ref, i)] {
+			continue
+		}
+		r.execLogger(e).LogAttrs(ctx, slog.LevelWarn, "child_expired", slog.String("event", "child_expired"),
+			slog.Int("index", i), slog.Int("round", ref.Round))
+		n, err := ms.CountChild(ctx, ref.Map(e.TenantID), i, true, exp)
+		if err != nil {
+			return // the next look tries again
+		}
+		if g := i / store.GroupSize; n >= store.GroupLen(ref.Total, g) {
+			if r.finishGroup(ctx, ms, e.TenantID, ref, g, exp) != nil {
+				return
+			}
+		}
+		_ = r.releaseNext(ctx, e.TenantID, ref, i, !e.CancelRequestedAt.IsZero())
+	}
 }
 
 // ChildCounts are a parent's map counts as its status shows them: over

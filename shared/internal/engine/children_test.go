@@ -715,3 +715,66 @@ func TestMapRedriveRunsOnlyFailedChildren(t *testing.T) {
 		}
 	})
 }
+
+// A step whose output is over pipeline.MaxOutputBytes fails
+// non-retryably with output_too_large (nothing of it stored), once.
+func TestStepOutputOverTheLimitFails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		var runs atomic.Int32
+		huge := pipeline.Step{Name: "huge", Run: func(context.Context, pipeline.StepInfo, payload.Payload) (payload.Payload, error) {
+			runs.Add(1)
+			return payload.Payload{Encoding: payload.EncodingRaw, ContentType: "application/octet-stream",
+				Data: make([]byte, pipeline.MaxOutputBytes+1)}, nil
+		}}
+		rt := c.worker("w", engine.Config{}, nil, pipeline.Pipeline{ID: "p.huge", Steps: []pipeline.Step{huge}})
+		e := submitTo(t, rt, "p.huge", "k", num{N: 1})
+		drainChecked(t, c, rt, e, 0, 0)
+		got := c.get(e.ExecutionID)
+		if got.Status != store.DLQ || got.Error == nil || got.Error.Code != pipeline.CodeOutputTooLarge || runs.Load() != 1 {
+			t.Fatalf("%s %+v after %d runs; want DLQ output_too_large after one", got.Status, got.Error, runs.Load())
+		}
+	})
+}
+
+// A child whose row is gone while its parent waits (a map that ran longer
+// than the retention; here its row's expiry is moved into the past) is
+// counted as failed by the parent's sweep look, which releases the next
+// sibling: the map ends, its join seeing the element EXPIRED, instead of
+// waiting forever for a child that no longer exists.
+func TestMapChildGoneIsCountedExpired(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		var runs sync.Map
+		rt := c.worker("w", engine.Config{}, nil, fanPipelines(pipeline.MapOptions{MaxInFlight: 1, ToleratedFailures: 1}, &runs)...)
+		e := submitTo(t, rt, "p.fan", "k", nums(1, 2, 3))
+		deliver(rt, c.queue) // the fan-out: child 0 QUEUED, 1 and 2 PENDING
+		parent := c.get(e.ExecutionID)
+		kids := c.children(parent, 0, 3)
+		gone := kids[0]
+		gone.ExpiresAt = time.Now().Add(-time.Second)
+		if _, err := c.store.Update(context.Background(), store.Guard{Key: gone.Key(), Version: gone.Version}, gone); err != nil {
+			t.Fatal(err)
+		}
+		for range 5 {
+			drainChecked(t, c, rt, e, 0, 0)
+			if c.get(e.ExecutionID).Status.Terminal() {
+				break
+			}
+			time.Sleep(5 * time.Minute) // the default ChildrenLook
+			if _, err := rt.SweepOnce(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		done := c.get(e.ExecutionID)
+		if done.Status != store.Succeeded {
+			t.Fatalf("parent %s %+v, want SUCCEEDED (one expired child tolerated)", done.Status, done.Error)
+		}
+		if j := output(t, c, done); fmt.Sprint(j.Outputs) != "[4 6]" || fmt.Sprint(j.Failed) != "[0]" {
+			t.Fatalf("join got %+v, want element 0 failed (expired) and the others' outputs", j)
+		}
+		if !strings.Contains(c.logs.String(), `"event":"child_expired"`) {
+			t.Fatal("no child_expired logged")
+		}
+	})
+}

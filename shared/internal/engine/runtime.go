@@ -61,6 +61,11 @@ var (
 	ErrPipelineNotFound = errors.New("engine: pipeline not found")
 	// ErrKeyRequired: the policy needs a client idempotency key.
 	ErrKeyRequired = errors.New("engine: idempotency key required")
+	// ErrInvalidInput: the input breaks the first step's limits (a map
+	// step's: a JSON list of at most pipeline.MaxChildren elements of at
+	// most pipeline.MaxElementBytes each); the message says which.
+	// Nothing is stored.
+	ErrInvalidInput = errors.New("engine: invalid input")
 	// ErrNotSucceeded: the result was asked of an execution that has not succeeded.
 	ErrNotSucceeded = errors.New("engine: execution has not succeeded")
 	// ErrNotRedrivable: re-drive asked of an execution that is not DLQ,
@@ -347,6 +352,13 @@ func (r *Runtime) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, 
 	p, ok := r.deps.Registry.Get(req.PipelineID)
 	if !ok {
 		return SubmitResult{}, fmt.Errorf("%w: %s", ErrPipelineNotFound, req.PipelineID)
+	}
+	if first := &p.Steps[0]; first.IsMap() {
+		// Refused here rather than failing the execution's first step.
+		if _, err := first.MapElements(req.Input); err != nil {
+			code, msg, _ := pipeline.Classify(err)
+			return SubmitResult{}, fmt.Errorf("%w (%s): %s", ErrInvalidInput, code, msg)
+		}
 	}
 	digest := payload.Digest(req.Input.Data)
 	key := req.IdempotencyKey

@@ -448,6 +448,10 @@ func (t *transition) succeed(ctx context.Context, out payload.Payload, stored *p
 	if stored != nil {
 		ref = *stored
 	} else {
+		if len(out.Data) > pipeline.MaxOutputBytes {
+			return t.fail(ctx, pipeline.NonRetryable(pipeline.CodeOutputTooLarge,
+				fmt.Errorf("step %s output is %d bytes, more than the %d a step may return", row.StepName, len(out.Data), pipeline.MaxOutputBytes)), policy)
+		}
 		slot := "result/" + row.TenantID + "/" + row.ExecutionID + "/" + strconv.Itoa(row.StepIndex)
 		var err error
 		ref, err = payload.Write(ctx, r.deps.Payloads, out, slot, r.cfg.InlineBudget, r.horizon(row.RecordsExpireAt, expires))

@@ -40,8 +40,9 @@
 // execution-not-cancellable, version-mismatch, await-conflict (409);
 // payload-too-large (413); unsupported-media-type (415: a body whose
 // Content-Type the pipeline's first step does not take, such as
-// text/plain for a step that decodes JSON); idempotency-key-mismatch
-// (422); internal (500); unavailable, awaits-disabled,
+// text/plain for a step that decodes JSON); idempotency-key-mismatch,
+// invalid-input (422: an input over the limits of a first step that is a
+// map); internal (500); unavailable, awaits-disabled,
 // dead-letters-unavailable, redrives-unavailable (503).
 //
 // A request is validated completely before the runtime is called, so a

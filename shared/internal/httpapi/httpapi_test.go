@@ -74,6 +74,7 @@ func testPipelines() []pipeline.Pipeline {
 		{ID: "greet", Steps: []pipeline.Step{greet}},
 		{ID: "fail", Steps: []pipeline.Step{fail}},
 		{ID: "unknown", Steps: []pipeline.Step{unknown}},
+		{ID: "fan", Steps: []pipeline.Step{pipeline.Map("each", "echo", pipeline.MapOptions{})}},
 	}
 }
 
@@ -422,6 +423,36 @@ func TestSubmitTooLarge(t *testing.T) {
 	// Exactly at the limit is fine, and the key was not taken by the 413s.
 	if w := e.submit("echo", "k", `{"n":"12345678"}`); w.Code != http.StatusAccepted {
 		t.Errorf("16-byte body after 413s: %d, want 202: %s", w.Code, w.Body)
+	}
+}
+
+// TestSubmitOverMapLimitsIs422: a pipeline whose first step is a map
+// refuses, at submit, an input that is not a list, a list of more than
+// pipeline.MaxChildren elements, or one with an element over
+// pipeline.MaxElementBytes: 422 invalid-input naming the limit, nothing
+// stored or dispatched (the key stays free); at the limits it is taken.
+func TestSubmitOverMapLimitsIs422(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	list := func(n int, elem string) string {
+		return "[" + strings.Repeat(elem+",", n-1) + elem + "]"
+	}
+	big := `"` + strings.Repeat("x", pipeline.MaxElementBytes-1) + `"` // MaxElementBytes + 1 with its quotes
+	for _, c := range []struct{ name, body, want string }{
+		{"not a list", `{"n":1}`, "must be a JSON list"},
+		{"too many", list(pipeline.MaxChildren+1, "1"), "10001 elements, more than the 10000"},
+		{"element too large", "[1," + big + "]", "element 1 is 262145 bytes"},
+	} {
+		p := wantProblem(t, e.submit("fan", "k", c.body), http.StatusUnprocessableEntity, "invalid-input")
+		if !strings.Contains(p.Detail, c.want) || strings.Contains(p.Detail, "xxxx") {
+			t.Errorf("%s: detail %q, want it to name %q (and no input bytes)", c.name, p.Detail, c.want)
+		}
+		if n := len(e.disp.take()); n != 0 {
+			t.Errorf("%s: %d work items dispatched", c.name, n)
+		}
+	}
+	if w := e.submit("fan", "k", list(pipeline.MaxChildren, "1")); w.Code != http.StatusAccepted {
+		t.Errorf("a list at the limit (same key): %d %s", w.Code, w.Body)
 	}
 }
 

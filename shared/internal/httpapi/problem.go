@@ -61,6 +61,7 @@ var (
 	kindTooLarge               = kind{"payload-too-large", http.StatusRequestEntityTooLarge, "Request body too large"}
 	kindUnsupportedType        = kind{"unsupported-media-type", http.StatusUnsupportedMediaType, "Unsupported media type"}
 	kindKeyMismatch            = kind{"idempotency-key-mismatch", http.StatusUnprocessableEntity, "Idempotency key reused with a different request"}
+	kindInvalidInput           = kind{"invalid-input", http.StatusUnprocessableEntity, "Input over the pipeline's limits"}
 	kindInternal               = kind{"internal", http.StatusInternalServerError, "Internal server error"}
 	kindUnavailable            = kind{"unavailable", http.StatusServiceUnavailable, "Service unavailable"}
 )
