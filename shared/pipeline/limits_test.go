@@ -34,7 +34,9 @@ func TestRegistryRefusesTooManySteps(t *testing.T) {
 func TestMapElementsLimits(t *testing.T) {
 	m := pipeline.Map("each", "kid", pipeline.MapOptions{})
 	one := pipeline.Child("one", "kid")
-	js := func(s string) payload.Payload { return payload.Payload{Encoding: payload.EncodingJSON, Data: []byte(s)} }
+	js := func(s string) payload.Payload {
+		return payload.Payload{Encoding: payload.EncodingJSON, Data: []byte(s)}
+	}
 	if els, err := m.MapElements(js(`[1,{"a":2},"x"]`)); err != nil || len(els) != 3 || string(els[1]) != `{"a":2}` {
 		t.Fatalf("elements %q, %v", els, err)
 	}
