@@ -123,7 +123,9 @@ func Step[I, O any](name string, spec Spec[I, O], fn func(ctx context.Context, i
 		panic(fmt.Sprintf("command: step %s: unknown policy %q", name, spec.Policy))
 	}
 	c := &cmd[I, O]{name: name, spec: spec, fn: fn}
-	s := pipeline.Step{Name: name, Run: c.run}
+	// The typed step's encodings and submit check: the same decode as c.run.
+	typed := pipeline.NewStep(name, fn)
+	s := pipeline.Step{Name: name, Run: c.run, Accepts: typed.Accepts, CheckInput: typed.CheckInput}
 	for _, o := range opts {
 		o(&s)
 	}

@@ -40,8 +40,8 @@ const (
 	// step's input) is larger than MaxElementBytes (non-retryable).
 	CodeMapElementTooLarge = "map_element_too_large"
 	// CodeMapInputInvalid: a map step's input is not a JSON list
-	// (non-retryable).
-	CodeMapInputInvalid = "invalid_input"
+	// (non-retryable; the same code as any undecodable input).
+	CodeMapInputInvalid = CodeInvalidInput
 )
 
 // MapElements splits a map step's input into its elements (a Child
@@ -49,8 +49,9 @@ const (
 // MaxChildren elements, each at most MaxElementBytes. Its errors are
 // non-retryable step errors with CodeMapInputInvalid, CodeMapTooLarge or
 // CodeMapElementTooLarge. The runtime calls it when the map step runs,
-// and at submit for a pipeline whose first step is a map, so that an
-// input over the limits is refused there (HTTP 422).
+// and at submit for a pipeline whose first step is a map (its
+// CheckInput), so that an input over the limits is refused there (HTTP
+// 400).
 func (s *Step) MapElements(in payload.Payload) ([]json.RawMessage, error) {
 	var elems []json.RawMessage
 	if s.Map.One {
@@ -121,8 +122,18 @@ func (m *MapSpec) Tolerated(total int) int {
 // declare it as NewStep's input type), or fails with CodeChildrenFailed
 // when more children failed than o tolerates.
 func Map(name, childPipeline string, o MapOptions) Step {
-	return Step{Name: name, Map: &MapSpec{Pipeline: childPipeline, Options: o}, Run: noRun,
+	s := Step{Name: name, Map: &MapSpec{Pipeline: childPipeline, Options: o}, Run: noRun,
 		Accepts: []payload.Encoding{payload.EncodingJSON}}
+	s.CheckInput = checkElements(s)
+	return s
+}
+
+// checkElements is a map step's CheckInput: its limits.
+func checkElements(s Step) func(payload.Payload) error {
+	return func(in payload.Payload) error {
+		_, err := s.MapElements(in)
+		return err
+	}
 }
 
 // Child returns a step that starts one execution of childPipeline with
@@ -131,7 +142,9 @@ func Map(name, childPipeline string, o MapOptions) Step {
 // child's output); a child that failed fails the step with
 // CodeChildrenFailed.
 func Child(name, childPipeline string) Step {
-	return Step{Name: name, Map: &MapSpec{Pipeline: childPipeline, Options: MapOptions{MaxInFlight: 1}, One: true}, Run: noRun}
+	s := Step{Name: name, Map: &MapSpec{Pipeline: childPipeline, Options: MapOptions{MaxInFlight: 1}, One: true}, Run: noRun}
+	s.CheckInput = checkElements(s)
+	return s
 }
 
 // noRun is a map step's Run: the runtime fans out instead of running it.

@@ -126,6 +126,13 @@ type Step struct {
 	Map *MapSpec
 	// Run executes the step.
 	Run StepFunc
+	// CheckInput, when set, is called at submit when the step is its
+	// pipeline's first: an input it refuses is answered with HTTP 400
+	// (invalid-input, the error's message as the detail) and nothing is
+	// stored, instead of an execution that dead-letters at once. NewStep
+	// sets it to the step's own JSON decode; Map and Child to their
+	// limits (MapElements). Its message must not quote the input.
+	CheckInput func(in payload.Payload) error
 	// Accepts lists the payload encodings the step's input may have; nil
 	// means any. NewStep sets it to JSON when the input type is not
 	// payload.Payload (the step decodes JSON), so that a submit of
@@ -150,8 +157,8 @@ func NewStep[I, O any](name string, fn func(ctx context.Context, info StepInfo, 
 		var in I
 		if p, ok := any(&in).(*payload.Payload); ok {
 			*p = raw
-		} else if err := raw.DecodeJSON(&in); err != nil {
-			return payload.Payload{}, NonRetryable("invalid_input", fmt.Errorf("step %s: decode input: %w", name, err))
+		} else if err := decodeInput(name, raw, &in); err != nil {
+			return payload.Payload{}, err
 		}
 		out, err := fn(ctx, info, in)
 		if err != nil {
@@ -164,11 +171,29 @@ func NewStep[I, O any](name string, fn func(ctx context.Context, info StepInfo, 
 	}}
 	if _, raw := any(*new(I)).(payload.Payload); !raw {
 		s.Accepts = []payload.Encoding{payload.EncodingJSON}
+		s.CheckInput = func(raw payload.Payload) error {
+			var in I
+			return decodeInput(name, raw, &in)
+		}
 	}
 	for _, o := range opts {
 		o(&s)
 	}
 	return s
+}
+
+// CodeInvalidInput is the non-retryable error code of an input a step
+// cannot decode.
+const CodeInvalidInput = "invalid_input"
+
+// decodeInput decodes a JSON input into v, or returns the step's
+// invalid_input error. The JSON decoder's messages name types, fields
+// and offsets, never the input's values.
+func decodeInput(step string, raw payload.Payload, v any) error {
+	if err := raw.DecodeJSON(v); err != nil {
+		return NonRetryable(CodeInvalidInput, fmt.Errorf("step %s: decode input: %w", step, err))
+	}
+	return nil
 }
 
 // Pipeline is a named, ordered list of steps.

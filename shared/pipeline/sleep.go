@@ -56,13 +56,17 @@ func SleepUntil[I any](name string, at func(in I) time.Time) Step {
 		var in I
 		if p, ok := any(&in).(*payload.Payload); ok {
 			*p = raw
-		} else if err := raw.DecodeJSON(&in); err != nil {
-			return time.Time{}, NonRetryable("invalid_input", fmt.Errorf("step %s: decode input: %w", name, err))
+		} else if err := decodeInput(name, raw, &in); err != nil {
+			return time.Time{}, err
 		}
 		return at(in), nil
 	}
 	if _, raw := any(*new(I)).(payload.Payload); !raw {
 		s.Accepts = []payload.Encoding{payload.EncodingJSON}
+		s.CheckInput = func(raw payload.Payload) error {
+			var in I
+			return decodeInput(name, raw, &in)
+		}
 	}
 	return s
 }

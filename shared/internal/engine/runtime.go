@@ -61,10 +61,9 @@ var (
 	ErrPipelineNotFound = errors.New("engine: pipeline not found")
 	// ErrKeyRequired: the policy needs a client idempotency key.
 	ErrKeyRequired = errors.New("engine: idempotency key required")
-	// ErrInvalidInput: the input breaks the first step's limits (a map
-	// step's: a JSON list of at most pipeline.MaxChildren elements of at
-	// most pipeline.MaxElementBytes each); the message says which.
-	// Nothing is stored.
+	// ErrInvalidInput: the first step refuses the input
+	// (pipeline.Step.CheckInput: a JSON decode into its input type, a map
+	// step's limits); the message says why. Nothing is stored.
 	ErrInvalidInput = errors.New("engine: invalid input")
 	// ErrNotSucceeded: the result was asked of an execution that has not succeeded.
 	ErrNotSucceeded = errors.New("engine: execution has not succeeded")
@@ -353,11 +352,12 @@ func (r *Runtime) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, 
 	if !ok {
 		return SubmitResult{}, fmt.Errorf("%w: %s", ErrPipelineNotFound, req.PipelineID)
 	}
-	if first := &p.Steps[0]; first.IsMap() {
-		// Refused here rather than failing the execution's first step.
-		if _, err := first.MapElements(req.Input); err != nil {
-			code, msg, _ := pipeline.Classify(err)
-			return SubmitResult{}, fmt.Errorf("%w (%s): %s", ErrInvalidInput, code, msg)
+	if check := p.Steps[0].CheckInput; check != nil && req.Input.Encoding == payload.EncodingJSON {
+		// Refused here rather than dead-lettering the execution's first
+		// step (an input it cannot decode, a map over its limits).
+		if err := check(req.Input); err != nil {
+			_, msg, _ := pipeline.Classify(err)
+			return SubmitResult{}, fmt.Errorf("%w: %s", ErrInvalidInput, msg)
 		}
 	}
 	digest := payload.Digest(req.Input.Data)

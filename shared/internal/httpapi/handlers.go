@@ -560,7 +560,7 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeProblem(w, kindKeyMismatch.problem("This Idempotency-Key was already used with a different pipeline or body."))
 	case errors.Is(err, engine.ErrInvalidInput):
 		// The message names the limit and the step, never input bytes.
-		writeProblem(w, kindInvalidInput.problem(strings.TrimPrefix(err.Error(), engine.ErrInvalidInput.Error()+" ")))
+		writeProblem(w, kindInvalidInput.problem(strings.TrimPrefix(err.Error(), engine.ErrInvalidInput.Error()+": ")))
 	case errors.Is(err, engine.ErrKeyRequired):
 		writeProblem(w, kindKeyRequired.problem("This service requires an Idempotency-Key header on every submission."))
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled), errors.Is(err, store.ErrUnavailable):

@@ -33,16 +33,17 @@
 // whose type is ProblemTypePrefix followed by one of these kinds:
 // invalid-request, invalid-pipeline-id, invalid-tenant,
 // invalid-idempotency-key, idempotency-key-required, invalid-content-type,
-// invalid-json, invalid-cursor (400); unauthorized (401); forbidden (403);
+// invalid-json, invalid-cursor, invalid-input (the pipeline's first step
+// refuses the input: a decode error, a map's limits) (400); unauthorized
+// (401); forbidden (403);
 // not-found, pipeline-not-found, execution-not-found, redrive-not-found,
 // history-unavailable (404); method-not-allowed (405, with Allow);
 // execution-not-succeeded, execution-not-redrivable,
 // execution-not-cancellable, version-mismatch, await-conflict (409);
 // payload-too-large (413); unsupported-media-type (415: a body whose
 // Content-Type the pipeline's first step does not take, such as
-// text/plain for a step that decodes JSON); idempotency-key-mismatch,
-// invalid-input (422: an input over the limits of a first step that is a
-// map); internal (500); unavailable, awaits-disabled,
+// text/plain for a step that decodes JSON); idempotency-key-mismatch
+// (422); internal (500); unavailable, awaits-disabled,
 // dead-letters-unavailable, redrives-unavailable (503).
 //
 // A request is validated completely before the runtime is called, so a

@@ -426,12 +426,12 @@ func TestSubmitTooLarge(t *testing.T) {
 	}
 }
 
-// TestSubmitOverMapLimitsIs422: a pipeline whose first step is a map
+// TestSubmitOverMapLimitsIs400: a pipeline whose first step is a map
 // refuses, at submit, an input that is not a list, a list of more than
 // pipeline.MaxChildren elements, or one with an element over
-// pipeline.MaxElementBytes: 422 invalid-input naming the limit, nothing
+// pipeline.MaxElementBytes: 400 invalid-input naming the limit, nothing
 // stored or dispatched (the key stays free); at the limits it is taken.
-func TestSubmitOverMapLimitsIs422(t *testing.T) {
+func TestSubmitOverMapLimitsIs400(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	list := func(n int, elem string) string {
@@ -443,7 +443,7 @@ func TestSubmitOverMapLimitsIs422(t *testing.T) {
 		{"too many", list(pipeline.MaxChildren+1, "1"), "10001 elements, more than the 10000"},
 		{"element too large", "[1," + big + "]", "element 1 is 262145 bytes"},
 	} {
-		p := wantProblem(t, e.submit("fan", "k", c.body), http.StatusUnprocessableEntity, "invalid-input")
+		p := wantProblem(t, e.submit("fan", "k", c.body), http.StatusBadRequest, "invalid-input")
 		if !strings.Contains(p.Detail, c.want) || strings.Contains(p.Detail, "xxxx") {
 			t.Errorf("%s: detail %q, want it to name %q (and no input bytes)", c.name, p.Detail, c.want)
 		}
@@ -453,6 +453,29 @@ func TestSubmitOverMapLimitsIs422(t *testing.T) {
 	}
 	if w := e.submit("fan", "k", list(pipeline.MaxChildren, "1")); w.Code != http.StatusAccepted {
 		t.Errorf("a list at the limit (same key): %d %s", w.Code, w.Body)
+	}
+}
+
+// TestSubmitUndecodableInputIs400: an input the first step cannot decode
+// into its input type is refused at submit with 400 invalid-input and the
+// decode error (today it was taken, 202, and dead-lettered at once with
+// invalid_input); nothing is stored, the key stays free; a raw step
+// takes anything.
+func TestSubmitUndecodableInputIs400(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	p := wantProblem(t, e.submit("greet", "k", `{"name":42}`), http.StatusBadRequest, "invalid-input")
+	if !strings.HasPrefix(p.Detail, "step greet: decode input") || !strings.Contains(p.Detail, "does not fit Go type string") || strings.Contains(p.Detail, "42") {
+		t.Errorf("detail %q: want the step and the decode error, not the value", p.Detail)
+	}
+	if n := len(e.disp.take()); n != 0 {
+		t.Errorf("%d work items dispatched", n)
+	}
+	if w := e.submit("greet", "k", `{"name":"ada"}`); w.Code != http.StatusAccepted {
+		t.Errorf("a decodable input with the same key: %d %s", w.Code, w.Body)
+	}
+	if w := e.submit("echo", "k2", `[1,"two"]`); w.Code != http.StatusAccepted {
+		t.Errorf("a raw step's input: %d %s", w.Code, w.Body)
 	}
 }
 

@@ -61,7 +61,7 @@ var (
 	kindTooLarge               = kind{"payload-too-large", http.StatusRequestEntityTooLarge, "Request body too large"}
 	kindUnsupportedType        = kind{"unsupported-media-type", http.StatusUnsupportedMediaType, "Unsupported media type"}
 	kindKeyMismatch            = kind{"idempotency-key-mismatch", http.StatusUnprocessableEntity, "Idempotency key reused with a different request"}
-	kindInvalidInput           = kind{"invalid-input", http.StatusUnprocessableEntity, "Input over the pipeline's limits"}
+	kindInvalidInput           = kind{"invalid-input", http.StatusBadRequest, "Input refused by the pipeline's first step"}
 	kindInternal               = kind{"internal", http.StatusInternalServerError, "Internal server error"}
 	kindUnavailable            = kind{"unavailable", http.StatusServiceUnavailable, "Service unavailable"}
 )
