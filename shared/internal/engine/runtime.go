@@ -10,10 +10,12 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -360,7 +362,7 @@ func (r *Runtime) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, 
 			return SubmitResult{}, fmt.Errorf("%w: %s", ErrInvalidInput, msg)
 		}
 	}
-	digest := payload.Digest(req.Input.Data)
+	digest := requestDigest(req.Input)
 	key := req.IdempotencyKey
 	switch {
 	case r.cfg.IdempotencyPolicy == ServerKeyOnly:
@@ -562,6 +564,21 @@ func (r *Runtime) RedriveWith(ctx context.Context, key store.Key, opts RedriveOp
 		slog.String("redrive_id", opts.RedriveID))
 	r.dispatch(ctx, &got, 0)
 	return got, nil
+}
+
+// requestDigest is the digest that says whether two submits carry the
+// same input: of the JSON without insignificant whitespace for a JSON
+// input (the same document sent pretty-printed and compact is the same
+// request), of the bytes otherwise. A compact JSON input's digest is its
+// bytes' digest, as before.
+func requestDigest(in payload.Payload) string {
+	if in.Encoding == payload.EncodingJSON {
+		var b bytes.Buffer
+		if json.Compact(&b, in.Data) == nil {
+			return payload.Digest(b.Bytes())
+		}
+	}
+	return payload.Digest(in.Data)
 }
 
 // dispatch sends the execution's work item within the dispatch timeout,

@@ -490,6 +490,11 @@ func TestSubmitKeyReuse(t *testing.T) {
 	if w := e.submit("echo", "reused", `{"a":2}`, "X-Tenant-Id", "other"); w.Code != http.StatusAccepted {
 		t.Errorf("same key, other tenant: %d %s", w.Code, w.Body)
 	}
+	// The same JSON document with other whitespace is the same request
+	// (today it was a 422 mismatch): a duplicate of the first.
+	if w := e.submit("echo", "reused", "{\n  \"a\": 1\n}\n"); w.Code != http.StatusOK || !decode[client.Submission](t, w).Duplicate {
+		t.Errorf("the same document pretty-printed: %d %s, want 200 duplicate", w.Code, w.Body)
+	}
 }
 
 func TestStatus(t *testing.T) {
