@@ -298,7 +298,7 @@ func (a *api) submit(w http.ResponseWriter, r *http.Request) {
 	}
 	p, ok := a.rt.Registry().Get(pid)
 	if !ok {
-		writeProblem(w, kindPipelineNotFound.problem("No pipeline with this id is registered."))
+		writeProblem(w, kindPipelineNotFound.problem(fmt.Sprintf("No pipeline %q is registered here.", pid)))
 		return
 	}
 	if key == "" && a.rt.Config().IdempotencyPolicy == engine.ClientKeyRequired {
@@ -553,7 +553,8 @@ func parseRedrive(body []byte) (client.RedriveRequest, string) {
 func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, engine.ErrPipelineNotFound):
-		writeProblem(w, kindPipelineNotFound.problem("No pipeline with this id is registered."))
+		id := strings.TrimPrefix(err.Error(), engine.ErrPipelineNotFound.Error()+": ")
+		writeProblem(w, kindPipelineNotFound.problem(fmt.Sprintf("No pipeline %q is registered here.", id)))
 	case errors.Is(err, store.ErrNotFound):
 		writeProblem(w, kindExecutionNotFound.problem("No execution with this id exists for this tenant."))
 	case errors.Is(err, store.ErrKeyMismatch):

@@ -341,7 +341,10 @@ func TestSubmitBadRequests(t *testing.T) {
 func TestSubmitUnknownPipeline(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	wantProblem(t, e.submit("no-such-pipeline", "k", `{}`), http.StatusNotFound, "pipeline-not-found")
+	p := wantProblem(t, e.submit("no-such-pipeline", "k", `{}`), http.StatusNotFound, "pipeline-not-found")
+	if !strings.Contains(p.Detail, `"no-such-pipeline"`) {
+		t.Errorf("detail %q does not name the pipeline", p.Detail)
+	}
 }
 
 // TestSubmitNonJSONToJSONPipelineIs415: a pipeline whose first step
