@@ -32,7 +32,9 @@ stdin; default {}) and prints the submission: the execution id and its status. W
 ("duplicate": true) and nothing runs twice.`, flags: submitCmd},
 	{name: "status", usage: "status ID", summary: "print an execution's status document",
 		help: `Prints the status document of execution ID: status, current step and attempt,
-version, times, last error and await.`, flags: statusCmd},
+version, times, last error and await; for a map's child its parent (id, element index,
+map step), for a map's parent the counts of its children (total, succeeded, failed,
+running, pending) while it waits for them and after.`, flags: statusCmd},
 	{name: "result", usage: "result ID", summary: "print a succeeded execution's result",
 		help: `Writes the result of execution ID (the bytes of its last step) to stdout as is.
 With -o json: {"contentType", "messageType", "data"} (data is the JSON result itself,
@@ -46,8 +48,10 @@ per history event (per status change on a server without the history route). Wit
 It exits 0 when the execution succeeded and 5 when it ended otherwise.`, flags: watchCmd},
 	{name: "list", usage: "list [--pipeline P] [--status S,...] [--limit N]", summary: "list executions, newest first",
 		help: `Lists the tenant's executions, newest first, following the server's cursors until
---limit executions (0: all). With -o json: {"executions": [...], "nextCursor"} where
-nextCursor (present when --limit stopped the list) continues it with --cursor.`, flags: listCmd},
+--limit executions (0: all). The FAN-OUT column marks a map's parent with its number
+of children (status prints their counts) and a map's child with its element index and
+parent. With -o json: {"executions": [...], "nextCursor"} where nextCursor (present
+when --limit stopped the list) continues it with --cursor.`, flags: listCmd},
 	{name: "history", usage: "history ID [--limit N] [--cursor C]", summary: "print an execution's history",
 		help: `Prints the events of execution ID in commit order: submitted, each step started,
 succeeded or failed (with the retry's due time), awaits, re-drives, cancels, the end.

@@ -118,8 +118,10 @@ func printExecution(w io.Writer, e client.Execution) {
 	fields(w,
 		"execution", e.ExecutionID,
 		"pipeline", pipeline,
+		"parent", parentText(e.Parent),
 		"status", string(e.Status),
 		"step", fmt.Sprintf("%s (attempt %d)", step(e.StepIndex, e.StepName), e.Attempt),
+		"children", childrenText(e.Children),
 		"version", strconv.FormatInt(e.Version, 10),
 		"created", ts(e.CreatedAt),
 		"updated", ts(e.UpdatedAt),
@@ -131,6 +133,41 @@ func printExecution(w io.Writer, e client.Execution) {
 	)
 }
 
+// parentText is a map child's link to its parent: "<parent id> (child
+// #2 of 3, map step 1)"; "" for an execution submitted on its own.
+func parentText(p *client.ParentLink) string {
+	if p == nil {
+		return ""
+	}
+	return fmt.Sprintf("%s (child #%d, map step %d)", p.ExecutionID, p.Index, p.StepIndex)
+}
+
+// childrenText is a map parent's counts: "100: 12 succeeded, 1 failed,
+// 25 running, 62 pending"; "" for an execution without a map.
+func childrenText(c *client.ChildCounts) string {
+	if c == nil {
+		return ""
+	}
+	return fmt.Sprintf("%d: %d succeeded, %d failed, %d running, %d pending", c.Total, c.Succeeded, c.Failed, c.Running, c.Pending)
+}
+
+// fanOut is a list row's FAN-OUT cell: a map parent's number of children
+// (a list answer carries only its total: status has the counts), a
+// child's place and parent ("child #2 of <parent id>"), "-" for neither.
+func fanOut(e client.Execution) string {
+	var parts []string
+	if c := e.Children; c != nil {
+		parts = append(parts, fmt.Sprintf("%d children", c.Total))
+	}
+	if p := e.Parent; p != nil {
+		parts = append(parts, fmt.Sprintf("child #%d of %s", p.Index, p.ExecutionID))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, "; ")
+}
+
 // printExecutions writes a list.
 func printExecutions(w io.Writer, es []client.Execution) {
 	rows := make([][]string, 0, len(es))
@@ -140,9 +177,9 @@ func printExecutions(w io.Writer, es []client.Execution) {
 			code = e.Error.Code
 		}
 		rows = append(rows, []string{e.ExecutionID, e.PipelineID, string(e.Status), step(e.StepIndex, e.StepName),
-			strconv.Itoa(e.Attempt), ts(e.CreatedAt), ts(e.UpdatedAt), code})
+			strconv.Itoa(e.Attempt), ts(e.CreatedAt), ts(e.UpdatedAt), code, fanOut(e)})
 	}
-	table(w, []string{"EXECUTION", "PIPELINE", "STATUS", "STEP", "ATTEMPT", "CREATED", "UPDATED", "ERROR"}, rows)
+	table(w, []string{"EXECUTION", "PIPELINE", "STATUS", "STEP", "ATTEMPT", "CREATED", "UPDATED", "ERROR", "FAN-OUT"}, rows)
 }
 
 // eventDetail is the free-text column of a history event.

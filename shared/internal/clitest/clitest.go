@@ -56,6 +56,11 @@ const (
 	// ErrorCodeRetry, waits RetryDelay in WAIT_RETRY, and succeeds on the
 	// second.
 	PipelineRetry = "t.retry"
+	// PipelineMap's one step "fan" is a map over its input, a JSON list:
+	// each element runs as a child execution of PipelineWait, one at a
+	// time (MaxInFlight 1). The parent waits (WAITING_CHILDREN) until
+	// every child's await is completed and the child succeeded.
+	PipelineMap = "t.map"
 	// ErrorCodeFail is the error code of PipelineFail's failure.
 	ErrorCodeFail = "always_fails"
 	// ErrorCodeRetry is the error code of PipelineRetry's first attempt.
@@ -137,6 +142,7 @@ func registry(rec *tokens) (*pipeline.Registry, error) {
 		pipeline.Pipeline{ID: PipelineFail, Steps: []pipeline.Step{fail}},
 		pipeline.Pipeline{ID: PipelineWait, Steps: []pipeline.Step{approve, mark("finish", "finished")}},
 		pipeline.Pipeline{ID: PipelineRetry, Steps: []pipeline.Step{flaky}},
+		pipeline.Pipeline{ID: PipelineMap, Steps: []pipeline.Step{pipeline.Map("fan", PipelineWait, pipeline.MapOptions{MaxInFlight: 1})}},
 	)
 }
 

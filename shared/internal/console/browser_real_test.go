@@ -20,8 +20,9 @@ import (
 
 // demoPipelines are the real server's pipelines for the browser test: a
 // quick one, one that dead-letters, one that succeeds after two retries
-// (a timeline worth showing) and one that waits an hour for its retry
-// (what the operator cancels).
+// (a timeline worth showing), one that waits an hour for its retry
+// (what the operator cancels) and one that fans out to three quick
+// children.
 func demoPipelines() *pipeline.Registry {
 	pass := func(name string) pipeline.Step {
 		return pipeline.NewStep(name, func(_ context.Context, _ pipeline.StepInfo, in map[string]any) (map[string]any, error) {
@@ -40,13 +41,24 @@ func demoPipelines() *pipeline.Registry {
 	later := pipeline.NewStep("notify", func(context.Context, pipeline.StepInfo, map[string]any) (map[string]any, error) {
 		return nil, errors.New("mail server down")
 	}, pipeline.WithRetry(pipeline.RetryPolicy{MaxRetries: 3, Delay: time.Hour, Multiplier: 1, MaxDelay: time.Hour}))
+	split := pipeline.NewStep("split", func(_ context.Context, _ pipeline.StepInfo, in map[string]any) ([]map[string]any, error) {
+		lines := make([]map[string]any, demoChildren)
+		for i := range lines {
+			lines[i] = map[string]any{"order": in["order"], "line": i}
+		}
+		return lines, nil
+	})
 	return pipeline.MustRegistry(
 		pipeline.Pipeline{ID: "demo.quick", Steps: []pipeline.Step{pass("validate"), pass("ship")}},
 		pipeline.Pipeline{ID: "demo.fail", Steps: []pipeline.Step{pass("validate"), fail}},
 		pipeline.Pipeline{ID: "demo.flaky", Steps: []pipeline.Step{pass("validate"), flaky, pass("ship")}},
 		pipeline.Pipeline{ID: "demo.later", Steps: []pipeline.Step{later}},
+		pipeline.Pipeline{ID: "demo.fanout", Steps: []pipeline.Step{split, pipeline.Map("each-line", "demo.quick", pipeline.MapOptions{MaxInFlight: 2})}},
 	)
 }
+
+// demoChildren is how many children demo.fanout's map starts.
+const demoChildren = 3
 
 // startRealConsole runs `qasync serve`'s server (server.Serve on its
 // default providers, the embedded store, in a data directory of the
@@ -114,7 +126,8 @@ func startRealConsole(t *testing.T) browserTarget {
 	}
 	flaky := submit("demo.flaky", "flaky-1")
 	later := submit("demo.later", "later-1")
-	want := map[string]store.Status{flaky: store.Succeeded, later: store.WaitRetry}
+	fanout := submit("demo.fanout", "fanout-1")
+	want := map[string]store.Status{flaky: store.Succeeded, later: store.WaitRetry, fanout: store.Succeeded}
 	for _, id := range ids {
 		want[id] = store.Succeeded
 	}
@@ -130,6 +143,18 @@ func startRealConsole(t *testing.T) browserTarget {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
+	// The map's result names its children.
+	req, _ := http.NewRequest(http.MethodGet, base+"/v1/executions/"+fanout+"/result", nil)
+	req.Header.Set("X-Tenant-Id", tenantAcme)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var joined pipeline.MapResult
+	if err := json.NewDecoder(resp.Body).Decode(&joined); err != nil || len(joined.Elements) != demoChildren {
+		t.Fatalf("demo.fanout's result: %d elements (%v)", len(joined.Elements), err)
+	}
 	return browserTarget{
 		BaseURL: base, Token: operatorToken, Tenant: tenantAcme, ListMin: store.DefaultListLimit,
 		Pipeline: "demo.fail", Statuses: []store.Status{store.DLQ}, FilterMin: len(failed),
@@ -137,5 +162,6 @@ func startRealConsole(t *testing.T) browserTarget {
 		// starts, two failures, a success), ship (started, succeeded),
 		// SUCCEEDED: 11 events.
 		TimelineID: flaky, MinEvents: 11, CancelID: later,
+		ChildID: joined.Elements[1].ExecutionID, Children: demoChildren, Ended: demoChildren,
 	}
 }

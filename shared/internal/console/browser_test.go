@@ -46,6 +46,10 @@ type browserTarget struct {
 	// CancelID is an execution that a cancel ends CANCELLED at once
 	// (QUEUED, WAIT_RETRY or parked).
 	CancelID string
+	// ChildID is a map's child, whose parent's page shows Children
+	// children, with Ended of them ended.
+	ChildID         string
+	Children, Ended int
 	// ShotPrefix starts the screenshots' file names.
 	ShotPrefix string
 }
@@ -64,13 +68,15 @@ func startFakeConsole(t *testing.T) browserTarget {
 		BaseURL: srv.URL, Token: operatorToken, Tenant: tenantAcme, ListMin: store.DefaultListLimit,
 		Pipeline: "checkout.deliver-order", Statuses: []store.Status{store.Queued, store.Running, store.DLQ},
 		FilterMin: 3, TimelineID: showcaseID, MinEvents: 20, CancelID: queuedID,
+		ChildID: fanChildID(fanWaitingID, 1, 7), Children: fanWaitingCounts.Total, Ended: fanWaitingCounts.Succeeded + fanWaitingCounts.Failed,
 	}
 }
 
 // TestConsoleInChromium drives the console of a real server (the
 // runtime on memory providers, executions submitted through the HTTP API)
 // in headless Chromium: the list, paging, a filter, a timeline, a sign-in
-// and a cancel, with a screenshot of each page.
+// and a cancel, a map's child and its parent, with a screenshot of each
+// page.
 func TestConsoleInChromium(t *testing.T) {
 	chrome := chromiumPath(t)
 	runBrowserScenario(t, chrome, startRealConsole(t))
@@ -345,6 +351,24 @@ func runBrowserScenario(t *testing.T, chrome string, target browserTarget) {
 	if n := count(fmt.Sprintf(`#executions a[href$=%q]`, "/"+target.CancelID)); n != 1 {
 		t.Errorf("the CANCELLED list shows execution %s %d times, want once", target.CancelID, n)
 	}
+
+	// 6. A map's child links its parent, whose page shows the counts.
+	do("open a map's child", chromedp.Navigate(target.BaseURL+console.Prefix+"/executions/"+target.ChildID),
+		chromedp.WaitVisible(chromedp.CSS("#parent-link")))
+	shot("05-map-child.png")
+	clickAndLoad("open the parent", "#parent-link")
+	do("the parent's counts", chromedp.WaitVisible(chromedp.CSS("#child-counts")))
+	if got, want := text(`#child-counts td[data-count="total"]`), fmt.Sprint(target.Children); got != want {
+		t.Errorf("the parent shows %s children, want %s", got, want)
+	}
+	if got := eval("progress", `[document.querySelector("#children-progress").max, document.querySelector("#children-progress").value]`); fmt.Sprint(got) != fmt.Sprint([]any{float64(target.Children), float64(target.Ended)}) {
+		t.Errorf("the parent's progress (max, value) %v, want %d of %d ended", got, target.Ended, target.Children)
+	}
+	if n := count(fmt.Sprintf(`#events tr[data-type=%q]`, "CHILDREN_STARTED")); n != 1 {
+		t.Errorf("the parent's timeline has %d CHILDREN_STARTED events, want 1", n)
+	}
+	shot("06-map-parent.png")
+	sameOrigin("map parent")
 
 	cancel()
 	collected.Wait()

@@ -10,7 +10,7 @@
 // `qasync serve` and the submit function serve both on one listener.
 //
 //	GET  /console                              executions, newest first (?pipeline=&status=&limit=&cursor=)
-//	GET  /console/executions/{id}              one execution: summary, steps, timeline, actions (?cursor=: its history's next page)
+//	GET  /console/executions/{id}              one execution: summary, a map's children counts or a child's parent, steps, timeline, actions (?cursor=: its history's next page)
 //	GET  /console/executions/{id}/result       the result bytes (only when the operator asks for them)
 //	GET  /console/dead-letters                 dead-letter records (?pipeline=&limit=&cursor=)
 //	POST /console/executions/{id}/cancel       cancel (operator; reason required)
@@ -64,10 +64,15 @@ type Backend interface {
 	// Result returns a SUCCEEDED execution's result (an error wrapping
 	// engine.ErrNotSucceeded otherwise).
 	Result(ctx context.Context, key store.Key) (store.Execution, payload.Payload, error)
-	// HistoryPage returns the page of an execution's history after the
-	// cursor: at most limit events in commit order, numbered on from the
-	// cursor, and the cursor of the next page (nil at the end).
-	HistoryPage(ctx context.Context, key store.Key, after history.Cursor, limit int) (history.Page, error)
+	// History returns an execution's history, its events in commit
+	// order (store.ErrNotFound when none is recorded). The console pages
+	// it with history.PageAfter, as the HTTP API's history route does, so
+	// that a cursor naming no event of this history is refused.
+	History(ctx context.Context, key store.Key) ([]history.Event, error)
+	// ChildCounts returns the counts of the map e waits for (or last
+	// waited for): nil when e has none, or when the deployment keeps no
+	// counts.
+	ChildCounts(ctx context.Context, e store.Execution) (*engine.ChildCounts, error)
 	// DeadLetters returns a page of one tenant's dead-letter records.
 	DeadLetters(ctx context.Context, q deadletter.ListQuery) (deadletter.ListPage, error)
 	// Cancel cancels an execution; changed is false when it was already

@@ -11,7 +11,7 @@ import (
 
 // Engine returns rt as the console's Backend: every call is the runtime's
 // own operator-plane method. The one translation: a runtime without a
-// history reader answers HistoryPage with ErrNotSupported, so the timeline
+// history reader answers History with ErrNotSupported, so the timeline
 // says it is not available on this deployment instead of failing.
 func Engine(rt *engine.Runtime) Backend {
 	if rt == nil {
@@ -23,11 +23,11 @@ func Engine(rt *engine.Runtime) Backend {
 // engineBackend adapts an *engine.Runtime (see Engine).
 type engineBackend struct{ *engine.Runtime }
 
-// HistoryPage implements Backend.
-func (b engineBackend) HistoryPage(ctx context.Context, key store.Key, after history.Cursor, limit int) (history.Page, error) {
-	p, err := b.Runtime.HistoryPage(ctx, key, after, limit)
+// History implements Backend.
+func (b engineBackend) History(ctx context.Context, key store.Key) ([]history.Event, error) {
+	events, err := b.Runtime.History(ctx, key)
 	if errors.Is(err, engine.ErrHistoryUnavailable) {
-		return history.Page{}, ErrNotSupported
+		return nil, ErrNotSupported
 	}
-	return p, err
+	return events, err
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -211,4 +212,82 @@ func TestEngineBackendPagesALongHistory(t *testing.T) {
 	if len(seqs) != len(all) {
 		t.Errorf("the pages show %d events, want %d", len(seqs), len(all))
 	}
+
+	// The next page's cursor names an event of this history only: on
+	// another execution's page it is refused, not read as a position.
+	next := matches(nextLink, e.get("/console/executions/"+x.ExecutionID, http.StatusOK))
+	if len(next) != 1 {
+		t.Fatal("the first page links no next page")
+	}
+	cursor := regexp.MustCompile(`cursor=([^&]+)`).FindStringSubmatch(unescape(next[0]))[1]
+	other := submit(t, rt, "echo", "k-other", `{}`)
+	q.drain(t, rt)
+	body := e.get("/console/executions/"+other.ExecutionID+"?cursor="+cursor, http.StatusBadRequest)
+	wantContains(t, body, "names no event of this execution&#39;s history")
+}
+
+// step processes the work items dispatched so far, once (a step of each).
+func (q *queue) step(t *testing.T, rt *engine.Runtime) {
+	t.Helper()
+	q.mu.Lock()
+	items := q.items
+	q.items = nil
+	q.mu.Unlock()
+	for _, it := range items {
+		if err := rt.Process(context.Background(), it); err != nil {
+			t.Fatalf("process: %v", err)
+		}
+	}
+}
+
+// TestEngineBackendShowsAMap runs a map of three children, one at a time,
+// on the memory runtime and shows it through Engine: while the parent
+// waits, its page has the runtime's counts (one running, two pending);
+// after, three succeeded; a child's page links the parent, and the list
+// marks both.
+func TestEngineBackendShowsAMap(t *testing.T) {
+	t.Parallel()
+	rt, q := newRuntime(t, pipeline.Pipeline{ID: "fan", Steps: []pipeline.Step{pipeline.Map("each", "echo", pipeline.MapOptions{MaxInFlight: 1})}})
+	in, err := payload.RawJSON([]byte(`[{"n":1},{"n":2},{"n":3}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := rt.Submit(context.Background(), engine.SubmitRequest{TenantID: tenantAcme, PipelineID: "fan", Input: in})
+	if err != nil {
+		t.Fatal(err)
+	}
+	parent := sub.Execution
+	q.step(t, rt) // the map step: three children, the first released
+
+	_, log := logtest.New()
+	e := &env{t: t, h: console.New(console.Engine(rt), console.Options{TenantCookie: true, Logger: log}),
+		jar: map[string]string{console.TenantCookieName: tenantAcme}}
+	page := "/console/executions/" + parent.ExecutionID
+	body := e.get(page, http.StatusOK)
+	wantContains(t, body, `id="exec-status">WAITING_CHILDREN</span>`, "Waiting for its 3 children", "0 of 3 ended", "CHILDREN_STARTED")
+	want := map[string]string{"total": "3", "succeeded": "0", "failed": "0", "running": "1", "pending": "2"}
+	if got := shownCounts(body); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("waiting: counts %v, want %v", got, want)
+	}
+
+	q.drain(t, rt)
+	body = e.get(page, http.StatusOK)
+	wantContains(t, body, `id="exec-status">SUCCEEDED</span>`, "Its last map fanned out to 3 children", "3 of 3 ended", "CHILDREN_FINISHED")
+	want = map[string]string{"total": "3", "succeeded": "3", "failed": "0", "running": "0", "pending": "0"}
+	if got := shownCounts(body); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("after the map: counts %v, want %v", got, want)
+	}
+
+	// The map's result names its children.
+	_, res, err := rt.Result(context.Background(), parent.Key())
+	var joined pipeline.MapResult
+	if err != nil || res.DecodeJSON(&joined) != nil || len(joined.Elements) != 3 {
+		t.Fatalf("the map's result: %+v (%v)", joined, err)
+	}
+	childID := joined.Elements[2].ExecutionID
+	child := e.get("/console/executions/"+childID, http.StatusOK)
+	wantContains(t, child, `<a class="id" href="`+page+`" id="parent-link" rel="up">`+parent.ExecutionID+`</a>`, "child #2 of 3, from its map step 0")
+	list := e.get("/console", http.StatusOK)
+	wantContains(t, list, `#children" title="the counts are on the execution's page">3 children</a> <span class="muted">all ended</span>`,
+		`child #2 of <a href="`+page+`" title="`+parent.ExecutionID+`" rel="up">its parent</a>`)
 }

@@ -48,6 +48,10 @@ func (f *fakeBackend) evil() {
 		e.Note, e.RedriveCount = "Znote"+attack, 1
 		e.CancelReason = "Zcancel" + attack
 		e.Await = &store.Await{ID: "Zawait" + attack, Status: store.AwaitTimedOut}
+		// A child of a parent whose id is an attack (shown as text, never
+		// linked), itself the parent of a map.
+		e.Parent = &store.ParentRef{ExecutionID: "Zparent" + attack, CreateToken: "Ztoken" + attack, StepIndex: 1, Index: 2, Total: 5}
+		e.Children = &store.Children{StepIndex: 0, Total: 4, MaxInFlight: 2}
 		at := e.CreatedAt
 		f.setEvents(e.Key(), []history.Event{
 			{Type: history.Submitted, At: at, Status: store.Queued},
@@ -95,7 +99,7 @@ func wantOnlyEscaped(t *testing.T, page, body string, labels ...string) {
 
 // TestEveryValueIsEscaped puts an attack into every string that reaches
 // the pages (pipeline, step, error, worker, reasons, await, execution
-// ids, the registered pipelines, the filter, the page's own address, a
+// ids, a child's parent id, the registered pipelines, the filter, the page's own address, a
 // tenant function's error naming the tenant) and checks that the list,
 // the execution, the dead letters and the error page hold only its
 // escaped forms. The idempotency key reaches no page.
@@ -107,18 +111,21 @@ func TestEveryValueIsEscaped(t *testing.T) {
 	e.signIn()
 
 	list := e.get("/console?limit=1&pipeline="+url.QueryEscape("Zpipe"+attack), http.StatusOK)
-	wantOnlyEscaped(t, "list", list, "Zpipe", "Zstep", "Zcode", "Zregistered")
+	wantOnlyEscaped(t, "list", list, "Zpipe", "Zstep", "Zcode", "Zregistered", "Zparent")
 	if len(matches(nextLink, list)) != 1 {
 		t.Error("list: no next page link (the filter is carried in it)")
 	}
 	list2 := e.get(unescape(matches(nextLink, list)[0]), http.StatusOK)
-	wantOnlyEscaped(t, "list page 2", list2, "Zid", "Zpipe", "Zstep", "Zcode")
+	wantOnlyEscaped(t, "list page 2", list2, "Zid", "Zpipe", "Zstep", "Zcode", "Zparent")
 
 	exec := e.get("/console/executions/"+evilID, http.StatusOK)
 	wantOnlyEscaped(t, "execution", exec, "Zpipe", "Zversion", "Zstep", "Zowner", "Zcode", "Zmsg", "Zterminal", "Znote", "Zcancel",
-		"Zawait", "Zworker", "Zevreason")
+		"Zawait", "Zworker", "Zevreason", "Zparent")
 	if !strings.Contains(exec, `id="redrive-form"`) {
 		t.Error("execution: the operator's re-drive form is not shown")
+	}
+	if strings.Contains(exec, `id="parent-link"`) || strings.Contains(list, `rel="up"`) || !strings.Contains(exec, `id="children-notice"`) {
+		t.Error("an attack parent id is linked, or the map's missing counts are not said")
 	}
 
 	dead := e.get("/console/dead-letters", http.StatusOK)
@@ -129,8 +136,8 @@ func TestEveryValueIsEscaped(t *testing.T) {
 	wantOnlyEscaped(t, "dead letters' address", here, "Zhere=")
 
 	for page, body := range map[string]string{"list": list, "execution": exec, "dead letters": dead} {
-		if strings.Contains(body, "Zkey") {
-			t.Errorf("%s: the idempotency key is on the page", page)
+		if strings.Contains(body, "Zkey") || strings.Contains(body, "Ztoken") {
+			t.Errorf("%s: the idempotency key or the parent's create token is on the page", page)
 		}
 	}
 

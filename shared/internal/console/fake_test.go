@@ -67,9 +67,9 @@ type fakeBackend struct {
 	lists    []store.ListQuery
 	cancels  []string // "tenant/id: reason"
 	redrives []engine.RedriveOptions
-	// historyLimits are the limits HistoryPage was called with.
-	historyLimits []int
-	now           time.Time
+	// counts are the map parents' children counts.
+	counts map[store.Key]engine.ChildCounts
+	now    time.Time
 }
 
 // newFakeBackend returns the fixtures: 137 executions of tenant acme over
@@ -79,7 +79,8 @@ type fakeBackend struct {
 func newFakeBackend() *fakeBackend {
 	f := &fakeBackend{
 		execs: map[store.Key]*store.Execution{}, events: map[store.Key][]history.Event{},
-		dead: map[string][]deadletter.Record{}, results: map[store.Key]payload.Payload{}, now: epoch,
+		dead: map[string][]deadletter.Record{}, results: map[store.Key]payload.Payload{}, counts: map[store.Key]engine.ChildCounts{},
+		now: epoch,
 	}
 	steps := []string{"validate", "charge", "await-approval", "ship"}
 	for i := range 130 {
@@ -113,6 +114,7 @@ func newFakeBackend() *fakeBackend {
 	u.Error = &store.Failure{Code: "remote_outcome_unknown", Message: "rest http://worker/run: no answer within 30s"}
 	f.simpleHistory(u)
 	f.showcase()
+	f.fanOut()
 	for i := range 4 {
 		e := f.add(tenantOther, fmt.Sprintf("0195a1c2-aaaa-8000-8000-%012d", i), "invoices.render", store.Succeeded, epoch.Add(-time.Duration(i+1)*time.Minute))
 		e.StepName = "render"
@@ -354,17 +356,26 @@ func (f *fakeBackend) Result(_ context.Context, key store.Key) (store.Execution,
 	return *e, f.results[key], nil
 }
 
-// HistoryPage implements console.Backend, as the runtime does: the page
-// of the execution's events after the cursor (history.PageOf). It keeps
-// the limit of each call.
-func (f *fakeBackend) HistoryPage(_ context.Context, key store.Key, after history.Cursor, limit int) (history.Page, error) {
+// History implements console.Backend: the execution's events.
+func (f *fakeBackend) History(_ context.Context, key store.Key) ([]history.Event, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if _, ok := f.execs[key]; !ok {
-		return history.Page{}, store.ErrNotFound
+		return nil, store.ErrNotFound
 	}
-	f.historyLimits = append(f.historyLimits, limit)
-	return history.PageOf(slices.Clone(f.events[key]), after, limit), nil
+	return slices.Clone(f.events[key]), nil
+}
+
+// ChildCounts implements console.Backend as the runtime does: nil for an
+// execution without a map.
+func (f *fakeBackend) ChildCounts(_ context.Context, e store.Execution) (*engine.ChildCounts, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.counts[e.Key()]
+	if e.Children == nil || !ok {
+		return nil, nil
+	}
+	return &c, nil
 }
 
 // DeadLetters implements console.Backend.

@@ -99,6 +99,15 @@ func validID(id string) bool { return len(id) <= 128 && httpapi.ValidTenantID(id
 
 func executionURL(id string) string { return Prefix + "/executions/" + url.PathEscape(id) }
 
+// parentURL is the page of a child's parent, "" when its id is not one
+// the console serves (then it is shown as text, not linked).
+func parentURL(id string) string {
+	if !validID(id) {
+		return ""
+	}
+	return executionURL(id)
+}
+
 // executionKey returns the key of the page's execution, or writes the 404.
 func (c *Console) executionKey(w http.ResponseWriter, r *http.Request) (store.Key, bool) {
 	tenant, ok := c.tenant(w, r)
@@ -131,6 +140,15 @@ type execRow struct {
 	Age       time.Duration
 	Terminal  bool
 	ErrorCode string
+	// Children is a map parent's total of children (the list carries no
+	// more of its counts: they are on the parent's page), 0 for none;
+	// ChildrenDone says every group of them has ended.
+	Children     int
+	ChildrenDone bool
+	// ParentID is a child's parent, ParentURL its page ("" when the id
+	// is not one the console links), Index its element index.
+	ParentID, ParentURL string
+	Index               int
 }
 
 // listData is the executions page.
@@ -224,6 +242,12 @@ func (c *Console) listPage(w http.ResponseWriter, r *http.Request) {
 		if e.Error != nil {
 			row.ErrorCode = e.Error.Code
 		}
+		if ch := e.Children; ch != nil {
+			row.Children, row.ChildrenDone = ch.Total, ch.Done
+		}
+		if p := e.Parent; p != nil {
+			row.ParentID, row.ParentURL, row.Index = p.ExecutionID, parentURL(p.ExecutionID), p.Index
+		}
 		d.Rows = append(d.Rows, row)
 	}
 	filters := url.Values{}
@@ -300,8 +324,15 @@ const historyPageSize = 200
 // execData is one execution's page.
 type execData struct {
 	base
-	E             store.Execution
-	Terminal      bool
+	E        store.Execution
+	Terminal bool
+	// Counts are the counts of the map the execution waits for (or last
+	// waited for), nil when it has none or they could not be read;
+	// CountsNotice says why a parent's counts are missing.
+	Counts       *engine.ChildCounts
+	CountsNotice string
+	// ParentURL is a child's link to its parent's page ("": not linked).
+	ParentURL     string
 	Duration      time.Duration
 	Timeline      timeline
 	HistoryNotice string
@@ -351,7 +382,20 @@ func (c *Console) executionPage(w http.ResponseWriter, r *http.Request) {
 	} else {
 		d.Duration = now.Sub(e.CreatedAt)
 	}
-	hp, err := c.b.HistoryPage(r.Context(), key, after, historyPageSize)
+	if p := e.Parent; p != nil {
+		d.ParentURL = parentURL(p.ExecutionID)
+	}
+	if e.Children != nil {
+		d.Counts, d.CountsNotice = c.childCounts(r, e)
+	}
+	// The cursor comes from the address: history.PageAfter checks that it
+	// names an event of this history, as the HTTP API's history route
+	// does, rather than read any cursor as a position.
+	events, err := c.b.History(r.Context(), key)
+	var hp history.Page
+	if err == nil {
+		hp, err = history.PageAfter(events, after, historyPageSize)
+	}
 	switch {
 	case err == nil:
 		d.Timeline = buildTimeline(hp.Events, &e, now, hp.Next != nil)
@@ -367,11 +411,32 @@ func (c *Console) executionPage(w http.ResponseWriter, r *http.Request) {
 		d.HistoryNotice = "This deployment does not record execution histories; the summary above is the execution's current state."
 	case errors.Is(err, store.ErrNotFound):
 		d.HistoryNotice = "No history is recorded for this execution."
+	case errors.Is(err, history.ErrCursor):
+		c.errorPage(w, r, http.StatusBadRequest, "Bad page link", "This history page link names no event of this execution's history "+
+			"(it is another execution's, or an earlier incarnation's). Start again from the execution's first page.")
+		return
 	default:
 		c.backendError(w, r, "Reading the history", err)
 		return
 	}
 	c.render(w, http.StatusOK, &d.base, d.content)
+}
+
+// childCounts reads the counts of the map e waits for (or last waited
+// for). A failure does not fail the page: the summary and timeline are
+// still worth showing, so the page says the counts are missing and the
+// failure is logged.
+func (c *Console) childCounts(r *http.Request, e store.Execution) (*engine.ChildCounts, string) {
+	counts, err := c.b.ChildCounts(r.Context(), e)
+	switch {
+	case (err == nil && counts == nil) || errors.Is(err, ErrNotSupported):
+		return nil, "This deployment keeps no counts of a map's children."
+	case err != nil:
+		c.logAction(r, slog.LevelError, "console_child_counts_failed", slog.String("execution_id", e.ExecutionID),
+			slog.String("error", err.Error()))
+		return nil, "The children's counts could not be read. Reload the page."
+	}
+	return counts, ""
 }
 
 // resultBytes handles GET /console/executions/{id}/result: the result

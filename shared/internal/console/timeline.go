@@ -47,11 +47,14 @@ const (
 	spanAwait   = "await"
 	spanBackoff = "backoff"
 	spanSleep   = "sleep"
+	// spanChildren is a map parent's wait for its children
+	// (WAITING_CHILDREN), from CHILDREN_STARTED to CHILDREN_FINISHED.
+	spanChildren = "children"
 )
 
 // span is an interval of the chart.
 type span struct {
-	Kind      string // run, await, backoff, sleep
+	Kind      string // run, await, backoff, sleep, children
 	StepIndex int
 	StepName  string
 	Attempt   int
@@ -77,6 +80,8 @@ func (s span) Label() string {
 		return s.StepName + " back-off"
 	case spanSleep:
 		return s.StepName + " sleep"
+	case spanChildren:
+		return s.StepName + " children"
 	}
 	return s.StepName + " #" + strconv.Itoa(s.Attempt)
 }
@@ -114,7 +119,8 @@ func buildTimeline(events []history.Event, e *store.Execution, now time.Time, mo
 	if events[0].Seq > 1 {
 		t.Start = events[0].At
 	}
-	var run, await *span // the open ones
+	// The open spans: a run, and a wait (an await or a map's children).
+	var run, await *span
 	closeSpan := func(s **span, at time.Time, outcome string) int {
 		if *s == nil {
 			return -1
@@ -173,7 +179,11 @@ func buildTimeline(events []history.Event, e *store.Execution, now time.Time, mo
 			row.Kind = "waiting"
 			t.Spans = append(t.Spans, span{Kind: spanSleep, StepIndex: ev.StepIndex, StepName: ev.StepName, Attempt: ev.Attempt,
 				Start: ev.At, End: ev.WakeAt, Outcome: "sleeping"})
-		case history.AwaitCompleted:
+		case history.ChildrenStarted:
+			row.Kind = "waiting"
+			took(closeSpan(&run, ev.At, "waiting-children"))
+			await = &span{Kind: spanChildren, StepIndex: ev.StepIndex, StepName: ev.StepName, Attempt: ev.Attempt, Start: ev.At, Open: true}
+		case history.AwaitCompleted, history.ChildrenFinished:
 			row.Kind = "ok"
 			took(closeSpan(&await, ev.At, "completed"))
 		case history.CancelRequested:
@@ -204,7 +214,7 @@ func buildTimeline(events []history.Event, e *store.Execution, now time.Time, mo
 			switch {
 			case more:
 				s.Outcome = "continues"
-			case s.Kind == spanAwait:
+			case s.Kind == spanAwait || s.Kind == spanChildren:
 				s.Outcome = "waiting"
 			}
 			t.Spans = append(t.Spans, *s)
@@ -251,7 +261,7 @@ func stepRows(spans []span, events []eventRow) []stepRow {
 			r.Running += s.Duration()
 			r.Attempts = max(r.Attempts, s.Attempt)
 			r.Outcome = s.Outcome
-		case spanAwait:
+		case spanAwait, spanChildren:
 			r.Waited += s.Duration()
 			r.Outcome = s.Outcome
 		case spanSleep:

@@ -101,3 +101,45 @@ func TestTimelineShowsASleep(t *testing.T) {
 		t.Errorf("steps %+v; want the hour counted as waited", tl.Steps)
 	}
 }
+
+// TestTimelineSpanOfAMapsWait: CHILDREN_STARTED ends the map step's run
+// and opens its wait for the children, which CHILDREN_FINISHED ends; the
+// step's row counts the wait as waited, not run, and a wait still open
+// ends at now.
+func TestTimelineSpanOfAMapsWait(t *testing.T) {
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	ev := []history.Event{
+		{Type: history.Submitted, At: at(0)},
+		{Type: history.StepStarted, At: at(1), StepName: "fan", Attempt: 1, Worker: "w1"},
+		{Type: history.ChildrenStarted, At: at(2), StepName: "fan", Attempt: 1, Status: store.WaitingChildren},
+		{Type: history.ChildrenFinished, At: at(62), StepName: "fan", Attempt: 1, Status: store.Queued},
+		{Type: history.StepStarted, At: at(63), StepName: "fan", Attempt: 1, Worker: "w2"},
+		{Type: history.StepSucceeded, At: at(64), StepName: "fan", Attempt: 1, Status: store.Succeeded},
+	}
+	tl := buildTimeline(ev, &store.Execution{Status: store.Succeeded, CreatedAt: at(0)}, at(100), false)
+	type got struct {
+		kind, outcome string
+		took          time.Duration
+	}
+	want := []got{{spanRun, "waiting-children", time.Second}, {spanChildren, "completed", time.Minute}, {spanRun, "succeeded", time.Second}}
+	if len(tl.Spans) != len(want) {
+		t.Fatalf("%d spans %+v, want %d", len(tl.Spans), tl.Spans, len(want))
+	}
+	for i, w := range want {
+		if s := tl.Spans[i]; (got{s.Kind, s.Outcome, s.Duration()}) != w {
+			t.Errorf("span %d: %+v, want %+v", i, s, w)
+		}
+	}
+	if tl.Spans[1].Label() != "fan children" || tl.Events[3].Took != time.Minute || tl.Events[2].Kind != "waiting" || tl.Events[3].Kind != "ok" {
+		t.Errorf("label %q, CHILDREN_FINISHED took %v, kinds %s %s", tl.Spans[1].Label(), tl.Events[3].Took, tl.Events[2].Kind, tl.Events[3].Kind)
+	}
+	if len(tl.Steps) != 1 || tl.Steps[0].Running != 2*time.Second || tl.Steps[0].Waited != time.Minute || tl.Steps[0].Outcome != "succeeded" {
+		t.Errorf("steps %+v", tl.Steps)
+	}
+
+	waiting := buildTimeline(ev[:3], &store.Execution{Status: store.WaitingChildren, CreatedAt: at(0)}, at(100), false)
+	if last := waiting.Spans[len(waiting.Spans)-1]; last.Kind != spanChildren || last.Outcome != "waiting" || !last.End.Equal(at(100)) {
+		t.Errorf("an open wait: %+v", last)
+	}
+}

@@ -36,7 +36,7 @@ func (l *listData) content(d *doc) {
 	d.raw(`
   <thead>
     <tr><th scope="col">Execution</th><th scope="col">Pipeline</th><th scope="col">Status</th><th scope="col">Step</th>
-      <th scope="col">Attempt</th><th scope="col">Created</th><th scope="col">Updated</th><th scope="col">Duration</th><th scope="col">Error</th></tr>
+      <th scope="col">Attempt</th><th scope="col">Created</th><th scope="col">Updated</th><th scope="col">Duration</th><th scope="col">Error</th><th scope="col">Fan-out</th></tr>
   </thead>
   <tbody>`)
 	for _, r := range l.Rows {
@@ -55,17 +55,58 @@ func (l *listData) content(d *doc) {
 			d.raw(`<code>`).text(r.ErrorCode).raw(`</code>`)
 		}
 		d.raw(`</td>
+      <td class="fanout">`)
+		r.fanOut(d)
+		d.raw(`</td>
     </tr>`)
 	}
 	if len(l.Rows) == 0 {
 		d.raw(`
-    <tr><td colspan="9" class="empty">No executions`).rawIf(l.Filtered, ` match these filters`).raw(`.</td></tr>`)
+    <tr><td colspan="10" class="empty">No executions`).rawIf(l.Filtered, ` match these filters`).raw(`.</td></tr>`)
 	}
 	d.raw(`
   </tbody>
 </table>
 `)
 	d.pager(l.FirstURL, l.NextURL)
+}
+
+// fanOut writes a row's fan-out cell: a map parent's number of children
+// (the list carries only that: its page has the counts, which the link
+// opens), and a child's link to its parent.
+func (r *execRow) fanOut(d *doc) {
+	if r.Children > 0 {
+		d.raw(`<a class="children" href="`).text(r.URL).raw(`#children" title="the counts are on the execution's page">`).
+			num(int64(r.Children)).raw(` children</a>`).rawIf(r.ChildrenDone, ` <span class="muted">all ended</span>`)
+	}
+	if r.ParentID != "" {
+		if r.Children > 0 {
+			d.raw(`<br>`)
+		}
+		// The parent's id is as long as a child's: the cell names it in
+		// a tooltip, to keep the row narrow.
+		d.raw(`<span class="child">child #`).num(int64(r.Index)).raw(` of `)
+		if r.ParentURL != "" {
+			d.raw(`<a href="`).text(r.ParentURL).raw(`" title="`).text(r.ParentID).raw(`" rel="up">its parent</a>`)
+		} else {
+			d.raw(`<span title="`).text(r.ParentID).raw(`">its parent</span>`)
+		}
+		d.raw(`</span>`)
+	}
+}
+
+// parentID writes a parent's id: linked to its page when url is set,
+// with the element id htmlID when that is set.
+func (d *doc) parentID(id, url string, htmlID markup) {
+	if url == "" {
+		d.raw(`<span class="id">`).text(id).raw(`</span>`)
+		return
+	}
+	d.raw(`<a class="id" href="`).text(url).raw(`"`)
+	if htmlID != "" {
+		d.raw(` id="`).raw(htmlID).raw(`"`)
+	}
+	d.raw(` rel="up">`).text(id).raw(`</a>`)
 }
 
 // content writes the dead-letters page.
@@ -132,7 +173,12 @@ func (e *errorData) content(d *doc) {
 func (x *execData) content(d *doc) {
 	e := &x.E
 	d.raw(`
-<p class="crumbs"><a href="`+Prefix+`">Executions</a> › <span class="id">`).text(e.ExecutionID).raw(`</span></p>
+<p class="crumbs"><a href="` + Prefix + `">Executions</a> › `)
+	if p := e.Parent; p != nil {
+		d.parentID(p.ExecutionID, x.ParentURL, "")
+		d.raw(` › `)
+	}
+	d.raw(`<span class="id">`).text(e.ExecutionID).raw(`</span></p>
 <h1>Execution <span class="id">`).text(e.ExecutionID).raw(`</span></h1>
 <div class="summary">
 <dl id="summary">
@@ -168,6 +214,12 @@ func (x *execData) content(d *doc) {
 			d.raw(` <span class="muted">lease until `).when(e.LeaseExpiresAt).raw(`</span>`)
 		}
 		d.raw(`</dd>`)
+	}
+	if p := e.Parent; p != nil {
+		d.raw(`
+  <dt>Parent</dt><dd id="parent">`)
+		d.parentID(p.ExecutionID, x.ParentURL, "parent-link")
+		d.raw(` <span class="muted">child #`).num(int64(p.Index)).raw(` of `).num(int64(p.Total)).raw(`, from its map step `).num(int64(p.StepIndex)).raw(`</span></dd>`)
 	}
 	d.raw(`
   <dt>Version</dt><dd>`).num(e.Version).raw(`</dd>`)
@@ -214,6 +266,7 @@ func (x *execData) content(d *doc) {
 	}
 	d.raw(`
 </div>`)
+	x.children(d)
 	x.actions(d)
 	d.raw(`
 
@@ -226,6 +279,48 @@ func (x *execData) content(d *doc) {
 		x.timeline(d)
 	}
 	d.raw(`
+</section>`)
+}
+
+// children writes a map parent's counts: while it waits for its
+// children (WAITING_CHILDREN) and after.
+func (x *execData) children(d *doc) {
+	ch := x.E.Children
+	if ch == nil {
+		return
+	}
+	d.raw(`
+
+<section class="children" id="children" aria-labelledby="children-h">
+<h2 id="children-h">Children</h2>
+<p id="children-note">`)
+	if x.E.Status == store.WaitingChildren {
+		d.raw(`Waiting for its `).num(int64(ch.Total)).raw(` children`)
+	} else {
+		d.raw(`Its last map fanned out to `).num(int64(ch.Total)).raw(` children`)
+	}
+	d.raw(` <span class="muted">(map step `).num(int64(ch.StepIndex)).raw(`, at most `).num(int64(ch.MaxInFlight)).raw(` running at once)</span>.</p>`)
+	c := x.Counts
+	if c == nil {
+		d.raw(`
+<p class="notice" id="children-notice">`).text(x.CountsNotice).raw(`</p>
+</section>`)
+		return
+	}
+	ended := c.Succeeded + c.Failed
+	d.raw(`
+<p><progress id="children-progress" max="`).num(int64(c.Total)).raw(`" value="`).num(int64(ended)).raw(`"></progress> `).
+		num(int64(ended)).raw(` of `).num(int64(c.Total)).raw(` ended</p>
+<table class="list counts" id="child-counts">
+  <thead><tr><th scope="col">Total</th><th scope="col">Succeeded</th><th scope="col">Failed</th><th scope="col">Running</th><th scope="col">Pending</th></tr></thead>
+  <tbody><tr>
+    <td class="num" data-count="total">`).num(int64(c.Total)).raw(`</td>
+    <td class="num" data-count="succeeded">`).num(int64(c.Succeeded)).raw(`</td>
+    <td class="num`).rawIf(c.Failed > 0, ` error`).raw(`" data-count="failed">`).num(int64(c.Failed)).raw(`</td>
+    <td class="num" data-count="running">`).num(int64(c.Running)).raw(`</td>
+    <td class="num" data-count="pending">`).num(int64(c.Pending)).raw(`</td>
+  </tr></tbody>
+</table>
 </section>`)
 }
 
