@@ -472,18 +472,6 @@ func (r *Runtime) History(ctx context.Context, key store.Key) ([]history.Event, 
 	return r.deps.History.History(ctx, key)
 }
 
-// HistoryPage returns the page of the execution's history after the
-// cursor: at most limit events (history.MaxPage when 0 or more), numbered
-// on from the cursor, and the cursor of the next page (nil at the end).
-// Errors as History.
-func (r *Runtime) HistoryPage(ctx context.Context, key store.Key, after history.Cursor, limit int) (history.Page, error) {
-	events, err := r.History(ctx, key)
-	if err != nil {
-		return history.Page{}, err
-	}
-	return history.PageOf(events, after, limit), nil
-}
-
 // RedriveOptions are the operator's inputs to a re-drive.
 type RedriveOptions struct {
 	// Reason is recorded as the audit note.

@@ -188,8 +188,7 @@ func (a *api) history(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The cursor comes from a caller: history.PageAfter checks that it
-	// names an event of this history (Runtime.HistoryPage reads any
-	// cursor as a position; the console pages with PageAfter too).
+	// names an event of this history (the console pages with it too).
 	events, err := a.rt.History(r.Context(), key)
 	var page history.Page
 	if err == nil {
