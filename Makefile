@@ -41,7 +41,7 @@ RIE_VERSION := v0.0.0-20261030222936-bef5c4ba774d
 RIE         := $(BIN)/aws-lambda-rie
 LOCAL       := $(CACHE)/local
 
-.PHONY: help run build build-local build-lambda test test-unit chromium fuzz bench vet fmt-check clean stack-up stack-down stack-test provision rie local-cloud chaos-embedded simulate
+.PHONY: help run build build-local build-lambda install test test-unit chromium fuzz bench vet fmt-check clean stack-up stack-down stack-test provision rie local-cloud chaos-embedded simulate
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -51,12 +51,22 @@ build: build-local build-lambda ## build the local binary (.cache/bin/qasync) an
 build-local: ## build the local binary into .cache/bin/qasync
 	go build -o $(BIN)/qasync ./cmd/qasync
 
+# make install copies the local binary to BINDIR: $GOBIN when set, else
+# ~/.local/bin (on PATH in many shells' defaults); BINDIR=DIR picks another.
+BINDIR ?= $(or $(shell go env GOBIN),$(HOME)/.local/bin)
+
+install: build-local ## copy the local binary (.cache/bin/qasync) to BINDIR ($GOBIN, else ~/.local/bin): put it on your PATH
+	@mkdir -p "$(BINDIR)"
+	install -m 0755 $(BIN)/qasync "$(BINDIR)/qasync"
+	@case ":$$PATH:" in *":$(BINDIR):"*) echo "installed $(BINDIR)/qasync";; \
+	  *) echo "installed $(BINDIR)/qasync; $(BINDIR) is not on your PATH: export PATH=\"$(BINDIR):\$$PATH\"";; esac
+
 build-lambda: ## build each Lambda function into dist/<fn>/bootstrap and dist/<fn>.zip (linux/arm64) and print the sizes
 	$(call lambda-bundles,.,functions,$(DIST))
 
 # make run and make local-cloud serve the diag.drill fault drill
 # (diag.enabled), which deployments leave off.
-run: build-local ## serve the API, workers and sweeper on $(ADDR), data in .qasync/ (the embedded store)
+run: build-local ## serve the API, workers and sweeper on ADDR (127.0.0.1:8080), data in .qasync/ (the embedded store)
 	PIPELINE_ORCHESTRATOR_SWEEP_INTERVAL=$${PIPELINE_ORCHESTRATOR_SWEEP_INTERVAL:-1s} \
 	PIPELINE_ORCHESTRATOR_DIAG_ENABLED=$${PIPELINE_ORCHESTRATOR_DIAG_ENABLED:-true} \
 	exec $(BIN)/qasync serve --addr $(ADDR)
@@ -118,7 +128,7 @@ $(RIE):
 # `qasync local`, on the local stack (tables and queues named local-*). The
 # stack is stopped on exit if this target started it. As with `make run`,
 # submits need no Idempotency-Key.
-local-cloud: build-local rie ## run the Lambda functions under RIE on $(ADDR), durable on the local stack
+local-cloud: build-local rie ## run the Lambda functions under RIE on ADDR (127.0.0.1:8080), durable on the local stack
 	@for fn in $(LAMBDA_FNS); do go build -tags lambda.norpc -o $(LOCAL)/$$fn/bootstrap ./functions/$$fn; done
 	$(STACK) run bash -c 'set -euo pipefail; \
 	  eval "$$($(BIN)/qasync provision local)"; \
@@ -143,7 +153,7 @@ simulate: ## the deterministic simulation (SEED, EXECUTIONS, VIRTUAL_DAYS, STORE
 	@SIM_SEED=$(SEED) SIM_EXECUTIONS=$(EXECUTIONS) SIM_VIRTUAL_DAYS=$(VIRTUAL_DAYS) SIM_STORES=$(STORES) \
 	  go test -count=1 -v -timeout 0 -run '^TestSimulate$$' ./shared/internal/sim/ | grep -v -e '^=== ' -e '^--- PASS' -e '^PASS$$' -e '^ok '
 
-fuzz: ## fuzz the submit handler ($(FUZZTIME) inputs, a few seconds)
+fuzz: ## fuzz the submit handler (FUZZTIME inputs, default 60000x: a few seconds)
 	go test -run '^$$' -fuzz '^FuzzSubmit$$' -fuzztime $(FUZZTIME) ./shared/internal/httpapi/
 
 bench: ## report transitions per second of the memory providers on this machine

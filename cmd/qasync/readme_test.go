@@ -8,14 +8,14 @@ import (
 	"github.com/qasync/qasync/shared/config"
 )
 
-// TestReadmeConfigTableIsCurrent keeps the README's configuration table
-// equal to what `qasync keys` prints.
+// TestReadmeConfigTableIsCurrent keeps the configuration table of
+// docs/configuration.md equal to what `qasync keys` prints.
 func TestReadmeConfigTableIsCurrent(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(string(readme), config.MarkdownTable()) {
-		t.Fatal("README.md's configuration table is stale: replace it with the output of `go run ./cmd/qasync keys`")
+		t.Fatal("docs/configuration.md's configuration table is stale: replace it with the output of `go run ./cmd/qasync keys`")
 	}
 }
