@@ -62,6 +62,11 @@ const (
 	// invJoinSawAll: a map's join step gets every element's outcome once,
 	// in input order, each the outcome its child had (its output its own).
 	invJoinSawAll = "the join saw every child's outcome once, in order"
+	// invMapRerunsFailed: a re-drive of a map that failed beyond its
+	// tolerance runs again only elements whose earlier child failed (a
+	// later round's child of an element that succeeded, was rejected or
+	// cancelled is a violation).
+	invMapRerunsFailed = "a re-driven map runs only its failed elements again"
 	// invMapInFlight: a map never has more children released and not
 	// ended than its in-flight limit.
 	invMapInFlight = "a map runs no more children at once than its limit"
@@ -76,7 +81,7 @@ const (
 
 var invariantNames = []string{invSettles, invNoStall, invNoVanish, invExactlyOnce, invEffectIsolation, invDeadLetterIsolation,
 	invAwaitIsolation, invCheckpointReadable, invHistory, invRefusedStoresNothing, invKeylessIsNew, invNoFalsePoison,
-	invBackupNoPin, invOneJobPerKey, invSleepOnTime, invJoinSawAll, invMapInFlight, invParentWakes, invConfigRefused, invSetup}
+	invBackupNoPin, invOneJobPerKey, invSleepOnTime, invJoinSawAll, invMapRerunsFailed, invMapInFlight, invParentWakes, invConfigRefused, invSetup}
 
 // stallBound is how long an execution may stay claimable without a claim:
 // a lost lease lapses (lease + tolerance), the sweeper looks within its

@@ -34,7 +34,11 @@ func (p *proc) spreadStep() pipeline.Step {
 		kids := make([]doc, in.Script.Kids)
 		for i := range kids {
 			kids[i] = doc{Nonce: kidNonce(in.Nonce, i), Amount: i, Path: []string{},
-				Script: script{Fail: slices.Contains(in.Script.KidFails, i)}}
+				Script: script{Fail: slices.Contains(in.Script.KidFails, i), Heal: slices.Contains(in.Script.KidHeals, i)}}
+			if kids[i].Script.Heal {
+				// The map is the next step; its round-0 child of element i.
+				kids[i].Script.First, _ = engine.ChildID(info.ExecutionID, store.Incarnation(info.ExecutionID), info.StepIndex+1, i)
+			}
 		}
 		return kids, nil
 	})
@@ -51,6 +55,9 @@ func (p *proc) kidStep() pipeline.Step {
 		}
 		if in.Script.Fail {
 			return doc{}, pipeline.NonRetryable("kid_refused", errors.New("this child is scripted to fail"))
+		}
+		if in.Script.Heal && info.ExecutionID == in.Script.First {
+			return doc{}, pipeline.NonRetryable("kid_refused_once", errors.New("this child is scripted to fail in the map's first round"))
 		}
 		in.Path = append(in.Path, "k2")
 		return in, nil
@@ -97,11 +104,11 @@ func (w *world) checkJoin(ctx context.Context, info pipeline.StepInfo, sc script
 	succeeded, failed := 0, 0
 	for i, el := range r.Elements {
 		id, _ := engine.ChildID(info.ExecutionID, token, info.StepIndex-1, i)
-		if el.Index != i || el.ExecutionID != id {
-			bad("element %d as index %d of child %s, want child %s", i, el.Index, el.ExecutionID, id)
+		if el.Index != i || (el.ExecutionID != id && !w.laterRoundChild(ctx, info, token, el.ExecutionID, i)) {
+			bad("element %d as index %d of child %s, want child %s or one of a later round", i, el.Index, el.ExecutionID, id)
 			return nil
 		}
-		if slices.Contains(sc.KidFails, i) {
+		if slices.Contains(sc.KidFails, i) || (slices.Contains(sc.KidHeals, i) && el.ExecutionID == id) {
 			failed++
 			if el.Status != string(store.Failed) && el.Status != string(store.DLQ) {
 				bad("element %d %s, its child was scripted to fail", i, el.Status)
@@ -127,20 +134,45 @@ func (w *world) checkJoin(ctx context.Context, info pipeline.StepInfo, sc script
 	return nil
 }
 
+// laterRoundChild reports whether child is the child of element i in a
+// round after the first (a re-drive of the map's failed children) of the
+// map of the parent the join step info runs in: its row says so, and its
+// id is the one the runtime derives for its round and index.
+func (w *world) laterRoundChild(ctx context.Context, info pipeline.StepInfo, token, child string, i int) bool {
+	e, err := w.back.view().state.Get(ctx, store.Key{TenantID: tenant, ExecutionID: child})
+	if err != nil || e.Parent == nil {
+		return false
+	}
+	p := e.Parent
+	want, _ := engine.RoundChildID(info.ExecutionID, token, info.StepIndex-1, p.Round, p.Index)
+	if p.Round == 0 || p.Element != i || p.ExecutionID != info.ExecutionID || child != want {
+		return false
+	}
+	// The element ran again: its round-0 child must have failed.
+	w.check(invMapRerunsFailed)
+	first, _ := engine.ChildID(info.ExecutionID, token, info.StepIndex-1, i)
+	if f, err := w.back.view().state.Get(ctx, store.Key{TenantID: tenant, ExecutionID: first}); err == nil &&
+		(f.Status == store.Succeeded || f.Status == store.Cancelled || !f.Status.Terminal() ||
+			(f.Error != nil && f.Error.TerminalReason == store.ReasonRejected)) {
+		w.violate(invMapRerunsFailed, info.ExecutionID, "element %d ran again in round %d, its first child %s ended %s", i, p.Round, first, f.Status)
+	}
+	return true
+}
+
 func (w *world) spreadNonce(exec string) string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.spreads[exec].Nonce
 }
 
-// children reads the rows of the map at step of the parent (execution id
-// and create token) with total children, by element index (a zero row
-// where none was read).
-func (w *world) children(ctx context.Context, v view, parentID, token string, step, total int) ([]store.Execution, error) {
+// children reads the rows of round round of the map at step of the
+// parent (execution id and create token) with total children in the
+// round, by index in the round (a zero row where none was read).
+func (w *world) children(ctx context.Context, v view, parentID, token string, step, round, total int) ([]store.Execution, error) {
 	keys := make([]store.Key, total)
 	ids := make(map[string]int, total)
 	for i := range keys {
-		id, _ := engine.ChildID(parentID, token, step, i)
+		id, _ := engine.RoundChildID(parentID, token, step, round, i)
 		keys[i] = store.Key{TenantID: tenant, ExecutionID: id}
 		ids[id] = i
 	}
@@ -161,7 +193,7 @@ func (w *world) children(ctx context.Context, v view, parentID, token string, st
 // siblings released and not ended are at most the map's limit.
 func (w *world) checkInFlight(e store.Execution) {
 	pr := e.Parent
-	kids, err := w.children(context.Background(), w.back.view(), pr.ExecutionID, pr.CreateToken, pr.StepIndex, pr.Total)
+	kids, err := w.children(context.Background(), w.back.view(), pr.ExecutionID, pr.CreateToken, pr.StepIndex, pr.Round, pr.Total)
 	if err != nil {
 		return
 	}
@@ -189,7 +221,7 @@ func (w *world) checkParent(ctx context.Context, v view, inc *incarnation, e sto
 	if c == nil {
 		return
 	}
-	kids, err := w.children(ctx, v, e.ExecutionID, e.CreateToken, c.StepIndex, c.Total)
+	kids, err := w.children(ctx, v, e.ExecutionID, e.CreateToken, c.StepIndex, c.Round, c.Total)
 	if err != nil {
 		return
 	}

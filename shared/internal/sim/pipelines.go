@@ -70,8 +70,16 @@ type script struct {
 	// KidFails lists the ones whose k2 step fails non-retryably.
 	Kids     int   `json:"kids,omitempty"`
 	KidFails []int `json:"kidFails,omitempty"`
+	// KidHeals lists the children whose k2 step fails non-retryably in
+	// the map's first round only: a re-drive of the parent runs them
+	// again (a later round) and they succeed.
+	KidHeals []int `json:"kidHeals,omitempty"`
 	// Fail: a child's k2 step fails non-retryably.
 	Fail bool `json:"fail,omitempty"`
+	// Heal: a child's k2 step fails non-retryably when it runs as First
+	// (its round-0 execution).
+	Heal  bool   `json:"heal,omitempty"`
+	First string `json:"first,omitempty"`
 }
 
 // charge is what the bank's charge returns.

@@ -131,8 +131,11 @@ func (w *world) drawSubmission(s *submission, earlier []*submission) {
 		// decides whether the join runs or the parent dead-letters).
 		s.body.Script.Kids = 1 + w.intn(30)
 		for i := range s.body.Script.Kids {
-			if w.chance(0.15) {
+			switch {
+			case w.chance(0.15):
 				s.body.Script.KidFails = append(s.body.Script.KidFails, i)
+			case w.chance(0.08):
+				s.body.Script.KidHeals = append(s.body.Script.KidHeals, i) // fails in round 0 only
 			}
 		}
 	}
