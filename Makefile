@@ -292,14 +292,28 @@ cdk-test: ## test the CDK app: vet, gofmt, template assertions and cdk-nag (plac
 EXAMPLE     := examples/invoices
 EXAMPLE_CDK := $(EXAMPLE)/infra
 
-.PHONY: examples-bundles examples-test
+# The payments example's end-to-end test (examples/payments/local_test.go)
+# pays a generated CSV file of PAYMENTS_N rows through its local main:
+# examples-test on the embedded store and on DynamoDB Local + the SQS
+# server, examples-scale (not in CI) with SCALE_N rows on both, printing
+# payments/s and the counts.
+PAYMENTS_N  ?= 1000
+SCALE_N     ?= 10000
+PAYMENTS_TEST = go test -count=1 -run TestLocalMainPaysAFileOfPayments ./payments/
+
+.PHONY: examples-bundles examples-test examples-scale
 
 examples-bundles: ## build the example service's five Lambda functions into examples/invoices/dist (linux/arm64)
 	$(call lambda-bundles,$(EXAMPLE),functions,$(DIST))
 
 # The module downloads come from the same cache (GOMODCACHE above).
-examples-test: examples-bundles ## the example service: vet, gofmt, its pipeline end to end through its local main, its CDK app synthesized with assertions
+examples-test: examples-bundles ## the example services: vet, gofmt, their pipelines end to end through their local mains (payments: PAYMENTS_N rows on both backends), the invoices CDK app synthesized with assertions
 	cd examples && go vet ./... && out=$$(gofmt -l .) && \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	cd examples && go test -count=1 -timeout 5m ./...
+	cd examples && QASYNC_PAYMENTS_N=$(PAYMENTS_N) go test -count=1 -timeout 10m ./...   # payments on the embedded store
+	$(STACK) run sh -c 'cd examples && QASYNC_PAYMENTS_STATE=dynamo QASYNC_PAYMENTS_N=$(PAYMENTS_N) $(PAYMENTS_TEST) -timeout 10m'   # and on DynamoDB + SQS
 	cd $(EXAMPLE_CDK) && go vet ./... && QASYNC_REQUIRE_BUNDLES=1 go test -count=1 -timeout 5m ./...
+
+examples-scale: ## the payments example with SCALE_N (10000) rows on the embedded store and on DynamoDB + SQS: payments/s and counts (not in CI)
+	cd examples && QASYNC_PAYMENTS_N=$(SCALE_N) $(PAYMENTS_TEST) -timeout 60m -v 2>&1 | grep -E 'payments:|^(--- |ok|FAIL|panic)'
+	$(STACK) run bash -o pipefail -c "cd examples && QASYNC_PAYMENTS_STATE=dynamo QASYNC_PAYMENTS_N=$(SCALE_N) $(PAYMENTS_TEST) -timeout 60m -v 2>&1 | grep -E 'payments:|^(--- |ok|FAIL|panic)'"
