@@ -315,5 +315,5 @@ examples-test: examples-bundles ## the example services: vet, gofmt, their pipel
 	cd $(EXAMPLE_CDK) && go vet ./... && QASYNC_REQUIRE_BUNDLES=1 go test -count=1 -timeout 5m ./...
 
 examples-scale: ## the payments example with SCALE_N (10000) rows on the embedded store and on DynamoDB + SQS: payments/s and counts (not in CI)
-	cd examples && QASYNC_PAYMENTS_N=$(SCALE_N) $(PAYMENTS_TEST) -timeout 60m -v 2>&1 | grep -E 'payments:|^(--- |ok|FAIL|panic)'
+	bash -o pipefail -c "cd examples && QASYNC_PAYMENTS_N=$(SCALE_N) $(PAYMENTS_TEST) -timeout 60m -v 2>&1 | grep -E 'payments:|^(--- |ok|FAIL|panic)'"
 	$(STACK) run bash -o pipefail -c "cd examples && QASYNC_PAYMENTS_STATE=dynamo QASYNC_PAYMENTS_N=$(SCALE_N) $(PAYMENTS_TEST) -timeout 60m -v 2>&1 | grep -E 'payments:|^(--- |ok|FAIL|panic)'"
