@@ -222,6 +222,25 @@ BENCH_RATE       ?= 10
 BENCH_DURATION   ?= 30s
 BENCH_PROCESSES  ?= 1,2
 
+# The map burst (TestMapBurst in shared/internal/wiring): one map of MAP_N
+# one-step children for each in-flight limit in MAP_IN_FLIGHT on each
+# backend in MAP_BACKENDS (memory, embedded, and dynamo: DynamoDB Local and
+# the SQS server, started and stopped here), each as qasync serve runs it
+# (sweeper, 8 workers). Prints one Markdown table: the fan-out, first
+# child created -> parent SUCCEEDED, children per second; on DynamoDB each
+# item's writes and busiest second (the parent row, the group rows, the
+# finished set, the hottest item of any table) and per child the write
+# requests, write units and SQS requests. docs/cost.md "Fan-out" holds a
+# run's figures. Informational: it never fails on a figure.
+MAP_N         ?= 10000
+MAP_IN_FLIGHT ?= 100
+MAP_BACKENDS  ?= memory,embedded,dynamo
+
+.PHONY: bench-map
+bench-map: ## map burst: one map of MAP_N children (MAP_IN_FLIGHT, MAP_BACKENDS); children/s, each item's writes and peak per second on DynamoDB, per-child cost
+	QASYNC_MAP_BURST=$(MAP_N) QASYNC_MAP_IN_FLIGHT=$(MAP_IN_FLIGHT) QASYNC_MAP_BACKENDS=$(MAP_BACKENDS) QASYNC_REQUIRE_STACK=1 \
+	$(STACK) run go test -count=1 -v -run '^TestMapBurst$$' -timeout 3h ./shared/internal/wiring/
+
 .PHONY: bench-durable
 bench-durable: build-local ## durable benchmark on the local stack: ceiling, burst and steady load through 1 and 2 serve processes, requests per step (BENCH_* knobs)
 	BENCH_DURABLE=1 BENCH_EXECUTIONS=$(BENCH_EXECUTIONS) BENCH_RATE=$(BENCH_RATE) BENCH_DURATION=$(BENCH_DURATION) \
