@@ -232,6 +232,41 @@ BENCH_RATE       ?= 10
 BENCH_DURATION   ?= 30s
 BENCH_PROCESSES  ?= 1,2
 
+# The map burst (TestMapBurst in shared/internal/wiring): one map of MAP_N
+# one-step children for each in-flight limit in MAP_IN_FLIGHT on each
+# backend in MAP_BACKENDS (memory, embedded, and dynamo: DynamoDB Local and
+# the SQS server), each as qasync serve runs it (sweeper, 8 workers). Each
+# DynamoDB run gets a stack of its own, started and stopped here: DynamoDB
+# Local slows down with every stream record it has kept since it started
+# (the execution table has a stream), deleted tables' too, so a second
+# 10,000-child map on the same stack measures that instead. Prints one
+# Markdown table (also kept in MAP_OUT): the fan-out, first child created
+# -> parent SUCCEEDED, children per second; on DynamoDB each item's writes
+# and busiest second (the parent row, the group rows, the finished set,
+# the hottest item of any table) and per child the write requests, write
+# units and SQS requests. MAP_LOG=<file> keeps the runtime's warnings.
+# docs/cost.md "Fan-out" holds a run's figures. Informational: it never
+# fails on a figure.
+MAP_N         ?= 10000
+MAP_IN_FLIGHT ?= 100
+MAP_BACKENDS  ?= memory,embedded,dynamo
+MAP_OUT       ?= $(CACHE)/bench-map.md
+MAP_LOG       ?=
+comma        := ,
+
+.PHONY: bench-map
+bench-map: ## map burst: one map of MAP_N children (MAP_IN_FLIGHT, MAP_BACKENDS); children/s, each item's writes and peak per second on DynamoDB, per-child cost
+	@mkdir -p $(dir $(abspath $(MAP_OUT))) && rm -f $(MAP_OUT)
+	@for b in $(subst $(comma), ,$(MAP_BACKENDS)); do \
+	  for k in $(subst $(comma), ,$(MAP_IN_FLIGHT)); do \
+	    stack=; if [ "$$b" = dynamo ]; then stack="$(STACK) run"; fi; \
+	    QASYNC_MAP_BURST=$(MAP_N) QASYNC_MAP_IN_FLIGHT=$$k QASYNC_MAP_BACKENDS=$$b QASYNC_MAP_OUT=$(abspath $(MAP_OUT)) \
+	    QASYNC_MAP_LOG=$(if $(MAP_LOG),$(abspath $(MAP_LOG))) QASYNC_REQUIRE_STACK=1 \
+	      $$stack go test -count=1 -v -run '^TestMapBurst$$' -timeout 2h ./shared/internal/wiring/ || exit 1; \
+	  done; \
+	done
+	@echo; cat $(MAP_OUT)
+
 .PHONY: bench-durable
 bench-durable: build-local ## durable benchmark on the local stack: ceiling, burst and steady load through 1 and 2 serve processes, requests per step (BENCH_* knobs)
 	BENCH_DURABLE=1 BENCH_EXECUTIONS=$(BENCH_EXECUTIONS) BENCH_RATE=$(BENCH_RATE) BENCH_DURATION=$(BENCH_DURATION) \

@@ -29,6 +29,7 @@ type openOptions struct {
 	observers []engine.Observer
 	objects   pipeline.ObjectStore
 	faults    testkeys.Faults
+	logger    *slog.Logger
 }
 
 // option adjusts open.
@@ -50,6 +51,9 @@ func withObserver(obs engine.Observer) option {
 // withFaults sets the test-only faults.
 func withFaults(f testkeys.Faults) option { return func(o *openOptions) { o.faults = f } }
 
+// withLogger replaces the logger open is given.
+func withLogger(l *slog.Logger) option { return func(o *openOptions) { o.logger = l } }
+
 // withObjects replaces the object store of pipelines' Output.
 func withObjects(s pipeline.ObjectStore) option { return func(o *openOptions) { o.objects = s } }
 
@@ -61,6 +65,9 @@ func open(ctx context.Context, c config.Config, reg *pipeline.Registry, log *slo
 	o := openOptions{drain: 20 * time.Second}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if o.logger != nil {
+		log = o.logger
 	}
 	sess := awsclient.NewSession(o.api...)
 	objs := o.objects

@@ -52,16 +52,7 @@ func measureRunOf(t *testing.T, adjust func(*config.Config), id string, in any, 
 	t.Helper()
 	meter := awsclient.NewCapacityMeter()
 	d := openDurableWith(t, adjust, []func(*middleware.Stack) error{meter.APIOption}, nil, ps...)
-	// The first create of a process also records the table's index shard
-	// count (once per process): make it with a row of its own, never
-	// dispatched, so that what is measured is what every later submit costs.
-	now := time.Now()
-	if _, _, err := d.set.Runtime.Store().CreateOrGet(context.Background(), store.CreateRequest{Execution: store.Execution{
-		TenantID: "t-warm-up", ExecutionID: "warm-up", PipelineID: id, Status: store.Queued, Version: 1, Attempt: 1,
-		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(time.Hour),
-	}}); err != nil {
-		t.Fatal(err)
-	}
+	d.warmUp(id)
 	meter.Reset()
 	e := d.submit(id, "measured", in)
 	var c runCost
@@ -74,6 +65,21 @@ func measureRunOf(t *testing.T, adjust func(*config.Config), id string, in any, 
 	c.runTable, c.runIndex = meter.Snapshot().Writes()
 	c.runRequests = d.counter.Snapshot()
 	return c
+}
+
+// warmUp makes the process's first create, which also records the
+// table's index shard count (once per process), with a row of its own
+// (pipeline id, never dispatched), so that what a test measures next is
+// what every later create costs.
+func (d *durable) warmUp(id string) {
+	d.t.Helper()
+	now := time.Now()
+	if _, _, err := d.set.Runtime.Store().CreateOrGet(context.Background(), store.CreateRequest{Execution: store.Execution{
+		TenantID: "t-warm-up", ExecutionID: "warm-up", PipelineID: id, Status: store.Queued, Version: 1, Attempt: 1,
+		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(time.Hour),
+	}}); err != nil {
+		d.t.Fatal(err)
+	}
 }
 
 // TestDurableWriteUnitsPerStep is the cost budget in write units: a step
