@@ -29,11 +29,11 @@ import (
 // SDK's operation is cut short at the end of its initialize step (after
 // the SDK validated the input): the model takes the typed request and
 // hands back the typed answer, with no JSON either way, no signing, no
-// HTTP. Every other operation, and a read with a legacy parameter, goes
-// over the wire as on Config. The answers, errors included, are the
-// wire's (TestDirectAgreesWithWire runs the differential test's requests
-// both ways): the same lock, the same passage of time (TTL deletion), the
-// same fault hook, the same handlers.
+// HTTP. Every other operation goes over the wire as on Config (a read
+// with a legacy parameter is refused as over the wire). The answers,
+// errors included, are the wire's (TestDirectAgreesWithWire runs the
+// differential test's requests both ways): the same lock, the same
+// passage of time (TTL deletion), the same fault hook, the same handlers.
 //
 // The simulator reads the stores through it to check its invariants, a
 // read of every live execution every few virtual minutes, which over the
