@@ -60,9 +60,9 @@ func (m *Model) batchGetItem(in *BatchGetItemInput) (any, error) {
 		for _, k := range ka.Keys {
 			// A key that finds nothing costs nothing (as DynamoDB Local
 			// reports).
-			if item := t.get(k); item != nil {
-				u.tableUnits += readUnits(itemSize(item), ka.ConsistentRead)
-				items = append(items, pick(item, paths))
+			if r := t.record(k); r != nil {
+				u.tableUnits += readUnits(r.size, ka.ConsistentRead)
+				items = append(items, pick(r.item, paths))
 			}
 		}
 		responses[name] = items

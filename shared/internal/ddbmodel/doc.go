@@ -5,7 +5,9 @@
 // sockets, no goroutines of its own and no wall clock (time is
 // Options.Clock), so that a deterministic simulator can run the real
 // DynamoDB adapter (package dynamo) against it. The same inputs and the
-// same clock give the same answers byte for byte.
+// same clock give the same answers byte for byte. DirectConfig and
+// DirectClients answer the reads (GetItem, BatchGetItem, Query) without
+// the wire, with the same answers: for a simulator's own frequent reads.
 //
 // It speaks the JSON 1.0 protocol (X-Amz-Target DynamoDB_20120810.<Op> and
 // DynamoDBStreams_20120810.<Op>) and answers errors as AWS does (a __type

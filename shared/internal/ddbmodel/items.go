@@ -19,13 +19,16 @@ type legacy struct {
 }
 
 func (l legacy) check() error {
-	for name, v := range map[string]json.RawMessage{
-		"Expected": l.Expected, "AttributeUpdates": l.AttributeUpdates, "KeyConditions": l.KeyConditions,
-		"QueryFilter": l.QueryFilter, "ScanFilter": l.ScanFilter, "AttributesToGet": l.AttributesToGet,
-		"ConditionalOperator": l.ConditionalOperator,
+	for _, p := range [...]struct {
+		name string
+		v    json.RawMessage
+	}{
+		{"Expected", l.Expected}, {"AttributeUpdates", l.AttributeUpdates}, {"KeyConditions", l.KeyConditions},
+		{"QueryFilter", l.QueryFilter}, {"ScanFilter", l.ScanFilter}, {"AttributesToGet", l.AttributesToGet},
+		{"ConditionalOperator", l.ConditionalOperator},
 	} {
-		if len(v) > 0 && string(v) != "null" {
-			return validation("The model does not support the legacy parameter %s: use expressions", name)
+		if len(p.v) > 0 && string(p.v) != "null" {
+			return validation("The model does not support the legacy parameter %s: use expressions", p.name)
 		}
 	}
 	return nil
@@ -170,6 +173,11 @@ func (t *table) get(key Item) Item {
 		return r.item
 	}
 	return nil
+}
+
+// record returns the record with the key's item (nil when none).
+func (t *table) record(key Item) *record {
+	return t.items[t.primaryKey(key)]
 }
 
 // --- capacity ---
@@ -489,12 +497,13 @@ func (m *Model) getItem(in *GetItemInput) (any, error) {
 	if err := ph.checkUnused(in.ProjectionExpression != nil); err != nil {
 		return nil, err
 	}
-	item := t.get(in.Key)
+	size := 0
 	out := map[string]any{}
-	if item != nil {
-		out["Item"] = pick(item, paths)
+	if r := t.record(in.Key); r != nil {
+		out["Item"] = pick(r.item, paths)
+		size = r.size
 	}
-	u := usage{table: t.name, tableUnits: readUnits(itemSize(item), in.ConsistentRead)}
+	u := usage{table: t.name, tableUnits: readUnits(size, in.ConsistentRead)}
 	if c := u.wire(in.ReturnConsumedCapacity); c != nil {
 		out["ConsumedCapacity"] = c
 	}
@@ -509,10 +518,13 @@ func projection(expr *string, ph *placeholders) ([]docPath, error) {
 	return parseProjection(*expr, ph)
 }
 
-// pick returns a copy of the item, projected when paths are given.
+// pick returns the item for an answer, projected when paths are given.
+// A stored item is never changed in place (a write stores a new item), so
+// an answer may share it: it is encoded, or copied into the SDK's values,
+// before the model's lock is let go.
 func pick(item Item, paths []docPath) Item {
 	if paths == nil {
-		return cloneItem(item)
+		return item
 	}
 	return project(item, paths)
 }

@@ -153,7 +153,11 @@ func (s source) page(recs []*record, limit int, beyond func(*record) bool, filte
 		}
 		v := s.view(r.item)
 		scanned++
-		size += itemSize(v)
+		if s.ix == nil || s.ix.projection == "ALL" {
+			size += r.size // the view is the item
+		} else {
+			size += itemSize(v)
+		}
 		last = r
 		if filter != nil && !eval(filter, v) {
 			continue

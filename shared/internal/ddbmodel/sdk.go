@@ -73,15 +73,70 @@ func ItemFromSDK(item map[string]types.AttributeValue) (Item, error) {
 
 // ToSDK converts a model value to the SDK's.
 func (v Value) ToSDK() types.AttributeValue {
+	var a sdkArena
+	return a.value(v)
+}
+
+// ToSDK converts an item to the SDK's attribute values.
+func (item Item) ToSDK() map[string]types.AttributeValue {
+	return item.toSDK()
+}
+
+func (item Item) toSDK() map[string]types.AttributeValue {
+	var a sdkArena
+	return a.item(item)
+}
+
+// sdkArena allocates the SDK's attribute values of one conversion a
+// batch at a time: an item of thirty attributes takes a few allocations,
+// not thirty (the direct path converts every item it answers). Each value
+// is a value of its own; none is shared with the model or another answer.
+type sdkArena struct {
+	s []types.AttributeValueMemberS
+	n []types.AttributeValueMemberN
+	b []types.AttributeValueMemberB
+	o []types.AttributeValueMemberBOOL
+	m []types.AttributeValueMemberM
+}
+
+const arenaBatch = 16
+
+// next returns the next free element of a batch, starting a new batch
+// when it is full (the old one stays with the values it holds).
+func next[T any](batch *[]T) *T {
+	if len(*batch) == cap(*batch) {
+		*batch = make([]T, 0, arenaBatch)
+	}
+	*batch = append(*batch, *new(T))
+	return &(*batch)[len(*batch)-1]
+}
+
+func (a *sdkArena) item(item Item) map[string]types.AttributeValue {
+	out := make(map[string]types.AttributeValue, len(item))
+	for k, v := range item {
+		out[k] = a.value(v)
+	}
+	return out
+}
+
+func (a *sdkArena) value(v Value) types.AttributeValue {
 	switch v.T {
 	case TypeS:
-		return &types.AttributeValueMemberS{Value: v.S}
+		m := next(&a.s)
+		m.Value = v.S
+		return m
 	case TypeN:
-		return &types.AttributeValueMemberN{Value: v.S}
+		m := next(&a.n)
+		m.Value = v.S
+		return m
 	case TypeB:
-		return &types.AttributeValueMemberB{Value: []byte(v.S)}
+		m := next(&a.b)
+		m.Value = []byte(v.S)
+		return m
 	case TypeBOOL:
-		return &types.AttributeValueMemberBOOL{Value: v.Bool}
+		m := next(&a.o)
+		m.Value = v.Bool
+		return m
 	case TypeNULL:
 		return &types.AttributeValueMemberNULL{Value: true}
 	case TypeSS:
@@ -95,28 +150,17 @@ func (v Value) ToSDK() types.AttributeValue {
 		}
 		return &types.AttributeValueMemberBS{Value: bs}
 	case TypeM:
-		return &types.AttributeValueMemberM{Value: v.M.toSDK()}
+		m := next(&a.m)
+		m.Value = a.item(v.M)
+		return m
 	case TypeL:
 		l := make([]types.AttributeValue, len(v.L))
 		for i, e := range v.L {
-			l[i] = e.ToSDK()
+			l[i] = a.value(e)
 		}
 		return &types.AttributeValueMemberL{Value: l}
 	}
 	return nil
-}
-
-// ToSDK converts an item to the SDK's attribute values.
-func (item Item) ToSDK() map[string]types.AttributeValue {
-	return item.toSDK()
-}
-
-func (item Item) toSDK() map[string]types.AttributeValue {
-	out := make(map[string]types.AttributeValue, len(item))
-	for k, v := range item {
-		out[k] = v.ToSDK()
-	}
-	return out
 }
 
 // ItemSize is an item's size as DynamoDB counts it against the 400 KB

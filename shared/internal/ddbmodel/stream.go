@@ -134,11 +134,12 @@ func (m *Model) emit(t *table, old, new Item, byService bool) {
 	default:
 		rec.event, rec.keys = "MODIFY", keyOf(t.key, new)
 	}
+	// The images share the stored items, which no write changes in place.
 	if s.viewType == "NEW_IMAGE" || s.viewType == "NEW_AND_OLD_IMAGES" {
-		rec.new = cloneItem(new)
+		rec.new = new
 	}
 	if s.viewType == "OLD_IMAGE" || s.viewType == "NEW_AND_OLD_IMAGES" {
-		rec.old = cloneItem(old)
+		rec.old = old
 	}
 	rec.size = itemSize(rec.keys) + itemSize(rec.new) + itemSize(rec.old)
 	sh := s.open()

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
 // keyAttr is one key attribute: its name and scalar type.
@@ -28,10 +30,16 @@ func (k keySchema) names() []string {
 // encode is a scalar key value as a map key: equal values, equal text.
 func encode(v Value) string { return string(v.T) + strconv.Itoa(len(v.S)) + ":" + v.S }
 
-// record is a stored item.
+// record is a stored item. Its item is never changed in place (a write
+// stores a new record), so answers may share it.
 type record struct {
 	key  string // the encoded primary key
 	item Item
+	// size is the item's size (itemSize), counted once when stored.
+	size int
+	// sdk is the item in the SDK's values once the direct path answered
+	// it (see sdkOf).
+	sdk map[string]types.AttributeValue
 	// ttlDue is the TTL expiry the record is filed under in the table's
 	// expiring list (zero when none), deleteAt its drawn deletion time
 	// once expired (zero until drawn).
@@ -217,7 +225,8 @@ func (t *table) link(r *record) {
 			insertSorted(partOf(ix.parts, r.item[ix.key.hash.name]), r, t.indexOrder(ix))
 		}
 	}
-	t.sizeBytes += itemSize(r.item)
+	r.size = itemSize(r.item)
+	t.sizeBytes += r.size
 	t.fileTTL(r)
 }
 
@@ -233,7 +242,7 @@ func (t *table) unlink(r *record) {
 			dropIfEmpty(ix.parts, h)
 		}
 	}
-	t.sizeBytes -= itemSize(r.item)
+	t.sizeBytes -= r.size
 	t.unfileTTL(r)
 }
 

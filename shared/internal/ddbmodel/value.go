@@ -2,12 +2,12 @@ package ddbmodel
 
 import (
 	"bytes"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math/big"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -81,11 +81,6 @@ func (v Value) MarshalJSON() ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-func writeString(b *bytes.Buffer, s string) {
-	out, _ := json.Marshal(s) // a string always marshals
-	b.Write(out)
-}
-
 func (v Value) write(b *bytes.Buffer) {
 	b.WriteString(`{"`)
 	b.WriteString(string(v.T))
@@ -94,9 +89,9 @@ func (v Value) write(b *bytes.Buffer) {
 	case TypeS, TypeN:
 		writeString(b, v.S)
 	case TypeB:
-		writeString(b, base64.StdEncoding.EncodeToString([]byte(v.S)))
+		writeBase64(b, v.S)
 	case TypeBOOL:
-		fmt.Fprint(b, v.Bool)
+		b.WriteString(strconv.FormatBool(v.Bool))
 	case TypeNULL:
 		b.WriteString("true")
 	case TypeSS, TypeNS, TypeBS:
@@ -106,9 +101,10 @@ func (v Value) write(b *bytes.Buffer) {
 				b.WriteByte(',')
 			}
 			if v.T == TypeBS {
-				s = base64.StdEncoding.EncodeToString([]byte(s))
+				writeBase64(b, s)
+			} else {
+				writeString(b, s)
 			}
-			writeString(b, s)
 		}
 		b.WriteByte(']')
 	case TypeM:
@@ -226,16 +222,22 @@ func (v *Value) decode(t Type, r json.RawMessage) error {
 		return validation("Supplied AttributeValue is empty, must contain exactly one of the supported datatypes")
 	}
 	if t.isSet() {
-		if len(v.Set) == 0 {
-			return validation("One or more parameter values were invalid: An %s may not be empty", t)
+		return checkSet(t, v.Set)
+	}
+	return nil
+}
+
+// checkSet refuses an empty set or one with a member twice.
+func checkSet(t Type, set []string) error {
+	if len(set) == 0 {
+		return validation("One or more parameter values were invalid: An %s may not be empty", t)
+	}
+	seen := make(map[string]bool, len(set))
+	for _, s := range set {
+		if seen[s] {
+			return validation("One or more parameter values were invalid: Input collection contains duplicates.")
 		}
-		seen := map[string]bool{}
-		for _, s := range v.Set {
-			if seen[s] {
-				return validation("One or more parameter values were invalid: Input collection contains duplicates.")
-			}
-			seen[s] = true
-		}
+		seen[s] = true
 	}
 	return nil
 }
@@ -388,11 +390,14 @@ var errNumber = errors.New("number")
 // optional point, an optional exponent), checking its precision and
 // range as DynamoDB does.
 func parseNumber(s string) (number, error) {
-	bad := validation("A value provided cannot be converted into a number")
+	if n, ok := canonicalNumber(s); ok {
+		return n, nil
+	}
+	bad := func() error { return validation("A value provided cannot be converted into a number") }
 	t := strings.TrimSpace(s)
 	var n number
 	if t == "" {
-		return n, bad
+		return n, bad()
 	}
 	if t[0] == '-' || t[0] == '+' {
 		n.neg = t[0] == '-'
@@ -403,13 +408,13 @@ func parseNumber(s string) (number, error) {
 	if hasExp {
 		e, ok := new(big.Int).SetString(strings.TrimPrefix(expText, "+"), 10)
 		if !ok || !e.IsInt64() || e.Int64() > 1e6 || e.Int64() < -1e6 {
-			return n, bad
+			return n, bad()
 		}
 		exp = int(e.Int64())
 	}
 	intPart, frac, _ := strings.Cut(mant, ".")
 	if intPart+frac == "" || strings.ContainsFunc(intPart+frac, func(r rune) bool { return r < '0' || r > '9' }) {
-		return n, bad
+		return n, bad()
 	}
 	digits := intPart + frac
 	exp -= len(frac)
@@ -433,6 +438,56 @@ func parseNumber(s string) (number, error) {
 	}
 	n.exp = exp
 	return n, nil
+}
+
+// canonicalNumber reads, without allocating, an integer or a fraction
+// below one written as String writes it (an optional minus, digits
+// without a superfluous zero; a fraction "0." and digits, the last not a
+// zero; "0" for zero), within DynamoDB's precision and range: what the
+// model mostly stores and compares. ok is false for any other text, which
+// parseNumber then reads the long way.
+func canonicalNumber(s string) (number, bool) {
+	if s == "0" {
+		return number{}, true
+	}
+	var n number
+	t := s
+	if len(t) > 0 && t[0] == '-' {
+		n.neg, t = true, t[1:]
+	}
+	intPart, frac, hasPoint := strings.Cut(t, ".")
+	if intPart == "" || (hasPoint && (frac == "" || frac[len(frac)-1] == '0')) || (len(intPart) > 1 && intPart[0] == '0') {
+		return number{}, false
+	}
+	for _, part := range []string{intPart, frac} {
+		for i := 0; i < len(part); i++ {
+			if part[i] < '0' || part[i] > '9' {
+				return number{}, false
+			}
+		}
+	}
+	switch {
+	case intPart == "0" && !hasPoint:
+		return number{}, false // "-0"
+	case intPart == "0":
+		// 0.00ddd: the digits after the point's zeros.
+		d := strings.TrimLeft(frac, "0")
+		n.digits, n.exp = d, -len(frac)
+	case hasPoint:
+		// Digits on both sides of the point are not one substring: the
+		// long way (qasync stores integers).
+		return number{}, false
+	default:
+		d := strings.TrimRight(intPart, "0")
+		n.digits, n.exp = d, len(intPart)-len(d)
+	}
+	if len(n.digits) == 0 || len(n.digits) > 38 {
+		return number{}, false
+	}
+	if lead := n.exp + len(n.digits) - 1; lead > 125 || lead < -130 {
+		return number{}, false
+	}
+	return n, true
 }
 
 // String is the canonical text: plain notation, no superfluous zeros.

@@ -164,11 +164,11 @@ func (m *Model) Serve(target string, body []byte) (int, []byte, error) {
 	if err != nil {
 		return answerError(err)
 	}
-	b, merr := json.Marshal(out)
-	if merr != nil {
+	var b bytes.Buffer
+	if merr := encodeAnswer(&b, out); merr != nil {
 		return answerError(&Error{Code: "InternalServerError", Message: merr.Error(), Status: http.StatusInternalServerError})
 	}
-	return http.StatusOK, b, nil
+	return http.StatusOK, b.Bytes(), nil
 }
 
 // answerError turns an error into DynamoDB's error answer; an error that

@@ -509,12 +509,20 @@ func (t *transition) collect(ctx context.Context, ms store.MapStore, step pipeli
 		}
 		return err
 	}
-	counts, err := ms.MapCounts(ctx, roundKey(row), c.Total)
+	// Done is the wake-up's record that every child of the round ended:
+	// the outcomes are read from the children's rows, whatever the counts
+	// say now (a parent re-driven after its count rows expired must not
+	// wait again for children that will never end again).
+	counts, err := store.MapCounts{}, error(nil)
+	if !c.Done {
+		counts, err = ms.MapCounts(ctx, roundKey(row), c.Total)
+	}
 	if err != nil {
 		return t.release(ctx, err, "", policy)
 	}
-	if len(counts.Finished) < store.Groups(c.Total) {
-		// Woken early (should not happen): wait again.
+	if !c.Done && len(counts.Finished) < store.Groups(c.Total) {
+		// Queued before its children all ended (should not happen): wait
+		// again.
 		now := r.deps.Clock.Now()
 		next := t.base(now)
 		next.Status = store.WaitingChildren

@@ -242,6 +242,9 @@ type flakyMaps struct {
 	// loseFinish makes the write that completes the finished set land and
 	// answer an error.
 	loseFinish bool
+	// forget makes MapCounts read every map empty (its count rows
+	// expired).
+	forget bool
 }
 
 var errInjected = fmt.Errorf("injected: %w", store.ErrUnavailable)
@@ -293,6 +296,12 @@ func (f *flakyMaps) FinishGroup(ctx context.Context, m store.MapKey, g int, exp 
 }
 
 func (f *flakyMaps) MapCounts(ctx context.Context, m store.MapKey, total int) (store.MapCounts, error) {
+	f.mu.Lock()
+	forget := f.forget
+	f.mu.Unlock()
+	if forget {
+		return store.MapCounts{}, nil
+	}
 	return f.ms.MapCounts(ctx, m, total)
 }
 
@@ -775,6 +784,39 @@ func TestMapChildGoneIsCountedExpired(t *testing.T) {
 		}
 		if !strings.Contains(c.logs.String(), `"event":"child_expired"`) {
 			t.Fatal("no child_expired logged")
+		}
+	})
+}
+
+// A parent woken after its children all ended collects their outcomes
+// from their rows even when its count rows are gone by then (found by the
+// simulator: a parent re-driven at its map step after the counts expired
+// was parked WAITING_CHILDREN again, for children that would never end
+// again, until it expired).
+func TestMapCollectsAfterItsCountsExpired(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		var runs sync.Map
+		f := &flakyMaps{Store: c.store, ms: c.store.(store.MapStore)}
+		rt := c.workerOn("w", engine.Config{}, nil, f, fanPipelines(pipeline.MapOptions{MaxInFlight: 2}, &runs)...)
+		e := submitTo(t, rt, "p.fan", "k", nums(1, 2, 3))
+		for range 10 {
+			if p := c.get(e.ExecutionID); p.Children != nil && p.Children.Done {
+				break
+			}
+			deliver(rt, c.queue)
+		}
+		woken := c.get(e.ExecutionID)
+		if woken.Status != store.Queued || woken.Children == nil || !woken.Children.Done {
+			t.Fatalf("parent %s %+v, want QUEUED after its children", woken.Status, woken.Children)
+		}
+		f.mu.Lock()
+		f.forget = true
+		f.mu.Unlock()
+		drainChecked(t, c, rt, e, 0, 0)
+		done := c.get(e.ExecutionID)
+		if done.Status != store.Succeeded || fmt.Sprint(output(t, c, done).Outputs) != "[2 4 6]" {
+			t.Fatalf("parent %s %+v, want SUCCEEDED with every output", done.Status, done.Children)
 		}
 	})
 }

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
 	"github.com/qasync/qasync/shared/clock"
 	"github.com/qasync/qasync/shared/internal/awsclient"
 	"github.com/qasync/qasync/shared/internal/ddbmodel"
@@ -20,13 +22,18 @@ import (
 // stream), with the work and dead-letter queues modelled on SQS. Every
 // process has its own adapter instances, judging expiry by its own clock
 // as a Lambda function does; the history is fed from the stream by the
-// real stream feed, as the history function is.
+// real stream feed, as the history function is. The processes and the
+// feed reach the model over the wire (the SDK's whole request path); the
+// simulator's own fault-free view reads through the model's direct path
+// (ddbmodel.DirectConfig: the same adapter code and answers, without the
+// JSON, the signing and the HTTP), since its audits read every live
+// execution every ten virtual minutes, many times the runtime's own requests.
 type dynamoBackend struct {
 	w       *world
 	model   *ddbmodel.Model
 	clients awsclient.Clients
 	names   schema.Names
-	// god is the fault-free view on the true clock.
+	// god is the fault-free view on the true clock (on the direct path).
 	god  view
 	feed *dynamo.StreamFeed
 }
@@ -46,11 +53,15 @@ func newDynamoBackend(w *world) (backend, error) {
 	w.work.handle = deliverWork
 	w.dlq = newQueue(w, "dlq", 30*time.Second, 0)
 	w.dlq.handle = deliverDLQ
-	prov, err := b.adapters(clock.System{})
+	prov, err := b.adapters(b.clients.DynamoDB, clock.System{})
 	if err != nil {
 		return nil, err
 	}
-	b.god = view{state: prov.state, payloads: prov.payloads, recorder: prov.recorder, history: prov.history}
+	god, err := b.adapters(m.DirectClients().DynamoDB, clock.System{})
+	if err != nil {
+		return nil, err
+	}
+	b.god = view{state: god.state, payloads: god.payloads, recorder: god.recorder, history: god.history}
 	h := prov.history.(*dynamo.History)
 	if b.feed, err = dynamo.NewStreamFeed(b.clients.DynamoDBStreams, b.clients.DynamoDB, h, dynamo.StreamOptions{ExecutionTable: b.names.ExecutionTable}); err != nil {
 		return nil, err
@@ -84,9 +95,8 @@ func feedFaults(w *world, names schema.Names) func(ddbmodel.Request) ddbmodel.Fa
 	}
 }
 
-// adapters builds the DynamoDB adapters on clock c.
-func (b *dynamoBackend) adapters(c clock.Clock) (providers, error) {
-	db := b.clients.DynamoDB
+// adapters builds the DynamoDB adapters on client db and clock c.
+func (b *dynamoBackend) adapters(db *dynamodb.Client, c clock.Clock) (providers, error) {
 	st, err := dynamo.NewStateStore(db, dynamo.Options{ExecutionTable: b.names.ExecutionTable, Clock: c, DueShards: b.w.cfg.dueShards})
 	if err != nil {
 		return providers{}, err
@@ -103,7 +113,7 @@ func (b *dynamoBackend) adapters(c clock.Clock) (providers, error) {
 }
 
 func (b *dynamoBackend) providers(p *proc) (providers, error) {
-	prov, err := b.adapters(skewClock{p.skew})
+	prov, err := b.adapters(b.clients.DynamoDB, skewClock{p.skew})
 	if err != nil {
 		return providers{}, err
 	}

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -73,6 +74,18 @@ const (
 	// invParentWakes: once a map's last child has ended, its parent waits
 	// no longer than its sweep look and the claim bound.
 	invParentWakes = "a parent wakes within the bound after its last child ended"
+	// invRejectedStays: a child that rejected its item ends FAILED as
+	// rejected (code item_rejected, reason rejected, out of the sweep
+	// index) and never gets a dead letter nor runs again.
+	invRejectedStays = "a rejected child never gets a dead letter nor runs again"
+	// invMapCounts: the MapResult a join gets holds each child's terminal
+	// row's outcome, and counts (succeeded, failed, cancelled, rejected)
+	// that are those rows'.
+	invMapCounts = "a map's counts match its children's terminal rows"
+	// invRejectsTolerated: rejected children never count against a map's
+	// tolerance (a map fails only when its failed and cancelled children
+	// exceed it, and succeeds only when they do not).
+	invRejectsTolerated = "rejected children never fail the parent's tolerance"
 	// invConfigRefused: a configuration that cannot hold is refused.
 	invConfigRefused = "impossible configuration refused"
 	// invSetup: the simulator itself could not do something.
@@ -81,7 +94,8 @@ const (
 
 var invariantNames = []string{invSettles, invNoStall, invNoVanish, invExactlyOnce, invEffectIsolation, invDeadLetterIsolation,
 	invAwaitIsolation, invCheckpointReadable, invHistory, invRefusedStoresNothing, invKeylessIsNew, invNoFalsePoison,
-	invBackupNoPin, invOneJobPerKey, invSleepOnTime, invJoinSawAll, invMapRerunsFailed, invMapInFlight, invParentWakes, invConfigRefused, invSetup}
+	invBackupNoPin, invOneJobPerKey, invSleepOnTime, invJoinSawAll, invMapRerunsFailed, invMapInFlight, invParentWakes, invRejectedStays, invMapCounts,
+	invRejectsTolerated, invConfigRefused, invSetup}
 
 // stallBound is how long an execution may stay claimable without a claim:
 // a lost lease lapses (lease + tolerance), the sweeper looks within its
@@ -115,14 +129,32 @@ func (w *world) audit() {
 	w.mu.Unlock()
 	now := time.Now()
 	w.progress(now, len(incs))
-	for _, inc := range incs {
+	audited := func(inc *incarnation) bool {
 		w.mu.Lock()
 		gone, last := inc.gone, inc.last
 		w.mu.Unlock()
-		if gone || (!full && (last.Status.Terminal() || last.Status.Parked())) {
+		return !gone && (full || !(last.Status.Terminal() || last.Status.Parked()))
+	}
+	var keys []store.Key
+	for _, inc := range incs {
+		if audited(inc) {
+			keys = append(keys, inc.storeKey())
+		}
+	}
+	rows := readRows(ctx, v.state, keys)
+	for _, inc := range incs {
+		if !audited(inc) {
 			continue
 		}
-		e, err := v.state.Get(ctx, inc.storeKey())
+		w.mu.Lock()
+		last := inc.last
+		w.mu.Unlock()
+		r, ok := rows[inc.storeKey()]
+		if !ok {
+			// Not read ahead (its state changed since the audit began).
+			r.e, r.err = v.state.Get(ctx, inc.storeKey())
+		}
+		e, err := r.e, r.err
 		if err == nil && incKey(&e) != inc.key {
 			err = store.ErrNotFound // the key's row is another incarnation's
 		}
@@ -138,6 +170,7 @@ func (w *world) audit() {
 			inc.last, inc.lastAt = e, now
 		}
 		w.mu.Unlock()
+		w.noteRejected(inc, e)
 		w.settledState(inc, e)
 		w.checkStall(inc, e, now)
 		if e.Status == store.WaitingChildren {
@@ -148,6 +181,60 @@ func (w *world) audit() {
 			w.checkDeadLetter(ctx, v, inc, e, false)
 		}
 	}
+}
+
+// readResult is one row an audit read: the row or Get's error.
+type readResult struct {
+	e   store.Execution
+	err error
+}
+
+// readRows reads the rows of keys for an audit, as Get would read each:
+// with GetBatch, a hundred at a time, each batch of distinct slots (two
+// incarnations of one slot go in different batches, each answered by its
+// own row), and with Get for the keys of a batch that failed. Nothing
+// changes a store while an audit runs (it runs in the main loop, with
+// every invocation waiting, at one virtual instant), so the rows are what
+// one Get after another would read, at a hundredth of the requests: an
+// audit reads every live execution, and over a long retention that is
+// most of what the simulation does.
+func readRows(ctx context.Context, s store.Store, keys []store.Key) map[store.Key]readResult {
+	out := make(map[store.Key]readResult, len(keys))
+	for len(keys) > 0 {
+		var batch, later []store.Key
+		slots := map[string]bool{}
+		for _, k := range keys {
+			slot := k.TenantID + "\x00" + store.Slot(k.ExecutionID)
+			if slots[slot] || len(batch) == 100 {
+				later = append(later, k)
+				continue
+			}
+			slots[slot] = true
+			batch = append(batch, k)
+		}
+		rows, err := s.GetBatch(ctx, batch)
+		if err != nil {
+			for _, k := range batch {
+				e, err := s.Get(ctx, k)
+				out[k] = readResult{e, err}
+			}
+		} else {
+			bySlot := make(map[string]store.Execution, len(rows))
+			for _, e := range rows {
+				bySlot[e.TenantID+"\x00"+store.Slot(e.ExecutionID)] = e
+			}
+			for _, k := range batch {
+				e, found := bySlot[k.TenantID+"\x00"+store.Slot(k.ExecutionID)]
+				if !found || !store.Answers(k.ExecutionID, e.ExecutionID) {
+					out[k] = readResult{err: store.ErrNotFound}
+					continue
+				}
+				out[k] = readResult{e: e}
+			}
+		}
+		keys = later
+	}
+	return out
 }
 
 // vanished judges a row that is gone: fine after its retention (from the
@@ -176,6 +263,14 @@ func (w *world) vanished(inc *incarnation, last store.Execution, now time.Time) 
 	w.trace.forget(inc.exec)
 	delete(w.spreads, inc.exec)
 	w.mu.Unlock()
+}
+
+// sameInline reports whether two inline payload references are equal:
+// the same descriptor, length, digest and bytes.
+func sameInline(a, b payload.Ref) bool {
+	return a.SHA256 != "" && a.SHA256 == b.SHA256 && a.Length == b.Length && a.Encoding == b.Encoding &&
+		a.ContentType == b.ContentType && a.Message == b.Message && a.ManifestID == "" && b.ManifestID == "" &&
+		!a.Whole && !b.Whole && bytes.Equal(a.Inline, b.Inline) && a.Inline != nil
 }
 
 func fmtTime(w *world, t time.Time) string {
@@ -282,9 +377,13 @@ func minT(a, b time.Time) time.Time {
 	return b
 }
 
-// checkCheckpoints reads the row's input and result.
+// checkCheckpoints reads the row's input and result. A payload inline in
+// the row is read from the row itself: one whose bytes and digest are
+// those read and verified at an earlier audit verifies alike, and is
+// not hashed again (a payload in the payload store is read every time:
+// the store may lose it).
 func (w *world) checkCheckpoints(ctx context.Context, v view, inc *incarnation, e store.Execution) {
-	for _, ref := range []struct {
+	for i, ref := range []struct {
 		name string
 		ref  payload.Ref
 	}{{"input", e.Input}, {"result", e.Result}} {
@@ -292,9 +391,15 @@ func (w *world) checkCheckpoints(ctx context.Context, v view, inc *incarnation, 
 			continue
 		}
 		w.check(invCheckpointReadable)
+		if ref.ref.ManifestID == "" && sameInline(inc.inlineRead[i], ref.ref) {
+			continue
+		}
 		if _, err := payload.Read(ctx, v.payloads, ref.ref); err != nil {
 			w.violate(invCheckpointReadable, inc.exec, "%s row (expires %s) has an unreadable %s: %v", e.Status, fmtTime(w, e.ExpiresAt), ref.name, err)
 			return
+		}
+		if ref.ref.ManifestID == "" {
+			inc.inlineRead[i] = ref.ref
 		}
 	}
 	if e.Error != nil && e.Error.Code == store.CodePayloadUnreadable && !inc.deadLetterChecked {
@@ -433,6 +538,8 @@ func (w *world) finish() {
 			w.checkResult(inc, last)
 		case store.DLQ:
 			w.checkDeadLetter(ctx, v, inc, last, true)
+		case store.Failed:
+			w.checkRejectedNoDeadLetter(ctx, v, inc, last)
 		}
 		w.checkHistory(ctx, v, inc, last)
 	}

@@ -24,7 +24,7 @@ const (
 	pipeLong    = "sim.long"    // forty steps: a long life of hand-overs
 	pipeNap     = "sim.nap"     // doze (sets the wake-up), nap (a durable sleep until it), rise
 	pipeMap     = "sim.map"     // spread (the children's documents), fan (a map over sim.kid), join
-	pipeKid     = "sim.kid"     // a map's child: k1, k2 (fails non-retryably when scripted to)
+	pipeKid     = "sim.kid"     // a map's child: k1, k2 (fails non-retryably or rejects its item when scripted to)
 )
 
 // pipelineIDs are the pipelines clients submit (and bulk re-drives pick):
@@ -67,15 +67,19 @@ type script struct {
 	// NapFor: the nap pipeline sleeps this long (ms) after its doze step.
 	NapFor int64 `json:"napFor,omitempty"`
 	// Kids is how many children the map pipeline's spread step makes;
-	// KidFails lists the ones whose k2 step fails non-retryably.
-	Kids     int   `json:"kids,omitempty"`
-	KidFails []int `json:"kidFails,omitempty"`
+	// KidFails lists the ones whose k2 step fails non-retryably,
+	// KidRejects those whose k2 step rejects its item (reject.Reject).
+	Kids       int   `json:"kids,omitempty"`
+	KidFails   []int `json:"kidFails,omitempty"`
+	KidRejects []int `json:"kidRejects,omitempty"`
 	// KidHeals lists the children whose k2 step fails non-retryably in
 	// the map's first round only: a re-drive of the parent runs them
 	// again (a later round) and they succeed.
 	KidHeals []int `json:"kidHeals,omitempty"`
-	// Fail: a child's k2 step fails non-retryably.
-	Fail bool `json:"fail,omitempty"`
+	// Fail: a child's k2 step fails non-retryably. Reject: it rejects
+	// its item (the child ends FAILED as rejected, without a dead letter).
+	Fail   bool `json:"fail,omitempty"`
+	Reject bool `json:"reject,omitempty"`
 	// Heal: a child's k2 step fails non-retryably when it runs as First
 	// (its round-0 execution).
 	Heal  bool   `json:"heal,omitempty"`
@@ -120,7 +124,7 @@ func (p *proc) registry(version int, dropOld bool) (*pipeline.Registry, error) {
 		{ID: pipeFail, Steps: []pipeline.Step{p.checkStep(), plain("done")}},
 		{ID: pipeNap, Steps: []pipeline.Step{p.dozeStep(), napStep(), p.riseStep()}},
 		{ID: pipeKid, Steps: []pipeline.Step{plain("k1"), p.kidStep()}},
-		{ID: pipeMap, Steps: []pipeline.Step{p.spreadStep(), pipeline.Map("fan", pipeKid, pipeline.MapOptions{MaxInFlight: s.mapInFlight, ToleratedFailures: s.mapTolerated}), p.joinStep()}},
+		{ID: pipeMap, Steps: []pipeline.Step{p.spreadStep(), pipeline.Map("fan", pipeKid, s.mapOptions()), p.joinStep()}},
 	}
 	switch {
 	case version == 1:
@@ -137,6 +141,7 @@ func (p *proc) registry(version int, dropOld bool) (*pipeline.Registry, error) {
 // stepPrologue is what every simulated step does first: maybe crash the
 // process, maybe take long (renewing its lease meanwhile).
 func (p *proc) stepPrologue(ctx context.Context, info pipeline.StepInfo) error {
+	p.w.rejectedRan(info)
 	if p.maybeCrash("step_start", info.ExecutionID) {
 		return errCrashed
 	}

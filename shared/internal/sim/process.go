@@ -252,6 +252,16 @@ func (g *gatedStore) CreateOrGet(ctx context.Context, req store.CreateRequest) (
 		e, created, err = g.s.CreateOrGet(ctx, req)
 		return err
 	})
+	if err != nil && req.Execution.Parent != nil {
+		// A fan-out's failed child create answers a virtual nanosecond
+		// late. The engine hands the creates to its workers over a
+		// channel and stops handing them out at the first failure it
+		// notices: whether it had already handed out the next one when
+		// this one failed was left to the Go scheduler (two runs of one
+		// seed parted there). Blocked in virtual time, the failure is
+		// always noticed after the next create is handed out.
+		time.Sleep(time.Nanosecond)
+	}
 	return e, created, err
 }
 
@@ -456,6 +466,7 @@ var tracedEvents = map[string]bool{
 	"await_parked": true, "await_completed": true, "await_timed_out": true, "await_completed_late": true,
 	"pipeline_version_unavailable": true, "command_replayed": true, "command_ambiguous": true, "command_reconciled": true,
 	"lease_released": true, "release_limit_reached": true, "work_item_deferred": true, "dead_letter_recorded": true,
+	"execution_rejected": true, "item_rejected": true,
 }
 
 func (h *logHandler) Handle(_ context.Context, r slog.Record) error {

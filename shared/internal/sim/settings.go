@@ -99,7 +99,10 @@ func drawSettings(rng *rand.Rand, o Options) settings {
 	// (a configuration the runtime must refuse or survive).
 	s.longRetry = pipeline.RetryPolicy{MaxRetries: 3, Delay: time.Hour, Multiplier: 6, MaxDelay: []time.Duration{s.ttl / 2, 2 * s.ttl}[pick([]int{40, 60})]}
 	s.awaitTimeout = []time.Duration{0, s.ttl / 2, s.ttl}[pick([]int{20, 40, 40})]
-	s.mapInFlight, s.mapTolerated = 1+rng.IntN(10), rng.IntN(4)
+	// The in-flight limit stays below the largest maps (a limit no map
+	// reaches checks nothing): 1 to 10, and up to half of maxKids in a
+	// short run.
+	s.mapInFlight, s.mapTolerated = 1+rng.IntN(min(10, maxKids(o.Executions)/2)), rng.IntN(4)
 	s.rates = rates{
 		crashAtIO: 0.002, crashAfterIO: 0.002, crashInStep: 0.01,
 		commitFail: 0.01, commitLost: 0.01, storeError: 0.002,
@@ -116,6 +119,17 @@ func drawSettings(rng *rand.Rand, o Options) settings {
 func (s settings) String() string {
 	return fmt.Sprintf("ttl=%s lease=%s tolerance=%s grace=%s sweep_interval=%s policy=%s processes=%d long_retry_max_delay=%s await_timeout=%s deploys=%d work_item_loss=%.2f chain_max_steps=%d map_in_flight=%d map_tolerated=%d",
 		s.ttl, s.lease, s.tolerance, s.grace, s.sweepInterval, s.policy, s.procs, s.longRetry.MaxDelay, s.awaitTimeout, s.rates.deploysPerRun, s.rates.drop, s.chainMax, s.mapInFlight, s.mapTolerated)
+}
+
+// mapOptions are the map pipeline's limits (its fan step's).
+func (s settings) mapOptions() pipeline.MapOptions {
+	return pipeline.MapOptions{MaxInFlight: s.mapInFlight, ToleratedFailures: s.mapTolerated}
+}
+
+// mapTolerates is how many of a map's total children may fail or be
+// cancelled with the map still succeeding, as the runtime counts it.
+func (s settings) mapTolerates(total int) int {
+	return (&pipeline.MapSpec{Options: s.mapOptions()}).Tolerated(total)
 }
 
 // engineConfig is the runtime configuration of every process.

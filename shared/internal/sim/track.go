@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/qasync/qasync/shared/internal/engine"
+	"github.com/qasync/qasync/shared/payload"
+	"github.com/qasync/qasync/shared/pipeline"
 	"github.com/qasync/qasync/shared/store"
 )
 
@@ -54,6 +56,15 @@ type incarnation struct {
 	drops []time.Time
 	// checked terminal facts once.
 	resultChecked, deadLetterChecked bool
+	// inlineRead are the inline input and result last read and verified
+	// (checkCheckpoints); only the main loop's audits use them.
+	inlineRead [2]payload.Ref
+	// rejected is the version of the row that ended it as a rejected
+	// item (0: none seen), first seen at rejectedAt.
+	rejected   int64
+	rejectedAt time.Time
+	// failChecked: the map failures (attempt|step) already counted.
+	failChecked map[string]bool
 }
 
 const tenant = "t1"
@@ -115,7 +126,11 @@ func (w *world) observed(p *proc, ev engine.Event) {
 		if e.Parent != nil {
 			w.checkInFlight(e)
 		}
+		if e.PipelineID == pipeMap && e.Error != nil && e.Error.Code == pipeline.CodeChildrenFailed && (e.Status == store.Failed || e.Status == store.DLQ) {
+			w.checkParentFailed(inc, e)
+		}
 	}
+	w.noteRejected(inc, e)
 	w.settledState(inc, e)
 	if ev.Kind == engine.EventDeadLettered {
 		w.onDeadLettered(inc, e)
@@ -131,6 +146,7 @@ func (w *world) saw(e store.Execution) {
 		inc.last, inc.lastAt = e, time.Now()
 	}
 	w.mu.Unlock()
+	w.noteRejected(inc, e)
 	w.settledState(inc, e)
 }
 

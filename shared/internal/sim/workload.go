@@ -127,13 +127,16 @@ func (w *world) drawSubmission(s *submission, earlier []*submission) {
 			w.between(day, w.cfg.ttl*11/10)}[w.intn(3)]
 		s.body.Script.NapFor = nap.Milliseconds()
 	case pipeMap:
-		// Up to 30 children; about one in seven fails (the map's tolerance
-		// decides whether the join runs or the parent dead-letters).
-		s.body.Script.Kids = 1 + w.intn(30)
+		// Up to maxKids children; about one in seven fails (the map's
+		// tolerance decides whether the join runs or the parent
+		// dead-letters), and one in twenty rejects its item (tolerated).
+		s.body.Script.Kids = 1 + w.intn(maxKids(w.o.Executions))
 		for i := range s.body.Script.Kids {
 			switch {
 			case w.chance(0.15):
 				s.body.Script.KidFails = append(s.body.Script.KidFails, i)
+			case w.chance(0.06):
+				s.body.Script.KidRejects = append(s.body.Script.KidRejects, i)
 			case w.chance(0.08):
 				s.body.Script.KidHeals = append(s.body.Script.KidHeals, i) // fails in round 0 only
 			}
@@ -145,6 +148,16 @@ func (w *world) drawSubmission(s *submission, earlier []*submission) {
 	case w.chance(0.2):
 		s.body.Pad = strings.Repeat("p", 300+w.intn(3000))
 	}
+}
+
+// maxKids is the most children a map of a run of executions has: 30,
+// and for a short run a twentieth of its executions, at least 10. A
+// map's children are executions of their own (rows, steps, histories,
+// audits): at 30, the maps of a run of 300 executions made more
+// executions than all its submissions, and a short run (make simulate's
+// default, make test's budget) spent most of its time on them.
+func maxKids(executions int) int {
+	return min(30, max(10, executions/20))
 }
 
 // submit sends a submission through a live process's runtime (the submit
