@@ -1,7 +1,6 @@
 package invoices_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -11,13 +10,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/qasync/qasync/examples/internal/servetest"
 	"github.com/qasync/qasync/examples/invoices"
 	"github.com/qasync/qasync/shared/pipelinetest"
 )
@@ -59,8 +57,6 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-var servingLine = regexp.MustCompile(`qasync serving on (http://\S+)`)
-
 // startLocal builds the service's local main (cmd/local) and starts
 // `serve` on a port the OS picks, with the providers serve defaults to
 // (the embedded store, in a fresh working directory); it returns the base URL and the process's output (its
@@ -83,51 +79,8 @@ func startLocal(t *testing.T) (string, *syncBuffer) {
 		}
 	}
 	logs := &syncBuffer{}
-	cmd.Stdout = logs
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			fmt.Fprintln(logs, sc.Text())
-			if m := servingLine.FindStringSubmatch(sc.Text()); m != nil {
-				select {
-				case addr <- m[1]:
-				default:
-				}
-			}
-		}
-		exited <- cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case err := <-exited:
-			if err != nil {
-				t.Errorf("serve did not stop cleanly on SIGTERM: %v\n%s", err, logs)
-			}
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-			t.Errorf("serve did not stop within 30 s of SIGTERM; killed\n%s", logs)
-		}
-	})
-	select {
-	case base := <-addr:
-		return base, logs
-	case err := <-exited:
-		t.Fatalf("serve exited before serving: %v\n%s", err, logs)
-	case <-time.After(30 * time.Second):
-		t.Fatalf("serve printed no %q line within 30 s\n%s", "qasync serving on", logs)
-	}
-	return "", nil
+	line := func(l string) { fmt.Fprintln(logs, l) }
+	return servetest.Start(t, cmd, line, logs, 30*time.Second, 30*time.Second), logs
 }
 
 // call sends a request and decodes a JSON answer into out (when not nil).

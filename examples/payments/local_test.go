@@ -1,27 +1,24 @@
 package payments_test
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"maps"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/qasync/qasync/examples/internal/servetest"
 	"github.com/qasync/qasync/examples/payments"
 	"github.com/qasync/qasync/examples/payments/provider"
 	"github.com/qasync/qasync/shared/client"
@@ -476,8 +473,6 @@ func ownEnv() []string {
 	return env
 }
 
-var servingLine = regexp.MustCompile(`qasync serving on (http://\S+)`)
-
 // serveLogs keeps what the test needs of serve's output: the executions
 // of the item_rejected envelopes (the reject sink's log provider) and the
 // last lines, for failure messages. The rest is dropped: a run of 10,000
@@ -538,62 +533,5 @@ func startServe(t *testing.T, bin, dir string, env []string) (string, *serveLogs
 	cmd.Dir = dir
 	cmd.Env = append(ownEnv(), env...)
 	logs := &serveLogs{rejected: map[string]bool{}}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	addr := make(chan string, 1)
-	var readers sync.WaitGroup
-	scan := func(r io.Reader) {
-		defer readers.Done()
-		sc := bufio.NewScanner(r)
-		sc.Buffer(make([]byte, 64<<10), 4<<20)
-		for sc.Scan() {
-			logs.add(sc.Text())
-			if m := servingLine.FindStringSubmatch(sc.Text()); m != nil {
-				select {
-				case addr <- m[1]:
-				default:
-				}
-			}
-		}
-		_, _ = io.Copy(io.Discard, r) // a line too long: drain the rest
-	}
-	readers.Add(2)
-	go scan(stdout)
-	go scan(stderr)
-	exited := make(chan error, 1)
-	go func() {
-		readers.Wait() // the pipes must be read to their end before Wait
-		exited <- cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case err := <-exited:
-			if err != nil {
-				t.Errorf("serve did not stop cleanly on SIGTERM: %v\n%s", err, logs)
-			}
-		case <-time.After(40 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-			t.Errorf("serve did not stop within 40 s of SIGTERM; killed\n%s", logs)
-		}
-	})
-	select {
-	case base := <-addr:
-		return base, logs
-	case err := <-exited:
-		t.Fatalf("serve exited before serving: %v\n%s", err, logs)
-	case <-time.After(60 * time.Second):
-		t.Fatalf("serve printed no %q line within 60 s\n%s", "qasync serving on", logs)
-	}
-	return "", nil
+	return servetest.Start(t, cmd, logs.add, logs, 60*time.Second, 40*time.Second), logs
 }
