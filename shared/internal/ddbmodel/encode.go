@@ -48,39 +48,9 @@ func encodeAnswer(b *bytes.Buffer, v any) error {
 		}
 		b.WriteByte(']')
 	case map[string][]Item:
-		if v == nil {
-			b.WriteString("null")
-			return nil
-		}
-		b.WriteByte('{')
-		for i, k := range sortedNames(v) {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			writeString(b, k)
-			b.WriteByte(':')
-			if err := encodeAnswer(b, v[k]); err != nil {
-				return err
-			}
-		}
-		b.WriteByte('}')
+		return encodeObject(b, v)
 	case map[string]any:
-		if v == nil {
-			b.WriteString("null")
-			return nil
-		}
-		b.WriteByte('{')
-		for i, k := range sortedNames(v) {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			writeString(b, k)
-			b.WriteByte(':')
-			if err := encodeAnswer(b, v[k]); err != nil {
-				return err
-			}
-		}
-		b.WriteByte('}')
+		return encodeObject(b, v)
 	case []any:
 		if v == nil {
 			b.WriteString("null")
@@ -137,4 +107,26 @@ func writeBase64(b *bytes.Buffer, s string) {
 	b.WriteByte('"')
 	b.Write(base64.StdEncoding.AppendEncode(b.AvailableBuffer(), []byte(s)))
 	b.WriteByte('"')
+}
+
+// encodeObject writes m as a JSON object, its names sorted (as
+// encoding/json does), or null for a nil map.
+func encodeObject[V any](b *bytes.Buffer, m map[string]V) error {
+	if m == nil {
+		b.WriteString("null")
+		return nil
+	}
+	b.WriteByte('{')
+	for i, k := range sortedNames(m) {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		writeString(b, k)
+		b.WriteByte(':')
+		if err := encodeAnswer(b, m[k]); err != nil {
+			return err
+		}
+	}
+	b.WriteByte('}')
+	return nil
 }

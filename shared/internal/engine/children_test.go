@@ -305,6 +305,23 @@ func (f *flakyMaps) MapCounts(ctx context.Context, m store.MapKey, total int) (s
 	return f.ms.MapCounts(ctx, m, total)
 }
 
+// untilEnded delivers everything queued and sweeps every ChildrenLook
+// (the default, 5 minutes of the bubble's clock), at most rounds times,
+// until e is terminal.
+func untilEnded(t *testing.T, c *cluster, rt *engine.Runtime, e store.Execution, rounds int) {
+	t.Helper()
+	for range rounds {
+		drainChecked(t, c, rt, e, 0, 0)
+		if c.get(e.ExecutionID).Status.Terminal() {
+			return
+		}
+		time.Sleep(5 * time.Minute)
+		if _, err := rt.SweepOnce(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // crashRow runs a map of 5 (2 in flight) with one crash point injected
 // by arm, delivering everything queued and sweeping every ChildrenLook
 // until the parent ends; it checks that the parent succeeded with every
@@ -317,16 +334,7 @@ func crashRow(t *testing.T, arm func(f *flakyMaps)) {
 		arm(f)
 		rt := c.workerOn("w", engine.Config{}, nil, f, fanPipelines(pipeline.MapOptions{MaxInFlight: 2}, &runs)...)
 		e := submitTo(t, rt, "p.fan", "k", nums(1, 2, 3, 4, 5))
-		for range 20 {
-			drainChecked(t, c, rt, e, 0, 0)
-			if c.get(e.ExecutionID).Status.Terminal() {
-				break
-			}
-			time.Sleep(5 * time.Minute) // the default ChildrenLook
-			if _, err := rt.SweepOnce(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-		}
+		untilEnded(t, c, rt, e, 20)
 		done := c.get(e.ExecutionID)
 		if done.Status != store.Succeeded || fmt.Sprint(output(t, c, done).Outputs) != "[2 4 6 8 10]" {
 			t.Fatalf("parent %s %+v", done.Status, done.Error)
@@ -765,16 +773,7 @@ func TestMapChildGoneIsCountedExpired(t *testing.T) {
 		if _, err := c.store.Update(context.Background(), store.Guard{Key: gone.Key(), Version: gone.Version}, gone); err != nil {
 			t.Fatal(err)
 		}
-		for range 5 {
-			drainChecked(t, c, rt, e, 0, 0)
-			if c.get(e.ExecutionID).Status.Terminal() {
-				break
-			}
-			time.Sleep(5 * time.Minute) // the default ChildrenLook
-			if _, err := rt.SweepOnce(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-		}
+		untilEnded(t, c, rt, e, 5)
 		done := c.get(e.ExecutionID)
 		if done.Status != store.Succeeded {
 			t.Fatalf("parent %s %+v, want SUCCEEDED (one expired child tolerated)", done.Status, done.Error)
