@@ -164,6 +164,9 @@ func TestEngineBackendOverTheRealRuntime(t *testing.T) {
 	// The list, the dead letters and a cancel are the runtime's own.
 	wantContains(t, e.get("/console", http.StatusOK), failed.ExecutionID, done.ExecutionID)
 	wantContains(t, e.get("/console/dead-letters", http.StatusOK), failed.ExecutionID, "boom")
+	// A cursor the dead-letter list never returned is a 400 with a way
+	// back (it was a 500).
+	wantContains(t, e.get("/console/dead-letters?cursor=x", http.StatusBadRequest), "Page link expired")
 	if w := e.post("/console/executions/"+got.ExecutionID+"/cancel", url.Values{"reason": {"stop"}}); w.Code != http.StatusSeeOther {
 		t.Errorf("cancel: %d, want 303", w.Code)
 	}

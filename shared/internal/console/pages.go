@@ -83,7 +83,7 @@ func (c *Console) backendError(w http.ResponseWriter, r *http.Request, what stri
 		c.errorPage(w, r, http.StatusNotImplemented, "Not available", what+" is not available on this deployment.")
 	case errors.Is(err, store.ErrNotFound):
 		c.errorPage(w, r, http.StatusNotFound, "Execution not found", "No execution with this id exists for this tenant.")
-	case errors.Is(err, store.ErrInvalidCursor):
+	case errors.Is(err, store.ErrInvalidCursor), errors.Is(err, deadletter.ErrInvalidCursor):
 		c.errorPage(w, r, http.StatusBadRequest, "Page link expired", "This page link does not belong to this list. Start again from the first page.")
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled), errors.Is(err, store.ErrUnavailable):
 		c.logAction(r, slog.LevelError, "console_backend_unavailable", slog.String("route", r.Pattern), slog.String("error", err.Error()))
