@@ -171,10 +171,7 @@ func NewStep[I, O any](name string, fn func(ctx context.Context, info StepInfo, 
 	}}
 	if _, raw := any(*new(I)).(payload.Payload); !raw {
 		s.Accepts = []payload.Encoding{payload.EncodingJSON}
-		s.CheckInput = func(raw payload.Payload) error {
-			var in I
-			return decodeInput(name, raw, &in)
-		}
+		s.CheckInput = checkDecode[I](name)
 	}
 	for _, o := range opts {
 		o(&s)
@@ -185,6 +182,15 @@ func NewStep[I, O any](name string, fn func(ctx context.Context, info StepInfo, 
 // CodeInvalidInput is the non-retryable error code of an input a step
 // cannot decode.
 const CodeInvalidInput = "invalid_input"
+
+// checkDecode is the CheckInput of a step that decodes its JSON input
+// into an I.
+func checkDecode[I any](name string) func(payload.Payload) error {
+	return func(raw payload.Payload) error {
+		var in I
+		return decodeInput(name, raw, &in)
+	}
+}
 
 // decodeInput decodes a JSON input into v, or returns the step's
 // invalid_input error. The JSON decoder's messages name types, fields

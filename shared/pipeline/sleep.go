@@ -63,10 +63,7 @@ func SleepUntil[I any](name string, at func(in I) time.Time) Step {
 	}
 	if _, raw := any(*new(I)).(payload.Payload); !raw {
 		s.Accepts = []payload.Encoding{payload.EncodingJSON}
-		s.CheckInput = func(raw payload.Payload) error {
-			var in I
-			return decodeInput(name, raw, &in)
-		}
+		s.CheckInput = checkDecode[I](name)
 	}
 	return s
 }

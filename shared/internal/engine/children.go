@@ -105,7 +105,7 @@ func (t *transition) mapStep(ctx context.Context, step pipeline.Step, in payload
 	}
 	c := row.Children
 	if c != nil && c.StepIndex == row.StepIndex && !c.Retry {
-		return t.collect(ctx, ms, step, policy)
+		return t.collect(ctx, step, policy)
 	}
 	elems, err := step.MapElements(in)
 	if err != nil {
@@ -334,18 +334,21 @@ func (r *Runtime) childEnded(ctx context.Context, e store.Execution) {
 // countChild counts a terminal child, finishes its group when the count
 // fills it, and wakes the parent when that finished the last group.
 func (r *Runtime) countChild(ctx context.Context, ms store.MapStore, e store.Execution) error {
-	p := e.Parent
-	m := p.Map(e.TenantID)
-	exp := r.countsExpire(e.ExpiresAt)
-	n, err := ms.CountChild(ctx, m, p.Index, e.Status != store.Succeeded, exp)
+	return r.countIndex(ctx, ms, e.TenantID, e.Parent, e.Parent.Index, e.Status != store.Succeeded, r.countsExpire(e.ExpiresAt))
+}
+
+// countIndex counts child index of the round p names as ended (and
+// failed), and finishes its group when the count fills it.
+func (r *Runtime) countIndex(ctx context.Context, ms store.MapStore, tenant string, p *store.ParentRef, index int, failed bool, exp time.Time) error {
+	n, err := ms.CountChild(ctx, p.Map(tenant), index, failed, exp)
 	if err != nil {
 		return err
 	}
-	g := p.Index / store.GroupSize
+	g := index / store.GroupSize
 	if n < store.GroupLen(p.Total, g) {
 		return nil
 	}
-	return r.finishGroup(ctx, ms, e.TenantID, p, g, exp)
+	return r.finishGroup(ctx, ms, tenant, p, g, exp)
 }
 
 // finishGroup adds group g to the map's finished set and wakes the
@@ -499,7 +502,7 @@ func (r *Runtime) release(ctx context.Context, e store.Execution, cancel bool, r
 // ended: it reads the round's children rows (in pages of 100), puts their
 // outcomes in input order (over the earlier rounds' in a later round) and
 // judges them. A parent whose cancel was requested ends CANCELLED here.
-func (t *transition) collect(ctx context.Context, ms store.MapStore, step pipeline.Step, policy pipeline.RetryPolicy) error {
+func (t *transition) collect(ctx context.Context, step pipeline.Step, policy pipeline.RetryPolicy) error {
 	r, row := t.r, &t.row
 	c := row.Children
 	if !row.CancelRequestedAt.IsZero() {
@@ -509,31 +512,25 @@ func (t *transition) collect(ctx context.Context, ms store.MapStore, step pipeli
 		}
 		return err
 	}
-	// Done is the wake-up's record that every child of the round ended:
-	// the outcomes are read from the children's rows, whatever the counts
-	// say now (a parent re-driven after its count rows expired must not
-	// wait again for children that will never end again).
-	counts, err := store.MapCounts{}, error(nil)
+	// Done is the wake-up's record that every child of the round ended,
+	// written once the counts said so: the outcomes are read from the
+	// children's rows, never from the counts again (a parent re-driven
+	// after its count rows expired must not wait again for children that
+	// will never end again).
 	if !c.Done {
-		counts, err = ms.MapCounts(ctx, roundKey(row), c.Total)
-	}
-	if err != nil {
-		return t.release(ctx, err, "", policy)
-	}
-	if !c.Done && len(counts.Finished) < store.Groups(c.Total) {
-		// Queued before its children all ended (should not happen): wait
-		// again.
+		// Queued without its wake-up (should not happen): wait again; the
+		// parent's look wakes it once the counts are complete.
 		now := r.deps.Clock.Now()
 		next := t.base(now)
 		next.Status = store.WaitingChildren
-		cc := *c
-		cc.Done = false
-		next.Children = &cc
 		next.SweepAt, next.Sweeps = now.Add(r.cfg.ChildrenLook), 0
 		_, err := t.commit(ctx, next, false)
 		return err
 	}
-	var res pipeline.MapResult
+	var (
+		res pipeline.MapResult
+		err error
+	)
 	if c.Round > 0 {
 		if res, err = r.priorResult(ctx, c); err != nil {
 			return t.fail(ctx, pipeline.NonRetryable(CodePayloadUnreadable, fmt.Errorf("step %s: the map's earlier outcomes: %w", step.Name, err)), policy)
@@ -583,7 +580,6 @@ func (t *transition) judge(ctx context.Context, step pipeline.Step, res pipeline
 	res.Total, res.Succeeded, res.Failed, res.Cancelled, res.Rejected = len(res.Elements), 0, 0, 0, 0
 	for i := range res.Elements {
 		el := &res.Elements[i]
-		el.Rejected = el.Rejected || (el.Status == string(store.Failed) && el.ErrorCode == pipeline.CodeItemRejected)
 		switch {
 		case el.Status == string(store.Succeeded):
 			res.Succeeded++
@@ -735,14 +731,8 @@ func (r *Runtime) countExpired(ctx context.Context, ms store.MapStore, e *store.
 		}
 		r.execLogger(e).LogAttrs(ctx, slog.LevelWarn, "child_expired", slog.String("event", "child_expired"),
 			slog.Int("index", i), slog.Int("round", ref.Round))
-		n, err := ms.CountChild(ctx, ref.Map(e.TenantID), i, true, exp)
-		if err != nil {
+		if r.countIndex(ctx, ms, e.TenantID, ref, i, true, exp) != nil {
 			return // the next look tries again
-		}
-		if g := i / store.GroupSize; n >= store.GroupLen(ref.Total, g) {
-			if r.finishGroup(ctx, ms, e.TenantID, ref, g, exp) != nil {
-				return
-			}
 		}
 		_ = r.releaseNext(ctx, e.TenantID, ref, i, !e.CancelRequestedAt.IsZero())
 	}
