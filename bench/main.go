@@ -2,7 +2,7 @@
 // pipeline on qasync, on River (SQLite, Postgres) and on Temporal's dev
 // server, side by side, each system in a child process of its own (so CPU
 // and memory are not mixed), printed as one Markdown table with the ratios
-// to qasync. See README.md.
+// to qasync. See docs/embedded-store.md ("Against its peers").
 //
 // It is informational: nothing gates on its figures.
 package main

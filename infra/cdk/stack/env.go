@@ -88,7 +88,7 @@ var derivedFromContext = map[string]string{
 }
 
 // ExcludedEnv lists the environment variables of configuration keys that
-// no function gets: the secrets, the admin token (see the README's IAM
+// no function gets: the secrets, the admin token (see docs/deployment.md's IAM
 // section) and the await resume-token secret's value (its ARN is passed),
 // and the settings only qasync serve uses: its history stream poller and
 // the embedded store's directory.

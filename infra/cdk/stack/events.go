@@ -5,8 +5,8 @@ package stack
 const EventsDir = "../../events"
 
 // EventTargets maps each example event in events/ to the logical id of the
-// function it is for: `sam local invoke <id> -e events/<file>` (see the
-// README's Deploy section). TestEventTargets checks that every file in
+// function it is for: `sam local invoke <id> -e events/<file>` (see
+// docs/deployment.md's Deploy section). TestEventTargets checks that every file in
 // events/ is listed with a function of the template and the right event
 // shape, and that every function has at least one event.
 var EventTargets = map[string]string{

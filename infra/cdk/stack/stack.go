@@ -206,7 +206,7 @@ func (b *builder) tables() {
 			},
 			// AWS managed key (aws/dynamodb): encryption with KMS, key use
 			// visible in CloudTrail, no key policy to maintain and no kms:
-			// grants for the functions; see the README's Deploy section.
+			// grants for the functions; see docs/deployment.md's Deploy section.
 			Encryption:          awsdynamodb.TableEncryption_AWS_MANAGED,
 			TimeToLiveAttribute: jsii.String(t.TTLAttribute),
 			DeletionProtection:  jsii.Bool(b.s.DeletionProtection),

@@ -443,7 +443,7 @@ func TestEmbeddedSecondServeRefused(t *testing.T) {
 	}
 }
 
-// TestEmbeddedRestartKeepsEverything: the README's walk-through across a
+// TestEmbeddedRestartKeepsEverything: the curl walk-through (docs/http-api.md) across a
 // restart: an execution submitted, the server stopped and started again,
 // and the execution, its result and a duplicate submit's answer are the
 // same; `qasync backup` while the server runs writes a copy that opens as

@@ -41,7 +41,7 @@ func units(bytes int) float64 { return math.Ceil(float64(bytes) / 1024) }
 
 // TestHistoryCostModel compares, with the real encodings and DynamoDB's
 // item size rules, the three places a history could be written, for 4- and
-// 10-step executions (the README's cost section quotes the log):
+// 10-step executions (docs/cost.md quotes the log):
 //
 //   - on the row: every later conditional write of the row carries the
 //     whole history so far; write units count the whole item, so the row

@@ -17,7 +17,7 @@
 //
 // The engine is go.etcd.io/bbolt (pure Go: CGO_ENABLED=0 builds keep
 // working), chosen by measurement over pebble and SQLite (bench/engines,
-// the README's "Embedded store" section). Writes go through one
+// docs/embedded-store.md). Writes go through one
 // group-commit loop (commit.go): every write pending when a commit starts
 // joins it, and no writer is answered before its commit is fsync'd, so a
 // submit's 202 and a step's commit are on disk when acknowledged. The work

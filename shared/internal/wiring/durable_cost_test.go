@@ -221,7 +221,7 @@ func TestDurableLargeStepOutputIsWrittenOnce(t *testing.T) {
 	}
 }
 
-// TestDurableListCost measures what listing costs (the README's cost
+// TestDurableListCost measures what listing costs (docs/cost.md's
 // section): a page of 50 of a tenant's executions is one Query per list
 // index bucket and one BatchGetItem of the rows, no write; the steps pay
 // nothing for it (the list index is written once, at submit:

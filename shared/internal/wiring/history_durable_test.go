@@ -208,7 +208,7 @@ func chainedHistory(steps int) []string {
 // page per execution per batch), position writes (one per shard per
 // batch) and requests, per step, for a feed that keeps up write by write
 // and for one whose batches hold whole executions. Every execution's
-// history reads back complete through Runtime.History. The README's cost
+// history reads back complete through Runtime.History. docs/cost.md's
 // section quotes the log.
 func TestDurableHistoryFeedCost(t *testing.T) {
 	t.Parallel()
