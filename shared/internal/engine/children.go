@@ -765,3 +765,68 @@ func (r *Runtime) ChildCounts(ctx context.Context, e store.Execution) (*ChildCou
 	return &ChildCounts{Total: c.Total + c.KeptSucceeded + c.KeptOther, Succeeded: ended - failed + c.KeptSucceeded,
 		Failed: failed + c.KeptOther, Running: released - ended, Pending: c.Total - released, Round: c.Round}, nil
 }
+
+// renewMap keeps a parent waiting for its map, and the children of the
+// map's round, alive while the map runs: a map may run longer than the
+// retention (one child at a time, each long), and waiting is not
+// idleness. Once the parent's expiry is less than half a retention away,
+// the look extends every child row of the round whose expiry is that
+// close (PENDING children not yet released, children that ended early
+// and whose outcomes the join will read; running ones extend themselves
+// at each commit) to a retention from now, then the parent, moving its
+// next look to look in the same write. The children go first, so that a
+// crash between the two leaves the parent in its window and the next
+// look finishes. At most lookBudget children are written per look; a
+// look that stops short leaves the parent for the next.
+//
+// Cost: nothing until a parent has waited half a retention (15 days by
+// default); then, once per half retention, one read per 100 children, a
+// write per child and one write of the parent.
+//
+// It reports whether it wrote the parent (and so moved its next look);
+// false leaves the look to the caller.
+func (r *Runtime) renewMap(ctx context.Context, e store.Execution, look time.Time) bool {
+	now := r.deps.Clock.Now()
+	c := e.Children
+	soon := now.Add(r.cfg.ExecutionTTL / 2)
+	if c == nil || e.Status != store.WaitingChildren || !e.ExpiresAt.Before(soon) {
+		return false
+	}
+	until := now.Add(r.cfg.ExecutionTTL)
+	ref := roundRef(&e)
+	written := 0
+	for start := 0; start < c.Total; start += 100 {
+		keys := make([]store.Key, 0, 100)
+		for i := start; i < min(start+100, c.Total); i++ {
+			keys = append(keys, store.Key{TenantID: e.TenantID, ExecutionID: childOf(ref, i)})
+		}
+		rows, err := r.deps.Store.GetBatch(ctx, keys)
+		if err != nil {
+			return false
+		}
+		for _, ch := range rows {
+			if p := ch.Parent; p == nil || p.ExecutionID != e.ExecutionID || p.Round != c.Round || !ch.ExpiresAt.Before(soon) {
+				continue
+			}
+			if written == lookBudget {
+				return false // the next look goes on
+			}
+			next := ch
+			next.ExpiresAt = until
+			next.SweepAt, next.Sweeps = ch.SweepAt, ch.Sweeps
+			if _, err := r.update(ctx, store.Guard{Key: ch.Key(), Version: ch.Version}, next); err != nil && !errors.Is(err, store.ErrConflict) {
+				return false // a child that moved extends itself; any other failure: the next look
+			}
+			written++
+		}
+	}
+	next := e
+	next.ExpiresAt = until
+	next.SweepAt, next.Sweeps = look, 0
+	if _, err := r.update(ctx, store.Guard{Key: e.Key(), Version: e.Version}, next); err != nil {
+		return false // woken or cancelled meanwhile: the caller's reschedule decides
+	}
+	r.execLogger(&e).LogAttrs(ctx, slog.LevelInfo, "map_kept_alive", slog.String("event", "map_kept_alive"),
+		slog.Int("children_extended", written), slog.Time("expires_at", until))
+	return true
+}

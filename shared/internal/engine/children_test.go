@@ -819,3 +819,33 @@ func TestMapCollectsAfterItsCountsExpired(t *testing.T) {
 		}
 	})
 }
+
+// A map whose children together run longer than the retention: three
+// children one at a time, each napping 1h, under a 2h retention. Today
+// the parent kept the expiry it was parked with and expired while it
+// waited (and so did the children still PENDING, counted EXPIRED).
+// Waiting is not idleness: the parent and its pending children must stay
+// while the map runs, and the map succeeds with every output.
+func TestMapOutlastsRetention(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		kid := pipeline.NewStep("double", func(_ context.Context, _ pipeline.StepInfo, in num) (num, error) {
+			return num{N: 2 * in.N}, nil
+		})
+		join := fanPipelines(pipeline.MapOptions{}, new(sync.Map))[1].Steps[1]
+		pipes := []pipeline.Pipeline{
+			{ID: "p.kid", Steps: []pipeline.Step{pipeline.Sleep("nap", time.Hour), kid}},
+			{ID: "p.fan", Steps: []pipeline.Step{pipeline.Map("fan", "p.kid", pipeline.MapOptions{MaxInFlight: 1}), join}},
+		}
+		rt := c.worker("w", engine.Config{ExecutionTTL: 2 * time.Hour}, nil, pipes...)
+		e := submitTo(t, rt, "p.fan", "k", nums(1, 2, 3))
+		untilEnded(t, c, rt, e, 100) // 5-minute rounds: 8h 20m at most
+		done, err := c.store.Get(context.Background(), e.Key())
+		if err != nil {
+			t.Fatalf("parent: %v (expired while its map ran)", err)
+		}
+		if done.Status != store.Succeeded || fmt.Sprint(output(t, c, done).Outputs) != "[2 4 6]" {
+			t.Fatalf("parent %s %+v %+v, want SUCCEEDED with every output", done.Status, done.Error, done.Children)
+		}
+	})
+}

@@ -128,7 +128,8 @@ func (r *Runtime) Sweep(ctx context.Context, pass *SweepPass) (SweepResult, erro
 				res.Failed++
 			}
 		case sweepChildren:
-			if r.reschedule(ctx, &e, r.lookAtChildren(ctx, e), 0) {
+			look := r.lookAtChildren(ctx, e)
+			if r.renewMap(ctx, e, look) || r.reschedule(ctx, &e, look, 0) {
 				res.Rescheduled++
 			}
 		case sweepReschedule:

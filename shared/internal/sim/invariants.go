@@ -483,11 +483,16 @@ func (w *world) checkDeadLetter(ctx context.Context, v view, inc *incarnation, e
 	}
 }
 
-// settled reports whether every execution is terminal, parked or gone
-// (the settle phase ends then).
+// settled reports whether every execution is terminal, parked or gone,
+// and every dead letter published is consumed (the settle phase ends
+// then: the last execution to end may be a DLQ one, whose record the
+// final checks read).
 func (w *world) settled() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.dlq != nil && len(w.dlq.msgs) > 0 {
+		return false
+	}
 	for _, inc := range w.incList {
 		if inc.gone {
 			continue

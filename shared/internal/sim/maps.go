@@ -36,7 +36,7 @@ func (p *proc) spreadStep() pipeline.Step {
 		for i := range kids {
 			kids[i] = doc{Nonce: kidNonce(in.Nonce, i), Amount: i, Path: []string{},
 				Script: script{Fail: slices.Contains(in.Script.KidFails, i), Reject: slices.Contains(in.Script.KidRejects, i),
-					Heal: slices.Contains(in.Script.KidHeals, i)}}
+					Heal: slices.Contains(in.Script.KidHeals, i), NapFor: in.Script.KidNap}}
 			if kids[i].Script.Heal {
 				// The map is the next step; its round-0 child of element i.
 				kids[i].Script.First, _ = engine.ChildID(info.ExecutionID, store.Incarnation(info.ExecutionID), info.StepIndex+1, i)
@@ -318,16 +318,22 @@ func (w *world) checkParentFailed(inc *incarnation, e store.Execution) {
 // noteRejected follows a child that ended as a rejected item: the row
 // that ended it (FAILED, code item_rejected, reason rejected, no dead
 // letter pending, out of the sweep index) and, after it, no other row:
-// it never runs, moves or dead-letters again. Every row seen of an
+// it never runs, moves or dead-letters again (a write that only extends
+// its expiry, its parent's map renewing it, moves nothing). Every row seen of an
 // execution (commits, operator answers, audits) comes here.
 func (w *world) noteRejected(inc *incarnation, e store.Execution) {
 	w.mu.Lock()
 	first := inc.rejected == 0 && isRejected(e)
 	if first {
 		inc.rejected, inc.rejectedAt = e.Version, time.Now()
+		inc.rejectedStep, inc.rejectedAttempt = e.StepIndex, e.Attempt
 		w.report.Faults["child_rejected"]++
 	}
 	was := inc.rejected
+	// A later version still rejected where it was (no dead letter, out
+	// of the sweep index) is the parent's map keeping the row alive.
+	kept := isRejected(e) && e.StepIndex == inc.rejectedStep && e.Attempt == inc.rejectedAttempt &&
+		!e.DLQPending && e.SweepAt.IsZero() && e.NextDueAt.IsZero()
 	w.mu.Unlock()
 	switch {
 	case was == 0:
@@ -339,7 +345,7 @@ func (w *world) noteRejected(inc *incarnation, e store.Execution) {
 			w.violate(invRejectedStays, inc.exec, "ended as rejected as %s (code %s, reason %s, dead letter pending %v, sweep look %s, next due %s), want FAILED, %s, %s, none pending, out of the sweep index",
 				e.Status, code, reason, e.DLQPending, fmtTime(w, e.SweepAt), fmtTime(w, e.NextDueAt), pipeline.CodeItemRejected, store.ReasonRejected)
 		}
-	case e.Version > was:
+	case e.Version > was && !kept:
 		w.check(invRejectedStays)
 		w.violate(invRejectedStays, inc.exec, "rejected at version %d (+%s), then %s at version %d (step %d, attempt %d)",
 			was, fmtDur(inc.rejectedAt.Sub(w.start)), e.Status, e.Version, e.StepIndex, e.Attempt)

@@ -76,6 +76,10 @@ type script struct {
 	// the map's first round only: a re-drive of the parent runs them
 	// again (a later round) and they succeed.
 	KidHeals []int `json:"kidHeals,omitempty"`
+	// KidNap: every child naps this long (ms) after its first step, so
+	// that a map whose children run a few at a time outlasts the
+	// retention: its parent and its pending children must stay meanwhile.
+	KidNap int64 `json:"kidNap,omitempty"`
 	// Fail: a child's k2 step fails non-retryably. Reject: it rejects
 	// its item (the child ends FAILED as rejected, without a dead letter).
 	Fail   bool `json:"fail,omitempty"`
@@ -123,7 +127,7 @@ func (p *proc) registry(version int, dropOld bool) (*pipeline.Registry, error) {
 		{ID: pipeLong, Steps: steps(chainNames("l", 40))},
 		{ID: pipeFail, Steps: []pipeline.Step{p.checkStep(), plain("done")}},
 		{ID: pipeNap, Steps: []pipeline.Step{p.dozeStep(), napStep(), p.riseStep()}},
-		{ID: pipeKid, Steps: []pipeline.Step{plain("k1"), p.kidStep()}},
+		{ID: pipeKid, Steps: []pipeline.Step{p.kidStartStep(), napStep(), p.kidStep()}},
 		{ID: pipeMap, Steps: []pipeline.Step{p.spreadStep(), pipeline.Map("fan", pipeKid, s.mapOptions()), p.joinStep()}},
 	}
 	switch {
@@ -168,16 +172,37 @@ func (p *proc) stepPrologue(ctx context.Context, info pipeline.StepInfo) error {
 
 func (p *proc) plainStep(name string) pipeline.Step {
 	return pipeline.NewStep(name, func(ctx context.Context, info pipeline.StepInfo, in doc) (doc, error) {
-		if err := p.stepPrologue(ctx, info); err != nil {
-			return doc{}, err
+		return p.plain(ctx, info, in, name)
+	})
+}
+
+// plain is a plain step's run: the prologue, now and then a hand-back,
+// and the step's name on the path.
+func (p *proc) plain(ctx context.Context, info pipeline.StepInfo, in doc, name string) (doc, error) {
+	if err := p.stepPrologue(ctx, info); err != nil {
+		return doc{}, err
+	}
+	if !p.w.settling && p.w.chance(p.w.cfg.rates.handBack) {
+		// A downstream that throttles: the step hands itself back.
+		p.w.fault("step_hand_back")
+		return doc{}, pipeline.HandBack("downstream_throttled", errors.New("the downstream asked to slow down"))
+	}
+	in.Path = append(in.Path, name)
+	return in, nil
+}
+
+// kidStartStep is a map child's first step, k1: a plain step that, for a
+// child scripted to nap (NapFor), sets the wake-up of the nap after it
+// from the child's own start, so that children released one after
+// another nap one after another and the map runs for as long as they do
+// together (past the retention, now and then).
+func (p *proc) kidStartStep() pipeline.Step {
+	return pipeline.NewStep("k1", func(ctx context.Context, info pipeline.StepInfo, in doc) (doc, error) {
+		out, err := p.plain(ctx, info, in, "k1")
+		if err == nil && in.Script.NapFor > 0 {
+			out.WakeAt = time.Now().Add(time.Duration(in.Script.NapFor) * time.Millisecond).UnixMilli()
 		}
-		if !p.w.settling && p.w.chance(p.w.cfg.rates.handBack) {
-			// A downstream that throttles: the step hands itself back.
-			p.w.fault("step_hand_back")
-			return doc{}, pipeline.HandBack("downstream_throttled", errors.New("the downstream asked to slow down"))
-		}
-		in.Path = append(in.Path, name)
-		return in, nil
+		return out, err
 	})
 }
 
@@ -265,7 +290,8 @@ func (p *proc) dozeStep() pipeline.Step {
 }
 
 // napStep sleeps until the document's wake-up time (past the retention,
-// now and then: the step dead-letters, and a re-drive later sleeps).
+// now and then: the step dead-letters, and a re-drive later sleeps). A
+// map child not scripted to nap has none: it wakes at once.
 func napStep() pipeline.Step {
 	return pipeline.SleepUntil("nap", func(in doc) time.Time { return time.UnixMilli(in.WakeAt) })
 }

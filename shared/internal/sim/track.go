@@ -63,6 +63,10 @@ type incarnation struct {
 	// item (0: none seen), first seen at rejectedAt.
 	rejected   int64
 	rejectedAt time.Time
+	// rejectedStep and rejectedAttempt are where it was rejected: a later
+	// version of the row at the same place, still rejected, only kept
+	// the row alive (its parent's map renewing it).
+	rejectedStep, rejectedAttempt int
 	// failChecked: the map failures (attempt|step) already counted.
 	failChecked map[string]bool
 }

@@ -141,6 +141,11 @@ func (w *world) drawSubmission(s *submission, earlier []*submission) {
 				s.body.Script.KidHeals = append(s.body.Script.KidHeals, i) // fails in round 0 only
 			}
 		}
+		if w.chance(0.2) {
+			// Children that nap a quarter to 60% of the retention each,
+			// a few at a time: the map outlasts the retention.
+			s.body.Script.KidNap = w.between(w.cfg.ttl/4, w.cfg.ttl*6/10).Milliseconds()
+		}
 	}
 	switch {
 	case w.chance(0.01):
