@@ -63,7 +63,9 @@ func (c *Client) Status(ctx context.Context, executionID string) (Execution, err
 }
 
 // Result returns a succeeded execution's result. Before success it is a
-// 409 *Error (IsConflict) whose problem names the ExecutionStatus.
+// 409 *Error (IsConflict) whose problem names the ExecutionStatus. It
+// reads at most MaxDocumentBytes (ErrResponseTooLarge beyond): ResultTo
+// streams a larger one.
 func (c *Client) Result(ctx context.Context, executionID string) (Result, error) {
 	if executionID == "" {
 		return Result{}, missing("the execution id")
@@ -88,7 +90,7 @@ func (c *Client) Redrive(ctx context.Context, executionID string, req RedriveReq
 		return Execution{}, missing("the reason")
 	}
 	var e Execution
-	_, err := c.doJSON(ctx, call{method: http.MethodPost, path: executionPath(executionID) + "/redrive"}, req, &e)
+	_, err := c.doJSON(ctx, call{method: http.MethodPost, path: executionPath(executionID) + "/redrive", operator: true}, req, &e)
 	return e, err
 }
 
@@ -255,7 +257,7 @@ func (c *Client) Cancel(ctx context.Context, executionID string, req CancelReque
 		return Execution{}, missing("the reason")
 	}
 	var e Execution
-	_, err := c.doJSON(ctx, call{method: http.MethodPost, path: executionPath(executionID) + "/cancel"}, req, &e)
+	_, err := c.doJSON(ctx, call{method: http.MethodPost, path: executionPath(executionID) + "/cancel", operator: true}, req, &e)
 	return e, err
 }
 
@@ -268,7 +270,7 @@ func (c *Client) StartRedrives(ctx context.Context, req BulkRedriveRequest) (Bul
 	if strings.TrimSpace(req.Reason) == "" {
 		return BulkRedrive{}, missing("the reason")
 	}
-	k := call{method: http.MethodPost, path: "/v1/redrives"}
+	k := call{method: http.MethodPost, path: "/v1/redrives", operator: true}
 	if req.IdempotencyKey != "" {
 		k.header = http.Header{IdempotencyKeyHeader: {req.IdempotencyKey}}
 	}
@@ -285,13 +287,14 @@ func NewIdempotencyKey() string {
 	return hex.EncodeToString(b[:])
 }
 
-// RedriveProgress returns a bulk re-drive's progress.
+// RedriveProgress returns a bulk re-drive's progress. An operator route
+// (as Redrive).
 func (c *Client) RedriveProgress(ctx context.Context, redriveID string) (RedriveProgress, error) {
 	if redriveID == "" {
 		return RedriveProgress{}, missing("the redrive id")
 	}
 	var p RedriveProgress
-	_, err := c.doJSON(ctx, call{method: http.MethodGet, path: "/v1/redrives/" + url.PathEscape(redriveID)}, nil, &p)
+	_, err := c.doJSON(ctx, call{method: http.MethodGet, path: "/v1/redrives/" + url.PathEscape(redriveID), operator: true}, nil, &p)
 	return p, err
 }
 

@@ -97,6 +97,12 @@ func ParseSigning(name string) (Signing, error) {
 }
 
 // Client calls one qasync deployment. It is safe for concurrent use.
+//
+// It follows no redirect: a 3xx answer is an *Error whose detail names
+// the Location, so that the admin token or a signature never travels to
+// another address. It reads at most MaxDocumentBytes of any answer into
+// memory (ErrResponseTooLarge beyond); ResultTo streams a result of any
+// size.
 type Client struct {
 	base       string // scheme://host[/prefix], no trailing slash
 	host       string
@@ -122,7 +128,8 @@ type Client struct {
 type Option func(*Client)
 
 // WithHTTPClient sends requests through hc instead of a client with
-// DefaultTimeout.
+// DefaultTimeout. The client uses a copy of hc that follows no redirect
+// (see Client), whatever hc's CheckRedirect says.
 func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
 
 // WithTenant sends tenant in the X-Tenant-Id header on every request: the
@@ -131,11 +138,13 @@ func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc
 // the tenant from the caller's identity and ignores the header.
 func WithTenant(tenant string) Option { return func(c *Client) { c.tenant = tenant } }
 
-// WithAdminToken sends token as "Authorization: Bearer <token>": the
-// operator routes of `qasync serve` (re-drive, cancel, bulk re-drives)
-// need it (admin.token). It cannot be combined with SigV4 signing, which
-// owns the Authorization header: behind API Gateway those routes are
-// authorized by their own IAM permission instead.
+// WithAdminToken sends token as "Authorization: Bearer <token>" on the
+// operator routes of `qasync serve` (re-drive, cancel, bulk re-drive and
+// its progress), the only routes that need it (admin.token), and on no
+// other request: a read or a submission never carries it. It cannot be
+// combined with SigV4 signing, which owns the Authorization header:
+// behind API Gateway those routes are authorized by their own IAM
+// permission instead.
 func WithAdminToken(token string) Option { return func(c *Client) { c.adminToken = token } }
 
 // WithSigning sets when requests are signed with SigV4 (default SignAuto).
@@ -188,6 +197,12 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 	if c.hc == nil {
 		c.hc = &http.Client{Timeout: DefaultTimeout}
 	}
+	// Never follow a redirect: the admin token or a signature would go
+	// along to wherever it points (net/http keeps the Authorization
+	// header on a redirect to the same host name, whatever the port).
+	hc := *c.hc
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	c.hc = &hc
 	urlRegion, apiGateway := ExecuteAPIRegion(c.host)
 	c.sign = c.signing == SignAlways || (c.signing == SignAuto && apiGateway)
 	if c.region == "" {
@@ -223,6 +238,18 @@ func moduleVersion() string {
 	return "unknown"
 }
 
+// MaxDocumentBytes bounds every answer the client reads into memory: a
+// JSON document (status, a page of a list, a history or dead letters), a
+// problem document, a result read by Result. The API's documents are far
+// smaller (a history page stops at 1 MiB of events); a larger answer is
+// not the API's and fails with ErrResponseTooLarge instead of taking the
+// caller's memory. ResultTo streams a result without this bound.
+const MaxDocumentBytes = 16 << 20
+
+// ErrResponseTooLarge is wrapped by the error of an answer whose body
+// exceeds MaxDocumentBytes; nothing of it is returned.
+var ErrResponseTooLarge = errors.New("client: response too large")
+
 // call is one request: what do sends and what it expects back.
 type call struct {
 	method      string
@@ -231,14 +258,39 @@ type call struct {
 	body        []byte
 	contentType string
 	header      http.Header
+	// operator: an operator route of qasync serve (re-drive, cancel, bulk
+	// re-drive, its progress), the only requests the admin token goes on.
+	operator bool
 	// unauthenticated: a route that carries its own authorization (the
 	// await completion's resume token): never signed, no admin token.
 	unauthenticated bool
 }
 
-// do sends c and returns the response's status, headers and body, or an
-// *Error for a non-2xx answer.
+// do sends k and returns the response's status, headers and body (at
+// most MaxDocumentBytes), or an *Error for a non-2xx answer.
 func (c *Client) do(ctx context.Context, k call) (int, http.Header, []byte, error) {
+	resp, err := c.send(ctx, k)
+	if err != nil {
+		code := 0
+		if resp != nil {
+			code = resp.StatusCode
+		}
+		return code, nil, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := readBounded(k, resp)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	return resp.StatusCode, resp.Header, b, nil
+}
+
+// send sends k and returns the response of a 2xx answer, its body for
+// the caller to read and close. For any other answer it reads the body
+// (at most MaxDocumentBytes), closes it, and returns the response with
+// an *Error: the problem document's, or for a 3xx one naming its
+// Location, which is never followed.
+func (c *Client) send(ctx context.Context, k call) (*http.Response, error) {
 	target := c.base + k.path
 	if len(k.query) > 0 {
 		target += "?" + k.query.Encode()
@@ -249,7 +301,7 @@ func (c *Client) do(ctx context.Context, k call) (int, http.Header, []byte, erro
 	}
 	req, err := http.NewRequestWithContext(ctx, k.method, target, body)
 	if err != nil {
-		return 0, nil, nil, fmt.Errorf("client: %s %s: %w", k.method, k.path, err)
+		return nil, fmt.Errorf("client: %s %s: %w", k.method, k.path, err)
 	}
 	for name, vs := range k.header {
 		for _, v := range vs {
@@ -268,25 +320,84 @@ func (c *Client) do(ctx context.Context, k call) (int, http.Header, []byte, erro
 		switch {
 		case c.sign:
 			if err := c.signRequest(ctx, req, k.body); err != nil {
-				return 0, nil, nil, err
+				return nil, err
 			}
-		case c.adminToken != "":
+		case c.adminToken != "" && k.operator:
 			req.Header.Set("Authorization", "Bearer "+c.adminToken)
 		}
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return 0, nil, nil, fmt.Errorf("client: %s %s: %w", k.method, k.path, err)
+		return nil, fmt.Errorf("client: %s %s: %w", k.method, k.path, err)
+	}
+	if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
+		return resp, nil
 	}
 	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
+	if resp.StatusCode >= 300 && resp.StatusCode <= 399 {
+		return resp, redirectError(k, resp)
+	}
+	b, err := readBounded(k, resp)
 	if err != nil {
-		return 0, nil, nil, fmt.Errorf("client: %s %s: reading the response: %w", k.method, k.path, err)
+		return resp, err
 	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return resp.StatusCode, resp.Header, b, newError(k.method, k.path, resp, b)
+	return resp, newError(k.method, k.path, resp, b)
+}
+
+// readBounded reads resp's body, failing with ErrResponseTooLarge
+// (before reading, when Content-Length says so) beyond MaxDocumentBytes.
+func readBounded(k call, resp *http.Response) ([]byte, error) {
+	tooLarge := func() error {
+		return fmt.Errorf("%w: %s %s: the %d answer exceeds %d MiB, the most the client reads into memory",
+			ErrResponseTooLarge, k.method, k.path, resp.StatusCode, MaxDocumentBytes>>20)
 	}
-	return resp.StatusCode, resp.Header, b, nil
+	if resp.ContentLength > MaxDocumentBytes {
+		return nil, tooLarge()
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxDocumentBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("client: %s %s: reading the response: %w", k.method, k.path, err)
+	}
+	if len(b) > MaxDocumentBytes {
+		return nil, tooLarge()
+	}
+	return b, nil
+}
+
+// redirectError is the *Error of a 3xx answer: the client follows no
+// redirect, so that the admin token or a signature never goes to the
+// address it names.
+func redirectError(k call, resp *http.Response) *Error {
+	loc := resp.Header.Get("Location")
+	if loc == "" {
+		loc = "(no Location)"
+	}
+	return &Error{Method: k.method, Path: k.path, StatusCode: resp.StatusCode, Problem: Problem{Type: "about:blank",
+		Title: http.StatusText(resp.StatusCode), Status: resp.StatusCode,
+		Detail: "the answer redirects to " + loc + "; the client follows no redirect (credentials must not go to another address): check the base URL"}}
+}
+
+// ResultTo writes a succeeded execution's result to w as it arrives,
+// without holding it in memory (Result reads at most MaxDocumentBytes),
+// and returns its media type and protobuf message (Data nil) and the
+// bytes written. Errors are Result's; one while copying returns the
+// bytes written so far.
+func (c *Client) ResultTo(ctx context.Context, executionID string, w io.Writer) (Result, int64, error) {
+	if executionID == "" {
+		return Result{}, 0, missing("the execution id")
+	}
+	k := call{method: http.MethodGet, path: executionPath(executionID) + "/result"}
+	resp, err := c.send(ctx, k)
+	if err != nil {
+		return Result{}, 0, err
+	}
+	defer resp.Body.Close()
+	r := Result{ContentType: resp.Header.Get("Content-Type"), MessageType: resp.Header.Get(MessageTypeHeader)}
+	n, err := io.Copy(w, resp.Body)
+	if err != nil {
+		return r, n, fmt.Errorf("client: %s %s: copying the result: %w", k.method, k.path, err)
+	}
+	return r, n, nil
 }
 
 // doJSON sends k (with a JSON body when in is not nil) and decodes a

@@ -76,7 +76,7 @@ func Main(args []string, reg *pipeline.Registry, opts ...Option) int {
 		usage(os.Stdout)
 		return 0
 	}
-	fmt.Fprintf(os.Stderr, "qasync: unknown command %q\n", args[0])
+	fmt.Fprintf(os.Stderr, "qasync: %s\n", cli.UnknownCommand(args[0], "serve", "provision", "local", "keys", "backup", "version", "help"))
 	usage(os.Stderr)
 	return 2
 }

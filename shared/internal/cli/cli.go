@@ -4,7 +4,8 @@
 // dispatches these commands here (Handles says which arguments are ours).
 //
 // Output is a human table by default and JSON with -o json; errors go to
-// stderr. The exit codes (ExitOK ...) tell scripts a missing execution
+// stderr. Every server-supplied string printed as text goes through
+// visible, which escapes what a terminal would act on. The exit codes (ExitOK ...) tell scripts a missing execution
 // from a conflicting state from any other failure.
 package cli
 
@@ -15,6 +16,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
+	"net/url"
 	"os"
 	"runtime/debug"
 	"slices"
@@ -60,7 +63,8 @@ type Env struct {
 	// Stdout receives the output, Stderr the errors and hints.
 	Stdout, Stderr io.Writer
 	// Getenv reads an environment variable (QASYNC_URL, QASYNC_ADMIN_TOKEN,
-	// and the AWS SDK's own, which it reads itself).
+	// QASYNC_ADMIN_TOKEN_FILE, and the AWS SDK's own, which it reads
+	// itself).
 	Getenv func(string) string
 	// Terminal reports whether Stdout is a terminal: watch then rewrites
 	// its progress lines in place. Nil means not a terminal.
@@ -83,13 +87,17 @@ func OSEnv() Env {
 
 // globals are the flags every command takes, before or after its name.
 type globals struct {
-	url, tenant, adminToken, output, sigv4, region string
-	timeout                                        time.Duration
-	version                                        bool
+	url, tenant, output, sigv4, region string
+	// adminToken and adminTokenFile are the flags --admin-token and
+	// --admin-token-file (no default: session.adminToken reads the
+	// environment's when neither is given).
+	adminToken, adminTokenFile string
+	timeout                    time.Duration
+	version                    bool
 }
 
 // globalFlags are the names of the global flags (for Handles).
-var globalFlags = []string{"url", "tenant", "admin-token", "o", "output", "sigv4", "region", "timeout", "version"}
+var globalFlags = []string{"url", "tenant", "admin-token", "admin-token-file", "o", "output", "sigv4", "region", "timeout", "version"}
 
 // defaultGlobals are the global flags' defaults: the environment's
 // QASYNC_* variables, else the built-in defaults.
@@ -101,14 +109,15 @@ func defaultGlobals(env Env) globals {
 		return fallback
 	}
 	return globals{url: def("QASYNC_URL", client.DefaultURL), tenant: def("QASYNC_TENANT", ""),
-		adminToken: def("QASYNC_ADMIN_TOKEN", ""), output: "table", sigv4: def("QASYNC_SIGV4", "auto"), timeout: client.DefaultTimeout}
+		output: "table", sigv4: def("QASYNC_SIGV4", "auto"), timeout: client.DefaultTimeout}
 }
 
 // register adds the global flags to fs, into g, with the defaults def.
 func (g *globals) register(fs *flag.FlagSet, def globals) {
 	fs.StringVar(&g.url, "url", def.url, "base URL of the API (env QASYNC_URL); an API Gateway URL is signed with SigV4")
 	fs.StringVar(&g.tenant, "tenant", def.tenant, "tenant to send in X-Tenant-Id (servers with http.tenant-source=header; env QASYNC_TENANT)")
-	fs.StringVar(&g.adminToken, "admin-token", def.adminToken, "operator token of qasync serve for cancel and redrive (env QASYNC_ADMIN_TOKEN)")
+	fs.StringVar(&g.adminToken, "admin-token", def.adminToken, "operator token of qasync serve for cancel and redrive; other users can read it in the process list: prefer env QASYNC_ADMIN_TOKEN or --admin-token-file")
+	fs.StringVar(&g.adminTokenFile, "admin-token-file", def.adminTokenFile, "read the operator token from this `file` (mode 0600; env QASYNC_ADMIN_TOKEN_FILE)")
 	fs.StringVar(&g.output, "o", def.output, "output: table or json")
 	fs.StringVar(&g.output, "output", def.output, "output: table or json")
 	fs.StringVar(&g.sigv4, "sigv4", def.sigv4, "SigV4 signing: auto (API Gateway URLs only), always, never (env QASYNC_SIGV4)")
@@ -166,9 +175,10 @@ func Usage(w io.Writer) {
 		fmt.Fprintf(w, "  qasync %s\n      %s\n", c.usage, c.summary)
 	}
 	fmt.Fprint(w, `
-Global flags (before or after the command): --url, --tenant, --admin-token,
+Global flags (before or after the command): --url, --tenant, --admin-token-file,
 -o table|json, --sigv4 auto|always|never, --region, --timeout, --version.
-'qasync COMMAND --help' describes a command.
+The operator token: env QASYNC_ADMIN_TOKEN or --admin-token-file (--admin-token
+shows it to every user of the machine). 'qasync COMMAND --help' describes a command.
 `+exitCodesHelp)
 }
 
@@ -199,7 +209,7 @@ func Main(ctx context.Context, args []string, env Env) int {
 			Usage(env.Stdout)
 			return ExitOK
 		}
-		fmt.Fprintf(env.Stderr, "qasync: %v\n", err)
+		fmt.Fprintf(env.Stderr, "qasync: %v\n", flagError(err, pre, ""))
 		Usage(env.Stderr)
 		return ExitUsage
 	}
@@ -214,7 +224,7 @@ func Main(ctx context.Context, args []string, env Env) int {
 	}
 	cmd, ok := commandByName(rest[0])
 	if !ok {
-		fmt.Fprintf(env.Stderr, "qasync: unknown command %q\n", rest[0])
+		fmt.Fprintf(env.Stderr, "qasync: %s\n", UnknownCommand(rest[0]))
 		Usage(env.Stderr)
 		return ExitUsage
 	}
@@ -255,7 +265,7 @@ func (c *command) main(ctx context.Context, args []string, env Env, g globals) i
 		return ExitOK
 	}
 	if err != nil {
-		fmt.Fprintf(env.Stderr, "qasync %s: %v\nusage: qasync %s (qasync %s --help)\n", c.name, err, c.usage, c.name)
+		fmt.Fprintf(env.Stderr, "qasync %s: %v\nusage: qasync %s (qasync %s --help)\n", c.name, flagError(err, fs, c.name), c.usage, c.name)
 		return ExitUsage
 	}
 	if g.version {
@@ -328,6 +338,8 @@ type session struct {
 	g   globals
 	cmd string
 	c   *client.Client
+	// warned are the warnings written (warnf writes each once).
+	warned []string
 }
 
 // client builds the API client from the global flags.
@@ -350,15 +362,98 @@ func (s *session) client() (*client.Client, error) {
 	if s.g.region != "" {
 		opts = append(opts, client.WithRegion(s.g.region))
 	}
-	if s.g.adminToken != "" {
-		opts = append(opts, client.WithAdminToken(s.g.adminToken))
+	token, err := s.adminToken()
+	if err != nil {
+		return nil, err
+	}
+	if token != "" {
+		opts = append(opts, client.WithAdminToken(token))
 	}
 	c, err := client.New(s.g.url, opts...)
 	if err != nil {
 		return nil, usagef("--url: %v", strings.TrimPrefix(err.Error(), "client: "))
 	}
+	if token != "" && slices.Contains(operatorCommands, s.cmd) && !c.Signs() {
+		if u, err := url.Parse(c.BaseURL()); err == nil && u.Scheme == "http" && !loopback(u.Hostname()) {
+			s.warnf("the admin token goes to %s over plain http: anyone on the way can read it; use https (or a loopback address)", u.Host)
+		}
+	}
 	s.c = c
 	return c, nil
+}
+
+// maxTokenFile bounds the admin token file read (a token is a line).
+const maxTokenFile = 64 << 10
+
+// adminToken returns the operator token: --admin-token (with a warning:
+// the process list shows it to every user of the machine), else the
+// content of --admin-token-file, else QASYNC_ADMIN_TOKEN, else the
+// file QASYNC_ADMIN_TOKEN_FILE names; "" for none. Both flags at once
+// are a usage error, as is a file that cannot be read or is empty.
+func (s *session) adminToken() (string, error) {
+	switch {
+	case s.g.adminToken != "" && s.g.adminTokenFile != "":
+		return "", usagef("--admin-token and --admin-token-file: give one")
+	case s.g.adminToken != "":
+		s.warnf("--admin-token on the command line is visible to other users of this machine (ps, /proc/<pid>/cmdline): prefer QASYNC_ADMIN_TOKEN or --admin-token-file")
+		return s.g.adminToken, nil
+	case s.g.adminTokenFile != "":
+		return s.readTokenFile("--admin-token-file", s.g.adminTokenFile)
+	case s.env.Getenv("QASYNC_ADMIN_TOKEN") != "":
+		return s.env.Getenv("QASYNC_ADMIN_TOKEN"), nil
+	case s.env.Getenv("QASYNC_ADMIN_TOKEN_FILE") != "":
+		return s.readTokenFile("QASYNC_ADMIN_TOKEN_FILE", s.env.Getenv("QASYNC_ADMIN_TOKEN_FILE"))
+	}
+	return "", nil
+}
+
+// readTokenFile reads the token in path (surrounding white space
+// dropped), warning when group or others may read the file.
+func (s *session) readTokenFile(source, path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", usagef("%s: %v", source, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return "", usagef("%s: %v", source, err)
+	}
+	if perm := fi.Mode().Perm(); perm&0o044 != 0 {
+		s.warnf("%s %s is readable by other users (mode %04o): chmod 600 %s", source, path, perm, path)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxTokenFile+1))
+	switch {
+	case err != nil:
+		return "", usagef("%s: %v", source, err)
+	case len(b) > maxTokenFile:
+		return "", usagef("%s %s: larger than %d KiB, not a token", source, path, maxTokenFile>>10)
+	}
+	token := strings.TrimSpace(string(b))
+	if token == "" {
+		return "", usagef("%s %s is empty", source, path)
+	}
+	return token, nil
+}
+
+// loopback reports whether host (a URL's host name) is this machine:
+// localhost, or a loopback address.
+func loopback(host string) bool {
+	if strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
+}
+
+// warnf writes a warning to stderr, once per text.
+func (s *session) warnf(format string, a ...any) {
+	msg := fmt.Sprintf(format, a...)
+	if slices.Contains(s.warned, msg) {
+		return
+	}
+	s.warned = append(s.warned, msg)
+	fmt.Fprintf(s.env.Stderr, "qasync %s: warning: %s\n", s.cmd, visible(msg))
 }
 
 // json reports whether the output is JSON.
@@ -377,7 +472,7 @@ func (s *session) report(ctx context.Context, err error) int {
 	case errors.Is(err, errNotSucceeded):
 		return ExitNotSucceeded
 	case errors.As(err, &ue):
-		fmt.Fprintf(s.env.Stderr, "qasync %s: %s\nusage: %s (qasync %s --help)\n", s.cmd, ue.msg, s.usage(), s.cmd)
+		fmt.Fprintf(s.env.Stderr, "qasync %s: %s\nusage: %s (qasync %s --help)\n", s.cmd, visible(ue.msg), s.usage(), s.cmd)
 		return ExitUsage
 	case ctx.Err() != nil && errors.Is(err, context.Canceled):
 		fmt.Fprintf(s.env.Stderr, "qasync %s: interrupted\n", s.cmd)
@@ -386,9 +481,9 @@ func (s *session) report(ctx context.Context, err error) int {
 		if s.json() {
 			writeJSON(s.env.Stderr, ce.Problem)
 		} else {
-			fmt.Fprintf(s.env.Stderr, "qasync %s: %d %s", s.cmd, ce.StatusCode, ce.Problem.Title)
+			fmt.Fprintf(s.env.Stderr, "qasync %s: %d %s", s.cmd, ce.StatusCode, visible(ce.Problem.Title))
 			if ce.Problem.Detail != "" {
-				fmt.Fprintf(s.env.Stderr, ": %s", ce.Problem.Detail)
+				fmt.Fprintf(s.env.Stderr, ": %s", visible(ce.Problem.Detail))
 			}
 			fmt.Fprintln(s.env.Stderr)
 			if hint := s.hint(ce); hint != "" {
@@ -403,7 +498,10 @@ func (s *session) report(ctx context.Context, err error) int {
 		}
 		return ExitFailure
 	}
-	fmt.Fprintf(s.env.Stderr, "qasync %s: %s\n", s.cmd, strings.TrimPrefix(err.Error(), "client: "))
+	fmt.Fprintf(s.env.Stderr, "qasync %s: %s\n", s.cmd, visible(strings.TrimPrefix(err.Error(), "client: ")))
+	if errors.Is(err, client.ErrResponseTooLarge) && s.cmd == "result" {
+		fmt.Fprintln(s.env.Stderr, "hint: without -o json, result streams a result of any size")
+	}
 	return ExitFailure
 }
 
@@ -427,7 +525,7 @@ func (s *session) hint(e *client.Error) string {
 	case e.StatusCode == http.StatusNotFound && (e.Problem.Kind() == "not-found" || e.Problem.Type == "about:blank"):
 		return "the server has no such route: it predates the route, or --url is not a qasync API"
 	case e.StatusCode == http.StatusUnauthorized && !signed:
-		return "pass the operator token with --admin-token or QASYNC_ADMIN_TOKEN"
+		return "pass the operator token in QASYNC_ADMIN_TOKEN or with --admin-token-file FILE"
 	case e.StatusCode == http.StatusForbidden && signed:
 		return "API Gateway refused the signed request: check the AWS credentials and region, and that the principal may execute-api:Invoke this route"
 	}

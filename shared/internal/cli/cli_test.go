@@ -44,6 +44,9 @@ type runner struct {
 	inputs      atomic.Int64 // numbers settle's inputs, so that none is a duplicate
 	// reads records the history answers the commands got.
 	reads historyLog
+	// transport, when set, sends the requests instead of
+	// http.DefaultTransport.
+	transport http.RoundTripper
 }
 
 // historyLog records the history answers a runner's commands got: the
@@ -127,10 +130,14 @@ func (c counting) RoundTrip(req *http.Request) (*http.Response, error) {
 func (r *runner) run(args ...string) result {
 	r.t.Helper()
 	var out, errOut bytes.Buffer
+	next := r.transport
+	if next == nil {
+		next = http.DefaultTransport
+	}
 	env := cli.Env{Stdin: strings.NewReader(r.stdin), Stdout: &out, Stderr: &errOut,
 		Getenv:     func(k string) string { return r.env[k] },
 		Terminal:   func() bool { return r.terminal },
-		HTTPClient: &http.Client{Timeout: 10 * time.Second, Transport: counting{http.DefaultTransport, &r.requests, &r.loseAnswers, &r.reads}},
+		HTTPClient: &http.Client{Timeout: 10 * time.Second, Transport: counting{next, &r.requests, &r.loseAnswers, &r.reads}},
 		PollMin:    5 * time.Millisecond, PollMax: 50 * time.Millisecond}
 	ctx, cancel := context.WithTimeout(r.t.Context(), 30*time.Second)
 	defer cancel()

@@ -36,9 +36,11 @@ version, times, last error and await; for a map's child its parent (id, element 
 map step), for a map's parent the counts of its children (total, succeeded, failed,
 running, pending) while it waits for them and after.`, flags: statusCmd},
 	{name: "result", usage: "result ID", summary: "print a succeeded execution's result",
-		help: `Writes the result of execution ID (the bytes of its last step) to stdout as is.
-With -o json: {"contentType", "messageType", "data"} (data is the JSON result itself,
-or "dataBase64" for other media types). Before success it exits 4 (conflict).`, flags: resultCmd},
+		help: `Writes the result of execution ID (the bytes of its last step) to stdout as they
+arrive, whatever its size: piped, exactly as they are; on a terminal, newlines and tabs
+as they are and other control characters escaped (\x1b). With -o json: {"contentType",
+"messageType", "data"} (data is the JSON result itself, or "dataBase64" for other media
+types), for a result of at most 16 MiB. Before success it exits 4 (conflict).`, flags: resultCmd},
 	{name: "watch", usage: "watch ID [--display auto|live|plain]", summary: "follow an execution's steps until it ends",
 		help: `Follows execution ID until it is terminal (SUCCEEDED, FAILED, DLQ, CANCELLED), polling
 its status with backoff and reading its history where the server has one (each read
@@ -66,8 +68,8 @@ joined since.`, flags: historyCmd},
 		help: `Cancels execution ID: a queued, retrying, waiting or parked execution becomes CANCELLED
 at once; a running step is cancelled at its next lease renewal and the execution ends
 CANCELLED. Cancelling a CANCELLED execution changes nothing; a SUCCEEDED, FAILED or DLQ
-one exits 4 (conflict). An operator route: --admin-token locally, the route's IAM
-permission behind API Gateway.`, flags: cancelCmd},
+one exits 4 (conflict). An operator route: the admin token locally (QASYNC_ADMIN_TOKEN
+or --admin-token-file), the route's IAM permission behind API Gateway.`, flags: cancelCmd},
 	{name: "redrive", usage: "redrive ID --reason R | --filter F --reason R [--rate N] [--dry-run] [--key K] | --status REDRIVE_ID", summary: "re-drive one execution, or many by filter (operator)",
 		help: `redrive ID --reason R
     sends a DLQ or FAILED execution back to its failed step for one more attempt
@@ -85,8 +87,8 @@ redrive --filter pipelineId=P,status=DLQ,errorCode=C,createdAfter=T,createdBefor
 redrive --status REDRIVE_ID
     prints a bulk re-drive's progress: matched, redriven, skipped, failed, done, dry run.
 Each re-driven execution gets the re-drive's audit record ("redrive <id>: <reason>" for a
-bulk re-drive). An operator route:
---admin-token locally, the route's IAM permission behind API Gateway.`, flags: redriveCmd},
+bulk re-drive). An operator route: the admin token locally (QASYNC_ADMIN_TOKEN or
+--admin-token-file), the route's IAM permission behind API Gateway.`, flags: redriveCmd},
 	{name: "dead-letters", usage: "dead-letters [--pipeline P] [--limit N]", summary: "list dead-letter records, newest first",
 		help: `Lists the tenant's dead-letter records, newest first: when, which execution and step,
 the terminal reason and the error. Follows cursors until --limit records (0: all).`, flags: deadLettersCmd},
@@ -207,11 +209,13 @@ func resultCmd(fs *flag.FlagSet) runFunc {
 		if err != nil {
 			return err
 		}
-		r, err := c.Result(ctx, args[0])
-		if err != nil {
-			return err
-		}
 		if s.json() {
+			// The document holds the result: at most
+			// client.MaxDocumentBytes of it.
+			r, err := c.Result(ctx, args[0])
+			if err != nil {
+				return err
+			}
 			d := resultDocument{ContentType: r.ContentType, MessageType: r.MessageType}
 			if isJSON(r.ContentType) && json.Valid(r.Data) {
 				d.Data = r.Data
@@ -221,8 +225,18 @@ func resultCmd(fs *flag.FlagSet) runFunc {
 			writeJSON(s.env.Stdout, d)
 			return nil
 		}
-		_, err = s.env.Stdout.Write(r.Data)
-		if err == nil && s.env.Terminal != nil && s.env.Terminal() && len(r.Data) > 0 && r.Data[len(r.Data)-1] != '\n' {
+		// The bytes as they arrive, never all in memory: as they are
+		// when piped, through terminalWriter on a terminal.
+		if s.env.Terminal == nil || !s.env.Terminal() {
+			_, _, err := c.ResultTo(ctx, args[0], s.env.Stdout)
+			return err
+		}
+		tw := &terminalWriter{w: s.env.Stdout}
+		_, n, err := c.ResultTo(ctx, args[0], tw)
+		if cerr := tw.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil && n > 0 && tw.last != '\n' {
 			_, err = io.WriteString(s.env.Stdout, "\n")
 		}
 		return err
@@ -346,7 +360,7 @@ func listCmd(fs *flag.FlagSet) runFunc {
 // more tells a human that a list continues.
 func (s *session) more(next string) {
 	if next != "" {
-		fmt.Fprintf(s.env.Stderr, "(more: add --cursor %s)\n", next)
+		fmt.Fprintf(s.env.Stderr, "(more: add --cursor %s)\n", visible(next))
 	}
 }
 
@@ -549,7 +563,7 @@ func (s *session) bulkRedrive(ctx context.Context, req client.BulkRedriveRequest
 	if err != nil {
 		if outcomeUnknown(err) {
 			fmt.Fprintf(s.env.Stderr, "qasync %s: the bulk re-drive may have started; to reach its job rather than start another, run the command again with --key %s\n",
-				s.cmd, req.IdempotencyKey)
+				s.cmd, visible(req.IdempotencyKey))
 		}
 		return err
 	}
@@ -563,7 +577,7 @@ func (s *session) bulkRedrive(ctx context.Context, req client.BulkRedriveRequest
 	}
 	if !wait {
 		if !req.DryRun && !s.json() {
-			fmt.Fprintf(s.env.Stderr, "(progress: qasync redrive --status %s)\n", r.RedriveID)
+			fmt.Fprintf(s.env.Stderr, "(progress: qasync redrive --status %s)\n", visible(r.RedriveID))
 		}
 		return nil
 	}

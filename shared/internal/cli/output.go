@@ -8,24 +8,163 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/qasync/qasync/shared/client"
 )
 
-// writeJSON writes v as indented JSON and a newline.
+// writeJSON writes v as indented JSON and a newline (terminalSafeJSON).
 func writeJSON(w io.Writer, v any) {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil { // plain documents: cannot happen
 		fmt.Fprintf(w, "{\"error\": %q}\n", err.Error())
 		return
 	}
-	_, _ = w.Write(append(b, '\n'))
+	_, _ = w.Write(append(terminalSafeJSON(b), '\n'))
 }
 
 // writeJSONLine writes v as one line of JSON (watch's stream).
 func writeJSONLine(w io.Writer, v any) {
 	b, _ := json.Marshal(v)
-	_, _ = w.Write(append(b, '\n'))
+	_, _ = w.Write(append(terminalSafeJSON(b), '\n'))
+}
+
+// visible is the one function every server-supplied string goes through
+// before the CLI prints it as text (table cells, name-value fields,
+// problem titles and details, error messages, reasons, dead letters,
+// watch and history lines, cursors and ids): it escapes what a terminal
+// would act on or that would break the layout, so that a server cannot
+// move the cursor, recolour, retitle the window or forge a row. Control
+// characters (C0 including ESC, newline and tab; DEL; C1) become \xNN
+// (\n, \r, \t for those three), bytes that are not UTF-8 \xNN, and the
+// invisible characters that reorder or break a line (bidi controls,
+// U+2028, U+2029) \uNNNN. Everything else, backslashes included, is
+// left as it is.
+func visible(s string) string {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f {
+			return string(escapeText(nil, []byte(s), false))
+		}
+	}
+	return s
+}
+
+// escapeText appends p to dst with visible's escapes; layout keeps
+// newlines and tabs as they are (a result's text on a terminal). A rune
+// cut off at the end of p is escaped byte by byte: a stream keeps it for
+// the next write (terminalWriter).
+func escapeText(dst, p []byte, layout bool) []byte {
+	for len(p) > 0 {
+		r, size := utf8.DecodeRune(p)
+		switch {
+		case r == utf8.RuneError && size <= 1:
+			dst = fmt.Appendf(dst, `\x%02x`, p[0])
+		case layout && (r == '\n' || r == '\t'):
+			dst = append(dst, p[0])
+		case r == '\n':
+			dst = append(dst, `\n`...)
+		case r == '\t':
+			dst = append(dst, `\t`...)
+		case r == '\r':
+			dst = append(dst, `\r`...)
+		case r < 0x20 || (r >= 0x7f && r < 0xa0):
+			dst = fmt.Appendf(dst, `\x%02x`, r)
+		case invisible(r):
+			dst = fmt.Appendf(dst, `\u%04x`, r)
+		default:
+			dst = append(dst, p[:size]...)
+		}
+		p = p[size:]
+	}
+	return dst
+}
+
+// invisible reports whether r reorders or breaks a line without showing:
+// a bidi control (U+202E turns the rest of a line around) or a line or
+// paragraph separator.
+func invisible(r rune) bool {
+	return unicode.Is(unicode.Bidi_Control, r) || r == '\u2028' || r == '\u2029'
+}
+
+// terminalSafeJSON rewrites the characters of encoding/json's output a
+// terminal would act on, which it leaves raw (DEL, C1 controls, bidi
+// controls, bytes that are not UTF-8 in a json.RawMessage), as \u
+// escapes. They can only be inside strings (JSON's own syntax is ASCII),
+// where the escape is the same character: the document means exactly
+// what it did. C0 controls are escaped by encoding/json already.
+func terminalSafeJSON(b []byte) []byte {
+	clean := true
+	for _, c := range b {
+		if c >= 0x7f {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return b
+	}
+	out := make([]byte, 0, len(b)+16)
+	for len(b) > 0 {
+		r, size := utf8.DecodeRune(b)
+		switch {
+		case r == utf8.RuneError && size <= 1:
+			out = append(out, `\ufffd`...)
+		case (r >= 0x7f && r < 0xa0) || invisible(r):
+			out = fmt.Appendf(out, `\u%04x`, r)
+		default:
+			out = append(out, b[:size]...)
+		}
+		b = b[size:]
+	}
+	return out
+}
+
+// terminalWriter writes a result's bytes to a terminal with escapeText's
+// escapes, newlines and tabs kept: the text reads as it is, and nothing
+// in it acts on the terminal. A rune split between writes waits for its
+// end (Close escapes what is left).
+type terminalWriter struct {
+	w       io.Writer
+	pending []byte
+	// last is the last byte written through, so that the caller can end
+	// a result without a final newline with one.
+	last byte
+}
+
+// Write escapes p (after the bytes left from the write before) and
+// writes it; it reports all of p written.
+func (t *terminalWriter) Write(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	t.last = p[len(p)-1]
+	buf := append(t.pending, p...)
+	// Keep an incomplete rune at the end for the next write.
+	cut := len(buf)
+	for i := len(buf) - 1; i >= 0 && i >= len(buf)-utf8.UTFMax; i-- {
+		if utf8.RuneStart(buf[i]) {
+			if !utf8.FullRune(buf[i:]) {
+				cut = i
+			}
+			break
+		}
+	}
+	t.pending = append([]byte(nil), buf[cut:]...)
+	if _, err := t.w.Write(escapeText(nil, buf[:cut], true)); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// Close writes what is left of a rune cut off at the end, escaped.
+func (t *terminalWriter) Close() error {
+	if len(t.pending) == 0 {
+		return nil
+	}
+	_, err := t.w.Write(escapeText(nil, t.pending, true))
+	t.pending = nil
+	return err
 }
 
 // ts formats a time for tables: UTC, milliseconds; "-" when zero.
@@ -49,23 +188,28 @@ func dur(d time.Duration) string {
 	return d.Truncate(time.Second).String()
 }
 
-// table writes rows as aligned columns.
+// table writes rows as aligned columns, each cell through visible (a
+// newline or tab in a cell cannot start a row or a column).
 func table(w io.Writer, header []string, rows [][]string) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, strings.Join(header, "\t"))
 	for _, r := range rows {
-		fmt.Fprintln(tw, strings.Join(r, "\t"))
+		cells := make([]string, len(r))
+		for i, c := range r {
+			cells[i] = visible(c)
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	}
 	_ = tw.Flush()
 }
 
 // fields writes name-value pairs as two aligned columns, leaving out
-// empty values.
+// empty values; each value goes through visible.
 func fields(w io.Writer, kv ...string) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for i := 0; i+1 < len(kv); i += 2 {
 		if kv[i+1] != "" {
-			fmt.Fprintf(tw, "%s\t%s\n", kv[i], kv[i+1])
+			fmt.Fprintf(tw, "%s\t%s\n", kv[i], visible(kv[i+1]))
 		}
 	}
 	_ = tw.Flush()

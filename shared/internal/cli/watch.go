@@ -162,8 +162,8 @@ func (s *session) catchUp(ctx context.Context, tail *newEvents, id string, final
 		if caughtUp || !time.Now().Before(deadline) {
 			wt.update(final, events, true)
 			if !caughtUp {
-				fmt.Fprintf(s.env.Stderr, "qasync: the history of %s had not caught up with its status %s after %s; qasync history %s shows it once it has\n",
-					id, final.Status, historyCatchUp, id)
+				fmt.Fprintln(s.env.Stderr, visible(fmt.Sprintf("qasync: the history of %s had not caught up with its status %s after %s; qasync history %s shows it once it has",
+					id, final.Status, historyCatchUp, id)))
 			}
 			return nil
 		}
@@ -320,7 +320,7 @@ func (wt *watcher) update(e client.Execution, events []client.Event, withHistory
 			if d := eventDetail(ev); d != "" {
 				line += "  " + d
 			}
-			fmt.Fprintln(wt.w, line)
+			fmt.Fprintln(wt.w, visible(line))
 		}
 		return
 	}
@@ -330,7 +330,7 @@ func (wt *watcher) update(e client.Execution, events []client.Event, withHistory
 	}
 	if line != wt.lastLine {
 		wt.lastLine = line
-		fmt.Fprintln(wt.w, line)
+		fmt.Fprintln(wt.w, visible(line))
 	}
 }
 
@@ -341,10 +341,10 @@ func (wt *watcher) lines(e client.Execution) []string {
 		idx = append(idx, i)
 	}
 	sort.Ints(idx)
-	out := []string{fmt.Sprintf("execution %s  pipeline %s  %s", e.ExecutionID, e.PipelineID, e.Status)}
+	out := []string{visible(fmt.Sprintf("execution %s  pipeline %s  %s", e.ExecutionID, e.PipelineID, e.Status))}
 	width := 0
 	for _, i := range idx {
-		width = max(width, len(step(i, wt.steps[i].name)))
+		width = max(width, len(visible(step(i, wt.steps[i].name))))
 	}
 	for _, i := range idx {
 		st := wt.steps[i]
@@ -359,7 +359,7 @@ func (wt *watcher) lines(e client.Execution) []string {
 		case string(store.DLQ), string(store.Failed), string(store.Cancelled):
 			mark = "!!"
 		}
-		line := fmt.Sprintf("  %s %-*s  %-22s  attempt %d", mark, width, step(i, st.name), st.status, st.attempt)
+		line := fmt.Sprintf("  %s %-*s  %-22s  attempt %d", mark, width, visible(step(i, st.name)), visible(st.status), st.attempt)
 		switch {
 		case !st.started.IsZero() && !st.ended.IsZero():
 			line += "  " + dur(st.ended.Sub(st.started))
@@ -367,7 +367,7 @@ func (wt *watcher) lines(e client.Execution) []string {
 			line += "  " + dur(wt.now().Sub(st.started))
 		}
 		if st.note != "" {
-			line += "  " + st.note
+			line += "  " + visible(st.note)
 		}
 		out = append(out, line)
 	}
@@ -395,5 +395,5 @@ func (wt *watcher) finish(e client.Execution) {
 	if e.Status != store.Succeeded && e.Error != nil {
 		line += ": " + errorText(e.Error)
 	}
-	fmt.Fprintln(wt.w, line)
+	fmt.Fprintln(wt.w, visible(line))
 }
