@@ -550,7 +550,7 @@ func (c *Console) executionPage(w http.ResponseWriter, r *http.Request) {
 		base: c.base(w, r, "Execution "+e.ExecutionID, "executions", key.TenantID), E: e, Terminal: e.Status.Terminal(),
 		CanCancel:  !e.Status.Terminal(),
 		CanRedrive: e.Status == store.DLQ || e.Status == store.Failed || e.Status == store.RemoteOutcomeUnknown,
-		HasResult: e.Status == store.Succeeded, ActionURL: executionURL(e.ExecutionID), ReasonMax: maxReasonLen,
+		HasResult:  e.Status == store.Succeeded, ActionURL: executionURL(e.ExecutionID), ReasonMax: maxReasonLen,
 		ShowURL: executionURL(e.ExecutionID) + "?show=",
 	}
 	if d.Operator {

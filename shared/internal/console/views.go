@@ -585,7 +585,7 @@ func (x *execData) payloadLinks(d *doc, which string, label markup) {
 	if len(show) == 2 && show[0] == whichResult {
 		show[0], show[1] = show[1], show[0]
 	}
-	d.raw(label).raw(`: <a href="`).text(x.ShowURL+strings.Join(show, ",")+"#payloads").raw(`" id="show-`).text(which).raw(`" rel="nofollow">show</a>, <a href="`).
+	d.raw(label).raw(`: <a href="`).text(x.ShowURL + strings.Join(show, ",") + "#payloads").raw(`" id="show-`).text(which).raw(`" rel="nofollow">show</a>, <a href="`).
 		text(payloadURL(x.E.ExecutionID, which)).raw(`" id="download-`).text(which).raw(`" rel="nofollow" download>download</a>`)
 }
 
@@ -611,7 +611,7 @@ func (v *payloadView) content(d *doc) {
 		d.raw(`. It is not JSON, so the page does not show it: <a href="`).text(v.DownloadURL).raw(`" rel="nofollow" download>download it</a>.</p>`)
 		return
 	case v.Truncated:
-		d.raw(`; the first `).num(payloadShowCap>>10).raw(` KiB are shown: <a href="`).text(v.DownloadURL).raw(`" rel="nofollow" download>download the whole</a>.</p>`)
+		d.raw(`; the first `).num(payloadShowCap >> 10).raw(` KiB are shown: <a href="`).text(v.DownloadURL).raw(`" rel="nofollow" download>download the whole</a>.</p>`)
 	default:
 		d.raw(`.</p>`)
 	}
