@@ -51,6 +51,12 @@ const (
 	goneID = "0195a1c2-0000-8000-8000-00000000gone"
 )
 
+// keyedID was submitted with the idempotency key keyedKey: its id is the
+// key's slot and an incarnation, as the runtime's are.
+var keyedID = engine.ExecutionSlot(tenantAcme, keyedKey) + ".7c1f0e2d3b4a5968"
+
+const keyedKey = "invoice B-2044"
+
 // fixturePipelines are the pipelines of the fixtures.
 var fixturePipelines = []string{"checkout.deliver-order", "invoices.render", "diag.drill"}
 
@@ -136,6 +142,10 @@ func newFakeBackend() *fakeBackend {
 	u.StepName = "remote-call"
 	u.Error = &store.Failure{Code: "remote_outcome_unknown", Message: "rest http://worker/run: no answer within 30s"}
 	f.simpleHistory(u)
+	k := f.add(tenantAcme, keyedID, "invoices.render", store.Succeeded, epoch.Add(-30*time.Second))
+	k.StepName, k.IdempotencyKey = "render", keyedKey
+	f.results[k.Key()] = payload.Payload{ContentType: "application/json", Data: []byte(`{"invoice":"B-2044"}`)}
+	f.simpleHistory(k)
 	f.showcase()
 	f.fanOut()
 	// A dead letter whose execution's row expired since.
@@ -369,15 +379,20 @@ func (f *fakeBackend) List(_ context.Context, q store.ListQuery) (store.ListPage
 	return p, nil
 }
 
-// Status implements console.Backend.
+// Status implements console.Backend as a store reads: an id without an
+// incarnation (a bare slot) reads the execution living in it.
 func (f *fakeBackend) Status(_ context.Context, key store.Key) (store.Execution, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	e, ok := f.execs[key]
-	if !ok {
-		return store.Execution{}, store.ErrNotFound
+	if e, ok := f.execs[key]; ok {
+		return *e, nil
 	}
-	return *e, nil
+	for k, e := range f.execs {
+		if k.TenantID == key.TenantID && store.Answers(key.ExecutionID, k.ExecutionID) {
+			return *e, nil
+		}
+	}
+	return store.Execution{}, store.ErrNotFound
 }
 
 // Result implements console.Backend.
