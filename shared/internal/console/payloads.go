@@ -16,7 +16,6 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -84,7 +83,7 @@ func viewPayload(which string, p payload.Payload, downloadURL string) payloadVie
 		}
 		text, v.Truncated = text[:cut], true
 	}
-	v.JSON, v.Text = true, strings.ToValidUTF8(string(text), "\uFFFD")
+	v.JSON, v.Text = true, string(text)
 	return v
 }
 
@@ -137,71 +136,78 @@ func (c *Console) shownPayloads(r *http.Request, e *store.Execution, which []str
 }
 
 // parseShow reads the payloads an execution's page is asked to show
-// (?show=input&show=result, or comma-separated); ok is false for any
-// other value.
+// (?show=input&show=result, or comma-separated), the input first; ok is
+// false for any other value.
 func parseShow(values []string) (which []string, ok bool) {
-	for _, v := range values {
-		for s := range strings.SplitSeq(v, ",") {
-			s = strings.TrimSpace(s)
-			switch s {
-			case "":
-			case whichInput, whichResult:
-				if !slices.Contains(which, s) {
-					which = append(which, s)
-				}
-			default:
-				return nil, false
-			}
+	input, result := false, false
+	for _, s := range strings.Split(strings.Join(values, ","), ",") {
+		switch strings.TrimSpace(s) {
+		case "":
+		case whichInput:
+			input = true
+		case whichResult:
+			result = true
+		default:
+			return nil, false
 		}
 	}
-	// Always in the same order: the input, then the result.
-	if len(which) == 2 && which[0] == whichResult {
-		which[0], which[1] = which[1], which[0]
+	if input {
+		which = append(which, whichInput)
+	}
+	if result {
+		which = append(which, whichResult)
 	}
 	return which, true
 }
 
-// payloadBytes handles GET /console/executions/{id}/input and .../result:
-// the payload's bytes, for an operator, as an attachment that a browser
-// saves and never renders or runs from the console's origin (so the
-// console's CSP, which trusts its own origin, never covers them):
-// Content-Disposition attachment, application/json when the payload is
-// JSON and application/octet-stream otherwise (never its own content
-// type), nosniff, and a sandbox CSP.
-func (c *Console) payloadBytes(which string) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if !c.operatorGet(w, r) {
-			return
-		}
-		key, ok := c.executionKey(w, r)
-		if !ok {
-			return
-		}
-		e, p, err := c.readPayload(r, key, which)
-		if errors.Is(err, engine.ErrNotSucceeded) {
-			c.errorPage(w, r, http.StatusConflict, "No result yet",
-				fmt.Sprintf("The execution is %s; its result is available once it is %s.", e.Status, store.Succeeded))
-			return
-		}
-		if err != nil {
-			c.backendError(w, r, "Reading the "+which, err)
-			return
-		}
-		c.logPayloadView(r, key, which, "download", len(p.Data))
-		ct, ext := payload.ContentTypeOctet, ".bin"
-		if isJSON(p) {
-			ct, ext = payload.ContentTypeJSON, ".json"
-		}
-		h := w.Header()
-		h.Set("Content-Type", ct)
-		// The id is A-Z, a-z, 0-9, '.', '_' and '-' (validID): a safe
-		// file name as it is, quoted as is.
-		h.Set("Content-Disposition", `attachment; filename="`+key.ExecutionID+"-"+which+ext+`"`)
-		h.Set("Content-Length", strconv.Itoa(len(p.Data)))
-		h.Set("Cache-Control", "no-store")
-		h.Set("X-Content-Type-Options", "nosniff")
-		h.Set("Content-Security-Policy", "sandbox; default-src 'none'")
-		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write(p.Data)
+// inputBytes handles GET /console/executions/{id}/input (payloadBytes).
+func (c *Console) inputBytes(w http.ResponseWriter, r *http.Request) {
+	c.payloadBytes(w, r, whichInput)
+}
+
+// resultBytes handles GET /console/executions/{id}/result (payloadBytes).
+func (c *Console) resultBytes(w http.ResponseWriter, r *http.Request) {
+	c.payloadBytes(w, r, whichResult)
+}
+
+// payloadBytes serves an execution's input or result (which), for an
+// operator, as an attachment that a browser saves and never renders or
+// runs from the console's origin (so the console's CSP, which trusts its
+// own origin, never covers them): Content-Disposition attachment,
+// application/json when the payload is JSON and application/octet-stream
+// otherwise (never its own content type), nosniff, and a sandbox CSP.
+func (c *Console) payloadBytes(w http.ResponseWriter, r *http.Request, which string) {
+	if !c.operatorGet(w, r) {
+		return
 	}
+	key, ok := c.executionKey(w, r)
+	if !ok {
+		return
+	}
+	e, p, err := c.readPayload(r, key, which)
+	if errors.Is(err, engine.ErrNotSucceeded) {
+		c.errorPage(w, r, http.StatusConflict, "No result yet",
+			fmt.Sprintf("The execution is %s; its result is available once it is %s.", e.Status, store.Succeeded))
+		return
+	}
+	if err != nil {
+		c.backendError(w, r, "Reading the "+which, err)
+		return
+	}
+	c.logPayloadView(r, key, which, "download", len(p.Data))
+	ct, ext := payload.ContentTypeOctet, ".bin"
+	if isJSON(p) {
+		ct, ext = payload.ContentTypeJSON, ".json"
+	}
+	h := w.Header()
+	h.Set("Content-Type", ct)
+	// The id is A-Z, a-z, 0-9, '.', '_' and '-' (validID): a safe file
+	// name as it is, quoted as is.
+	h.Set("Content-Disposition", `attachment; filename="`+key.ExecutionID+"-"+which+ext+`"`)
+	h.Set("Content-Length", strconv.Itoa(len(p.Data)))
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Security-Policy", "sandbox; default-src 'none'")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(p.Data)
 }
