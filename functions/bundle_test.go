@@ -30,7 +30,11 @@ const MiB = 1 << 20
 // 4.1 MiB of the submit function's 14.75. The console now writes its
 // pages itself, and no function may import either template package.
 var budget = map[string]struct{ bootstrap, zip float64 }{
-	"submit":  {10.75, 4.0},
+	// submit: 10.75 MiB (3.98 zipped) once the console gained its
+	// search, payload views, dead-letter views and bulk re-drive pages
+	// and its sign-out revocation (issue 22: +64 KiB, one page more of
+	// its read-only segment).
+	"submit":  {11.0, 4.1},
 	"worker":  {11.25, 4.1},
 	"sweeper": {10.4, 3.85},
 	"dlq":     {10.2, 3.75},

@@ -12,35 +12,72 @@ import (
 	"github.com/qasync/qasync/shared/store"
 )
 
-// actionKey runs the checks every action shares, in this order: actions
-// enabled (else 404), the form's origin and CSRF token (403), an operator
-// session (401), the tenant and id (404), a reason (400). It returns the
-// key and the reason, or writes the refusal and returns false.
-func (c *Console) actionKey(w http.ResponseWriter, r *http.Request) (store.Key, string, bool) {
+// operatorPost runs the checks every operator form shares, in this
+// order: actions enabled (else 404), the form's origin and CSRF token
+// (403), an operator session (401). It writes the refusal and returns
+// false.
+func (c *Console) operatorPost(w http.ResponseWriter, r *http.Request) bool {
 	if c.adminHash == nil {
 		c.errorPage(w, r, http.StatusNotFound, "Not found", "Operator actions are disabled: this server has no operator token (admin.token).")
-		return store.Key{}, "", false
+		return false
 	}
 	if err := c.checkPost(w, r); err != nil {
 		c.refusePost(w, r, err)
-		return store.Key{}, "", false
+		return false
 	}
 	if !c.operator(r) {
 		c.logAction(r, slog.LevelWarn, "console_action_unauthorized", slog.String("route", r.Pattern))
-		c.errorPage(w, r, http.StatusUnauthorized, "Sign in first", "Cancel and re-drive need an operator session: sign in with the operator token.")
+		c.errorPage(w, r, http.StatusUnauthorized, "Sign in first", "Operator actions need an operator session: sign in with the operator token.")
+		return false
+	}
+	return true
+}
+
+// operatorGet refuses a page only an operator may see: 404 without
+// actions, 401 without an operator session. It writes the refusal and
+// returns false.
+func (c *Console) operatorGet(w http.ResponseWriter, r *http.Request) bool {
+	switch {
+	case c.adminHash == nil:
+		c.errorPage(w, r, http.StatusNotFound, "Not found", "Operator pages are disabled: this server has no operator token (admin.token).")
+		return false
+	case !c.operator(r):
+		c.logAction(r, slog.LevelWarn, "console_action_unauthorized", slog.String("route", r.Pattern))
+		c.errorPage(w, r, http.StatusUnauthorized, "Sign in first", "This page needs an operator session: sign in with the operator token.")
+		return false
+	}
+	return true
+}
+
+// formReason reads a form's required reason (at most maxReasonLen
+// bytes), or writes the 400 and returns false.
+func (c *Console) formReason(w http.ResponseWriter, r *http.Request) (string, bool) {
+	reason := strings.TrimSpace(r.PostForm.Get("reason"))
+	switch {
+	case reason == "":
+		c.errorPage(w, r, http.StatusBadRequest, "Reason required", "Give a reason: it is recorded with the action.")
+		return "", false
+	case len(reason) > maxReasonLen:
+		c.errorPage(w, r, http.StatusBadRequest, "Reason too long", fmt.Sprintf("The reason must be at most %d bytes.", maxReasonLen))
+		return "", false
+	}
+	return reason, true
+}
+
+// actionKey runs the checks of an action on one execution, in this
+// order: operatorPost's, the tenant and id (404), a reason (400). It
+// returns the key and the reason, or writes the refusal and returns
+// false.
+func (c *Console) actionKey(w http.ResponseWriter, r *http.Request) (store.Key, string, bool) {
+	if !c.operatorPost(w, r) {
 		return store.Key{}, "", false
 	}
 	key, ok := c.executionKey(w, r)
 	if !ok {
 		return store.Key{}, "", false
 	}
-	reason := strings.TrimSpace(r.PostForm.Get("reason"))
-	switch {
-	case reason == "":
-		c.errorPage(w, r, http.StatusBadRequest, "Reason required", "Give a reason: it is recorded with the action.")
-		return store.Key{}, "", false
-	case len(reason) > maxReasonLen:
-		c.errorPage(w, r, http.StatusBadRequest, "Reason too long", fmt.Sprintf("The reason must be at most %d bytes.", maxReasonLen))
+	reason, ok := c.formReason(w, r)
+	if !ok {
 		return store.Key{}, "", false
 	}
 	return key, reason, true

@@ -22,8 +22,9 @@ import (
 // Cookie names. Every console cookie has Path=/console, HttpOnly and
 // SameSite=Strict (and Secure on HTTPS).
 const (
-	// SessionCookie holds an operator session: an expiry and its HMAC
-	// keyed by the admin token (never the token).
+	// SessionCookie holds an operator session: an expiry, a random
+	// session id and their HMAC keyed by the admin token (never the
+	// token).
 	SessionCookie = "qasync_console_session"
 	// CSRFCookie holds the random value every form must send back.
 	CSRFCookie = "qasync_console_csrf"
@@ -48,36 +49,83 @@ func sessionKey(token string) []byte {
 	return m.Sum(nil)
 }
 
-// sessionValue is the cookie value of a session that ends at exp.
+// sessionValue is the cookie value of a new session that ends at exp:
+// "v2.<expiry>.<session id>.<HMAC>", the id random (sign-out revokes it:
+// Revocations).
 func (c *Console) sessionValue(exp time.Time) string {
-	e := strconv.FormatInt(exp.Unix(), 10)
-	m := hmac.New(sha256.New, c.sessionKey)
-	m.Write([]byte("operator\n" + e))
-	return "v1." + e + "." + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+	b := make([]byte, 16)
+	_, _ = rand.Read(b) // crypto/rand never fails on supported platforms
+	e, id := strconv.FormatInt(exp.Unix(), 10), base64.RawURLEncoding.EncodeToString(b)
+	return "v2." + e + "." + id + "." + c.sessionMAC(e, id)
 }
 
-// operator reports whether r carries a valid, unexpired operator session.
-func (c *Console) operator(r *http.Request) bool {
+// sessionMAC is the HMAC of a session's expiry and id.
+func (c *Console) sessionMAC(exp, id string) string {
+	m := hmac.New(sha256.New, c.sessionKey)
+	m.Write([]byte("operator\n" + exp + "\n" + id))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// session is an operator session a cookie carries.
+type session struct {
+	id  string
+	exp time.Time
+}
+
+// session returns the session r's cookie carries when its HMAC holds and
+// it has not expired (whether it was revoked is operator's to ask).
+func (c *Console) session(r *http.Request) (session, bool) {
 	if c.adminHash == nil {
-		return false
+		return session{}, false
 	}
 	ck, err := r.Cookie(SessionCookie)
 	if err != nil {
-		return false
+		return session{}, false
 	}
 	parts := strings.Split(ck.Value, ".")
-	if len(parts) != 3 || parts[0] != "v1" {
-		return false
+	if len(parts) != 4 || parts[0] != "v2" {
+		return session{}, false
 	}
 	sec, err := strconv.ParseInt(parts[1], 10, 64)
-	if err != nil {
-		return false
+	if err != nil || !validSessionID(parts[2]) {
+		return session{}, false
 	}
 	exp := time.Unix(sec, 0)
 	if !c.now().Before(exp) || exp.After(c.now().Add(SessionTTL+time.Minute)) {
-		return false
+		return session{}, false
 	}
-	return hmac.Equal([]byte(ck.Value), []byte(c.sessionValue(exp)))
+	if !hmac.Equal([]byte(parts[3]), []byte(c.sessionMAC(parts[1], parts[2]))) {
+		return session{}, false
+	}
+	return session{id: parts[2], exp: exp}, true
+}
+
+func validSessionID(v string) bool {
+	b, err := base64.RawURLEncoding.DecodeString(v)
+	return err == nil && len(b) == 16
+}
+
+// operator reports whether r carries a valid, unexpired operator session
+// that was not signed out. The revocation is read once per request (the
+// answer is kept in the request's state); a failed read refuses the
+// session, and is logged.
+func (c *Console) operator(r *http.Request) bool {
+	st, _ := r.Context().Value(reqStateKey{}).(*reqState)
+	if st != nil && st.opChecked {
+		return st.op
+	}
+	op := false
+	if s, ok := c.session(r); ok {
+		revoked, err := c.revocations.Revoked(r.Context(), s.id)
+		if err != nil {
+			c.logAction(r, slog.LevelError, "console_session_check_failed", slog.String("error", err.Error()))
+		}
+		op = err == nil && !revoked
+	}
+	if st != nil {
+		st.op, st.opChecked = op, true
+	}
+	return op
 }
 
 // tokenValid compares a submitted token with the admin token in constant
@@ -224,11 +272,23 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, backTo(r.PostForm.Get("next")), http.StatusSeeOther)
 }
 
-// logout handles POST /console/logout.
+// logout handles POST /console/logout: the session is revoked (so that
+// no console instance accepts its cookie again), then its cookie is
+// deleted. When the revocation cannot be recorded the session stays (the
+// page says so), so that the operator can try again.
 func (c *Console) logout(w http.ResponseWriter, r *http.Request) {
 	if err := c.checkPost(w, r); err != nil {
 		c.refusePost(w, r, err)
 		return
+	}
+	if s, ok := c.session(r); ok {
+		if err := c.revocations.Revoke(r.Context(), s.id, s.exp); err != nil {
+			c.logAction(r, slog.LevelError, "console_logout_failed", slog.String("error", err.Error()))
+			c.errorPage(w, r, http.StatusServiceUnavailable, "Sign-out failed",
+				"The sign-out could not be recorded (the state store did not answer), so the session is still valid. Try again.")
+			return
+		}
+		c.logAction(r, slog.LevelInfo, "console_logout")
 	}
 	http.SetCookie(w, cookie(r, SessionCookie, "", -1))
 	http.Redirect(w, r, backTo(r.PostForm.Get("next")), http.StatusSeeOther)

@@ -161,7 +161,7 @@ func startRealConsole(t *testing.T) browserTarget {
 		// SUBMITTED, then validate (started, succeeded), reserve (three
 		// starts, two failures, a success), ship (started, succeeded),
 		// SUCCEEDED: 11 events.
-		TimelineID: flaky, MinEvents: 11, CancelID: later,
+		TimelineID: flaky, MinEvents: 11, CancelID: later, SearchID: flaky, SearchKey: "flaky-1",
 		ChildID: joined.Elements[1].ExecutionID, Children: demoChildren, Ended: demoChildren,
 	}
 }

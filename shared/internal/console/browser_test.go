@@ -50,6 +50,9 @@ type browserTarget struct {
 	// children, with Ended of them ended.
 	ChildID         string
 	Children, Ended int
+	// SearchID is an execution submitted with the idempotency key
+	// SearchKey: searching either opens it.
+	SearchID, SearchKey string
 	// ShotPrefix starts the screenshots' file names.
 	ShotPrefix string
 }
@@ -69,6 +72,7 @@ func startFakeConsole(t *testing.T) browserTarget {
 		Pipeline: "checkout.deliver-order", Statuses: []store.Status{store.Queued, store.Running, store.DLQ},
 		FilterMin: 3, TimelineID: showcaseID, MinEvents: 20, CancelID: queuedID,
 		ChildID: fanChildID(fanWaitingID, 1, 7), Children: fanWaitingCounts.Total, Ended: fanWaitingCounts.Succeeded + fanWaitingCounts.Failed,
+		SearchID: keyedID, SearchKey: keyedKey,
 	}
 }
 
@@ -153,10 +157,29 @@ func repoRoot() (string, bool) {
 	return "", false
 }
 
-// runBrowserScenario is the browser test's body against target.
-func runBrowserScenario(t *testing.T, chrome string, target browserTarget) {
+// browser is a headless Chromium tab driving a console, with the
+// scenarios' steps; every console message (an error, a CSP violation, an
+// exception) is collected, and finish fails the test on any.
+type browser struct {
+	t      *testing.T
+	ctx    context.Context
+	base   string
+	dirs   []string
+	prefix string
+	stop   func()
+
+	mu        sync.Mutex
+	messages  []chromedp.ConsoleMessage
+	collected sync.WaitGroup
+	// expected are the addresses whose failed load (an error page the
+	// scenario asked for) is no console error.
+	expected []string
+}
+
+// startBrowser starts Chromium for a console at base; screenshots are
+// named prefix+name.
+func startBrowser(t *testing.T, chrome, base, prefix string) *browser {
 	t.Helper()
-	dirs := screenshotDirs(t)
 	opts := append(slices.Clone(chromedp.DefaultExecAllocatorOptions[:]),
 		chromedp.ExecPath(chrome),
 		// The browser runs as root in CI containers, where Chromium's
@@ -166,113 +189,156 @@ func runBrowserScenario(t *testing.T, chrome string, target browserTarget) {
 		chromedp.Flag("disable-gpu", true),
 	)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
 	ctx, cancelTab := chromedp.NewContext(actx)
-	defer cancelTab()
 	// Start the browser (no timeout on the first call: it would end the
 	// browser), then bound the scenario.
 	if err := chromedp.Do(ctx); err != nil {
+		cancelTab()
+		cancelAlloc()
 		t.Fatalf("start Chromium (%s): %v", chrome, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
-	defer cancel()
-
-	// Every console message (an error, a CSP violation, an exception).
-	var mu sync.Mutex
-	var messages []chromedp.ConsoleMessage
+	b := &browser{t: t, ctx: ctx, base: base, dirs: screenshotDirs(t), prefix: prefix}
+	b.stop = func() { cancel(); cancelTab(); cancelAlloc() }
 	msgs := chromedp.Console(ctx)
-	var collected sync.WaitGroup
-	collected.Go(func() {
+	b.collected.Go(func() {
 		for m, err := range msgs {
 			if err != nil {
 				return
 			}
-			mu.Lock()
-			messages = append(messages, m)
-			mu.Unlock()
+			b.mu.Lock()
+			b.messages = append(b.messages, m)
+			b.mu.Unlock()
 		}
 	})
+	t.Cleanup(b.stop)
+	return b
+}
 
-	do := func(what string, steps ...chromedp.Action[chromedp.Void]) {
-		t.Helper()
-		if err := chromedp.Do(ctx, steps...); err != nil {
-			t.Fatalf("%s: %v", what, err)
+// finish ends the scenario: the browser stops, and any error, warning or
+// exception it logged fails the test.
+func (b *browser) finish() {
+	b.t.Helper()
+	b.stop()
+	b.collected.Wait()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, m := range b.messages {
+		if m.Type == chromedp.ConsoleError && !m.IsException() && slices.Contains(b.expected, m.URL) {
+			continue
+		}
+		if m.Type == chromedp.ConsoleError || m.IsException() || m.Type == chromedp.ConsoleWarning {
+			b.t.Errorf("browser console: %s (%s)", m, m.URL)
 		}
 	}
-	eval := func(what, expr string) any {
-		t.Helper()
-		v, err := chromedp.Run(ctx, chromedp.Evaluate[any](expr))
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		return v
+}
+
+func (b *browser) do(what string, steps ...chromedp.Action[chromedp.Void]) {
+	b.t.Helper()
+	if err := chromedp.Do(b.ctx, steps...); err != nil {
+		b.t.Fatalf("%s: %v", what, err)
 	}
-	text := func(sel string) string {
-		t.Helper()
-		s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
-		if err != nil {
-			t.Fatalf("text of %s: %v", sel, err)
-		}
-		return strings.TrimSpace(s)
+}
+
+func (b *browser) eval(what, expr string) any {
+	b.t.Helper()
+	v, err := chromedp.Run(b.ctx, chromedp.Evaluate[any](expr))
+	if err != nil {
+		b.t.Fatalf("%s: %v", what, err)
 	}
-	count := func(sel string) int {
-		t.Helper()
-		n, err := chromedp.Run(ctx, chromedp.Evaluate[int](fmt.Sprintf("document.querySelectorAll(%q).length", sel)))
-		if err != nil {
-			t.Fatalf("count %s: %v", sel, err)
-		}
-		return n
+	return v
+}
+
+func (b *browser) text(sel string) string {
+	b.t.Helper()
+	s, err := chromedp.Run(b.ctx, chromedp.Text(chromedp.CSS(sel)))
+	if err != nil {
+		b.t.Fatalf("text of %s: %v", sel, err)
 	}
-	shot := func(name string) {
-		t.Helper()
-		png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
-		if err != nil {
-			t.Fatalf("screenshot %s: %v", name, err)
+	return strings.TrimSpace(s)
+}
+
+func (b *browser) count(sel string) int {
+	b.t.Helper()
+	n, err := chromedp.Run(b.ctx, chromedp.Evaluate[int](fmt.Sprintf("document.querySelectorAll(%q).length", sel)))
+	if err != nil {
+		b.t.Fatalf("count %s: %v", sel, err)
+	}
+	return n
+}
+
+// open navigates to the console's path and waits for sel.
+func (b *browser) open(what, path, sel string) {
+	b.t.Helper()
+	b.do(what, chromedp.Navigate(b.base+path), chromedp.WaitVisible(chromedp.CSS(sel)))
+}
+
+func (b *browser) shot(name string) {
+	b.t.Helper()
+	png, err := chromedp.Run(b.ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		b.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	for _, d := range b.dirs {
+		p := filepath.Join(d, b.prefix+name)
+		if err := os.WriteFile(p, png, 0o644); err != nil {
+			b.t.Fatalf("screenshot %s: %v", name, err)
 		}
-		for _, d := range dirs {
-			p := filepath.Join(d, target.ShotPrefix+name)
-			if err := os.WriteFile(p, png, 0o644); err != nil {
-				t.Fatalf("screenshot %s: %v", name, err)
-			}
-			t.Logf("screenshot: %s", p)
+		b.t.Logf("screenshot: %s", p)
+	}
+}
+
+// sameOrigin checks that the page contacted only the console's origin.
+func (b *browser) sameOrigin(page string) {
+	b.t.Helper()
+	v := b.eval("resources", `[location.href, ...performance.getEntriesByType("resource").map(e => e.name)]`)
+	for _, u := range v.([]any) {
+		if s, _ := u.(string); !strings.HasPrefix(s, b.base+"/") {
+			b.t.Errorf("%s: the page loaded %v, outside %s", page, u, b.base)
 		}
 	}
-	// Only the console's own origin is ever contacted.
-	sameOrigin := func(page string) {
-		t.Helper()
-		v := eval("resources", `[location.href, ...performance.getEntriesByType("resource").map(e => e.name)]`)
-		for _, u := range v.([]any) {
-			if s, _ := u.(string); !strings.HasPrefix(s, target.BaseURL+"/") {
-				t.Errorf("%s: the page loaded %v, outside %s", page, u, target.BaseURL)
-			}
-		}
-	}
-	// clickAndLoad clicks sel and waits for the next page to load.
-	clickAndLoad := func(what, sel string) {
-		t.Helper()
-		do(what,
-			chromedp.WaitVisible(chromedp.CSS(sel)),
-			chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-				_, err := chromedp.Evaluate[bool]("window.__qasyncOldPage = true")(ctx, tg)
-				return err
-			}),
-			chromedp.Click(chromedp.CSS(sel)),
-			// Evaluating fails while the page navigates: ask again.
-			chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-				deadline := time.Now().Add(15 * time.Second)
-				for {
-					loaded, err := chromedp.Evaluate[bool](`!window.__qasyncOldPage && document.readyState === "complete"`)(ctx, tg)
-					if err == nil && loaded {
-						return nil
-					}
-					if time.Now().After(deadline) {
-						return fmt.Errorf("no new page within 15 s (last error: %v)", err)
-					}
-					time.Sleep(50 * time.Millisecond)
+}
+
+// clickAndLoad clicks sel and waits for the next page to load.
+func (b *browser) clickAndLoad(what, sel string) {
+	b.t.Helper()
+	b.do(what,
+		chromedp.WaitVisible(chromedp.CSS(sel)),
+		chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			_, err := chromedp.Evaluate[bool]("window.__qasyncOldPage = true")(ctx, tg)
+			return err
+		}),
+		chromedp.Click(chromedp.CSS(sel)),
+		// Evaluating fails while the page navigates: ask again.
+		chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+			deadline := time.Now().Add(15 * time.Second)
+			for {
+				loaded, err := chromedp.Evaluate[bool](`!window.__qasyncOldPage && document.readyState === "complete"`)(ctx, tg)
+				if err == nil && loaded {
+					return nil
 				}
-			}),
-		)
-	}
+				if time.Now().After(deadline) {
+					return fmt.Errorf("no new page within 15 s (last error: %v)", err)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}),
+	)
+}
+
+// search types query into the list's search box and submits it.
+func (b *browser) search(query string) {
+	b.t.Helper()
+	b.open("open the list to search", console.Prefix, "#search")
+	b.do("type the search", chromedp.SetValue(chromedp.CSS("#search"), query))
+	b.clickAndLoad("search", "#search-button")
+}
+
+// runBrowserScenario is the browser test's body against target.
+func runBrowserScenario(t *testing.T, chrome string, target browserTarget) {
+	t.Helper()
+	b := startBrowser(t, chrome, target.BaseURL, target.ShotPrefix)
+	do, eval, text, count, shot, sameOrigin, clickAndLoad := b.do, b.eval, b.text, b.count, b.shot, b.sameOrigin, b.clickAndLoad
 	const rows = "#executions tbody tr[data-status]"
 
 	// 1. The list (in the tenant the scenario names).
@@ -370,13 +436,25 @@ func runBrowserScenario(t *testing.T, chrome string, target browserTarget) {
 	shot("06-map-parent.png")
 	sameOrigin("map parent")
 
-	cancel()
-	collected.Wait()
-	mu.Lock()
-	defer mu.Unlock()
-	for _, m := range messages {
-		if m.Type == chromedp.ConsoleError || m.IsException() || m.Type == chromedp.ConsoleWarning {
-			t.Errorf("browser console: %s (%s)", m, m.URL)
+	// 7. Search: by execution id, and by the idempotency key it was
+	// submitted with.
+	for _, query := range []string{target.SearchID, target.SearchKey} {
+		b.search(query)
+		if got := text("h1 .id"); got != target.SearchID {
+			t.Errorf("search %q opened %q, want %s", query, got, target.SearchID)
 		}
 	}
+	b.search("no-such-key-" + target.SearchID)
+	if got := text("#problem"); !strings.Contains(got, "no live execution") {
+		t.Errorf("a search that finds nothing says %q", got)
+	}
+	b.expected = append(b.expected, eval("the 404's address", "location.href").(string))
+
+	// 8. Sign out: the operator's badge goes.
+	do("open the list to sign out", chromedp.Navigate(target.BaseURL+console.Prefix), chromedp.WaitVisible(chromedp.CSS("#operator-badge")))
+	clickAndLoad("sign out", "#sign-out")
+	if count("#operator-badge") != 0 || count("#login-form") != 1 {
+		t.Error("after the sign-out the page is still an operator's")
+	}
+	b.finish()
 }

@@ -9,13 +9,18 @@
 // serves it there (httpapi.Options.Console, which Site sets), so that
 // `qasync serve` and the submit function serve both on one listener.
 //
-//	GET  /console                              executions, newest first (?pipeline=&status=&limit=&cursor=)
-//	GET  /console/executions/{id}              one execution: summary, a map's children counts or a child's parent, steps, timeline, actions (?cursor=: its history's next page)
-//	GET  /console/executions/{id}/result       the result bytes (only when the operator asks for them)
-//	GET  /console/dead-letters                 dead-letter records (?pipeline=&limit=&cursor=)
+//	GET  /console                              executions, newest first (?pipeline=&status=&createdAfter=&createdBefore=&limit=&cursor=)
+//	GET  /console/search                       an execution by id or by idempotency key (?q=)
+//	GET  /console/executions/{id}              one execution: summary, a map's children counts or a child's parent, steps, timeline, actions (?cursor=: its history's next page; ?show=input|result: the payload, operator)
+//	GET  /console/executions/{id}/input        the input bytes, as an attachment (operator)
+//	GET  /console/executions/{id}/result       the result bytes, as an attachment (operator)
+//	GET  /console/dead-letters                 dead-letter records with their executions' status now, counts by error code, the bulk re-drive form (?pipeline=&outstanding=1&limit=&cursor=)
+//	POST /console/redrives                     a bulk re-drive's dry run (operator), then GET /console/redrives/{id}
+//	POST /console/redrives/{id}/start          start the bulk re-drive a dry run counted (operator)
+//	GET  /console/redrives/{id}                a bulk re-drive's progress (operator)
 //	POST /console/executions/{id}/cancel       cancel (operator; reason required)
 //	POST /console/executions/{id}/redrive      re-drive (operator; reason required)
-//	POST /console/login, /console/logout       operator sign-in with the admin token (a cookie)
+//	POST /console/login, /console/logout       operator sign-in with the admin token (a cookie); sign-out revokes the session
 //	POST /console/tenant                       the tenant to show (http.tenant-source=header only)
 //	GET  /console/assets/{name}                the embedded stylesheet and script
 //
@@ -25,12 +30,16 @@
 // in a cookie and passes it to the tenant function as that header (a
 // header the request does carry wins).
 //
-// Actions need the operator token (admin.token): the sign-in form checks
-// it and sets an HttpOnly, SameSite=Strict session cookie that holds an
-// expiry and an HMAC keyed by the token, never the token itself. Every
-// POST is checked against cross-site requests (http.CrossOriginProtection)
-// and carries a CSRF token that must equal the console's CSRF cookie.
-// Without a configured token the actions are neither shown nor served.
+// Actions, and the payloads (input and result), need the operator token
+// (admin.token): the sign-in form checks it and sets an HttpOnly,
+// SameSite=Strict session cookie that holds an expiry, a random session
+// id and their HMAC keyed by the token, never the token itself. Sign-out
+// revokes the session id in a store every instance reads (Revocations,
+// sessions.go). Every POST is checked against cross-site requests
+// (http.CrossOriginProtection) and carries a CSRF token that must equal
+// the console's CSRF cookie. Without a configured token the actions and
+// payloads are neither shown nor served; every view of a payload is
+// logged (payload_viewed, never its bytes).
 package console
 
 import (
@@ -73,14 +82,28 @@ type Backend interface {
 	// waited for): nil when e has none, or when the deployment keeps no
 	// counts.
 	ChildCounts(ctx context.Context, e store.Execution) (*engine.ChildCounts, error)
-	// DeadLetters returns a page of one tenant's dead-letter records.
-	DeadLetters(ctx context.Context, q deadletter.ListQuery) (deadletter.ListPage, error)
+	// Input returns an execution's input (store.ErrNotFound for another
+	// tenant's).
+	Input(ctx context.Context, key store.Key) (store.Execution, payload.Payload, error)
+	// DeadLetterViews returns a page of one tenant's dead-letter records,
+	// each with its execution's row now and whether its failure is still
+	// outstanding.
+	DeadLetterViews(ctx context.Context, q engine.DeadLetterViewQuery) (engine.DeadLetterViewPage, error)
+	// DeadLetterCounts counts one tenant's dead-letter records by error
+	// code, over a bounded number of the newest.
+	DeadLetterCounts(ctx context.Context, q deadletter.ListQuery) (engine.DeadLetterCounts, error)
 	// Cancel cancels an execution; changed is false when it was already
 	// CANCELLED. SUCCEEDED, FAILED and DLQ executions are refused.
 	Cancel(ctx context.Context, key store.Key, reason string) (e store.Execution, changed bool, err error)
 	// RedriveWith re-drives a DLQ, FAILED (or, confirmed,
 	// REMOTE_OUTCOME_UNKNOWN) execution.
 	RedriveWith(ctx context.Context, key store.Key, opts engine.RedriveOptions) (store.Execution, error)
+	// StartRedrivesWith starts a bulk re-drive (or its dry run) of a
+	// tenant's executions that match a filter.
+	StartRedrivesWith(ctx context.Context, tenant string, opts engine.RedrivesOptions) (engine.RedriveJob, error)
+	// RedriveJob returns a tenant's bulk re-drive and its progress
+	// (store.ErrNotFound for another tenant's or an unknown id).
+	RedriveJob(ctx context.Context, tenant, id string) (engine.RedriveJob, error)
 }
 
 // ErrNotSupported is returned by a Backend that cannot do what the console
@@ -109,6 +132,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock of ages and session expiry. Default time.Now.
 	Now func() time.Time
+	// Revocations keep the signed-out sessions. Default
+	// LocalRevocations: this process only; Site shares the state store's
+	// (StoreRevocations), so that a sign-out holds on every instance.
+	Revocations Revocations
 }
 
 // Console is the console's http.Handler (New).
@@ -123,6 +150,8 @@ type Console struct {
 	log        *slog.Logger
 	now        func() time.Time
 	cop        *http.CrossOriginProtection
+	// revocations keep the signed-out sessions.
+	revocations Revocations
 }
 
 // New returns the console over b. It panics if b is nil.
@@ -149,6 +178,10 @@ func New(b Backend, opts Options) *Console {
 	if c.now == nil {
 		c.now = time.Now
 	}
+	c.revocations = opts.Revocations
+	if c.revocations == nil {
+		c.revocations = LocalRevocations(c.now)
+	}
 	if opts.AdminToken != "" {
 		h := sha256.Sum256([]byte(opts.AdminToken))
 		c.adminHash = &h
@@ -159,8 +192,13 @@ func New(b Backend, opts Options) *Console {
 	})
 	c.mux.HandleFunc("GET "+Prefix, c.listPage)
 	c.mux.HandleFunc("GET "+Prefix+"/executions/{id}", c.executionPage)
+	c.mux.HandleFunc("GET "+Prefix+"/search", c.search)
+	c.mux.HandleFunc("GET "+Prefix+"/executions/{id}/input", c.inputBytes)
 	c.mux.HandleFunc("GET "+Prefix+"/executions/{id}/result", c.resultBytes)
 	c.mux.HandleFunc("GET "+Prefix+"/dead-letters", c.deadLettersPage)
+	c.mux.HandleFunc("POST "+Prefix+"/redrives", c.bulkDryRun)
+	c.mux.HandleFunc("POST "+Prefix+"/redrives/{job}/start", c.bulkStart)
+	c.mux.HandleFunc("GET "+Prefix+"/redrives/{job}", c.bulkPage)
 	c.mux.HandleFunc("POST "+Prefix+"/executions/{id}/cancel", c.cancel)
 	c.mux.HandleFunc("POST "+Prefix+"/executions/{id}/redrive", c.redrive)
 	c.mux.HandleFunc("POST "+Prefix+"/login", c.login)
@@ -176,6 +214,9 @@ func New(b Backend, opts Options) *Console {
 // reqState is what the handlers of one request learn, for its log event.
 type reqState struct {
 	tenant string
+	// op is whether the request carries an operator session (operator),
+	// once opChecked.
+	op, opChecked bool
 }
 
 type reqStateKey struct{}

@@ -12,10 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/qasync/qasync/shared/deadletter"
 	"github.com/qasync/qasync/shared/internal/console"
+	"github.com/qasync/qasync/shared/internal/engine"
 	"github.com/qasync/qasync/shared/internal/httpapi"
 	"github.com/qasync/qasync/shared/internal/logtest"
+	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/store"
 )
 
@@ -353,8 +354,8 @@ func TestTimelineShowsStepsAttemptsDurationsErrorsAwaitsAndRedrives(t *testing.T
 		// The chart: a run per attempt, the await, the back-offs.
 		`<th scope="row">charge #2</th>`, `<th scope="row">await-approval await</th>`, `<th scope="row">charge back-off</th>`,
 		`<th scope="row">ship #1</th>`,
-		// Its result only as a link.
-		`href="/console/executions/`+showcaseID+`/result"`)
+		// Its result only to an operator, who is not signed in.
+		`id="payloads-hint">Sign in with the operator token (top right) to see the input and the result.`)
 	if got := strings.Count(body, "<tr class=\"e-"); got != 20 {
 		t.Errorf("%d event rows, want 20", got)
 	}
@@ -371,21 +372,89 @@ func TestRunningExecutionShowsOpenSpansAndAutoRefresh(t *testing.T) {
 		`<code>worker-7f2c</code>`)
 }
 
-func TestResultBytesOnlyThroughTheResultRoute(t *testing.T) {
+// TestPayloadDownloadsAreAttachmentsNeverRunByTheBrowser reproduces the
+// issue's "the result route can serve a step's bytes as text/javascript
+// from the console's own origin" (its own content type; a page of the
+// console's origin could load it as a script, which the console's CSP
+// 'self' allows): now a payload is an attachment, application/json only
+// when it is JSON and application/octet-stream otherwise, nosniff, with
+// a sandbox CSP, and only to an operator.
+func TestPayloadDownloadsAreAttachmentsNeverRunByTheBrowser(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	body := e.get("/console/executions/"+succeededID, http.StatusOK)
-	if strings.Contains(body, "do-not-render") {
-		t.Fatal("the execution page shows the result's bytes")
+	const js = `alert(document.cookie)`
+	e.f.mu.Lock()
+	e.f.results[store.Key{TenantID: tenantAcme, ExecutionID: succeededID}] = payload.Payload{ContentType: "text/javascript", Data: []byte(js)}
+	e.f.mu.Unlock()
+	result, input := "/console/executions/"+succeededID+"/result", "/console/executions/"+succeededID+"/input"
+	for _, p := range []string{result, input} {
+		if w := e.do(http.MethodGet, p, nil); w.Code != http.StatusUnauthorized || strings.Contains(w.Body.String(), "alert(document") ||
+			strings.Contains(w.Body.String(), "input-marker") {
+			t.Errorf("%s without a session: %d, want 401 and no bytes", p, w.Code)
+		}
 	}
-	w := e.do(http.MethodGet, "/console/executions/"+succeededID+"/result", nil)
-	if w.Code != http.StatusOK || w.Body.String() != resultBytes || w.Header().Get("Content-Type") != "application/json" {
-		t.Fatalf("result: %d %q %q", w.Code, w.Header().Get("Content-Type"), w.Body)
+	e.signIn()
+	check := func(p, body, ct, file string) {
+		t.Helper()
+		w := e.do(http.MethodGet, p, nil)
+		h := w.Header()
+		if w.Code != http.StatusOK || w.Body.String() != body {
+			t.Fatalf("%s: %d %q", p, w.Code, w.Body)
+		}
+		if got := h.Get("Content-Type"); got != ct {
+			t.Errorf("%s: Content-Type %q, want %q", p, got, ct)
+		}
+		if got := h.Get("Content-Disposition"); got != `attachment; filename="`+file+`"` {
+			t.Errorf("%s: Content-Disposition %q, want an attachment named %s", p, got, file)
+		}
+		if h.Get("X-Content-Type-Options") != "nosniff" || !strings.Contains(h.Get("Content-Security-Policy"), "sandbox") ||
+			strings.Contains(h.Get("Content-Security-Policy"), "'self'") {
+			t.Errorf("%s: nosniff %q, CSP %q: want nosniff and a sandbox CSP that trusts no origin", p, h.Get("X-Content-Type-Options"), h.Get("Content-Security-Policy"))
+		}
 	}
-	if csp := w.Header().Get("Content-Security-Policy"); csp != "default-src 'none'; sandbox" {
-		t.Errorf("result CSP %q", csp)
-	}
+	check(result, js, "application/octet-stream", succeededID+"-result.bin")
+	check(input, inputBytes, "application/json", succeededID+"-input.json")
+	// JSON content type, bytes that are not JSON: octet-stream.
+	e.f.mu.Lock()
+	e.f.results[store.Key{TenantID: tenantAcme, ExecutionID: succeededID}] = payload.Payload{ContentType: "application/json", Data: []byte(`<html>`)}
+	e.f.mu.Unlock()
+	check(result, `<html>`, "application/octet-stream", succeededID+"-result.bin")
 	wantContains(t, e.get("/console/executions/"+dlqID+"/result", http.StatusConflict), "The execution is DLQ")
+	// Every download is logged, without its bytes.
+	evs, err := logtest.Events[payloadViewed](e.logs, "payload_viewed")
+	if err != nil || len(evs) != 3 {
+		t.Fatalf("payload_viewed events %+v (%v), want 3", evs, err)
+	}
+	if v := evs[1]; v.Tenant != tenantAcme || v.ExecutionID != succeededID || v.Which != "input" || v.Via != "download" ||
+		v.Bytes != len(inputBytes) || v.ClientAddress == "" {
+		t.Errorf("payload_viewed %+v", v)
+	}
+	if strings.Contains(e.logs.String(), "input-marker") || strings.Contains(e.logs.String(), "alert(") {
+		t.Error("a payload's bytes are logged")
+	}
+}
+
+// payloadViewed is a payload_viewed event.
+type payloadViewed struct {
+	Tenant        string `json:"tenant"`
+	ExecutionID   string `json:"execution_id"`
+	Which         string `json:"which"`
+	Via           string `json:"via"`
+	Bytes         int    `json:"bytes"`
+	ClientAddress string `json:"client_address"`
+}
+
+func TestPayloadsAreNotServedWithoutAToken(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, withoutToken)
+	for _, p := range []string{"/console/executions/" + succeededID + "/result", "/console/executions/" + succeededID + "/input"} {
+		e.get(p, http.StatusNotFound)
+	}
+	body := e.get("/console/executions/"+succeededID+"?show=input,result", http.StatusOK)
+	wantContains(t, body, `id="payloads-hint"`, "no operator token")
+	if strings.Contains(body, "input-marker") || strings.Contains(body, "do-not-render") {
+		t.Error("without a token the page shows a payload")
+	}
 }
 
 func TestActionsHiddenAndRefusedWithoutAToken(t *testing.T) {
@@ -604,7 +673,7 @@ func TestHostileStringsAreEscaped(t *testing.T) {
 		e.get("/console", http.StatusOK),
 		e.get("/console/executions/"+hostileID, http.StatusOK),
 		e.get("/console/dead-letters", http.StatusOK),
-		e.get("/console?pipeline="+url.QueryEscape(hostileScript), http.StatusOK),
+		e.get("/console?pipeline="+url.QueryEscape(hostileScript), http.StatusBadRequest),
 		e.get("/console?status="+url.QueryEscape(hostileImg), http.StatusBadRequest),
 	}
 	for i, body := range pages {
@@ -685,8 +754,8 @@ func (unsupported) List(context.Context, store.ListQuery) (store.ListPage, error
 	return store.ListPage{}, console.ErrNotSupported
 }
 
-func (unsupported) DeadLetters(context.Context, deadletter.ListQuery) (deadletter.ListPage, error) {
-	return deadletter.ListPage{}, console.ErrNotSupported
+func (unsupported) DeadLetterViews(context.Context, engine.DeadLetterViewQuery) (engine.DeadLetterViewPage, error) {
+	return engine.DeadLetterViewPage{}, console.ErrNotSupported
 }
 
 func TestEachRequestIsLoggedOnceWithoutItsQueryOrForm(t *testing.T) {

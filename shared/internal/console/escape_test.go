@@ -11,6 +11,7 @@ import (
 	"github.com/qasync/qasync/shared/history"
 	"github.com/qasync/qasync/shared/internal/console"
 	"github.com/qasync/qasync/shared/internal/httpapi"
+	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/store"
 )
 
@@ -61,6 +62,7 @@ func (f *fakeBackend) evil() {
 			{Type: history.Redriven, At: at.Add(3 * time.Second), StepName: e.StepName, Attempt: 2, Status: store.Queued, Reason: "Zevreason" + attack},
 		})
 		f.deadLetter(e, e.UpdatedAt)
+		f.inputs[e.Key()] = payload.Payload{ContentType: "application/json", Data: []byte(`{"v":"Zinput<script>alert(1)</script>\"'&"}`)}
 	}
 }
 
@@ -99,10 +101,13 @@ func wantOnlyEscaped(t *testing.T, page, body string, labels ...string) {
 
 // TestEveryValueIsEscaped puts an attack into every string that reaches
 // the pages (pipeline, step, error, worker, reasons, await, execution
-// ids, a child's parent id, the registered pipelines, the filter, the page's own address, a
-// tenant function's error naming the tenant) and checks that the list,
-// the execution, the dead letters and the error page hold only its
-// escaped forms. The idempotency key reaches no page.
+// ids, the idempotency key, a child's parent id, the registered
+// pipelines, the page's own address, the input shown to an operator, a
+// search, a bulk re-drive's error code and reason, a tenant function's
+// error naming the tenant) and checks that the list, the execution, the
+// dead letters (with their counts by error code), a bulk re-drive and
+// the error pages hold only its escaped forms. The idempotency key
+// reaches the execution's page only.
 func TestEveryValueIsEscaped(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, func(o *console.Options) { o.Pipelines = append(fixturePipelines, "Zregistered"+attack) })
@@ -110,19 +115,26 @@ func TestEveryValueIsEscaped(t *testing.T) {
 	e.jar[console.TenantCookieName] = tenantEvil
 	e.signIn()
 
-	list := e.get("/console?limit=1&pipeline="+url.QueryEscape("Zpipe"+attack), http.StatusOK)
+	list := e.get("/console?limit=1", http.StatusOK)
 	wantOnlyEscaped(t, "list", list, "Zpipe", "Zstep", "Zcode", "Zregistered", "Zparent")
 	if len(matches(nextLink, list)) != 1 {
-		t.Error("list: no next page link (the filter is carried in it)")
+		t.Error("list: no next page link")
 	}
 	list2 := e.get(unescape(matches(nextLink, list)[0]), http.StatusOK)
 	wantOnlyEscaped(t, "list page 2", list2, "Zid", "Zpipe", "Zstep", "Zcode", "Zparent")
+	// A filter that is no pipeline id is refused; the page does not
+	// echo it.
+	wantOnlyEscaped(t, "bad filter", e.get("/console?pipeline="+url.QueryEscape("Zpipe"+attack), http.StatusBadRequest))
 
-	exec := e.get("/console/executions/"+evilID, http.StatusOK)
+	exec := e.get("/console/executions/"+evilID+"?show=input", http.StatusOK)
 	wantOnlyEscaped(t, "execution", exec, "Zpipe", "Zversion", "Zstep", "Zowner", "Zcode", "Zmsg", "Zterminal", "Znote", "Zcancel",
-		"Zawait", "Zworker", "Zevreason", "Zparent")
+		"Zawait", "Zworker", "Zevreason", "Zparent", "Zkey")
 	if !strings.Contains(exec, `id="redrive-form"`) {
 		t.Error("execution: the operator's re-drive form is not shown")
+	}
+	// The input, as JSON shows it (its quote escaped), then as HTML.
+	if !strings.Contains(exec, `Zinput&lt;script&gt;alert(1)&lt;/script&gt;\&#34;&#39;&amp;`) {
+		t.Error("execution: the input is not shown escaped")
 	}
 	if strings.Contains(exec, `id="parent-link"`) || strings.Contains(list, `rel="up"`) || !strings.Contains(exec, `id="children-notice"`) {
 		t.Error("an attack parent id is linked, or the map's missing counts are not said")
@@ -130,16 +142,29 @@ func TestEveryValueIsEscaped(t *testing.T) {
 
 	dead := e.get("/console/dead-letters", http.StatusOK)
 	wantOnlyEscaped(t, "dead letters", dead, "Zid", "Zpipe", "Zstep", "Zcode", "Zmsg", "Zterminal")
+	if !strings.Contains(dead, `id="dl-counts"`) || !strings.Contains(dead, `id="bulk-form"`) {
+		t.Error("dead letters: no counts by error code, or no bulk re-drive form")
+	}
 
 	// The page's own address is in the sign-out form.
 	here := e.get("/console/dead-letters?Zhere="+attack, http.StatusOK)
 	wantOnlyEscaped(t, "dead letters' address", here, "Zhere=")
 
 	for page, body := range map[string]string{"list": list, "execution": exec, "dead letters": dead} {
-		if strings.Contains(body, "Zkey") || strings.Contains(body, "Ztoken") {
+		if strings.Contains(body, "Ztoken") || (page != "execution" && strings.Contains(body, "Zkey")) {
 			t.Errorf("%s: the idempotency key or the parent's create token is on the page", page)
 		}
 	}
+
+	// A search for an attack names it on its not-found page.
+	wantOnlyEscaped(t, "search", e.get("/console/search?q="+url.QueryEscape("Zsearch"+attack), http.StatusNotFound), "Zsearch")
+
+	// A bulk re-drive's error code and reason.
+	w := e.post("/console/redrives", url.Values{"errorCode": {"Zbulkcode" + attack}, "reason": {"Zbulkreason" + attack}})
+	if w.Code != http.StatusSeeOther {
+		t.Fatalf("dry run: %d\n%s", w.Code, w.Body)
+	}
+	wantOnlyEscaped(t, "bulk re-drive", e.get(w.Header().Get("Location"), http.StatusOK), "Zbulkcode", "Zbulkreason")
 
 	// A tenant function's error that names the tenant.
 	bad := newEnv(t, func(o *console.Options) {

@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -40,9 +41,21 @@ const (
 	unknownID   = "0195a1c2-0000-8000-8000-00000000unkn"
 	hostileID   = "0195a1c2-0000-8000-8000-00000000evil"
 
-	// resultBytes is the result of succeededID: never on a page.
+	// resultBytes is the result of succeededID: never on a page but its
+	// own, to an operator who asks for it.
 	resultBytes = `{"secret-result":"do-not-render-7f3a"}`
+	// inputBytes is succeededID's input, submitted with succeededKey.
+	inputBytes   = `{"order":"A-1027","lines":[{"sku":"input-marker-41c9","qty":2}]}`
+	succeededKey = "order-A-1027 (retry 2)"
+	// goneID's dead letter outlived its execution's row.
+	goneID = "0195a1c2-0000-8000-8000-00000000gone"
 )
+
+// keyedID was submitted with the idempotency key keyedKey: its id is the
+// key's slot and an incarnation, as the runtime's are.
+var keyedID = engine.ExecutionSlot(tenantAcme, keyedKey) + ".7c1f0e2d3b4a5968"
+
+const keyedKey = "invoice B-2044"
 
 // fixturePipelines are the pipelines of the fixtures.
 var fixturePipelines = []string{"checkout.deliver-order", "invoices.render", "diag.drill"}
@@ -64,12 +77,24 @@ type fakeBackend struct {
 	events   map[store.Key][]history.Event
 	dead     map[string][]deadletter.Record // by tenant, newest first
 	results  map[store.Key]payload.Payload
+	inputs   map[store.Key]payload.Payload
 	lists    []store.ListQuery
 	cancels  []string // "tenant/id: reason"
 	redrives []engine.RedriveOptions
 	// counts are the map parents' children counts.
 	counts map[store.Key]engine.ChildCounts
 	now    time.Time
+	// recRedrives are the re-drives of a dead letter's execution when it
+	// was recorded (by record id): a record is outstanding while its
+	// execution is DLQ or FAILED with as many.
+	recRedrives map[string]int
+	// countLimit bounds the records DeadLetterCounts counts.
+	countLimit int
+	// starts are the bulk re-drives started; jobs the bulk re-drives by
+	// tenant/id, jobKeys their ids by tenant/idempotency key.
+	starts  []engine.RedrivesOptions
+	jobs    map[string]engine.RedriveJob
+	jobKeys map[string]string
 }
 
 // newFakeBackend returns the fixtures: 137 executions of tenant acme over
@@ -80,6 +105,8 @@ func newFakeBackend() *fakeBackend {
 	f := &fakeBackend{
 		execs: map[store.Key]*store.Execution{}, events: map[store.Key][]history.Event{},
 		dead: map[string][]deadletter.Record{}, results: map[store.Key]payload.Payload{}, counts: map[store.Key]engine.ChildCounts{},
+		inputs: map[store.Key]payload.Payload{}, recRedrives: map[string]int{}, countLimit: 1000,
+		jobs: map[string]engine.RedriveJob{}, jobKeys: map[string]string{},
 		now: epoch,
 	}
 	steps := []string{"validate", "charge", "await-approval", "ship"}
@@ -103,6 +130,8 @@ func newFakeBackend() *fakeBackend {
 	s.StepIndex, s.StepName = 1, "render"
 	s.UpdatedAt = s.CreatedAt.Add(2350 * time.Millisecond)
 	f.results[s.Key()] = payload.Payload{ContentType: "application/json", Data: []byte(resultBytes)}
+	s.IdempotencyKey = succeededKey
+	f.inputs[s.Key()] = payload.Payload{ContentType: "application/json", Data: []byte(inputBytes)}
 	f.simpleHistory(s)
 	d := f.add(tenantAcme, dlqID, "checkout.deliver-order", store.DLQ, epoch.Add(-17*time.Second))
 	d.StepIndex, d.StepName, d.Attempt = 1, "charge", 5
@@ -113,8 +142,17 @@ func newFakeBackend() *fakeBackend {
 	u.StepName = "remote-call"
 	u.Error = &store.Failure{Code: "remote_outcome_unknown", Message: "rest http://worker/run: no answer within 30s"}
 	f.simpleHistory(u)
+	k := f.add(tenantAcme, keyedID, "invoices.render", store.Succeeded, epoch.Add(-30*time.Second))
+	k.StepName, k.IdempotencyKey = "render", keyedKey
+	f.results[k.Key()] = payload.Payload{ContentType: "application/json", Data: []byte(`{"invoice":"B-2044"}`)}
+	f.simpleHistory(k)
 	f.showcase()
 	f.fanOut()
+	// A dead letter whose execution's row expired since.
+	f.dead[tenantAcme] = append(f.dead[tenantAcme], deadletter.Record{ID: goneID + ":0:1", Kind: deadletter.KindExecution, TenantID: tenantAcme,
+		ExecutionID: goneID, RecordedAt: epoch.Add(-3 * time.Hour), Envelope: &deadletter.Envelope{TenantID: tenantAcme, ExecutionID: goneID,
+			PipelineID: "invoices.render", StepName: "render", ErrorCode: "template_missing", ErrorMessage: "no template for locale",
+			TerminalReason: store.ReasonNonRetryable, FailedAt: epoch.Add(-3 * time.Hour)}})
 	for i := range 4 {
 		e := f.add(tenantOther, fmt.Sprintf("0195a1c2-aaaa-8000-8000-%012d", i), "invoices.render", store.Succeeded, epoch.Add(-time.Duration(i+1)*time.Minute))
 		e.StepName = "render"
@@ -152,6 +190,7 @@ func (f *fakeBackend) add(tenant, id, pipelineID string, st store.Status, create
 		e.CancelReason, e.CancelRequestedAt = "customer withdrew the order", created.Add(time.Second)
 	}
 	f.execs[e.Key()] = e
+	f.inputs[e.Key()] = payload.Payload{ContentType: "application/json", Data: []byte(`{"order":"` + id + `"}`)}
 	return e
 }
 
@@ -249,6 +288,13 @@ func (f *fakeBackend) showcase() {
 	e.UpdatedAt = at(401100)
 	f.results[e.Key()] = payload.Payload{ContentType: "application/json", Data: []byte(resultBytes)}
 	f.setEvents(e.Key(), ev)
+	// Its dead letter, before the re-drive that made it succeed.
+	env := &deadletter.Envelope{TenantID: e.TenantID, ExecutionID: e.ExecutionID, PipelineID: e.PipelineID, StepIndex: 3, StepName: "ship",
+		TransitionKey: store.TransitionKey(e.ExecutionID, 3, 1), TerminalReason: label.TerminalReason, ErrorCode: label.Code,
+		ErrorMessage: label.Message, FailedAt: at(126900)}
+	f.dead[e.TenantID] = append(f.dead[e.TenantID], deadletter.Record{ID: env.TransitionKey, Kind: deadletter.KindExecution,
+		TenantID: e.TenantID, ExecutionID: e.ExecutionID, Envelope: env, RecordedAt: at(127000)})
+	f.recRedrives[env.TransitionKey] = 0
 }
 
 // hostile is tenant hostile's execution, every string of it an attack.
@@ -277,6 +323,7 @@ func (f *fakeBackend) deadLetter(e *store.Execution, at time.Time) {
 	f.dead[e.TenantID] = append(f.dead[e.TenantID], deadletter.Record{
 		ID: env.TransitionKey, Kind: deadletter.KindExecution, TenantID: e.TenantID, ExecutionID: e.ExecutionID, Envelope: env, RecordedAt: at,
 	})
+	f.recRedrives[env.TransitionKey] = e.RedriveCount
 }
 
 // cursor encodes an offset into a query's results (bound to the query).
@@ -312,12 +359,13 @@ func (f *fakeBackend) List(_ context.Context, q store.ListQuery) (store.ListPage
 	var rows []store.Execution
 	for _, e := range f.execs {
 		if e.TenantID == q.TenantID && (q.PipelineID == "" || e.PipelineID == q.PipelineID) &&
-			(len(q.Statuses) == 0 || slices.Contains(q.Statuses, e.Status)) {
+			(len(q.Statuses) == 0 || slices.Contains(q.Statuses, e.Status)) &&
+			(q.CreatedAfter.IsZero() || e.CreatedAt.After(q.CreatedAfter)) && (q.CreatedBefore.IsZero() || e.CreatedAt.Before(q.CreatedBefore)) {
 			rows = append(rows, *e)
 		}
 	}
 	slices.SortFunc(rows, func(a, b store.Execution) int { return b.CreatedAt.Compare(a.CreatedAt) })
-	qk := fmt.Sprint(q.TenantID, q.PipelineID, q.Statuses, q.Limit)
+	qk := fmt.Sprint(q.TenantID, q.PipelineID, q.Statuses, q.CreatedAfter.UnixMilli(), q.CreatedBefore.UnixMilli(), q.Limit)
 	off, err := offset(qk, q.Cursor)
 	if err != nil {
 		return store.ListPage{}, err
@@ -331,15 +379,20 @@ func (f *fakeBackend) List(_ context.Context, q store.ListQuery) (store.ListPage
 	return p, nil
 }
 
-// Status implements console.Backend.
+// Status implements console.Backend as a store reads: an id without an
+// incarnation (a bare slot) reads the execution living in it.
 func (f *fakeBackend) Status(_ context.Context, key store.Key) (store.Execution, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	e, ok := f.execs[key]
-	if !ok {
-		return store.Execution{}, store.ErrNotFound
+	if e, ok := f.execs[key]; ok {
+		return *e, nil
 	}
-	return *e, nil
+	for k, e := range f.execs {
+		if k.TenantID == key.TenantID && store.Answers(key.ExecutionID, k.ExecutionID) {
+			return *e, nil
+		}
+	}
+	return store.Execution{}, store.ErrNotFound
 }
 
 // Result implements console.Backend.
@@ -378,28 +431,142 @@ func (f *fakeBackend) ChildCounts(_ context.Context, e store.Execution) (*engine
 	return &c, nil
 }
 
-// DeadLetters implements console.Backend.
-func (f *fakeBackend) DeadLetters(_ context.Context, q deadletter.ListQuery) (deadletter.ListPage, error) {
+// view is rec with its execution now (f.mu held).
+func (f *fakeBackend) view(rec deadletter.Record) engine.DeadLetterView {
+	v := engine.DeadLetterView{Record: rec}
+	if e, ok := f.execs[store.Key{TenantID: rec.TenantID, ExecutionID: rec.ExecutionID}]; ok {
+		cur := *e
+		v.Current = &cur
+		v.Outstanding = (e.Status == store.DLQ || e.Status == store.Failed) && e.RedriveCount == f.recRedrives[rec.ID]
+	}
+	return v
+}
+
+// DeadLetterViews implements console.Backend.
+func (f *fakeBackend) DeadLetterViews(_ context.Context, q engine.DeadLetterViewQuery) (engine.DeadLetterViewPage, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var recs []deadletter.Record
+	var views []engine.DeadLetterView
 	for _, r := range f.dead[q.TenantID] {
 		if q.PipelineID == "" || r.Envelope.PipelineID == q.PipelineID {
-			recs = append(recs, r)
+			if v := f.view(r); v.Outstanding || !q.OutstandingOnly {
+				views = append(views, v)
+			}
 		}
 	}
-	qk := fmt.Sprint("dl", q.TenantID, q.PipelineID, q.Limit)
+	qk := fmt.Sprint("dl", q.TenantID, q.PipelineID, q.Limit, q.OutstandingOnly)
 	off, err := offset(qk, q.Cursor)
 	if err != nil {
-		return deadletter.ListPage{}, err
+		return engine.DeadLetterViewPage{}, fmt.Errorf("fake: %w", deadletter.ErrInvalidCursor)
 	}
-	off = min(off, len(recs))
-	end := min(off+pageSize(q.Limit), len(recs))
-	p := deadletter.ListPage{Records: recs[off:end]}
-	if end < len(recs) {
+	off = min(off, len(views))
+	end := min(off+pageSize(q.Limit), len(views))
+	p := engine.DeadLetterViewPage{DeadLetters: views[off:end]}
+	if end < len(views) {
 		p.Cursor = cursor(qk, end)
 	}
 	return p, nil
+}
+
+// DeadLetterCounts implements console.Backend over the newest
+// countLimit records.
+func (f *fakeBackend) DeadLetterCounts(_ context.Context, q deadletter.ListQuery) (engine.DeadLetterCounts, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := engine.DeadLetterCounts{ByCode: map[string]int{}, Outstanding: map[string]int{}, Complete: true}
+	for _, r := range f.dead[q.TenantID] {
+		if q.PipelineID != "" && r.Envelope.PipelineID != q.PipelineID {
+			continue
+		}
+		if c.Scanned == f.countLimit {
+			c.Complete = false
+			break
+		}
+		c.Scanned++
+		c.ByCode[r.Envelope.ErrorCode]++
+		if f.view(r).Outstanding {
+			c.Outstanding[r.Envelope.ErrorCode]++
+		}
+	}
+	return c, nil
+}
+
+// Input implements console.Backend.
+func (f *fakeBackend) Input(_ context.Context, key store.Key) (store.Execution, payload.Payload, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e, ok := f.execs[key]
+	if !ok {
+		return store.Execution{}, payload.Payload{}, store.ErrNotFound
+	}
+	return *e, f.inputs[key], nil
+}
+
+// StartRedrivesWith implements console.Backend as the engine does, at
+// once: the job scans and (unless a dry run) re-drives every matching
+// execution before it returns, done.
+func (f *fakeBackend) StartRedrivesWith(_ context.Context, tenant string, opts engine.RedrivesOptions) (engine.RedriveJob, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.starts = append(f.starts, opts)
+	filter := opts.Filter
+	if strings.TrimSpace(opts.Reason) == "" || opts.RatePerSecond < 0 || opts.RatePerSecond > engine.MaxRedriveRate {
+		return engine.RedriveJob{}, engine.ErrInvalidRedrive
+	}
+	if len(filter.Statuses) == 0 {
+		filter.Statuses = []store.Status{store.DLQ, store.Failed}
+	}
+	slices.Sort(filter.Statuses)
+	if filter.CreatedBefore.IsZero() {
+		filter.CreatedBefore = f.now.Add(time.Millisecond)
+	}
+	rate := cmp.Or(opts.RatePerSecond, engine.DefaultRedriveRate)
+	if opts.IdempotencyKey != "" {
+		if id, ok := f.jobKeys[tenant+"/"+opts.IdempotencyKey]; ok {
+			j := f.jobs[tenant+"/"+id]
+			j.Duplicate = true
+			return j, nil
+		}
+	}
+	job := engine.RedriveJob{ID: fmt.Sprintf("%032x", len(f.jobs)+1), DryRun: opts.DryRun, Reason: opts.Reason, RatePerSecond: rate,
+		Filter: filter, CreatedAt: f.now, Done: true}
+	for _, e := range f.execs {
+		if e.TenantID != tenant || !slices.Contains(filter.Statuses, e.Status) || (filter.PipelineID != "" && e.PipelineID != filter.PipelineID) ||
+			(filter.ErrorCode != "" && (e.Error == nil || e.Error.Code != filter.ErrorCode)) ||
+			(!filter.CreatedAfter.IsZero() && !e.CreatedAt.After(filter.CreatedAfter)) || !e.CreatedAt.Before(filter.CreatedBefore) {
+			continue
+		}
+		job.Matched++
+		if !opts.DryRun {
+			e.Status, e.Attempt, e.Error, e.Version = store.Queued, e.Attempt+1, nil, e.Version+1
+			e.Note = "redrive " + job.ID + ": " + opts.Reason
+			e.RedriveCount++
+			job.Redriven++
+		}
+	}
+	f.jobs[tenant+"/"+job.ID] = job
+	if opts.IdempotencyKey != "" {
+		f.jobKeys[tenant+"/"+opts.IdempotencyKey] = job.ID
+	}
+	return job, nil
+}
+
+// RedriveJob implements console.Backend.
+func (f *fakeBackend) RedriveJob(_ context.Context, tenant, id string) (engine.RedriveJob, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	j, ok := f.jobs[tenant+"/"+id]
+	if !ok {
+		return engine.RedriveJob{}, store.ErrNotFound
+	}
+	return j, nil
+}
+
+// bulkStarts returns the bulk re-drives started.
+func (f *fakeBackend) bulkStarts() []engine.RedrivesOptions {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.starts)
 }
 
 // Cancel implements console.Backend as the engine does: QUEUED and the

@@ -148,7 +148,7 @@ func writeLayout(d *doc, b *base, content func(*doc)) {
 	content(d)
 	d.raw(`
 </main>
-<footer><p>Times are UTC (hover for local time). Payload bytes are never shown here; a succeeded execution's result opens only from its page.</p></footer>
+<footer><p>Times are UTC (hover for local time). An execution's input and result are shown only to a signed-in operator, when asked for on its page; every view is logged.</p></footer>
 </body>
 </html>`)
 }

@@ -16,7 +16,7 @@ import (
 	"github.com/qasync/qasync/shared/history"
 	"github.com/qasync/qasync/shared/internal/engine"
 	"github.com/qasync/qasync/shared/internal/httpapi"
-	"github.com/qasync/qasync/shared/payload"
+	"github.com/qasync/qasync/shared/pipeline"
 	"github.com/qasync/qasync/shared/store"
 )
 
@@ -68,8 +68,13 @@ func (c *Console) errorPage(w http.ResponseWriter, r *http.Request, status int, 
 	b := c.base(w, r, title, "", tenant)
 	b.Status = status
 	back := Prefix
-	if id := r.PathValue("id"); id != "" && status != http.StatusNotFound && validID(id) {
+	switch id := r.PathValue("id"); {
+	case id != "" && status != http.StatusNotFound && validID(id):
 		back = executionURL(id)
+	case r.URL.Path == Prefix+"/dead-letters", strings.HasPrefix(r.URL.Path, Prefix+"/redrives"):
+		// The dead letters' first page, unfiltered (a bad filter's way
+		// back; the bulk re-drive form is there).
+		back = Prefix + "/dead-letters"
 	}
 	b.Here = back // a sign-in from this page returns to the page it came from
 	d := &errorData{base: b, Message: message, Back: back}
@@ -79,7 +84,7 @@ func (c *Console) errorPage(w http.ResponseWriter, r *http.Request, status int, 
 // backendError answers an error of the backend.
 func (c *Console) backendError(w http.ResponseWriter, r *http.Request, what string, err error) {
 	switch {
-	case errors.Is(err, ErrNotSupported):
+	case errors.Is(err, ErrNotSupported), errors.Is(err, engine.ErrDeadLettersUnavailable), errors.Is(err, engine.ErrRedrivesUnavailable):
 		c.errorPage(w, r, http.StatusNotImplemented, "Not available", what+" is not available on this deployment.")
 	case errors.Is(err, store.ErrNotFound):
 		c.errorPage(w, r, http.StatusNotFound, "Execution not found", "No execution with this id exists for this tenant.")
@@ -157,13 +162,16 @@ type listData struct {
 	Pipelines []string
 	Pipeline  string
 	Statuses  []statusOption
-	Limit     int
-	Limits    []int
-	Rows      []execRow
-	Page      int
-	NextURL   string
-	FirstURL  string
-	Filtered  bool
+	// CreatedAfter and CreatedBefore are the time filters as the form's
+	// fields show them ("" for none).
+	CreatedAfter, CreatedBefore string
+	Limit                       int
+	Limits                      []int
+	Rows                        []execRow
+	Page                        int
+	NextURL                     string
+	FirstURL                    string
+	Filtered                    bool
 }
 
 // parseLimit reads the limit parameter (default store.DefaultListLimit).
@@ -184,14 +192,20 @@ func parsePage(s string) int {
 	return n
 }
 
-// listPage handles GET /console.
+// listPage handles GET /console. A filter that is not one (a pipeline
+// id no pipeline can have, an unknown status, a time that is not one) is
+// refused (400), as the HTTP API's list refuses it, with a way back to
+// the unfiltered list, rather than answered with an empty list.
 func (c *Console) listPage(w http.ResponseWriter, r *http.Request) {
 	tenant, ok := c.tenant(w, r)
 	if !ok {
 		return
 	}
 	q := r.URL.Query()
-	pipelineID := strings.TrimSpace(q.Get("pipeline"))
+	pipelineID, ok := c.pipelineFilter(w, r, q)
+	if !ok {
+		return
+	}
 	var statuses []store.Status
 	for _, v := range q["status"] {
 		for s := range strings.SplitSeq(v, ",") {
@@ -208,13 +222,18 @@ func (c *Console) listPage(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+	after, before, ok := c.timeFilters(w, r, q)
+	if !ok {
+		return
+	}
 	limit, ok := parseLimit(q.Get("limit"))
 	if !ok {
 		c.errorPage(w, r, http.StatusBadRequest, "Bad page size", fmt.Sprintf("The page size must be a number from 1 to %d.", store.MaxListLimit))
 		return
 	}
 	cursor := q.Get("cursor")
-	page, err := c.b.List(r.Context(), store.ListQuery{TenantID: tenant, PipelineID: pipelineID, Statuses: statuses, Limit: limit, Cursor: cursor})
+	page, err := c.b.List(r.Context(), store.ListQuery{TenantID: tenant, PipelineID: pipelineID, Statuses: statuses,
+		CreatedAfter: after, CreatedBefore: before, Limit: limit, Cursor: cursor})
 	if err != nil {
 		c.backendError(w, r, "Listing executions", err)
 		return
@@ -222,7 +241,8 @@ func (c *Console) listPage(w http.ResponseWriter, r *http.Request) {
 	now := c.now()
 	d := listData{
 		base: c.base(w, r, "Executions", "executions", tenant), Pipelines: c.pipelines, Pipeline: pipelineID,
-		Limit: limit, Limits: pageLimits, Page: 1, Filtered: pipelineID != "" || len(statuses) > 0,
+		CreatedAfter: fieldTime(after), CreatedBefore: fieldTime(before),
+		Limit: limit, Limits: pageLimits, Page: 1, Filtered: pipelineID != "" || len(statuses) > 0 || !after.IsZero() || !before.IsZero(),
 	}
 	d.Flash = flashMessage(q.Get("done"))
 	for _, s := range store.Statuses {
@@ -257,6 +277,8 @@ func (c *Console) listPage(w http.ResponseWriter, r *http.Request) {
 	for _, s := range statuses {
 		filters.Add("status", string(s))
 	}
+	setTimeFilter(filters, "createdAfter", after)
+	setTimeFilter(filters, "createdBefore", before)
 	if limit != store.DefaultListLimit {
 		filters.Set("limit", strconv.Itoa(limit))
 	}
@@ -269,6 +291,154 @@ func (c *Console) listPage(w http.ResponseWriter, r *http.Request) {
 		d.NextURL = link(page.Cursor, d.Page+1)
 	}
 	c.render(w, http.StatusOK, &d.base, d.content)
+}
+
+// pipelineFilter reads a list's pipeline filter ("" for all): given at
+// most once, a pipeline id (pipeline.ValidID); else it writes the 400.
+func (c *Console) pipelineFilter(w http.ResponseWriter, r *http.Request, q url.Values) (string, bool) {
+	vs := q["pipeline"]
+	if len(vs) > 1 {
+		c.errorPage(w, r, http.StatusBadRequest, "Bad pipeline filter", "The address names the pipeline filter more than once. Pick one pipeline.")
+		return "", false
+	}
+	p := strings.TrimSpace(q.Get("pipeline"))
+	if p != "" && !pipeline.ValidID(p) {
+		c.errorPage(w, r, http.StatusBadRequest, "Bad pipeline filter", pipelineIDRule+" Clear the filter, or pick one of the registered pipelines.")
+		return "", false
+	}
+	return p, true
+}
+
+// pipelineIDRule says what a pipeline id is.
+const pipelineIDRule = "A pipeline id is 1-128 characters of A-Z, a-z, 0-9, '.', '_' and '-', starting with a letter or digit."
+
+// Time filter layouts: an RFC 3339 time, or a time in UTC as a
+// datetime-local field sends it (with or without seconds), or a date
+// (its midnight, UTC).
+var timeLayouts = []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02T15:04", "2006-01-02"}
+
+// parseTime reads a time filter's value (zero for "").
+func parseTime(s string) (time.Time, bool) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return time.Time{}, true
+	}
+	for _, l := range timeLayouts {
+		if t, err := time.Parse(l, s); err == nil {
+			return t.UTC(), true
+		}
+	}
+	return time.Time{}, false
+}
+
+// fieldTime is t as a datetime-local field shows it, in UTC ("" for the
+// zero time).
+func fieldTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format("2006-01-02T15:04:05")
+}
+
+// setTimeFilter carries a time filter in a page link.
+func setTimeFilter(v url.Values, name string, t time.Time) {
+	if !t.IsZero() {
+		v.Set(name, t.UTC().Format(time.RFC3339Nano))
+	}
+}
+
+// timeFilterLabels name the time filters in messages.
+var timeFilterLabels = map[string]string{"createdAfter": "Created after", "createdBefore": "Created before"}
+
+// readTimes reads the createdAfter and createdBefore values of a filter
+// (a list's query, a form): given at most once, a time, after before
+// before. It returns the problem ("" when there is none).
+func readTimes(v url.Values) (after, before time.Time, problem string) {
+	for _, name := range []string{"createdAfter", "createdBefore"} {
+		if len(v[name]) > 1 {
+			return after, before, fmt.Sprintf("“%s” is given more than once.", timeFilterLabels[name])
+		}
+		t, ok := parseTime(v.Get(name))
+		if !ok {
+			return after, before, fmt.Sprintf("“%s” must be a time in UTC such as 2026-03-04T15:30 (or an RFC 3339 time, or a date).", timeFilterLabels[name])
+		}
+		if name == "createdAfter" {
+			after = t
+		} else {
+			before = t
+		}
+	}
+	if !after.IsZero() && !before.IsZero() && !after.Before(before) {
+		return after, before, "“Created after” must be earlier than “Created before”: no execution is created in that range."
+	}
+	return after, before, ""
+}
+
+// timeFilters reads a list's time filters, or writes the 400.
+func (c *Console) timeFilters(w http.ResponseWriter, r *http.Request, q url.Values) (after, before time.Time, ok bool) {
+	after, before, problem := readTimes(q)
+	if problem != "" {
+		c.errorPage(w, r, http.StatusBadRequest, "Bad time filter", problem)
+		return time.Time{}, time.Time{}, false
+	}
+	return after, before, true
+}
+
+// search handles GET /console/search?q=: the execution whose id is q
+// goes to its page; anything else is taken as an idempotency key, whose
+// slot (engine.ExecutionSlot) names the live execution submitted with it
+// (a read of a bare slot finds the execution living in it: store.Slot).
+func (c *Console) search(w http.ResponseWriter, r *http.Request) {
+	tenant, ok := c.tenant(w, r)
+	if !ok {
+		return
+	}
+	raw := r.URL.Query().Get("q")
+	q := strings.TrimSpace(raw)
+	if q == "" {
+		http.Redirect(w, r, Prefix, http.StatusSeeOther)
+		return
+	}
+	var tries []string
+	if validID(q) {
+		tries = append(tries, q)
+	}
+	for _, k := range []string{raw, q} {
+		if validKey(k) && !slices.Contains(tries, engine.ExecutionSlot(tenant, k)) {
+			tries = append(tries, engine.ExecutionSlot(tenant, k))
+		}
+	}
+	if len(tries) == 0 {
+		c.errorPage(w, r, http.StatusBadRequest, "Bad search",
+			fmt.Sprintf("Search for an execution id, or an idempotency key: 1-%d printable ASCII characters.", httpapi.MaxIdempotencyKeyLen))
+		return
+	}
+	for _, id := range tries {
+		e, err := c.b.Status(r.Context(), store.Key{TenantID: tenant, ExecutionID: id})
+		switch {
+		case err == nil:
+			http.Redirect(w, r, executionURL(e.ExecutionID), http.StatusSeeOther)
+			return
+		case !errors.Is(err, store.ErrNotFound):
+			c.backendError(w, r, "Searching", err)
+			return
+		}
+	}
+	c.errorPage(w, r, http.StatusNotFound, "No execution found",
+		"No execution of tenant "+tenant+" has the id “"+store.Truncate(q, 256)+"”, and no live execution of it was submitted with it as its idempotency key.")
+}
+
+// validKey accepts the idempotency keys the HTTP API accepts.
+func validKey(k string) bool {
+	if k == "" || len(k) > httpapi.MaxIdempotencyKeyLen {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] < 0x20 || k[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 // pageLink is the address of page n (at cursor cur; "" for the first)
@@ -345,9 +515,12 @@ type execData struct {
 	CanRedrive        bool
 	NeedsConfirm      bool
 	HasResult         bool
-	ResultURL         string
 	ActionURL         string
 	ReasonMax         int
+	// ShowURL is the page asking to show a payload (then "input" or
+	// "result" is appended); Shown are the payloads it shows (operator).
+	ShowURL string
+	Shown   []payloadView
 }
 
 // executionPage handles GET /console/executions/{id}.
@@ -362,6 +535,11 @@ func (c *Console) executionPage(w http.ResponseWriter, r *http.Request) {
 		c.errorPage(w, r, http.StatusBadRequest, "Bad page link", "This history page link is not one the console gave. Start again from the execution's first page.")
 		return
 	}
+	show, ok := parseShow(q["show"])
+	if !ok {
+		c.errorPage(w, r, http.StatusBadRequest, "Bad page link", "The page can show the execution's input and its result, nothing else.")
+		return
+	}
 	e, err := c.b.Status(r.Context(), key)
 	if err != nil {
 		c.backendError(w, r, "Reading an execution", err)
@@ -372,8 +550,11 @@ func (c *Console) executionPage(w http.ResponseWriter, r *http.Request) {
 		base: c.base(w, r, "Execution "+e.ExecutionID, "executions", key.TenantID), E: e, Terminal: e.Status.Terminal(),
 		CanCancel:  !e.Status.Terminal(),
 		CanRedrive: e.Status == store.DLQ || e.Status == store.Failed || e.Status == store.RemoteOutcomeUnknown,
-		HasResult:  e.Status == store.Succeeded, ResultURL: executionURL(e.ExecutionID) + "/result",
-		ActionURL: executionURL(e.ExecutionID), ReasonMax: maxReasonLen,
+		HasResult:  e.Status == store.Succeeded, ActionURL: executionURL(e.ExecutionID), ReasonMax: maxReasonLen,
+		ShowURL: executionURL(e.ExecutionID) + "?show=",
+	}
+	if d.Operator {
+		d.Shown = c.shownPayloads(r, &e, show)
 	}
 	d.NeedsConfirm = e.Status == store.RemoteOutcomeUnknown
 	d.Flash = flashMessage(q.Get("done"))
@@ -437,107 +618,4 @@ func (c *Console) childCounts(r *http.Request, e store.Execution) (*engine.Child
 		return nil, "The children's counts could not be read. Reload the page."
 	}
 	return counts, ""
-}
-
-// resultBytes handles GET /console/executions/{id}/result: the result
-// of a SUCCEEDED execution, served like the HTTP API's result route (its
-// own content type, never run by the browser).
-func (c *Console) resultBytes(w http.ResponseWriter, r *http.Request) {
-	key, ok := c.executionKey(w, r)
-	if !ok {
-		return
-	}
-	e, p, err := c.b.Result(r.Context(), key)
-	if errors.Is(err, engine.ErrNotSucceeded) {
-		c.errorPage(w, r, http.StatusConflict, "No result yet",
-			fmt.Sprintf("The execution is %s; its result is available once it is %s.", e.Status, store.Succeeded))
-		return
-	}
-	if err != nil {
-		c.backendError(w, r, "Reading a result", err)
-		return
-	}
-	ct := p.ContentType
-	if ct == "" {
-		ct = payload.ContentTypeOctet
-	}
-	h := w.Header()
-	h.Set("Content-Type", ct)
-	h.Set("Content-Length", strconv.Itoa(len(p.Data)))
-	h.Set("Cache-Control", "no-store")
-	// The bytes are whatever a step produced: never let a browser run them.
-	h.Set("Content-Security-Policy", "default-src 'none'; sandbox")
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(p.Data)
-}
-
-// dlRow is one row of the dead-letters page.
-type dlRow struct {
-	ID, ExecutionID, URL, Pipeline, StepName, Reason, ErrorCode, ErrorMessage, Kind string
-	StepIndex, Attempt                                                              int
-	FailedAt, RecordedAt                                                            time.Time
-}
-
-// dlData is the dead-letters page.
-type dlData struct {
-	base
-	Pipelines []string
-	Pipeline  string
-	Limit     int
-	Limits    []int
-	Rows      []dlRow
-	Page      int
-	NextURL   string
-	FirstURL  string
-}
-
-// deadLettersPage handles GET /console/dead-letters.
-func (c *Console) deadLettersPage(w http.ResponseWriter, r *http.Request) {
-	tenant, ok := c.tenant(w, r)
-	if !ok {
-		return
-	}
-	q := r.URL.Query()
-	pipelineID := strings.TrimSpace(q.Get("pipeline"))
-	limit, ok := parseLimit(q.Get("limit"))
-	if !ok {
-		c.errorPage(w, r, http.StatusBadRequest, "Bad page size", fmt.Sprintf("The page size must be a number from 1 to %d.", store.MaxListLimit))
-		return
-	}
-	cursor := q.Get("cursor")
-	page, err := c.b.DeadLetters(r.Context(), deadletter.ListQuery{TenantID: tenant, PipelineID: pipelineID, Limit: limit, Cursor: cursor})
-	if err != nil {
-		c.backendError(w, r, "Listing dead letters", err)
-		return
-	}
-	d := dlData{base: c.base(w, r, "Dead letters", "dead-letters", tenant), Pipelines: c.pipelines, Pipeline: pipelineID,
-		Limit: limit, Limits: pageLimits, Page: 1}
-	for _, rec := range page.Records {
-		row := dlRow{ID: rec.ID, ExecutionID: rec.ExecutionID, Kind: rec.Kind, RecordedAt: rec.RecordedAt}
-		if rec.ExecutionID != "" && validID(rec.ExecutionID) {
-			row.URL = executionURL(rec.ExecutionID)
-		}
-		if env := rec.Envelope; env != nil {
-			row.Pipeline, row.StepIndex, row.StepName = env.PipelineID, env.StepIndex, env.StepName
-			row.Reason, row.ErrorCode, row.ErrorMessage = env.TerminalReason, env.ErrorCode, env.ErrorMessage
-			row.Attempt, row.FailedAt = env.RetriesObserved+1, env.FailedAt
-		}
-		d.Rows = append(d.Rows, row)
-	}
-	filters := url.Values{}
-	if pipelineID != "" {
-		filters.Set("pipeline", pipelineID)
-	}
-	if limit != store.DefaultListLimit {
-		filters.Set("limit", strconv.Itoa(limit))
-	}
-	link := func(cur string, n int) string { return pageLink(Prefix+"/dead-letters", filters, cur, n) }
-	if cursor != "" {
-		d.Page = parsePage(q.Get("page"))
-		d.FirstURL = link("", 1)
-	}
-	if page.Cursor != "" {
-		d.NextURL = link(page.Cursor, d.Page+1)
-	}
-	c.render(w, http.StatusOK, &d.base, d.content)
 }

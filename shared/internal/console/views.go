@@ -1,6 +1,9 @@
 package console
 
 import (
+	"slices"
+	"strings"
+
 	"github.com/qasync/qasync/shared/store"
 )
 
@@ -10,6 +13,11 @@ import (
 // content writes the executions page.
 func (l *listData) content(d *doc) {
 	d.raw(`<h1>Executions</h1>
+<form class="search" method="get" action="` + Prefix + `/search" role="search" id="search-form">
+  <label for="search">Find an execution</label>
+  <input id="search" name="q" type="search" placeholder="execution id or idempotency key" maxlength="255" size="44" required autocomplete="off">
+  <button type="submit" id="search-button">Find</button>
+</form>
 <form class="filters" method="get" action="` + Prefix + `" id="filters">`)
 	d.pipelineField(l.Pipeline, l.Pipelines)
 	d.raw(`
@@ -21,7 +29,15 @@ func (l *listData) content(d *doc) {
 			raw(`> <span class="badge s-`).text(statusClass(s.Name)).raw(`">`).text(string(s.Name)).raw(`</span></label>`)
 	}
 	d.raw(`
-  </fieldset>`)
+  </fieldset>
+  <div class="field">
+    <label for="created-after">Created after (UTC)</label>
+    <input id="created-after" name="createdAfter" type="datetime-local" step="1" value="`).text(l.CreatedAfter).raw(`">
+  </div>
+  <div class="field">
+    <label for="created-before">Created before (UTC)</label>
+    <input id="created-before" name="createdBefore" type="datetime-local" step="1" value="`).text(l.CreatedBefore).raw(`">
+  </div>`)
 	d.limitField(l.Limit, l.Limits)
 	d.raw(`
   <div class="buttons">
@@ -112,29 +128,53 @@ func (d *doc) parentID(id, url string, htmlID markup) {
 // content writes the dead-letters page.
 func (l *dlData) content(d *doc) {
 	d.raw(`<h1>Dead letters</h1>
-<p class="muted">Executions that failed for good (retries exhausted, or a non-retryable error), newest first. Re-drive one from its page.</p>
+<p class="muted">Executions that failed for good (retries exhausted, or a non-retryable error), newest first, each with its status now. Re-drive one from its page, or many with the form below.</p>
 <form class="filters" method="get" action="` + Prefix + `/dead-letters" id="dl-filters">`)
 	d.pipelineField(l.Pipeline, l.Pipelines)
+	d.raw(`
+  <label class="check"><input type="checkbox" name="outstanding" value="1" id="outstanding-only"`).rawIf(l.OutstandingOnly, ` checked`).
+		raw(`> Outstanding only <span class="muted">(still failed: not re-driven since)</span></label>`)
 	d.limitField(l.Limit, l.Limits)
 	d.raw(`
-  <div class="buttons"><button type="submit">Apply</button></div>
-</form>
+  <div class="buttons"><button type="submit" id="apply-dl-filters">Apply</button>`).
+		rawIf(l.Pipeline != "" || l.OutstandingOnly, ` <a href="`+Prefix+`/dead-letters" id="clear-filters">Clear filters</a>`).raw(`</div>
+</form>`)
+	l.counts(d)
+	d.raw(`
 <table class="list" id="dead-letters">
   `)
 	d.caption(l.Page, len(l.Rows))
 	d.raw(`
-  <thead><tr><th scope="col">Recorded</th><th scope="col">Execution</th><th scope="col">Pipeline</th><th scope="col">Step</th>
+  <thead><tr><th scope="col">Recorded</th><th scope="col">Execution</th><th scope="col">Now</th><th scope="col">Pipeline</th><th scope="col">Step</th>
     <th scope="col">Attempt</th><th scope="col">Reason</th><th scope="col">Error</th><th scope="col">Failed</th></tr></thead>
   <tbody>`)
 	for _, r := range l.Rows {
 		d.raw(`
-    <tr>
+    <tr`).rawIf(r.Outstanding, ` class="outstanding"`).raw(` data-outstanding="`).rawIf(r.Outstanding, `true`).rawIf(!r.Outstanding, `false`).raw(`">
       <td>`).when(r.RecordedAt).raw(`</td>
       <td class="id">`)
 		if r.URL != "" {
 			d.raw(`<a href="`).text(r.URL).raw(`">`).text(r.ExecutionID).raw(`</a>`)
 		} else {
 			d.text(r.ExecutionID)
+		}
+		d.raw(`</td>
+      <td class="now">`)
+		switch {
+		case r.Gone:
+			d.raw(`<span class="muted" title="the execution's row expired">gone</span>`)
+		default:
+			if r.URL != "" {
+				d.raw(`<a href="`).text(r.URL).raw(`">`)
+			}
+			d.raw(`<span class="badge s-`).text(statusClass(r.Now)).raw(`">`).text(string(r.Now)).raw(`</span>`)
+			if r.URL != "" {
+				d.raw(`</a>`)
+			}
+			if r.Redrives > 0 {
+				d.raw(` <span class="muted">re-driven `).num(int64(r.Redrives)).raw(`×</span>`)
+			}
+			d.rawIf(r.Outstanding, ` <span class="outstanding-mark">outstanding</span>`)
 		}
 		d.raw(`</td>
       <td>`).text(r.Pipeline).raw(`</td>
@@ -151,13 +191,228 @@ func (l *dlData) content(d *doc) {
 	}
 	if len(l.Rows) == 0 {
 		d.raw(`
-    <tr><td colspan="8" class="empty">No dead letters.</td></tr>`)
+    <tr><td colspan="9" class="empty">No dead letters`).rawIf(l.OutstandingOnly, ` outstanding`).raw(`.</td></tr>`)
 	}
 	d.raw(`
   </tbody>
 </table>
 `)
 	d.pager(l.FirstURL, l.NextURL)
+	l.bulk(d)
+}
+
+// counts writes the counts by error code (the first page only).
+func (l *dlData) counts(d *doc) {
+	if l.Page != 1 {
+		return
+	}
+	d.raw(`
+<section class="dl-counts" aria-labelledby="counts-h">
+<h2 id="counts-h">By error code</h2>`)
+	if l.CountsNotice != "" {
+		d.raw(`
+<p class="notice" id="counts-notice">`).text(l.CountsNotice).raw(`</p>
+</section>`)
+		return
+	}
+	d.raw(`
+<table class="list counts" id="dl-counts">
+  <caption>`)
+	if l.Complete {
+		d.raw(`All `).num(int64(l.Scanned)).raw(` records`)
+	} else {
+		d.raw(`Of the newest `).num(int64(l.Scanned)).raw(` records <span class="muted">(older ones are not counted)</span>`)
+	}
+	d.raw(`</caption>
+  <thead><tr><th scope="col">Error code</th><th scope="col">Records</th><th scope="col">Outstanding</th></tr></thead>
+  <tbody>`)
+	for _, c := range l.Counts {
+		d.raw(`
+    <tr data-code="`).text(c.Code).raw(`"><td>`)
+		if c.Code == "" {
+			d.raw(`<span class="muted">none</span>`)
+		} else {
+			d.raw(`<code>`).text(c.Code).raw(`</code>`)
+		}
+		d.raw(`</td><td class="num">`).num(int64(c.Records)).raw(`</td><td class="num">`).num(int64(c.Outstanding)).raw(`</td></tr>`)
+	}
+	if len(l.Counts) == 0 {
+		d.raw(`
+    <tr><td colspan="3" class="empty">No dead letters.</td></tr>`)
+	}
+	d.raw(`
+  </tbody>
+</table>
+</section>`)
+}
+
+// bulk writes the bulk re-drive form (an operator's), or how to get it.
+func (l *dlData) bulk(d *doc) {
+	d.raw(`
+<section class="actions" id="bulk" aria-labelledby="bulk-h">
+<h2 id="bulk-h">Re-drive in bulk</h2>`)
+	switch {
+	case !l.ActionsEnabled:
+		d.raw(`
+<p class="muted">Bulk re-drive is disabled: this server has no operator token (admin.token).</p>
+</section>`)
+		return
+	case !l.Operator:
+		d.raw(`
+<p class="muted" id="bulk-hint">Sign in with the operator token (top right) to re-drive the executions a filter matches.</p>
+</section>`)
+		return
+	}
+	b := &l.Bulk
+	d.raw(`
+<p class="muted">Re-drives every execution of this tenant that matches, at most the given number a second, each with the reason in its audit note. A dry run counts them first; the re-drive starts from its page.</p>
+<form method="post" action="` + Prefix + `/redrives" class="filters action" id="bulk-form">
+  <input type="hidden" name="csrf" value="`).text(l.CSRF).raw(`">
+  <div class="field">
+    <label for="bulk-pipeline">Pipeline</label>
+    <input id="bulk-pipeline" name="pipeline" value="`).text(b.Pipeline).raw(`" list="pipeline-ids" placeholder="all pipelines" autocomplete="off">
+  </div>
+  <div class="field">
+    <label for="bulk-code">Error code</label>
+    <input id="bulk-code" name="errorCode" list="error-codes" placeholder="any" maxlength="`).num(maxErrorCodeLen).raw(`" autocomplete="off">
+    <datalist id="error-codes">`)
+	for _, code := range b.Codes {
+		d.raw(`<option value="`).text(code).raw(`">`)
+	}
+	d.raw(`</datalist>
+  </div>
+  <fieldset>
+    <legend>Status</legend>`)
+	for _, s := range b.Redrivable {
+		d.raw(`
+    <label class="check"><input type="checkbox" name="status" value="`).text(string(s)).raw(`"`).rawIf(slices.Contains(b.Statuses, s), ` checked`).
+			raw(`> <span class="badge s-`).text(statusClass(s)).raw(`">`).text(string(s)).raw(`</span></label>`)
+	}
+	d.raw(`
+  </fieldset>
+  <div class="field">
+    <label for="bulk-after">Created after (UTC)</label>
+    <input id="bulk-after" name="createdAfter" type="datetime-local" step="1">
+  </div>
+  <div class="field">
+    <label for="bulk-before">Created before (UTC)</label>
+    <input id="bulk-before" name="createdBefore" type="datetime-local" step="1">
+  </div>
+  <div class="field">
+    <label for="bulk-rate">Per second</label>
+    <input id="bulk-rate" name="rate" type="number" min="1" max="`).num(int64(b.RateMax)).raw(`" value="`).num(int64(b.Rate)).raw(`" required>
+  </div>
+  <div class="field wide">
+    <label for="bulk-reason">Reason</label>
+    <input id="bulk-reason" name="reason" required maxlength="`).num(int64(b.ReasonMax)).raw(`" size="40">
+  </div>
+  <div class="buttons"><button type="submit" id="bulk-dry-run">Count them (dry run)</button></div>
+</form>
+</section>`)
+}
+
+// content writes a bulk re-drive's page: its filter, then its dry run's
+// count and start form, or its progress.
+func (x *bulkData) content(d *doc) {
+	j := &x.Job
+	d.raw(`
+<p class="crumbs"><a href="` + Prefix + `/dead-letters">Dead letters</a> › `)
+	if j.DryRun {
+		d.raw(`Dry run`)
+	} else {
+		d.raw(`Bulk re-drive`)
+	}
+	d.raw(`</p>
+<h1>`)
+	if j.DryRun {
+		d.raw(`Dry run `)
+	} else {
+		d.raw(`Bulk re-drive `)
+	}
+	d.raw(`<span class="id">`).text(j.ID).raw(`</span></h1>
+<div class="summary">
+<dl id="bulk-summary">
+  <dt>Pipeline</dt><dd>`)
+	if j.Filter.PipelineID != "" {
+		d.text(j.Filter.PipelineID)
+	} else {
+		d.raw(`<span class="muted">all</span>`)
+	}
+	d.raw(`</dd>
+  <dt>Status</dt><dd>`)
+	for i, s := range j.Filter.Statuses {
+		d.rawIf(i > 0, ` `).raw(`<span class="badge s-`).text(statusClass(s)).raw(`">`).text(string(s)).raw(`</span>`)
+	}
+	d.raw(`</dd>
+  <dt>Error code</dt><dd>`)
+	if j.Filter.ErrorCode != "" {
+		d.raw(`<code>`).text(j.Filter.ErrorCode).raw(`</code>`)
+	} else {
+		d.raw(`<span class="muted">any</span>`)
+	}
+	d.raw(`</dd>
+  <dt>Created</dt><dd>`)
+	switch {
+	case !j.Filter.CreatedAfter.IsZero():
+		d.raw(`after `).when(j.Filter.CreatedAfter).raw(`, before `).when(j.Filter.CreatedBefore)
+	default:
+		d.raw(`before `).when(j.Filter.CreatedBefore)
+	}
+	d.raw(`</dd>
+  <dt>Reason</dt><dd id="bulk-reason">`).text(j.Reason).raw(`</dd>
+  <dt>Rate</dt><dd>`).num(int64(j.RatePerSecond)).raw(` a second</dd>
+  <dt>Started</dt><dd>`).when(j.CreatedAt).raw(`</dd>
+</dl>
+</div>`)
+	if j.DryRun {
+		d.raw(`
+<section aria-labelledby="count-h">
+<h2 id="count-h">Count</h2>
+<p id="bulk-matched">`)
+		if j.Done {
+			d.num(int64(j.Matched)).raw(` executions match.`)
+		} else {
+			d.raw(`Still counting: `).num(int64(j.Matched)).raw(` so far. <label class="check refresh"><input type="checkbox" id="auto-refresh"> refresh every 3 s</label>`)
+		}
+		d.raw(`</p>`)
+		switch {
+		case x.StartURL != "":
+			d.raw(`
+<form method="post" action="`).text(x.StartURL).raw(`" class="action" id="bulk-start-form">
+  <input type="hidden" name="csrf" value="`).text(x.CSRF).raw(`">
+  <button type="submit" class="danger" id="bulk-start">Re-drive these `).num(int64(j.Matched)).raw(` executions</button>
+  <p class="muted">The re-drive takes exactly this filter, reason and rate, and only executions created before the dry run started.</p>
+</form>`)
+		case j.Done:
+			d.raw(`
+<p class="muted" id="bulk-nothing">Nothing to re-drive. <a href="` + Prefix + `/dead-letters#bulk">Change the filter</a>.</p>`)
+		}
+		d.raw(`
+</section>`)
+		return
+	}
+	d.raw(`
+<section aria-labelledby="progress-h">
+<h2 id="progress-h">Progress</h2>
+<p><progress id="bulk-progress" max="`).num(int64(j.Matched)).raw(`" value="`).num(int64(x.Handled)).raw(`"></progress> `).
+		num(int64(x.Handled)).raw(` of `).num(int64(j.Matched)).raw(` handled`)
+	if j.Done {
+		d.raw(` <span class="badge s-succeeded" id="bulk-done">done</span>`)
+	} else {
+		d.raw(` <span class="muted" id="bulk-running">(the sweeper re-drives them)</span> <label class="check refresh"><input type="checkbox" id="auto-refresh"> refresh every 3 s</label>`)
+	}
+	d.raw(`</p>
+<table class="list counts" id="bulk-counts">
+  <thead><tr><th scope="col">Matched</th><th scope="col">Re-driven</th><th scope="col">Skipped</th><th scope="col">Failed</th></tr></thead>
+  <tbody><tr>
+    <td class="num" data-count="matched">`).num(int64(j.Matched)).raw(`</td>
+    <td class="num" data-count="redriven">`).num(int64(j.Redriven)).raw(`</td>
+    <td class="num" data-count="skipped">`).num(int64(j.Skipped)).raw(`</td>
+    <td class="num`).rawIf(j.Failed > 0, ` error`).raw(`" data-count="failed">`).num(int64(j.Failed)).raw(`</td>
+  </tr></tbody>
+</table>
+<p class="muted">Skipped: no longer matching, or no longer re-drivable, when its turn came. <a href="` + Prefix + `/dead-letters?outstanding=1">The outstanding dead letters</a>.</p>
+</section>`)
 }
 
 // content writes the error page.
@@ -222,6 +477,13 @@ func (x *execData) content(d *doc) {
 		d.raw(` <span class="muted">child #`).num(int64(p.Index)).raw(` of `).num(int64(p.Total)).raw(`, from its map step `).num(int64(p.StepIndex)).raw(`</span></dd>`)
 	}
 	d.raw(`
+  <dt>Idempotency key</dt><dd>`)
+	if e.IdempotencyKey != "" {
+		d.raw(`<code id="idempotency-key">`).text(e.IdempotencyKey).raw(`</code>`)
+	} else {
+		d.raw(`<span class="muted" id="idempotency-key">none (submitted without one)</span>`)
+	}
+	d.raw(`</dd>
   <dt>Version</dt><dd>`).num(e.Version).raw(`</dd>`)
 	if f := e.Error; f != nil {
 		d.raw(`
@@ -260,12 +522,9 @@ func (x *execData) content(d *doc) {
 	}
 	d.raw(`
 </dl>`)
-	if x.HasResult {
-		d.raw(`
-<p><a href="`).text(x.ResultURL).raw(`" id="result-link" rel="nofollow">Open the result</a> <span class="muted">(the payload bytes, as the HTTP API serves them)</span></p>`)
-	}
 	d.raw(`
 </div>`)
+	x.payloads(d)
 	x.children(d)
 	x.actions(d)
 	d.raw(`
@@ -280,6 +539,84 @@ func (x *execData) content(d *doc) {
 	}
 	d.raw(`
 </section>`)
+}
+
+// payloads writes the execution's input and result section: to an
+// operator, the links that show or download them, and the ones the page
+// was asked to show; to anyone else, how to see them.
+func (x *execData) payloads(d *doc) {
+	d.raw(`
+
+<section class="payloads" id="payloads" aria-labelledby="payloads-h">
+<h2 id="payloads-h">Input and result</h2>`)
+	switch {
+	case !x.ActionsEnabled:
+		d.raw(`
+<p class="muted" id="payloads-hint">The input and result are shown only to a signed-in operator, and this server has no operator token (admin.token).</p>`)
+	case !x.Operator:
+		d.raw(`
+<p class="muted" id="payloads-hint">Sign in with the operator token (top right) to see the input`).rawIf(x.HasResult, ` and the result`).raw(`. Every view is logged.</p>`)
+	default:
+		d.raw(`
+<p class="payload-links">`)
+		x.payloadLinks(d, whichInput, `Input`)
+		if x.HasResult {
+			d.raw(` · `)
+			x.payloadLinks(d, whichResult, `Result`)
+		}
+		d.raw(` <span class="muted">Every view and download is logged.</span></p>`)
+		for i := range x.Shown {
+			x.Shown[i].content(d)
+		}
+	}
+	d.raw(`
+</section>`)
+}
+
+// payloadLinks writes the show and download links of one payload (which
+// is whichInput or whichResult, label its name).
+func (x *execData) payloadLinks(d *doc, which string, label markup) {
+	show := []string{which}
+	for _, v := range x.Shown {
+		if v.Which != which {
+			show = append(show, v.Which)
+		}
+	}
+	if len(show) == 2 && show[0] == whichResult {
+		show[0], show[1] = show[1], show[0]
+	}
+	d.raw(label).raw(`: <a href="`).text(x.ShowURL + strings.Join(show, ",") + "#payloads").raw(`" id="show-`).text(which).raw(`" rel="nofollow">show</a>, <a href="`).
+		text(payloadURL(x.E.ExecutionID, which)).raw(`" id="download-`).text(which).raw(`" rel="nofollow" download>download</a>`)
+}
+
+// content writes a payload the page was asked to show.
+func (v *payloadView) content(d *doc) {
+	d.raw(`
+<h3 id="payload-`).text(v.Which).raw(`-h">`)
+	if v.Which == whichInput {
+		d.raw(`Input`)
+	} else {
+		d.raw(`Result`)
+	}
+	d.raw(`</h3>`)
+	if v.Notice != "" {
+		d.raw(`
+<p class="notice" id="`).text(v.Which).raw(`-notice">`).text(v.Notice).raw(`</p>`)
+		return
+	}
+	d.raw(`
+<p class="muted">`).num(int64(v.Bytes)).raw(` bytes, <code>`).text(v.ContentType).raw(`</code>`)
+	switch {
+	case !v.JSON:
+		d.raw(`. It is not JSON, so the page does not show it: <a href="`).text(v.DownloadURL).raw(`" rel="nofollow" download>download it</a>.</p>`)
+		return
+	case v.Truncated:
+		d.raw(`; the first `).num(payloadShowCap >> 10).raw(` KiB are shown: <a href="`).text(v.DownloadURL).raw(`" rel="nofollow" download>download the whole</a>.</p>`)
+	default:
+		d.raw(`.</p>`)
+	}
+	d.raw(`
+<pre class="payload" id="`).text(v.Which).raw(`-view"><code>`).text(v.Text).raw(`</code></pre>`)
 }
 
 // children writes a map parent's counts: while it waits for its
