@@ -9,7 +9,9 @@
 #                binary;
 #   step.sh      prints what runs first, a progress line while it runs
 #                (go build -v's packages counted, other lines passed),
-#                and keeps the command's exit status.
+#                and keeps the command's exit status;
+#   make run     passes the token in serve's environment, not its
+#                command line (make -n).
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd -P)"
@@ -75,6 +77,13 @@ check "step: progress with the packages counted" grep -q "still building x: [0-9
 check "step: other lines pass, package lines do not" bash -c 'grep -q "^d.go:1:1: an error$" "$1" && grep -q "^# example.com/d$" "$1" && ! grep -q "^example.com/a$" "$1"' _ "$tmp/out"
 QASYNC_STEP_EVERY=30 "$root/scripts/step.sh" "quick" "instant" true >"$tmp/out" 2>&1
 check "step: a quick step prints its one line" bash -c '[ "$(cat "$1")" = "==> quick (instant)" ]' _ "$tmp/out"
+
+# make run: the token reaches serve in its environment, from the file,
+# and never on its command line.
+make -s -n -C "$root" run >"$tmp/out" 2>&1
+check "make run: the token in the environment, from its file" \
+  grep -q 'PIPELINE_ORCHESTRATOR_ADMIN_TOKEN="${PIPELINE_ORCHESTRATOR_ADMIN_TOKEN:-$(cat .qasync/admin-token)}"' "$tmp/out"
+check "make run: serve's command line has no token" bash -c 'grep -q "exec .*/qasync serve --addr" "$1" && ! grep "qasync serve" "$1" | grep -qi token' _ "$tmp/out"
 
 rm -f "$tmp/out"
 echo "scripts_test: $passed passed, $failed failed"
