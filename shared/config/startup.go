@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/qasync/qasync/shared/internal/suggest"
 )
 
 // MinAdminTokenLength is the shortest operator token (admin.token, in
@@ -154,7 +156,7 @@ func LoopbackAddr(addr string) bool {
 }
 
 // Nearest returns the candidate closest to name by edit distance
-// (Levenshtein, case-insensitive), or "" when none is within a third of
+// (suggest.Distance, case-insensitive), or "" when none is within a third of
 // name's length (at least 1): a suggestion for a misspelt flag or
 // variable, not a guess at something unrelated. Ties go to the first
 // candidate.
@@ -167,31 +169,11 @@ func Nearest(name string, candidates []string) string {
 func nearest(name string, candidates []string, maxDist int) string {
 	best, bestDist := "", maxDist+1
 	for _, c := range candidates {
-		if d := editDistance(strings.ToLower(name), strings.ToLower(c)); d < bestDist {
+		if d := suggest.Distance(strings.ToLower(name), strings.ToLower(c)); d < bestDist {
 			best, bestDist = c, d
 		}
 	}
 	return best
-}
-
-// editDistance is the Levenshtein distance between a and b (bytes).
-func editDistance(a, b string) int {
-	prev, cur := make([]int, len(b)+1), make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 // FlagNames lists every flag Load accepts (the keys' short names and

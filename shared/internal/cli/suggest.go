@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/qasync/qasync/shared/internal/suggest"
 )
 
 // nearest returns the name of known closest to name, for a "did you
 // mean" in the error of a mistyped command or flag: the one at the
-// smallest edit distance (distance; the first of known on a tie) when it
+// smallest edit distance (suggest.Distance; the first of known on a tie) when it
 // is at most 1 for a name of up to 4 characters and 2 for a longer one,
 // else the only name of known that starts with name (a flag cut short:
 // --pipe for --pipeline), else "".
@@ -22,7 +24,7 @@ func nearest(name string, known []string) string {
 	}
 	best, bestD := "", limit+1
 	for _, k := range known {
-		if d := distance(name, k); d < bestD && d < len([]rune(k)) {
+		if d := suggest.Distance(name, k); d < bestD && d < len([]rune(k)) {
 			best, bestD = k, d
 		}
 	}
@@ -39,34 +41,6 @@ func nearest(name string, known []string) string {
 		return prefixed[0]
 	}
 	return ""
-}
-
-// distance is the optimal string alignment distance of a and b: the
-// fewest insertions, deletions, substitutions and swaps of two
-// neighbouring characters that turn one into the other ("redrvie" is one
-// edit from "redrive").
-func distance(a, b string) int {
-	s, t := []rune(a), []rune(b)
-	// d[i][j] is the distance of s[:i] and t[:j]; three rows suffice.
-	prev2, prev, cur := make([]int, len(t)+1), make([]int, len(t)+1), make([]int, len(t)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(s); i++ {
-		cur[0] = i
-		for j := 1; j <= len(t); j++ {
-			cost := 1
-			if s[i-1] == t[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-			if i > 1 && j > 1 && s[i-1] == t[j-2] && s[i-2] == t[j-1] {
-				cur[j] = min(cur[j], prev2[j-2]+1)
-			}
-		}
-		prev2, prev, cur = prev, cur, prev2
-	}
-	return prev[len(t)]
 }
 
 // UnknownCommand is the error text of an unknown command name: the
