@@ -152,7 +152,7 @@ func TestInputRoute(t *testing.T) {
 	sub := e.mustSubmit("fail", "k", body, "X-Tenant-Id", "acme")
 	e.drive()
 	path := sub.StatusURL + "/input"
-	admin := func(h ...string) []string { return append([]string{"Authorization", "Bearer " + adminToken, "X-Tenant-Id", "acme"}, h...) }
+	admin := []string{"Authorization", "Bearer " + adminToken, "X-Tenant-Id", "acme"}
 
 	wantProblem(t, get(e, path, "X-Tenant-Id", "acme"), http.StatusUnauthorized, "unauthorized")
 	wantProblem(t, get(e, path, "X-Tenant-Id", "acme", "Authorization", "Bearer wrong"), http.StatusUnauthorized, "unauthorized")
@@ -160,7 +160,7 @@ func TestInputRoute(t *testing.T) {
 		t.Fatalf("refused calls logged views: %+v", v)
 	}
 
-	w := get(e, path, admin()...)
+	w := get(e, path, admin...)
 	if w.Code != http.StatusOK || w.Body.String() != body {
 		t.Fatalf("input: %d %q", w.Code, w.Body)
 	}
@@ -179,7 +179,7 @@ func TestInputRoute(t *testing.T) {
 
 	// Raw bytes of a browser-renderable type: octets, as an attachment.
 	html := e.mustSubmit("echo", "h", `<script>alert(1)</script>`, "Content-Type", "text/html", "X-Tenant-Id", "acme")
-	w = get(e, html.StatusURL+"/input", admin()...)
+	w = get(e, html.StatusURL+"/input", admin...)
 	if w.Code != http.StatusOK || w.Header().Get("Content-Type") != payload.ContentTypeOctet || w.Header().Get(client.InputContentTypeHeader) != "text/html" ||
 		!strings.HasSuffix(w.Header().Get("Content-Disposition"), `-input.bin"`) {
 		t.Fatalf("raw input: %d %v", w.Code, w.Header())
@@ -196,7 +196,7 @@ func TestInputRoute(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := wantProblem(t, get(e, "/v1/executions/"+large.Execution.ExecutionID+"/input", admin()...), http.StatusRequestEntityTooLarge, "input-too-large")
+	p := wantProblem(t, get(e, "/v1/executions/"+large.Execution.ExecutionID+"/input", admin...), http.StatusRequestEntityTooLarge, "input-too-large")
 	if !strings.Contains(p.Detail, strconv.Itoa(len(in.Data))+" bytes") || !strings.Contains(p.Detail, strconv.Itoa(httpapi.MaxInputViewBytes)) ||
 		p.ExecutionStatus != store.Queued {
 		t.Fatalf("413 problem %+v", p)
