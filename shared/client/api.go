@@ -408,7 +408,7 @@ func (c *Client) DeadLetterCounts(ctx context.Context, pipelineID string) (DeadL
 }
 
 // InputContentTypeHeader names the media type an execution's input was
-// submitted with, on GET /v1/executions/{id}/input (whose Content-Type is
+// submitted with, on GET /v1/inputs/{executionId} (whose Content-Type is
 // application/json or application/octet-stream).
 const InputContentTypeHeader = "X-Input-Content-Type"
 
@@ -422,7 +422,7 @@ func (c *Client) Input(ctx context.Context, executionID string) (Result, error) 
 	if executionID == "" {
 		return Result{}, missing("the execution id")
 	}
-	_, h, b, err := c.do(ctx, call{method: http.MethodGet, path: executionPath(executionID) + "/input"})
+	_, h, b, err := c.do(ctx, call{method: http.MethodGet, path: "/v1/inputs/" + url.PathEscape(executionID)})
 	if err != nil {
 		return Result{}, err
 	}

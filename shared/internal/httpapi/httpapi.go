@@ -26,7 +26,7 @@
 //	                                             with its execution's current status and
 //	                                             whether it is outstanding (outstanding=true)
 //	GET  /v1/dead-letters/counts                 the dead letters counted by error code
-//	GET  /v1/executions/{executionId}/input      operator: the execution's input (as re-drive;
+//	GET  /v1/inputs/{executionId}                operator: an execution's input (as re-drive;
 //	                                             at most 1 MiB, every view logged)
 //	POST /v1/executions/{executionId}/awaits/{awaitId}/complete
 //	                                             complete an await step (X-Resume-Token;
@@ -126,7 +126,7 @@ const (
 	routeRedriveJob  = "GET /v1/redrives/{redriveId}"
 	routeDeadLetters = "GET /v1/dead-letters"
 	routeDLQCounts   = "GET /v1/dead-letters/counts"
-	routeInput       = "GET /v1/executions/{executionId}/input"
+	routeInput       = "GET /v1/inputs/{executionId}"
 	routeOpenAPI     = "GET /openapi.json"
 )
 

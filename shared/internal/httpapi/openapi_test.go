@@ -266,12 +266,12 @@ func TestOpenAPIDocumentMatchesEveryResponse(t *testing.T) {
 			{"GET", "/v1/dead-letters/counts?pipelineId=fail", "", nil, 200, true},
 			{"GET", "/v1/dead-letters/counts?pipelineId=-bad", "", nil, 400, false},
 
-			{"GET", ex(succeeded) + "/input", "", admin(nil), 200, true},
-			{"GET", ex(dead) + "/input", "", admin(nil), 200, true},
-			{"GET", ex(succeeded) + "/input", "", admin(badTenant), 400, false},
-			{"GET", ex(succeeded) + "/input", "", nil, 401, false},
-			{"GET", ex("nope") + "/input", "", admin(nil), 404, true},
-			{"GET", ex(large.Execution.ExecutionID) + "/input", "", admin(nil), 413, true},
+			{"GET", "/v1/inputs/" + succeeded, "", admin(nil), 200, true},
+			{"GET", "/v1/inputs/" + dead, "", admin(nil), 200, true},
+			{"GET", "/v1/inputs/" + succeeded, "", admin(badTenant), 400, false},
+			{"GET", "/v1/inputs/" + succeeded, "", nil, 401, false},
+			{"GET", "/v1/inputs/nope", "", admin(nil), 404, true},
+			{"GET", "/v1/inputs/" + large.Execution.ExecutionID, "", admin(nil), 413, true},
 
 			{"GET", "/openapi.json", "", nil, 200, true},
 			{"GET", "/healthz", "", nil, 200, true},
@@ -307,7 +307,7 @@ func TestOpenAPIDocumentMatchesEveryResponse(t *testing.T) {
 			{"GET", "/v1/redrives/abc", "", admin(nil), failing.want, true},
 			{"GET", "/v1/dead-letters", "", nil, failing.want, true},
 			{"GET", "/v1/dead-letters/counts", "", nil, failing.want, true},
-			{"GET", ex("x") + "/input", "", admin(nil), failing.want, true},
+			{"GET", "/v1/inputs/x", "", admin(nil), failing.want, true},
 		}
 	}
 

@@ -524,7 +524,7 @@ func (a *api) deadLettersFailed(w http.ResponseWriter, r *http.Request, err erro
 	}
 }
 
-// MaxInputViewBytes bounds the input GET /v1/executions/{id}/input
+// MaxInputViewBytes bounds the input GET /v1/inputs/{executionId}
 // serves: 1 MiB. A larger input is answered 413 input-too-large with its
 // size (it is not read): an operator plane view is for looking at an
 // input, and the bound keeps every answer far inside a Lambda response
@@ -534,8 +534,10 @@ const MaxInputViewBytes = 1 << 20
 // kindInputTooLarge: the input is larger than MaxInputViewBytes.
 var kindInputTooLarge = kind{"input-too-large", http.StatusRequestEntityTooLarge, "Input too large to view"}
 
-// input handles GET /v1/executions/{executionId}/input (an operator
-// route, registered only where re-drive is): the bytes the execution was
+// input handles GET /v1/inputs/{executionId} (an operator route,
+// registered only where re-drive is; not under /v1/executions/, whose
+// IAM grant a client holds for the status route and which would then
+// cover it): the bytes the execution was
 // submitted with, as a download (Content-Disposition: attachment) of
 // application/json or application/octet-stream, never of the submitted
 // media type, so that a browser renders none of it; the submitted type is

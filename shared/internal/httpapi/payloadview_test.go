@@ -151,7 +151,7 @@ func TestInputRoute(t *testing.T) {
 	body := `{"name":"` + marker + `"}`
 	sub := e.mustSubmit("fail", "k", body, "X-Tenant-Id", "acme")
 	e.drive()
-	path := sub.StatusURL + "/input"
+	path := "/v1/inputs/" + sub.ExecutionID
 	admin := []string{"Authorization", "Bearer " + adminToken, "X-Tenant-Id", "acme"}
 
 	wantProblem(t, get(e, path, "X-Tenant-Id", "acme"), http.StatusUnauthorized, "unauthorized")
@@ -179,7 +179,7 @@ func TestInputRoute(t *testing.T) {
 
 	// Raw bytes of a browser-renderable type: octets, as an attachment.
 	html := e.mustSubmit("echo", "h", `<script>alert(1)</script>`, "Content-Type", "text/html", "X-Tenant-Id", "acme")
-	w = get(e, html.StatusURL+"/input", admin...)
+	w = get(e, "/v1/inputs/"+html.ExecutionID, admin...)
 	if w.Code != http.StatusOK || w.Header().Get("Content-Type") != payload.ContentTypeOctet || w.Header().Get(client.InputContentTypeHeader) != "text/html" ||
 		!strings.HasSuffix(w.Header().Get("Content-Disposition"), `-input.bin"`) {
 		t.Fatalf("raw input: %d %v", w.Code, w.Header())
@@ -196,7 +196,7 @@ func TestInputRoute(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := wantProblem(t, get(e, "/v1/executions/"+large.Execution.ExecutionID+"/input", admin...), http.StatusRequestEntityTooLarge, "input-too-large")
+	p := wantProblem(t, get(e, "/v1/inputs/"+large.Execution.ExecutionID, admin...), http.StatusRequestEntityTooLarge, "input-too-large")
 	if !strings.Contains(p.Detail, strconv.Itoa(len(in.Data))+" bytes") || !strings.Contains(p.Detail, strconv.Itoa(httpapi.MaxInputViewBytes)) ||
 		p.ExecutionStatus != store.Queued {
 		t.Fatalf("413 problem %+v", p)
@@ -207,7 +207,7 @@ func TestInputRoute(t *testing.T) {
 
 	// Without an admin token the route does not exist.
 	off := newEnv(t, withHTTP(func(o *httpapi.Options) { o.AdminToken = "" }))
-	wantProblem(t, get(off, "/v1/executions/x/input", "Authorization", "Bearer "+adminToken), http.StatusNotFound, "not-found")
+	wantProblem(t, get(off, "/v1/inputs/x", "Authorization", "Bearer "+adminToken), http.StatusNotFound, "not-found")
 }
 
 // TestResultReadByAnOperatorIsLogged: a result read with the admin token
