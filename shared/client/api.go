@@ -311,6 +311,9 @@ func (c *Client) DeadLetters(ctx context.Context, q DeadLetterQuery) (DeadLetter
 	if q.Cursor != "" {
 		v.Set("cursor", q.Cursor)
 	}
+	if q.OutstandingOnly {
+		v.Set("outstanding", "true")
+	}
 	var p DeadLetterPage
 	_, err := c.doJSON(ctx, call{method: http.MethodGet, path: "/v1/dead-letters", query: v}, nil, &p)
 	return p, err
@@ -392,4 +395,43 @@ func (c *Client) Wait(ctx context.Context, executionID string, o WaitOptions) (E
 		case <-t.C:
 		}
 	}
+}
+
+// DeadLetterCounts counts the caller's dead-letter records by error code,
+// all and outstanding ones, of one pipeline ("" for all): over the newest
+// records up to the server's bound (DeadLetterCounts.Complete).
+func (c *Client) DeadLetterCounts(ctx context.Context, pipelineID string) (DeadLetterCounts, error) {
+	v := url.Values{}
+	if pipelineID != "" {
+		v.Set("pipelineId", pipelineID)
+	}
+	var n DeadLetterCounts
+	_, err := c.doJSON(ctx, call{method: http.MethodGet, path: "/v1/dead-letters/counts", query: v}, nil, &n)
+	return n, err
+}
+
+// InputContentTypeHeader names the media type an execution's input was
+// submitted with, on GET /v1/inputs/{executionId} (whose Content-Type is
+// application/json or application/octet-stream).
+const InputContentTypeHeader = "X-Input-Content-Type"
+
+// Input returns an execution's input, the bytes it was submitted with,
+// in any status: ContentType is the type it was submitted with
+// (InputContentTypeHeader), MessageType the protobuf message of a
+// protobuf input. An operator route (as Redrive): the input can hold
+// personal data, so the server logs every view. An input larger than the
+// server's cap (1 MiB) is a 413 *Error whose detail names its size.
+func (c *Client) Input(ctx context.Context, executionID string) (Result, error) {
+	if executionID == "" {
+		return Result{}, missing("the execution id")
+	}
+	_, h, b, err := c.do(ctx, call{method: http.MethodGet, path: "/v1/inputs/" + url.PathEscape(executionID)})
+	if err != nil {
+		return Result{}, err
+	}
+	ct := h.Get(InputContentTypeHeader)
+	if ct == "" {
+		ct = h.Get("Content-Type")
+	}
+	return Result{ContentType: ct, MessageType: h.Get(MessageTypeHeader), Data: b}, nil
 }

@@ -193,6 +193,8 @@ func TestClientTypesKeepEveryMemberOfTheServersDocuments(t *testing.T) {
 		t.Errorf("the first dead-letter page of 1 %+v has no next cursor", dl)
 	}
 	strict[client.DeadLetterPage](t, "dead letters", api.call("GET", "/v1/dead-letters?limit=500", "", http.StatusOK))
+	strict[client.DeadLetterPage](t, "outstanding dead letters", api.call("GET", "/v1/dead-letters?outstanding=true", "", http.StatusOK))
+	strict[client.DeadLetterCounts](t, "dead-letter counts", api.call("GET", "/v1/dead-letters/counts", "", http.StatusOK))
 
 	// Problems: 400, 404, 409 with the execution's status.
 	strict[client.Problem](t, "bad status", api.call("GET", "/v1/executions?status=SLEEPING", "", http.StatusBadRequest))
@@ -210,6 +212,9 @@ type schemaObject struct {
 	Required   []string                `json:"required"`
 	Properties map[string]schemaObject `json:"properties"`
 	Items      *schemaObject           `json:"items"`
+	// AdditionalProperties is a schema (an object of any keys: a map) or
+	// false.
+	AdditionalProperties any `json:"additionalProperties"`
 }
 
 // schemaAt returns the schema at a "#/components/schemas/..." pointer.
@@ -255,7 +260,7 @@ func jsonMembers(typ reflect.Type) map[string]jsonMember {
 
 // kindMismatch says how a Go type does not fit a property's schema ("" if
 // it fits): strings (and date-times as time.Time), integers, booleans,
-// arrays as slices, objects as structs.
+// arrays as slices, objects as structs, objects of any keys as maps.
 func kindMismatch(typ reflect.Type, s schemaObject) string {
 	if typ.Kind() == reflect.Pointer {
 		typ = typ.Elem()
@@ -273,6 +278,8 @@ func kindMismatch(typ reflect.Type, s schemaObject) string {
 		want = "bool"
 	case s.Type == "array":
 		want = "slice"
+	case s.Type == "object" && s.Properties == nil && s.AdditionalProperties != nil && s.AdditionalProperties != false:
+		want = "map"
 	case s.Type == "object":
 		want = "struct"
 	}
@@ -335,6 +342,7 @@ func TestClientTypesFollowTheOpenAPIDocument(t *testing.T) {
 		{client.RedriveProgress{}, s + "RedriveProgress"},
 		{client.DeadLetterPage{}, s + "DeadLettersResponse"},
 		{client.DeadLetter{}, s + "DeadLetter"},
+		{client.DeadLetterCounts{}, s + "DeadLetterCounts"},
 		{client.Problem{}, s + "Problem"},
 	}
 	covered := map[string]bool{

@@ -358,6 +358,11 @@ type DeadLetterQuery struct {
 	Limit int
 	// Cursor continues from a previous page's NextCursor.
 	Cursor string
+	// OutstandingOnly keeps the records whose execution still ends in
+	// their failure (DeadLetter.Outstanding). A page then reads a bounded
+	// number of records: it may hold fewer than Limit (even none) and
+	// still have a NextCursor.
+	OutstandingOnly bool
 }
 
 // DeadLetterPage is one page of dead-letter records.
@@ -396,4 +401,34 @@ type DeadLetter struct {
 	FailedAt time.Time `json:"failedAt"`
 	// RecordedAt is when the record was written.
 	RecordedAt time.Time `json:"recordedAt"`
+	// CurrentStatus is the execution's status now: SUCCEEDED once a
+	// re-drive made it through, DLQ while it still ends in a failure;
+	// "" when its row is gone (it expired a retention after it ended,
+	// while the record is kept longer).
+	CurrentStatus store.Status `json:"currentStatus,omitempty"`
+	// CurrentVersion is the execution's version now (0 when gone): the
+	// expectedVersion of a re-drive.
+	CurrentVersion int64 `json:"currentVersion,omitempty"`
+	// Outstanding is true while the execution still ends in this
+	// record's failure: DLQ or FAILED at this record's transition, not
+	// re-driven since (a re-drive that failed again leaves a newer
+	// record, the outstanding one).
+	Outstanding bool `json:"outstanding"`
+}
+
+// DeadLetterCounts are the caller's dead-letter records counted by error
+// code: GET /v1/dead-letters/counts. The count covers the newest records
+// only, up to a bound (5,000): Complete says whether that was all of
+// them.
+type DeadLetterCounts struct {
+	// ByCode counts the records by error code.
+	ByCode map[string]int `json:"byCode"`
+	// OutstandingByCode counts the outstanding records
+	// (DeadLetter.Outstanding) by error code.
+	OutstandingByCode map[string]int `json:"outstandingByCode"`
+	// Scanned is how many records were counted.
+	Scanned int `json:"scanned"`
+	// Complete is false when there are more records than the bound (or
+	// may be): the counts are then of the newest Scanned.
+	Complete bool `json:"complete"`
 }

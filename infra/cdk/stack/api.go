@@ -22,13 +22,15 @@ const (
 	healthPath  = "/healthz"
 	awaitPath   = "/v1/executions/{executionId}/awaits/{awaitId}/complete"
 	// The operator plane.
-	listPath        = "/v1/executions"
-	historyPath     = "/v1/executions/{executionId}/history"
-	cancelPath      = "/v1/executions/{executionId}/cancel"
-	bulkRedrivePath = "/v1/redrives"
-	redriveJobPath  = "/v1/redrives/{redriveId}"
-	deadLettersPath = "/v1/dead-letters"
-	openAPIPath     = "/openapi.json"
+	listPath             = "/v1/executions"
+	historyPath          = "/v1/executions/{executionId}/history"
+	cancelPath           = "/v1/executions/{executionId}/cancel"
+	bulkRedrivePath      = "/v1/redrives"
+	redriveJobPath       = "/v1/redrives/{redriveId}"
+	deadLettersPath      = "/v1/dead-letters"
+	deadLetterCountsPath = "/v1/dead-letters/counts"
+	inputPath            = "/v1/inputs/{executionId}"
+	openAPIPath          = "/openapi.json"
 )
 
 // Route is one route of the HTTP API.
@@ -40,8 +42,9 @@ type Route struct {
 	// Path is the route's path; the route key is "Method Path".
 	Path string
 	// Client routes are the ones ClientInvokePolicy allows; the operator
-	// routes (re-drive, cancel, bulk re-drive and its progress) are the
-	// operators' (OperatorRedrivePolicy), each its own route.
+	// routes (re-drive, cancel, bulk re-drive and its progress, an
+	// execution's input) are the operators' (OperatorRedrivePolicy), each
+	// its own route.
 	Client bool
 	// ResumeToken routes have no API Gateway authorizer: the request's
 	// X-Resume-Token, verified by the submit function, is the
@@ -55,9 +58,10 @@ type Route struct {
 // route would let anyone on the internet invoke (and bill) the submit
 // function, and cdk-nag's APIG4 refuses it; a health probe signs its
 // request like any other client. The operator routes (re-drive, cancel,
-// bulk re-drive and its progress) are routes of their own so that their
-// execute-api:Invoke permission is separate: callers allowed to submit,
-// list and read cannot re-drive or cancel.
+// bulk re-drive and its progress, an execution's input) are routes of
+// their own so that their execute-api:Invoke permission is separate:
+// callers allowed to submit, list and read cannot re-drive or cancel, nor
+// read an execution's input (which can hold personal data).
 //
 // The await completion route is called by the external party an await
 // step waits for (a webhook, a person), which has no AWS identity. Its
@@ -80,6 +84,8 @@ var Routes = []Route{
 	{CancelRouteID, "POST", cancelPath, false, false},
 	{BulkRedriveRouteID, "POST", bulkRedrivePath, false, false},
 	{RedriveJobRouteID, "GET", redriveJobPath, false, false},
+	{DeadLetterCountsRouteID, "GET", deadLetterCountsPath, true, false},
+	{InputRouteID, "GET", inputPath, false, false},
 }
 
 // Operator reports whether r is an operator route (OperatorRedrivePolicy;
@@ -247,7 +253,7 @@ func (b *builder) httpAPI() {
 	})
 	setLogicalID(b.http.clientPolicy, ClientPolicyID)
 	b.http.operatorPolicy = awsiam.NewManagedPolicy(b.stack, jsii.String(OperatorPolicyID), &awsiam.ManagedPolicyProps{
-		Description: jsii.String("qasync " + s.Stage + ": re-drive and cancel executions, start bulk re-drives and read their progress"),
+		Description: jsii.String("qasync " + s.Stage + ": re-drive and cancel executions, start bulk re-drives and read their progress, read executions' inputs"),
 		Statements:  &[]awsiam.PolicyStatement{statement(false)},
 	})
 	setLogicalID(b.http.operatorPolicy, OperatorPolicyID)

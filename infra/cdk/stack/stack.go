@@ -63,16 +63,18 @@ const (
 	ResultRouteID         = "ResultRoute"
 	RedriveRouteID        = "RedriveRoute"
 	HealthRouteID         = "HealthRoute"
-	// The operator plane's routes: list, history and dead letters are
-	// client routes; cancel and bulk re-drive are operator routes, like
-	// re-drive.
-	ListRouteID        = "ListRoute"
-	HistoryRouteID     = "HistoryRoute"
-	CancelRouteID      = "CancelRoute"
-	BulkRedriveRouteID = "BulkRedriveRoute"
-	RedriveJobRouteID  = "BulkRedriveProgressRoute"
-	DeadLettersRouteID = "DeadLettersRoute"
-	OpenAPIRouteID     = "OpenAPIRoute"
+	// The operator plane's routes: list, history, dead letters and
+	// their counts are client routes; cancel, bulk re-drive and an
+	// execution's input are operator routes, like re-drive.
+	ListRouteID             = "ListRoute"
+	HistoryRouteID          = "HistoryRoute"
+	CancelRouteID           = "CancelRoute"
+	BulkRedriveRouteID      = "BulkRedriveRoute"
+	RedriveJobRouteID       = "BulkRedriveProgressRoute"
+	DeadLettersRouteID      = "DeadLettersRoute"
+	DeadLetterCountsRouteID = "DeadLetterCountsRoute"
+	InputRouteID            = "InputRoute"
+	OpenAPIRouteID          = "OpenAPIRoute"
 	// AwaitCompleteRouteID is the await completion route, authorized by
 	// its resume token instead of IAM (see Routes).
 	AwaitCompleteRouteID = "AwaitCompleteRoute"

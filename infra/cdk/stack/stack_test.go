@@ -2,6 +2,7 @@ package stack
 
 import (
 	"reflect"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -30,9 +31,9 @@ func TestResourceCounts(t *testing.T) {
 		"AWS::ApiGatewayV2::Api":          1,
 		"AWS::ApiGatewayV2::Stage":        1,
 		"AWS::ApiGatewayV2::Integration":  1,
-		"AWS::ApiGatewayV2::Route":        13, // twelve IAM routes, the await completion route
+		"AWS::ApiGatewayV2::Route":        15, // fourteen IAM routes, the await completion route
 		"AWS::ApiGatewayV2::Authorizer":   0,  // IAM needs none
-		"AWS::Lambda::Permission":         14, // thirteen routes, the schedule
+		"AWS::Lambda::Permission":         16, // fifteen routes, the schedule
 		"AWS::Events::EventBus":           1,
 		"AWS::Events::Rule":               1,
 		"AWS::CloudWatch::Alarm":          8,
@@ -539,8 +540,9 @@ func TestHTTPAPIRoutesUseIAM(t *testing.T) {
 		}
 	}
 	sort.Strings(keys)
-	wantKeys := []string{"GET /healthz", "GET /openapi.json", "GET /v1/dead-letters", "GET /v1/executions", "GET /v1/executions/{executionId}",
-		"GET /v1/executions/{executionId}/history", "GET /v1/executions/{executionId}/result", "GET /v1/redrives/{redriveId}",
+	wantKeys := []string{"GET /healthz", "GET /openapi.json", "GET /v1/dead-letters", "GET /v1/dead-letters/counts", "GET /v1/executions",
+		"GET /v1/executions/{executionId}", "GET /v1/executions/{executionId}/history", "GET /v1/executions/{executionId}/result",
+		"GET /v1/inputs/{executionId}", "GET /v1/redrives/{redriveId}",
 		"POST /v1/executions/{executionId}/awaits/{awaitId}/complete", "POST /v1/executions/{executionId}/cancel",
 		"POST /v1/executions/{executionId}/redrive", "POST /v1/pipelines/{pipelineId}/executions", "POST /v1/redrives"}
 	if !reflect.DeepEqual(keys, wantKeys) {
@@ -573,9 +575,10 @@ func TestHTTPAPIRoutesUseIAM(t *testing.T) {
 	for id, want := range map[string][]string{
 		ClientPolicyID: {arn("POST", "/v1/pipelines/*/executions"), arn("GET", "/v1/executions/*"),
 			arn("GET", "/v1/executions/*/result"), arn("GET", "/healthz"), arn("GET", "/v1/executions"),
-			arn("GET", "/v1/executions/*/history"), arn("GET", "/v1/dead-letters"), arn("GET", "/openapi.json")},
+			arn("GET", "/v1/executions/*/history"), arn("GET", "/v1/dead-letters"), arn("GET", "/openapi.json"),
+			arn("GET", "/v1/dead-letters/counts")},
 		OperatorPolicyID: {arn("POST", "/v1/executions/*/redrive"), arn("POST", "/v1/executions/*/cancel"),
-			arn("POST", "/v1/redrives"), arn("GET", "/v1/redrives/*")},
+			arn("POST", "/v1/redrives"), arn("GET", "/v1/redrives/*"), arn("GET", "/v1/inputs/*")},
 	} {
 		sts := v.statements()[id]
 		if len(sts) != 1 || str(sts[0]["Action"]) != "execute-api:Invoke" {
@@ -589,8 +592,8 @@ func TestHTTPAPIRoutesUseIAM(t *testing.T) {
 			t.Errorf("%s: resources %v, want %v", id, got, want)
 		}
 		for _, r := range got {
-			if id == ClientPolicyID && (strings.Contains(r, "redrive") || strings.Contains(r, "cancel")) {
-				t.Errorf("client policy can re-drive or cancel: %s", r)
+			if id == ClientPolicyID && (strings.Contains(r, "redrive") || strings.Contains(r, "cancel") || strings.Contains(r, "input")) {
+				t.Errorf("client policy can re-drive, cancel or read inputs: %s", r)
 			}
 			if strings.Contains(r, "awaits") {
 				t.Errorf("%s names the await completion route: %s", id, r)
@@ -673,7 +676,7 @@ func TestJWTAuthorizer(t *testing.T) {
 		}
 		var scopes any
 		switch r.ID {
-		case RedriveRouteID, CancelRouteID, BulkRedriveRouteID, RedriveJobRouteID:
+		case RedriveRouteID, CancelRouteID, BulkRedriveRouteID, RedriveJobRouteID, InputRouteID:
 			scopes = []any{"qasync/redrive"} // the operator routes
 		}
 		if !reflect.DeepEqual(p["AuthorizationScopes"], scopes) {
@@ -821,5 +824,31 @@ func TestEnvironmentAgnostic(t *testing.T) {
 	v := synth(t, "dev")
 	if !*awscdk.Token_IsUnresolved(v.stack.Account()) || !*awscdk.Token_IsUnresolved(v.stack.Region()) {
 		t.Errorf("stack has a concrete environment: %s/%s", *v.stack.Account(), *v.stack.Region())
+	}
+}
+
+// TestClientPolicyReachesNoOperatorRoute: in an execute-api ARN, IAM's *
+// matches any characters, '/' included, so a client route's ARN with a
+// path parameter (GET /v1/executions/*, of the status route) grants
+// every path under it as well: an operator route there would be the
+// clients' too. No operator route may lie under a client route's ARN.
+func TestClientPolicyReachesNoOperatorRoute(t *testing.T) {
+	var client []*regexp.Regexp
+	for _, r := range Routes {
+		if r.Client {
+			glob := regexp.QuoteMeta(r.Method + wildcardParams(r.Path))
+			client = append(client, regexp.MustCompile("^"+strings.ReplaceAll(glob, `\*`, ".*")+"$"))
+		}
+	}
+	for _, r := range Routes {
+		if !r.Operator() {
+			continue
+		}
+		concrete := r.Method + strings.ReplaceAll(wildcardParams(r.Path), "*", "x")
+		for _, re := range client {
+			if re.MatchString(concrete) {
+				t.Errorf("operator route %s is granted by the client policy's %s", r.Key(), re)
+			}
+		}
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"mime"
 	"net/http"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -389,6 +388,11 @@ func (a *api) result(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
+	if a.adminToken(r) == tokenValid {
+		// An operator reading a result (the route is the submitter's too):
+		// audit-logged as the input view is.
+		a.payloadViewed(r, key, "result", len(p.Data))
+	}
 	ct := p.ContentType
 	if ct == "" {
 		ct = payload.ContentTypeOctet
@@ -398,13 +402,7 @@ func (a *api) result(w http.ResponseWriter, r *http.Request) {
 	if p.Encoding == payload.EncodingProtobuf && p.Message != "" {
 		h.Set(MessageTypeHeader, p.Message)
 	}
-	h.Set("Content-Length", strconv.Itoa(len(p.Data)))
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Content-Type-Options", "nosniff")
-	// The bytes are whatever a step produced: never let a browser run them.
-	h.Set("Content-Security-Policy", "default-src 'none'; sandbox")
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(p.Data)
+	writePayload(w, p.Data)
 }
 
 // redrive handles POST /v1/executions/{executionId}/redrive (registered
@@ -514,13 +512,10 @@ func (a *api) authorized(w http.ResponseWriter, r *http.Request) bool {
 	if a.redriveUpstream {
 		return true
 	}
-	scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-	token = strings.TrimLeft(token, " ")
-	if strings.EqualFold(scheme, "Bearer") && token != "" {
-		got := sha256.Sum256([]byte(token))
-		if subtle.ConstantTimeCompare(got[:], a.adminHash[:]) == 1 {
-			return true
-		}
+	switch a.adminToken(r) {
+	case tokenValid:
+		return true
+	case tokenInvalid:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="qasync-admin", error="invalid_token"`)
 		writeProblem(w, kindUnauthorized.problem("The bearer token is not valid for this route."))
 		return false
@@ -528,6 +523,30 @@ func (a *api) authorized(w http.ResponseWriter, r *http.Request) bool {
 	w.Header().Set("WWW-Authenticate", `Bearer realm="qasync-admin"`)
 	writeProblem(w, kindUnauthorized.problem("This route requires an Authorization: Bearer admin token."))
 	return false
+}
+
+// tokenCheck is what a request's Authorization says of the admin token.
+type tokenCheck int
+
+const (
+	tokenNone    tokenCheck = iota // no Bearer token (or none configured)
+	tokenInvalid                   // a Bearer token, not the admin token
+	tokenValid                     // the admin token
+)
+
+// adminToken checks the request's Bearer token against the admin token,
+// in constant time.
+func (a *api) adminToken(r *http.Request) tokenCheck {
+	scheme, token, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	token = strings.TrimLeft(token, " ")
+	if a.adminHash == nil || !strings.EqualFold(scheme, "Bearer") || token == "" {
+		return tokenNone
+	}
+	got := sha256.Sum256([]byte(token))
+	if subtle.ConstantTimeCompare(got[:], a.adminHash[:]) == 1 {
+		return tokenValid
+	}
+	return tokenInvalid
 }
 
 // parseRedrive decodes and checks a re-drive body. A non-empty detail

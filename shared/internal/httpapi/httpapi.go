@@ -22,7 +22,12 @@
 //	POST /v1/redrives                            operator bulk re-drive (as re-drive): 202 new,
 //	                                             200 when its Idempotency-Key named the job
 //	GET  /v1/redrives/{redriveId}                its progress (as re-drive)
-//	GET  /v1/dead-letters                        the tenant's dead letters, newest first
+//	GET  /v1/dead-letters                        the tenant's dead letters, newest first, each
+//	                                             with its execution's current status and
+//	                                             whether it is outstanding (outstanding=true)
+//	GET  /v1/dead-letters/counts                 the dead letters counted by error code
+//	GET  /v1/inputs/{executionId}                operator: an execution's input (as re-drive;
+//	                                             at most 1 MiB, every view logged)
 //	POST /v1/executions/{executionId}/awaits/{awaitId}/complete
 //	                                             complete an await step (X-Resume-Token;
 //	                                             body = completion payload): 200
@@ -40,7 +45,7 @@
 // history-unavailable (404); method-not-allowed (405, with Allow);
 // execution-not-succeeded, execution-not-redrivable,
 // execution-not-cancellable, version-mismatch, await-conflict (409);
-// payload-too-large (413); unsupported-media-type (415: a body whose
+// payload-too-large, input-too-large (413); unsupported-media-type (415: a body whose
 // Content-Type the pipeline's first step does not take, such as
 // text/plain for a step that decodes JSON); idempotency-key-mismatch
 // (422); internal (500); unavailable, awaits-disabled,
@@ -75,9 +80,10 @@ type Options struct {
 	// answered with 413. Zero or negative means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
 	// AdminToken is the Bearer token of the operator routes: re-drive,
-	// cancel, bulk re-drive and its progress. Empty disables them (they
-	// then answer 404 like any unknown path), unless
-	// RedriveAuthorizedUpstream is set.
+	// cancel, bulk re-drive and its progress, an execution's input. Empty
+	// disables them (they then answer 404 like any unknown path), unless
+	// RedriveAuthorizedUpstream is set. A result read with it is an
+	// operator's view, logged as payload_viewed.
 	AdminToken string
 	// RedriveAuthorizedUpstream serves the operator routes without a token
 	// because something in front has already authorized them: API
@@ -119,6 +125,8 @@ const (
 	routeRedrives    = "POST /v1/redrives"
 	routeRedriveJob  = "GET /v1/redrives/{redriveId}"
 	routeDeadLetters = "GET /v1/dead-letters"
+	routeDLQCounts   = "GET /v1/dead-letters/counts"
+	routeInput       = "GET /v1/inputs/{executionId}"
 	routeOpenAPI     = "GET /openapi.json"
 )
 
@@ -170,6 +178,7 @@ func New(rt *engine.Runtime, opts Options) http.Handler {
 	a.route(routeList, a.list)
 	a.route(routeHistory, a.history)
 	a.route(routeDeadLetters, a.deadLetters)
+	a.route(routeDLQCounts, a.deadLetterCounts)
 	a.route(routeOpenAPI, a.openAPI)
 	switch {
 	case opts.RedriveAuthorizedUpstream:
@@ -184,6 +193,7 @@ func New(rt *engine.Runtime, opts Options) http.Handler {
 		a.route(routeCancel, a.cancel)
 		a.route(routeRedrives, a.startRedrives)
 		a.route(routeRedriveJob, a.redriveProgress)
+		a.route(routeInput, a.input)
 	}
 	// Everything else: a problem+json 404, never the mux's text/plain one.
 	a.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

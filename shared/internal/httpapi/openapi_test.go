@@ -31,6 +31,7 @@ import (
 	"github.com/qasync/qasync/shared/internal/engine"
 	"github.com/qasync/qasync/shared/internal/httpapi"
 	"github.com/qasync/qasync/shared/internal/memory"
+	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/pipeline"
 	"github.com/qasync/qasync/shared/store"
 )
@@ -156,6 +157,14 @@ func TestOpenAPIDocumentMatchesEveryResponse(t *testing.T) {
 	awaitPath := "/v1/executions/" + parked + "/awaits/" + st.Await.AwaitID + "/complete"
 	token := await.Sign([]byte(openapiSecret), "default", parked, st.Await.AwaitID)
 	job := decode[client.BulkRedrive](t, post(e, "/v1/redrives", `{"reason":"count","dryRun":true}`))
+	bigInput, err := payload.JSON(map[string]string{"pad": strings.Repeat("p", httpapi.MaxInputViewBytes)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	large, err := e.rt.Submit(context.Background(), engine.SubmitRequest{TenantID: "default", PipelineID: "echo", IdempotencyKey: "large", Input: bigInput})
+	if err != nil {
+		t.Fatal(err)
+	}
 	firstPage := decode[client.ExecutionPage](t, e.do(req{method: http.MethodGet, path: "/v1/executions?limit=1"}))
 	firstEvents := decode[client.History](t, e.do(req{method: http.MethodGet, path: "/v1/executions/" + succeeded + "/history?limit=1"}))
 	if firstEvents.NextCursor == "" {
@@ -251,6 +260,18 @@ func TestOpenAPIDocumentMatchesEveryResponse(t *testing.T) {
 			{"GET", "/v1/dead-letters", "", nil, 200, true},
 			{"GET", "/v1/dead-letters?pipelineId=fail&limit=1", "", nil, 200, true},
 			{"GET", "/v1/dead-letters?limit=0", "", nil, 400, false},
+			{"GET", "/v1/dead-letters?outstanding=true", "", nil, 200, true},
+			{"GET", "/v1/dead-letters?outstanding=maybe", "", nil, 400, false},
+			{"GET", "/v1/dead-letters/counts", "", nil, 200, true},
+			{"GET", "/v1/dead-letters/counts?pipelineId=fail", "", nil, 200, true},
+			{"GET", "/v1/dead-letters/counts?pipelineId=-bad", "", nil, 400, false},
+
+			{"GET", "/v1/inputs/" + succeeded, "", admin(nil), 200, true},
+			{"GET", "/v1/inputs/" + dead, "", admin(nil), 200, true},
+			{"GET", "/v1/inputs/" + succeeded, "", admin(badTenant), 400, false},
+			{"GET", "/v1/inputs/" + succeeded, "", nil, 401, false},
+			{"GET", "/v1/inputs/nope", "", admin(nil), 404, true},
+			{"GET", "/v1/inputs/" + large.Execution.ExecutionID, "", admin(nil), 413, true},
 
 			{"GET", "/openapi.json", "", nil, 200, true},
 			{"GET", "/healthz", "", nil, 200, true},
@@ -263,6 +284,7 @@ func TestOpenAPIDocumentMatchesEveryResponse(t *testing.T) {
 			{"GET", ex("x") + "/result", "", nil, 401, true},
 			{"GET", ex("x") + "/history", "", nil, 401, true},
 			{"GET", "/v1/dead-letters", "", nil, 401, true},
+			{"GET", "/v1/dead-letters/counts", "", nil, 401, true},
 		},
 	}
 	for _, failing := range []struct {
@@ -284,6 +306,8 @@ func TestOpenAPIDocumentMatchesEveryResponse(t *testing.T) {
 			{"POST", "/v1/redrives", `{"reason":"r"}`, admin(nil), failing.want, true},
 			{"GET", "/v1/redrives/abc", "", admin(nil), failing.want, true},
 			{"GET", "/v1/dead-letters", "", nil, failing.want, true},
+			{"GET", "/v1/dead-letters/counts", "", nil, failing.want, true},
+			{"GET", "/v1/inputs/x", "", admin(nil), failing.want, true},
 		}
 	}
 

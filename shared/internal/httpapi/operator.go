@@ -1,8 +1,8 @@
 package httpapi
 
-// The operator plane's routes: list executions, an execution's history,
-// cancel, bulk re-drive and its progress, the dead letters, and the
-// OpenAPI document of every route.
+// The operator plane's routes: list executions, an execution's history
+// and input, cancel, bulk re-drive and its progress, the dead letters and
+// their counts, and the OpenAPI document of every route.
 
 import (
 	"bytes"
@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -22,6 +24,7 @@ import (
 	"github.com/qasync/qasync/shared/deadletter"
 	"github.com/qasync/qasync/shared/history"
 	"github.com/qasync/qasync/shared/internal/engine"
+	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/pipeline"
 	"github.com/qasync/qasync/shared/store"
 )
@@ -440,7 +443,9 @@ func (a *api) redriveProgress(w http.ResponseWriter, r *http.Request) {
 		Failed: job.Failed, Done: job.Done, DryRun: job.DryRun})
 }
 
-// deadLetters handles GET /v1/dead-letters.
+// deadLetters handles GET /v1/dead-letters: a page of the tenant's
+// dead-letter records, each with its execution's current status and
+// whether it is still outstanding (outstanding=true keeps those only).
 func (a *api) deadLetters(w http.ResponseWriter, r *http.Request) {
 	tenant, ok := a.tenant(w, r)
 	if !ok {
@@ -455,34 +460,156 @@ func (a *api) deadLetters(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	page, err := a.rt.DeadLetters(r.Context(), deadletter.ListQuery{TenantID: tenant, PipelineID: pid, Limit: limit, Cursor: cursor})
+	outstanding := false
+	if vs, has := q["outstanding"]; has {
+		if len(vs) != 1 || (vs[0] != "true" && vs[0] != "false") {
+			writeProblem(w, kindInvalidRequest.problem("outstanding must be given once, true or false."))
+			return
+		}
+		outstanding = vs[0] == "true"
+	}
+	page, err := a.rt.DeadLetterViews(r.Context(), engine.DeadLetterViewQuery{
+		ListQuery: deadletter.ListQuery{TenantID: tenant, PipelineID: pid, Limit: limit, Cursor: cursor}, OutstandingOnly: outstanding})
+	if err != nil {
+		a.deadLettersFailed(w, r, err)
+		return
+	}
+	resp := client.DeadLetterPage{DeadLetters: make([]client.DeadLetter, 0, len(page.DeadLetters)), NextCursor: page.Cursor}
+	for _, v := range page.DeadLetters {
+		env := v.Envelope
+		d := client.DeadLetter{
+			ID: v.ID, ExecutionID: env.ExecutionID, PipelineID: env.PipelineID, StepIndex: env.StepIndex, StepName: env.StepName,
+			TransitionKey: env.TransitionKey, TerminalReason: env.TerminalReason, ErrorCode: env.ErrorCode, ErrorMessage: env.ErrorMessage,
+			RetriesObserved: env.RetriesObserved, FailedAt: utc(env.FailedAt), RecordedAt: utc(v.RecordedAt), Outstanding: v.Outstanding,
+		}
+		if v.Current != nil {
+			d.CurrentStatus, d.CurrentVersion = v.Current.Status, v.Current.Version
+		}
+		resp.DeadLetters = append(resp.DeadLetters, d)
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// deadLetterCounts handles GET /v1/dead-letters/counts: the tenant's
+// records (of one pipeline with pipelineId) counted by error code, over
+// the newest engine.DeadLetterCountLimit.
+func (a *api) deadLetterCounts(w http.ResponseWriter, r *http.Request) {
+	tenant, ok := a.tenant(w, r)
+	if !ok {
+		return
+	}
+	pid, ok := pipelineParam(w, r.URL.Query())
+	if !ok {
+		return
+	}
+	n, err := a.rt.DeadLetterCounts(r.Context(), deadletter.ListQuery{TenantID: tenant, PipelineID: pid})
+	if err != nil {
+		a.deadLettersFailed(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, client.DeadLetterCounts{ByCode: n.ByCode, OutstandingByCode: n.Outstanding, Scanned: n.Scanned, Complete: n.Complete})
+}
+
+// deadLettersFailed answers an error of the dead-letter routes.
+func (a *api) deadLettersFailed(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, deadletter.ErrInvalidCursor):
 		writeProblem(w, kindInvalidCursor.problem("The cursor is not one this list returned for these parameters: start again without it."))
-		return
 	case errors.Is(err, deadletter.ErrInvalidListQuery):
 		writeProblem(w, kindInvalidRequest.problem("The list parameters are not valid."))
-		return
 	case errors.Is(err, engine.ErrDeadLettersUnavailable):
 		writeProblem(w, kindDeadLettersUnavailable.problem("This deployment records no dead letters that it can list."))
+	default:
+		a.fail(w, r, err)
+	}
+}
+
+// MaxInputViewBytes bounds the input GET /v1/inputs/{executionId}
+// serves: 1 MiB. A larger input is answered 413 input-too-large with its
+// size (it is not read): an operator plane view is for looking at an
+// input, and the bound keeps every answer far inside a Lambda response
+// (6 MB, binary bytes base64-encoded).
+const MaxInputViewBytes = 1 << 20
+
+// kindInputTooLarge: the input is larger than MaxInputViewBytes.
+var kindInputTooLarge = kind{"input-too-large", http.StatusRequestEntityTooLarge, "Input too large to view"}
+
+// input handles GET /v1/inputs/{executionId} (an operator route,
+// registered only where re-drive is; not under /v1/executions/, whose
+// IAM grant a client holds for the status route and which would then
+// cover it): the bytes the execution was
+// submitted with, as a download (Content-Disposition: attachment) of
+// application/json or application/octet-stream, never of the submitted
+// media type, so that a browser renders none of it; the submitted type is
+// in X-Input-Content-Type. The input can hold personal data: every answer
+// with its bytes is logged as payload_viewed.
+func (a *api) input(w http.ResponseWriter, r *http.Request) {
+	if !a.authorized(w, r) {
+		return
+	}
+	key, ok := a.executionKey(w, r)
+	if !ok {
+		return
+	}
+	e, p, err := a.rt.InputWithin(r.Context(), key, MaxInputViewBytes)
+	switch {
+	case errors.Is(err, engine.ErrPayloadTooLarge):
+		prob := kindInputTooLarge.problem(fmt.Sprintf("The input is %d bytes; this route serves inputs of at most %d bytes.", e.Input.Length, MaxInputViewBytes))
+		prob.ExecutionID, prob.ExecutionStatus = e.ExecutionID, e.Status
+		writeProblem(w, prob)
 		return
 	case err != nil:
 		a.fail(w, r, err)
 		return
 	}
-	resp := client.DeadLetterPage{DeadLetters: make([]client.DeadLetter, 0, len(page.Records)), NextCursor: page.Cursor}
-	for _, rec := range page.Records {
-		if rec.Envelope == nil {
-			continue
-		}
-		env := rec.Envelope
-		resp.DeadLetters = append(resp.DeadLetters, client.DeadLetter{
-			ID: rec.ID, ExecutionID: env.ExecutionID, PipelineID: env.PipelineID, StepIndex: env.StepIndex, StepName: env.StepName,
-			TransitionKey: env.TransitionKey, TerminalReason: env.TerminalReason, ErrorCode: env.ErrorCode, ErrorMessage: env.ErrorMessage,
-			RetriesObserved: env.RetriesObserved, FailedAt: utc(env.FailedAt), RecordedAt: utc(rec.RecordedAt),
-		})
+	a.payloadViewed(r, key, "input", len(p.Data))
+	h := w.Header()
+	ct, ext := payload.ContentTypeOctet, ".bin"
+	if p.Encoding == payload.EncodingJSON {
+		ct, ext = payload.ContentTypeJSON, ".json"
 	}
-	writeJSON(w, http.StatusOK, resp)
+	h.Set("Content-Type", ct)
+	// The id is 1-128 characters of A-Z, a-z, 0-9, '.', '_' and '-'
+	// (validExecutionID): a file name as it is.
+	h.Set("Content-Disposition", `attachment; filename="`+key.ExecutionID+"-input"+ext+`"`)
+	if p.ContentType != "" {
+		h.Set(client.InputContentTypeHeader, p.ContentType)
+	}
+	if p.Encoding == payload.EncodingProtobuf && p.Message != "" {
+		h.Set(MessageTypeHeader, p.Message)
+	}
+	writePayload(w, p.Data)
+}
+
+// writePayload writes the bytes of a stored payload (a result, an input)
+// with 200 and the headers that keep a browser from running them.
+func writePayload(w http.ResponseWriter, data []byte) {
+	h := w.Header()
+	h.Set("Content-Length", strconv.Itoa(len(data)))
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	// The bytes are whatever a caller or a step produced: never let a
+	// browser run them.
+	h.Set("Content-Security-Policy", "default-src 'none'; sandbox")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(data)
+}
+
+// payloadViewed writes the audit line of an operator's view of a payload
+// (which: input or result): tenant, execution, size and the caller's
+// address (and IAM identity behind API Gateway), never the bytes.
+func (a *api) payloadViewed(r *http.Request, key store.Key, which string, n int) {
+	addr := r.RemoteAddr
+	if host, _, err := net.SplitHostPort(addr); err == nil {
+		addr = host
+	}
+	attrs := []slog.Attr{slog.String("event", "payload_viewed"), slog.String("tenant", key.TenantID),
+		slog.String("execution_id", key.ExecutionID), slog.String("which", which), slog.Int("bytes", n),
+		slog.String("client_address", addr), slog.String("route", r.Pattern)}
+	if rc, ok := GatewayContext(r.Context()); ok && rc.Authorizer != nil && rc.Authorizer.IAM != nil {
+		attrs = append(attrs, slog.String("caller_arn", rc.Authorizer.IAM.UserARN))
+	}
+	a.log.LogAttrs(r.Context(), slog.LevelInfo, "payload_viewed", attrs...)
 }
 
 // openAPI handles GET /openapi.json.
