@@ -425,7 +425,7 @@ func (c *Client) Input(ctx context.Context, executionID string) (Result, error) 
 	if executionID == "" {
 		return Result{}, missing("the execution id")
 	}
-	_, h, b, err := c.do(ctx, call{method: http.MethodGet, path: "/v1/inputs/" + url.PathEscape(executionID)})
+	_, h, b, err := c.do(ctx, call{method: http.MethodGet, path: "/v1/inputs/" + url.PathEscape(executionID), operator: true})
 	if err != nil {
 		return Result{}, err
 	}

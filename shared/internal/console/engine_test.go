@@ -165,31 +165,16 @@ func TestEngineBackendOverTheRealRuntime(t *testing.T) {
 
 	// The list, the dead letters and a cancel are the runtime's own.
 	wantContains(t, e.get("/console", http.StatusOK), failed.ExecutionID, done.ExecutionID)
-	if hasViews(rt) {
-		wantContains(t, e.get("/console/dead-letters", http.StatusOK), failed.ExecutionID, "boom")
-		// A cursor the dead-letter list never returned is a 400 with a
-		// way back (it was a 500).
-		wantContains(t, e.get("/console/dead-letters?cursor=x", http.StatusBadRequest), "Page link expired", `href="/console/dead-letters" id="back"`)
-	}
+	wantContains(t, e.get("/console/dead-letters", http.StatusOK), failed.ExecutionID, "boom")
+	// A cursor the dead-letter list never returned is a 400 with a way
+	// back (it was a 500).
+	wantContains(t, e.get("/console/dead-letters?cursor=x", http.StatusBadRequest), "Page link expired", `href="/console/dead-letters" id="back"`)
 	if w := e.post("/console/executions/"+got.ExecutionID+"/cancel", url.Values{"reason": {"stop"}}); w.Code != http.StatusSeeOther {
 		t.Errorf("cancel: %d, want 303", w.Code)
 	}
 	if after, err := rt.Status(context.Background(), got.Key()); err != nil || after.Status != store.Cancelled || after.CancelReason != "stop" {
 		t.Errorf("after the cancel: %s, reason %q (%v)", after.Status, after.CancelReason, err)
 	}
-}
-
-// hasViews reports whether the runtime has the dead-letter views and
-// the input (engine_views.go: written at the same time as the console's
-// use of them); the parts of these tests that need them run once it
-// does.
-func hasViews(rt *engine.Runtime) bool {
-	_, ok := any(rt).(interface {
-		DeadLetterViews(context.Context, engine.DeadLetterViewQuery) (engine.DeadLetterViewPage, error)
-		DeadLetterCounts(context.Context, deadletter.ListQuery) (engine.DeadLetterCounts, error)
-		Input(context.Context, store.Key) (store.Execution, payload.Payload, error)
-	})
-	return ok
 }
 
 // TestSearchFindsAnExecutionByIDOrByIdempotencyKey searches the memory
