@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2authorizers"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2integrations"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 	"github.com/aws/jsii-runtime-go"
 )
 
@@ -69,7 +70,10 @@ type Route struct {
 // execution id and await id keyed by the stack's Secrets Manager secret,
 // so it cannot be forged and opens one await of one execution of one
 // tenant. It has its own, lower throttle (Settings.AwaitThrottleRateLimit),
-// and a duplicate or late completion changes nothing.
+// and a duplicate or late completion changes nothing. With
+// Settings.AwaitWAF (every stage but dev by default) it leaves the HTTP
+// API for the await front (awaitFront), where a WAF web ACL limits each
+// client IP, so that no caller can keep that throttle spent for all.
 var Routes = []Route{
 	{SubmitRouteID, "POST", submitPath, true, false},
 	{StatusRouteID, "GET", statusPath, true, false},
@@ -101,14 +105,47 @@ type httpAPI struct {
 	stage          awsapigatewayv2.HttpStage
 	clientPolicy   awsiam.ManagedPolicy
 	operatorPolicy awsiam.ManagedPolicy
-	// tokenRoutes are the routes without an authorizer (Route.ResumeToken).
-	tokenRoutes []awsapigatewayv2.HttpRoute
+	// tokenRoutes are the routes without an authorizer (Route.ResumeToken),
+	// in this API or, with Settings.AwaitWAF, in the await front's origin.
+	tokenRoutes []tokenRoute
+	// tenants are the tenant stages (Settings.TenantStages), by name.
+	tenants map[string]*tenantStage
 }
 
-// routeArn is the execute-api ARN of method path on any stage, with each
+// tokenRoute is a route without an authorizer (Route.ResumeToken) and
+// its route key.
+type tokenRoute struct {
+	route awsapigatewayv2.HttpRoute
+	key   string
+}
+
+// tenantStage is a tenant's own stage of the HTTP API and the policy
+// that invokes the client routes on it.
+type tenantStage struct {
+	stage  awsapigatewayv2.HttpStage
+	policy awsiam.ManagedPolicy
+}
+
+// sharedStage is the name of the HTTP API's shared stage.
+const sharedStage = "$default"
+
+// routeArn is the execute-api ARN of method path on stage, with each
 // path parameter as a wildcard.
-func (a *httpAPI) routeArn(method, path string) *string {
-	return a.api.ArnForExecuteApi(jsii.String(method), jsii.String(wildcardParams(path)), jsii.String("*"))
+func (a *httpAPI) routeArn(method, path, stage string) *string {
+	return a.api.ArnForExecuteApi(jsii.String(method), jsii.String(wildcardParams(path)), jsii.String(stage))
+}
+
+// TenantStageID is the logical id suffix of tenant stage name's
+// resources: its words capitalized and joined ("acme-eu": AcmeEu). The
+// stage is TenantStage<suffix>, its policy TenantInvokePolicy<suffix>.
+func TenantStageID(name string) string {
+	var b strings.Builder
+	for _, w := range strings.Split(name, "-") {
+		if w != "" {
+			b.WriteString(strings.ToUpper(w[:1]) + w[1:])
+		}
+	}
+	return b.String()
 }
 
 // wildcardParams replaces each {param} segment of path with *.
@@ -143,6 +180,7 @@ var AccessLogFields = map[string]string{
 	"requestId":          "$context.requestId",
 	"requestTime":        "$context.requestTime",
 	"sourceIp":           "$context.identity.sourceIp",
+	"stage":              "$context.stage",
 	"routeKey":           "$context.routeKey",
 	"status":             "$context.status",
 	"protocol":           "$context.protocol",
@@ -155,9 +193,11 @@ var AccessLogFields = map[string]string{
 	"callerArn":          "$context.identity.userArn",
 }
 
-// httpAPI creates the HTTP API, its $default stage with access logging and
-// throttling, the routes with their authorizers, and the client and
-// operator managed policies.
+// httpAPI creates the HTTP API, its $default stage and the tenant
+// stages with access logging and throttling, the routes with their
+// authorizers, and the managed policies that invoke them. With
+// Settings.AwaitWAF the await completion route is not among them: the
+// await front (awaitFront) serves it.
 func (b *builder) httpAPI() {
 	s := b.s
 	api := awsapigatewayv2.NewHttpApi(b.stack, jsii.String(HTTPAPIID), &awsapigatewayv2.HttpApiProps{
@@ -166,23 +206,7 @@ func (b *builder) httpAPI() {
 		CreateDefaultStage: jsii.Bool(false),
 	})
 	setLogicalID(api, HTTPAPIID)
-	format, _ := json.Marshal(AccessLogFields)
-	stage := awsapigatewayv2.NewHttpStage(b.stack, jsii.String("HttpApiDefaultStage"), &awsapigatewayv2.HttpStageProps{
-		HttpApi:    api,
-		StageName:  jsii.String("$default"),
-		AutoDeploy: jsii.Bool(true),
-		AccessLogSettings: &accessLogSettings{
-			destination: awsapigatewayv2.NewLogGroupLogDestination(b.logGroup("HttpApiAccessLogs", "/aws/apigateway/"+s.Prefix+"-api")),
-			format:      awsapigateway.AccessLogFormat_Custom(jsii.String(string(format))),
-		},
-		Throttle: &awsapigatewayv2.ThrottleSettings{
-			RateLimit:  jsii.Number(s.ThrottleRateLimit),
-			BurstLimit: jsii.Number(float64(s.ThrottleBurstLimit)),
-		},
-	})
-	setLogicalID(stage, "HttpApiDefaultStage")
-	integration := awsapigatewayv2integrations.NewHttpLambdaIntegration(jsii.String("SubmitIntegration"), b.fn[Submit].fn,
-		&awsapigatewayv2integrations.HttpLambdaIntegrationProps{PayloadFormatVersion: awsapigatewayv2.PayloadFormatVersion_VERSION_2_0()})
+	integration := b.submitIntegration("SubmitIntegration")
 	iamAuth := awsapigatewayv2authorizers.NewHttpIamAuthorizer()
 	noAuth := awsapigatewayv2.NewHttpNoneAuthorizer()
 	var jwtAuth awsapigatewayv2.IHttpRouteAuthorizer
@@ -193,12 +217,11 @@ func (b *builder) httpAPI() {
 				JwtAudience:    jsii.Strings(s.JWTAudience...),
 			})
 	}
-	// The token routes' own throttle, below the stage's default since
-	// anyone may call them. HttpStage has no per-route settings; the L1
-	// stage has.
-	routeSettings := map[string]any{}
-	var tokenRoutes []awsapigatewayv2.HttpRoute
+	var tokenRoutes []tokenRoute
 	for _, r := range Routes {
+		if r.ResumeToken && s.AwaitWAF {
+			continue // the await front's origin serves it
+		}
 		opts := &awsapigatewayv2.AddRoutesOptions{
 			Path:        jsii.String(r.Path),
 			Methods:     &[]awsapigatewayv2.HttpMethod{awsapigatewayv2.HttpMethod(r.Method)},
@@ -218,43 +241,94 @@ func (b *builder) httpAPI() {
 				opts.AuthorizationScopes = jsii.Strings(s.JWTRedriveScope)
 			}
 		}
-		routes := api.AddRoutes(opts)
-		route := (*routes)[0]
+		route := (*api.AddRoutes(opts))[0]
 		setLogicalID(route, r.ID)
 		if r.ResumeToken {
-			// A stage's route settings name routes by key, and
-			// CloudFormation refuses a key whose route does not exist yet.
-			stage.Node().AddDependency(route)
-			tokenRoutes = append(tokenRoutes, route)
-			routeSettings[r.Key()] = map[string]any{
-				"ThrottlingRateLimit":  s.AwaitThrottleRateLimit,
-				"ThrottlingBurstLimit": s.AwaitThrottleBurstLimit,
-			}
+			tokenRoutes = append(tokenRoutes, tokenRoute{route, r.Key()})
+		}
+	}
+	logs := b.logGroup("HttpApiAccessLogs", "/aws/apigateway/"+s.Prefix+"-api")
+	b.http = &httpAPI{api: api, tokenRoutes: tokenRoutes, tenants: map[string]*tenantStage{}}
+	b.http.stage = b.httpStage(api, "HttpApiDefaultStage", sharedStage, logs, Throttle{s.ThrottleRateLimit, s.ThrottleBurstLimit}, tokenRoutes)
+	// The shared policies name the $default stage only: a tenant stage's
+	// throttle is its tenant's alone. (Their descriptions stay as they
+	// were: a managed policy's new description replaces the policy, and
+	// the roles it is attached to would lose it.)
+	b.http.clientPolicy = b.invokePolicy(ClientPolicyID, sharedStage, true,
+		"qasync "+s.Stage+": submit executions, read and list them, their results, histories and dead letters, health check (not the operator routes)")
+	b.http.operatorPolicy = b.invokePolicy(OperatorPolicyID, sharedStage, false,
+		"qasync "+s.Stage+": re-drive and cancel executions, start bulk re-drives and read their progress")
+	for _, name := range sortedKeys(s.TenantStages) {
+		id := TenantStageID(name)
+		// Every stage carries every route: the token routes keep their
+		// own throttle on a tenant stage too.
+		stage := b.httpStage(api, "TenantStage"+id, name, logs, s.TenantStages[name], tokenRoutes)
+		policy := b.invokePolicy("TenantInvokePolicy"+id, name, true,
+			"qasync "+s.Stage+": the client routes of ClientInvokePolicy on tenant "+name+"'s own stage "+name+" (its own throttle)")
+		b.http.tenants[name] = &tenantStage{stage: stage, policy: policy}
+	}
+}
+
+// submitIntegration is a new integration of the submit function (payload
+// format 2.0), for one HTTP API.
+func (b *builder) submitIntegration(id string) awsapigatewayv2integrations.HttpLambdaIntegration {
+	return awsapigatewayv2integrations.NewHttpLambdaIntegration(jsii.String(id), b.fn[Submit].fn,
+		&awsapigatewayv2integrations.HttpLambdaIntegrationProps{PayloadFormatVersion: awsapigatewayv2.PayloadFormatVersion_VERSION_2_0()})
+}
+
+// httpStage creates stage name of api: auto-deployed, access logs (the
+// fields of AccessLogFields) to logs, throttle as its default route
+// settings, and each of tokenRoutes with the await throttle
+// (Settings.AwaitThrottleRateLimit), below the stage's since anyone may
+// call them.
+func (b *builder) httpStage(api awsapigatewayv2.HttpApi, id, name string, logs awslogs.ILogGroup, throttle Throttle, tokenRoutes []tokenRoute) awsapigatewayv2.HttpStage {
+	format, _ := json.Marshal(AccessLogFields)
+	stage := awsapigatewayv2.NewHttpStage(b.stack, jsii.String(id), &awsapigatewayv2.HttpStageProps{
+		HttpApi:    api,
+		StageName:  jsii.String(name),
+		AutoDeploy: jsii.Bool(true),
+		AccessLogSettings: &accessLogSettings{
+			destination: awsapigatewayv2.NewLogGroupLogDestination(logs),
+			format:      awsapigateway.AccessLogFormat_Custom(jsii.String(string(format))),
+		},
+		Throttle: &awsapigatewayv2.ThrottleSettings{
+			RateLimit:  jsii.Number(throttle.RateLimit),
+			BurstLimit: jsii.Number(float64(throttle.BurstLimit)),
+		},
+	})
+	setLogicalID(stage, id)
+	// HttpStage has no per-route settings; the L1 stage has.
+	routeSettings := map[string]any{}
+	for _, t := range tokenRoutes {
+		// A stage's route settings name routes by key, and CloudFormation
+		// refuses a key whose route does not exist yet.
+		stage.Node().AddDependency(t.route)
+		routeSettings[t.key] = map[string]any{
+			"ThrottlingRateLimit":  b.s.AwaitThrottleRateLimit,
+			"ThrottlingBurstLimit": b.s.AwaitThrottleBurstLimit,
 		}
 	}
 	if len(routeSettings) > 0 {
 		stage.Node().DefaultChild().(awscdk.CfnResource).AddPropertyOverride(jsii.String("RouteSettings"), routeSettings)
 	}
-	b.http = &httpAPI{api: api, stage: stage, tokenRoutes: tokenRoutes}
-	statement := func(client bool) awsiam.PolicyStatement {
-		var arns []*string
-		for _, r := range Routes {
-			if r.Client == client && !r.ResumeToken {
-				arns = append(arns, b.http.routeArn(r.Method, r.Path))
-			}
+	return stage
+}
+
+// invokePolicy creates a managed policy allowing execute-api:Invoke on
+// the client routes (client) or the operator routes (!client) of stage.
+func (b *builder) invokePolicy(id, stage string, client bool, description string) awsiam.ManagedPolicy {
+	var arns []*string
+	for _, r := range Routes {
+		if r.Client == client && !r.ResumeToken {
+			arns = append(arns, b.http.routeArn(r.Method, r.Path, stage))
 		}
-		return awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
-			Sid: jsii.String("InvokeQasyncRoutes"), Actions: jsii.Strings("execute-api:Invoke"), Resources: &arns,
-		})
 	}
-	b.http.clientPolicy = awsiam.NewManagedPolicy(b.stack, jsii.String(ClientPolicyID), &awsiam.ManagedPolicyProps{
-		Description: jsii.String("qasync " + s.Stage + ": submit executions, read and list them, their results, histories and dead letters, health check (not the operator routes)"),
-		Statements:  &[]awsiam.PolicyStatement{statement(true)},
+	policy := awsiam.NewManagedPolicy(b.stack, jsii.String(id), &awsiam.ManagedPolicyProps{
+		Description: jsii.String(description),
+		Statements: &[]awsiam.PolicyStatement{awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+			Sid: jsii.String("InvokeQasyncRoutes"), Actions: jsii.Strings("execute-api:Invoke"), Resources: &arns,
+		})},
 	})
-	setLogicalID(b.http.clientPolicy, ClientPolicyID)
-	b.http.operatorPolicy = awsiam.NewManagedPolicy(b.stack, jsii.String(OperatorPolicyID), &awsiam.ManagedPolicyProps{
-		Description: jsii.String("qasync " + s.Stage + ": re-drive and cancel executions, start bulk re-drives and read their progress, read executions' inputs"),
-		Statements:  &[]awsiam.PolicyStatement{statement(false)},
-	})
-	setLogicalID(b.http.operatorPolicy, OperatorPolicyID)
+	setLogicalID(policy, id)
+	return policy
 }

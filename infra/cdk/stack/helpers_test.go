@@ -116,6 +116,12 @@ func settingsFor(variant string) Settings {
 		s := DefaultSettings("prod")
 		s.DistDir = distDir
 		return s
+	case "prod-tenants": // prod with the await front turned off, and two tenant stages
+		s := DefaultSettings("prod")
+		s.DistDir = distDir
+		s.AwaitWAF = false
+		s.TenantStages = map[string]Throttle{"acme": {RateLimit: 20, BurstLimit: 40}, "big-co": {RateLimit: 50, BurstLimit: 100}}
+		return s
 	case "service": // another service's stack on its own bundles (bundlesFor)
 		s := DefaultServiceSettings("invoices", "dev")
 		s.DistDir = distDir // never used: Props.Bundles wins
@@ -133,6 +139,7 @@ func settingsFor(variant string) Settings {
 		s.SweeperRate = 5 * time.Minute
 		s.RuntimeConfig = map[string]string{"max-retries": "5", "pipeline.orchestrator.retry-delay": "2s"}
 		s.OutputBucket = true
+		s.AwaitWAFRateLimit, s.AwaitWAFWindow = 300, 5*time.Minute
 		return s
 	}
 	panic("unknown variant " + variant)
@@ -193,6 +200,15 @@ func (v *synthesized) ofType(typ string) []string {
 	}
 	sort.Strings(ids)
 	return ids
+}
+
+// typeCounts counts the template's resources by type.
+func (v *synthesized) typeCounts() map[string]int {
+	out := map[string]int{}
+	for _, r := range v.res {
+		out[fmt.Sprint(r["Type"])]++
+	}
+	return out
 }
 
 // props returns the Properties of resource id, failing if it is missing.

@@ -1,6 +1,8 @@
 package stack
 
 import (
+	"strings"
+
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
@@ -46,23 +48,33 @@ func (b *builder) suppressions() {
 	b.suppress(b.fn[History].role.Node().FindChild(jsii.String("DefaultPolicy")), "AwsSolutions-IAM5",
 		"dynamodb:ListStreams is granted on the execution table's streams (<table>/stream/*, as DynamoDB documents for a function on a table's stream): a table's stream ARN carries its creation time, which a stream enabled again changes. The statement holds that one action; the stream's reads are granted on the current stream's ARN.",
 		"Resource::<"+ExecutionTableID+".Arn>/stream/*")
-	for _, client := range []bool{true, false} {
-		policy, findings := b.http.operatorPolicy, []string(nil)
-		if client {
-			policy = b.http.clientPolicy
-		}
+	policyReason := "An execute-api ARN names one route as <api>/<stage>/<METHOD>/<path>. Here the stage is named and '*' stands only for path parameters ({pipelineId}, {executionId}: ids the caller chooses); every statement names its method and route, so the operator routes stay out of the client policies."
+	invokeFindings := func(client bool, stage string) []string {
+		var findings []string
 		for _, r := range Routes {
-			if r.Client == client && !r.ResumeToken {
-				findings = append(findings, "Resource::arn:<AWS::Partition>:execute-api:<AWS::Region>:<AWS::AccountId>:<"+HTTPAPIID+">/*/"+r.Method+wildcardParams(r.Path))
+			if r.Client == client && !r.ResumeToken && strings.Contains(r.Path, "{") {
+				findings = append(findings, "Resource::arn:<AWS::Partition>:execute-api:<AWS::Region>:<AWS::AccountId>:<"+HTTPAPIID+">/"+stage+"/"+r.Method+wildcardParams(r.Path))
 			}
 		}
-		b.suppress(policy, "AwsSolutions-IAM5",
-			"An execute-api ARN names one route as <api>/<stage>/<METHOD>/<path>. Here '*' stands only for the stage and for path parameters ({pipelineId}, {executionId}: ids the caller chooses); every statement names its method and route, so the redrive route stays out of the client policy.",
-			findings...)
+		return findings
 	}
-	for _, route := range b.http.tokenRoutes {
-		b.suppress(route, "AwsSolutions-APIG4",
-			"The await completion route is called by the external party an await step waits for (a webhook, a person), which has no AWS identity or JWT. Its authorization is the X-Resume-Token the submit function verifies: an HMAC-SHA256 over tenant, execution id and await id keyed by the stack's Secrets Manager secret, so it cannot be forged and opens one await of one execution of one tenant. The route has its own throttle below the stage's, the body limit (http.max-body-bytes) applies, and a duplicate or late completion changes nothing.")
+	b.suppress(b.http.clientPolicy, "AwsSolutions-IAM5", policyReason, invokeFindings(true, sharedStage)...)
+	b.suppress(b.http.operatorPolicy, "AwsSolutions-IAM5", policyReason, invokeFindings(false, sharedStage)...)
+	for _, name := range sortedKeys(b.http.tenants) {
+		b.suppress(b.http.tenants[name].policy, "AwsSolutions-IAM5", policyReason, invokeFindings(true, name)...)
+	}
+	tokenReason := "The await completion route is called by the external party an await step waits for (a webhook, a person), which has no AWS identity or JWT. Its authorization is the X-Resume-Token the submit function verifies: an HMAC-SHA256 over tenant, execution id and await id keyed by the stack's Secrets Manager secret, so it cannot be forged and opens one await of one execution of one tenant. The route has its own throttle below the stage's, the body limit (http.max-body-bytes) applies, and a duplicate or late completion changes nothing."
+	for _, t := range b.http.tokenRoutes {
+		b.suppress(t.route, "AwsSolutions-APIG4", tokenReason)
+	}
+	for _, m := range b.front.methods {
+		b.suppress(m, "AwsSolutions-APIG4", tokenReason+" This method is the route's front, behind the web ACL's per-IP rate limit.")
+		b.suppress(m, "AwsSolutions-COG4",
+			"The await completion route's callers are external parties without a Cognito identity (a webhook, a person holding a resume token); the route is authorized by the HMAC resume token the submit function verifies, and the web ACL limits each caller's rate, so a user pool authorizer has nobody to authorize.")
+	}
+	if b.front.api != nil {
+		b.suppress(b.front.api.DeploymentStage(), "AwsSolutions-APIG6",
+			"Execution logging needs the account-wide API Gateway CloudWatch role (AWS::ApiGateway::Account, one per account and region), which one application's stack must not own or overwrite; a stage with logging on fails to deploy without it. The stage keeps access logs of every request instead (status, integration error and the web ACL's verdict), and the origin HTTP API logs every request it serves.")
 	}
 	b.suppress(b.secret, "AwsSolutions-SMG4",
 		"The secret is the HMAC key of await resume tokens handed to external parties; a token stays valid until its await completes or times out, so an automatic rotation would invalidate every outstanding token. An operator rotates it by hand when no await is outstanding (or accepts that outstanding ones fail and are re-driven): put a new random value (aws secretsmanager put-secret-value), then update the submit and worker functions' configuration so that new instances fetch it at boot.")

@@ -15,7 +15,7 @@ import (
 // cdk-nag's AwsSolutions pack finds no unsuppressed error (or warning) in
 // any variant.
 func TestNagAwsSolutions(t *testing.T) {
-	for _, variant := range []string{"dev", "prod", "full"} {
+	for _, variant := range []string{"dev", "prod", "full", "prod-tenants"} {
 		v := synth(t, variant)
 		ann := assertions.Annotations_FromStack(v.stack)
 		rule := assertions.Match_StringLikeRegexp(jsii.String("AwsSolutions-.*"))
@@ -55,13 +55,20 @@ func suppressionsOf(v *synthesized) []suppression {
 
 // Every suppression is expected, scoped, and gives a real reason.
 func TestNagSuppressionsHaveReasons(t *testing.T) {
+	dev := []string{"AwaitCompleteRoute AwsSolutions-APIG4", "AwaitResumeTokenSecret AwsSolutions-SMG4", "ClientInvokePolicy AwsSolutions-IAM5", "DlqQueue AwsSolutions-SQS3",
+		"HistoryFailureQueue AwsSolutions-SQS3", "HistoryFunctionPolicy AwsSolutions-IAM5", "ItemRejectQueue AwsSolutions-SQS3", "OperatorRedrivePolicy AwsSolutions-IAM5"}
+	// The await front's REST API: its method has no authorizer (the
+	// resume token) and no Cognito authorizer, its stage no execution
+	// logging; the web ACL needs none.
+	front := []string{"AwaitApiStage AwsSolutions-APIG6", "AwaitCompleteMethod AwsSolutions-APIG4", "AwaitCompleteMethod AwsSolutions-COG4"}
 	for variant, want := range map[string][]string{
-		"dev": {"AwaitCompleteRoute AwsSolutions-APIG4", "AwaitResumeTokenSecret AwsSolutions-SMG4", "ClientInvokePolicy AwsSolutions-IAM5", "DlqQueue AwsSolutions-SQS3",
-			"HistoryFailureQueue AwsSolutions-SQS3", "HistoryFunctionPolicy AwsSolutions-IAM5", "ItemRejectQueue AwsSolutions-SQS3", "OperatorRedrivePolicy AwsSolutions-IAM5"},
-		"full": {"AwaitCompleteRoute AwsSolutions-APIG4", "AwaitResumeTokenSecret AwsSolutions-SMG4", "ClientInvokePolicy AwsSolutions-IAM5", "DlqFunctionPolicy AwsSolutions-IAM5", "DlqQueue AwsSolutions-SQS3",
+		"dev":          dev,
+		"prod":         concat(dev, front),
+		"prod-tenants": concat(dev, []string{"TenantInvokePolicyAcme AwsSolutions-IAM5", "TenantInvokePolicyBigCo AwsSolutions-IAM5"}),
+		"full": concat(front, []string{"AwaitCompleteRoute AwsSolutions-APIG4", "AwaitResumeTokenSecret AwsSolutions-SMG4", "ClientInvokePolicy AwsSolutions-IAM5", "DlqFunctionPolicy AwsSolutions-IAM5", "DlqQueue AwsSolutions-SQS3",
 			"HistoryFailureQueue AwsSolutions-SQS3", "HistoryFunctionPolicy AwsSolutions-IAM5", "HistoryFunctionPolicy AwsSolutions-IAM5", "ItemRejectQueue AwsSolutions-SQS3",
 			"OperatorRedrivePolicy AwsSolutions-IAM5", "OutputBucket AwsSolutions-S1", "SubmitFunctionPolicy AwsSolutions-IAM5",
-			"SweeperFunctionPolicy AwsSolutions-IAM5", "WorkerFunctionPolicy AwsSolutions-IAM5", "WorkerFunctionPolicy AwsSolutions-IAM5"},
+			"SweeperFunctionPolicy AwsSolutions-IAM5", "WorkerFunctionPolicy AwsSolutions-IAM5", "WorkerFunctionPolicy AwsSolutions-IAM5"}),
 	} {
 		var got []string
 		for _, s := range suppressionsOf(synth(t, variant)) {
@@ -77,6 +84,7 @@ func TestNagSuppressionsHaveReasons(t *testing.T) {
 			}
 		}
 		sort.Strings(got)
+		sort.Strings(want)
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("%s: suppressions %v, want %v", variant, got, want)
 		}

@@ -151,6 +151,34 @@ type Settings struct {
 	// (context "awaitThrottleBurstLimit", default 20; at most
 	// ThrottleBurstLimit).
 	AwaitThrottleBurstLimit int
+	// AwaitWAF puts the await completion route behind an AWS WAF web ACL
+	// whose rate-based rule limits each client IP (context "awaitWaf";
+	// default true in every stage but dev). AWS WAF cannot protect an
+	// HTTP API, so the route then leaves the HTTP API: a regional REST API
+	// (output AwaitApiUrl), with the web ACL, proxies it to an HTTP API of
+	// its own whose URL the stack never publishes (see docs/deployment.md,
+	// "Abuse limits"). Without it any caller can keep the route's shared
+	// throttle (AwaitThrottleRateLimit) spent.
+	AwaitWAF bool
+	// AwaitWAFRateLimit is how many completion requests one client IP may
+	// send within AwaitWAFWindow before the web ACL answers its requests
+	// 429 (context "awaitWafRateLimit", default 100; at least 10, WAF's
+	// minimum).
+	AwaitWAFRateLimit int
+	// AwaitWAFWindow is the trailing window over which the web ACL counts
+	// each IP's completion requests (context "awaitWafWindowSeconds": 60,
+	// 120, 300 or 600, the windows WAF offers; default 60).
+	AwaitWAFWindow time.Duration
+	// TenantStages gives tenants a throttle of their own (context
+	// "tenantStages", an object such as {"acme": {"rateLimit": 20,
+	// "burstLimit": 40}}; default none). An HTTP API has no usage plans
+	// and no per-caller throttle, but every stage has its own token
+	// buckets: each named tenant gets a stage of that name with this
+	// throttle, and a managed policy allowing the client routes on that
+	// stage only, to attach to the tenant's IAM role instead of
+	// ClientInvokePolicy (which names the $default stage only).
+	// Needs IAM authorization: a JWT is accepted on every stage.
+	TenantStages map[string]Throttle
 	// TenantSource is config key http.tenant-source (context
 	// "tenantSource"): iam (the calling IAM principal: the role of an
 	// assumed-role session, or the IAM user), iam-account (one tenant per
@@ -182,6 +210,15 @@ type Settings struct {
 	// "runtimeConfig", an object). Keys the stack derives from its
 	// resources cannot be set here.
 	RuntimeConfig map[string]string
+}
+
+// Throttle is an API Gateway token bucket: a steady rate in requests per
+// second and a burst (the bucket's size).
+type Throttle struct {
+	// RateLimit is the steady rate, in requests per second.
+	RateLimit float64
+	// BurstLimit is the burst.
+	BurstLimit int
 }
 
 // Context keys read by SettingsFromContext.
@@ -220,6 +257,10 @@ const (
 	CtxThrottleBurstLimit    = "throttleBurstLimit"
 	CtxAwaitThrottleRate     = "awaitThrottleRateLimit"
 	CtxAwaitThrottleBurst    = "awaitThrottleBurstLimit"
+	CtxAwaitWAF              = "awaitWaf"
+	CtxAwaitWAFRateLimit     = "awaitWafRateLimit"
+	CtxAwaitWAFWindow        = "awaitWafWindowSeconds"
+	CtxTenantStages          = "tenantStages"
 	CtxTenantSource          = "tenantSource"
 	CtxDiagEnabled           = "diagEnabled"
 	CtxMetricsNamespace      = "metricsNamespace"
@@ -243,6 +284,7 @@ var ContextKeys = []string{
 	CtxThrottleRateLimit, CtxThrottleBurstLimit, CtxMetricsNamespace, CtxLogLevel, CtxRuntimeConfig,
 	CtxOutputBucket, CtxAwaitThrottleRate, CtxAwaitThrottleBurst, CtxTenantSource, CtxDiagEnabled,
 	CtxHistoryTimeout, CtxHistoryBatchSize, CtxHistoryBatchingWindow,
+	CtxAwaitWAF, CtxAwaitWAFRateLimit, CtxAwaitWAFWindow, CtxTenantStages,
 }
 
 // DefaultSettings returns the defaults of stage for this repository's
@@ -254,7 +296,8 @@ func DefaultSettings(stage string) Settings { return DefaultServiceSettings(Defa
 // in namespace <service>/<stage>. Only "dev" lets CloudFormation destroy
 // data: every other stage (prod in particular) retains tables, queues and
 // log groups and turns on deletion protection. Only "dev" serves the
-// diag.drill fault drill (diag.enabled).
+// diag.drill fault drill (diag.enabled), and only "dev" leaves the await
+// completion route without its web ACL (AwaitWAF).
 func DefaultServiceSettings(service, stage string) Settings {
 	durable := stage != "dev"
 	return Settings{
@@ -290,6 +333,12 @@ func DefaultServiceSettings(service, stage string) Settings {
 		// Gateway authorizer: a tenth of the stage's rate.
 		AwaitThrottleRateLimit:  10,
 		AwaitThrottleBurstLimit: 20,
+		// One IP may send at most 100 completions a minute (1.7/s): a
+		// sixth of the route's rate, so that no single caller can spend
+		// it.
+		AwaitWAF:          durable,
+		AwaitWAFRateLimit: 100,
+		AwaitWAFWindow:    time.Minute,
 	}
 }
 
@@ -442,6 +491,38 @@ func settingsFrom(get func(string) (any, bool), baseDir string) (Settings, error
 		return err
 	})
 	try(CtxAwaitThrottleBurst, integer(&s.AwaitThrottleBurstLimit))
+	try(CtxAwaitWAF, boolean(&s.AwaitWAF))
+	try(CtxAwaitWAFRateLimit, integer(&s.AwaitWAFRateLimit))
+	try(CtxAwaitWAFWindow, seconds(&s.AwaitWAFWindow, time.Second))
+	try(CtxTenantStages, func(v any) error {
+		m, err := toMap(v)
+		if err != nil {
+			return err
+		}
+		s.TenantStages = map[string]Throttle{}
+		for name, x := range m {
+			t, err := toMap(x)
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			var th Throttle
+			for k, val := range t {
+				switch k {
+				case "rateLimit":
+					th.RateLimit, err = toFloat(val)
+				case "burstLimit":
+					th.BurstLimit, err = toInt(val)
+				default:
+					err = fmt.Errorf("unknown field %q (want rateLimit and burstLimit)", k)
+				}
+				if err != nil {
+					return fmt.Errorf("%s: %w", name, err)
+				}
+			}
+			s.TenantStages[name] = th
+		}
+		return nil
+	})
 	try(CtxTenantSource, func(v any) error { s.TenantSource = strings.ToLower(strings.TrimSpace(fmt.Sprint(v))); return nil })
 	try(CtxDiagEnabled, boolean(&s.DiagEnabled))
 	try(CtxMetricsNamespace, str(&s.MetricsNamespace))
@@ -519,7 +600,15 @@ var (
 	// nameRE is the form of a stage and a service name (CloudFormation stack names are <service>-<stage>).
 	nameRE   = regexp.MustCompile(`^[a-z][a-z0-9-]{0,19}$`)
 	prefixRE = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9-]{0,39}$`)
+	// tenantStageRE is the form of a tenant stage's name: words of
+	// lower-case letters and digits, each starting with a letter, joined
+	// by '-', so that tenantStageID maps distinct names to distinct
+	// logical ids.
+	tenantStageRE = regexp.MustCompile(`^[a-z][a-z0-9]*(-[a-z][a-z0-9]*)*$`)
 )
+
+// wafWindows are the evaluation windows of a WAF rate-based rule.
+var wafWindows = []int{60, 120, 300, 600}
 
 // logRetentionDays are the retention periods CloudWatch Logs accepts.
 var logRetentionDays = []int{1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653}
@@ -618,6 +707,24 @@ func (s Settings) Validate() error {
 	}
 	if s.AwaitThrottleBurstLimit > s.ThrottleBurstLimit {
 		bad(CtxAwaitThrottleBurst, "%d exceeds the stage's throttleBurstLimit %d: the unauthenticated await route must not be allowed more than the rest", s.AwaitThrottleBurstLimit, s.ThrottleBurstLimit)
+	}
+	if s.AwaitWAFRateLimit < 10 || s.AwaitWAFRateLimit > 2_000_000_000 {
+		bad(CtxAwaitWAFRateLimit, "%d must be between 10 (WAF's minimum) and 2000000000", s.AwaitWAFRateLimit)
+	}
+	if s.AwaitWAFWindow%time.Second != 0 || !containsInt(wafWindows, int(s.AwaitWAFWindow/time.Second)) {
+		bad(CtxAwaitWAFWindow, "%v is not a window WAF offers (one of %v seconds)", s.AwaitWAFWindow, wafWindows)
+	}
+	for _, name := range sortedKeys(s.TenantStages) {
+		th := s.TenantStages[name]
+		if len(name) > 30 || !tenantStageRE.MatchString(name) {
+			bad(CtxTenantStages, "%q must be at most 30 lower-case letters and digits, in words joined by '-' that each start with a letter", name)
+		}
+		if th.RateLimit <= 0 || th.BurstLimit < 1 {
+			bad(CtxTenantStages, "%s: throttle rate %v and burst %d must be positive", name, th.RateLimit, th.BurstLimit)
+		}
+	}
+	if len(s.TenantStages) > 0 && s.JWT() {
+		bad(CtxTenantStages, "tenant stages need IAM authorization: with a JWT authorizer (jwtIssuer) a tenant's token is accepted on every stage, so a stage would bind no tenant")
 	}
 	switch s.TenantSource {
 	case "", TenantIAM, TenantIAMAccount:

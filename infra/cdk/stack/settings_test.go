@@ -37,6 +37,10 @@ func TestDefaultSettingsByStage(t *testing.T) {
 			t.Errorf("%s defaults: %v", s.Stage, err)
 		}
 	}
+	// The await front's web ACL is on by default everywhere but dev.
+	if dev.AwaitWAF || !prod.AwaitWAF || !other.AwaitWAF || prod.AwaitWAFRateLimit != 100 || prod.AwaitWAFWindow != time.Minute {
+		t.Errorf("awaitWaf: dev %v, prod %v (%d per %v), qa %v", dev.AwaitWAF, prod.AwaitWAF, prod.AwaitWAFRateLimit, prod.AwaitWAFWindow, other.AwaitWAF)
+	}
 	if dev.StackName() != "qasync-dev" || prod.Prefix != "qasync-prod" {
 		t.Errorf("names: %s, %s", dev.StackName(), prod.Prefix)
 	}
@@ -47,10 +51,12 @@ func TestSettingsFromContext(t *testing.T) {
 	for name, ctx := range map[string]map[string]any{
 		"strings": {"stage": "prod", "workerTimeoutSeconds": "90", "leaseMs": "40000", "tracing": "true",
 			"reservedConcurrency": `{"worker": 20}`, "jwtIssuer": "https://id.example.com", "jwtAudience": "a, b",
-			"runtimeConfig": `{"max-retries": 7}`, "retain": "false", "sweeperRateMinutes": "2", "distDir": "out", "outputBucket": "true"},
+			"runtimeConfig": `{"max-retries": 7}`, "retain": "false", "sweeperRateMinutes": "2", "distDir": "out", "outputBucket": "true",
+			"awaitWaf": "false", "awaitWafRateLimit": "250", "awaitWafWindowSeconds": "300"},
 		"json": {"stage": "prod", "workerTimeoutSeconds": 90.0, "leaseMs": 40000.0, "tracing": true,
 			"reservedConcurrency": map[string]any{"worker": 20.0}, "jwtIssuer": "https://id.example.com", "jwtAudience": []any{"a", "b"},
-			"runtimeConfig": map[string]any{"max-retries": 7.0}, "retain": false, "sweeperRateMinutes": 2.0, "distDir": "out", "outputBucket": true},
+			"runtimeConfig": map[string]any{"max-retries": 7.0}, "retain": false, "sweeperRateMinutes": 2.0, "distDir": "out", "outputBucket": true,
+			"awaitWaf": false, "awaitWafRateLimit": 250.0, "awaitWafWindowSeconds": 300.0},
 	} {
 		s, err := settingsFrom(lookup(ctx), "/base")
 		if err != nil {
@@ -63,6 +69,7 @@ func TestSettingsFromContext(t *testing.T) {
 		want.RuntimeConfig = map[string]string{"max-retries": "7"}
 		want.Retain, want.SweeperRate, want.DistDir = false, 2*time.Minute, filepath.Join("/base", "out")
 		want.OutputBucket = true
+		want.AwaitWAF, want.AwaitWAFRateLimit, want.AwaitWAFWindow = false, 250, 5*time.Minute
 		if !reflect.DeepEqual(s, want) {
 			t.Errorf("%s:\n got  %+v\n want %+v", name, s, want)
 		}
@@ -109,6 +116,17 @@ func TestSettingsValidation(t *testing.T) {
 		"await burst above stage":         {map[string]any{"awaitThrottleBurstLimit": 201}, `"awaitThrottleBurstLimit"`},
 		"await throttle zero":             {map[string]any{"awaitThrottleRateLimit": 0}, `"awaitThrottleRateLimit"`},
 		"await throttle lowered":          {map[string]any{"throttleRateLimit": 5, "awaitThrottleRateLimit": 1}, ""},
+		"waf rate below minimum":          {map[string]any{"stage": "prod", "awaitWafRateLimit": 9}, `"awaitWafRateLimit"`},
+		"waf window not offered":          {map[string]any{"stage": "prod", "awaitWafWindowSeconds": 90}, `"awaitWafWindowSeconds"`},
+		"waf off in prod":                 {map[string]any{"stage": "prod", "awaitWaf": "false"}, ""},
+		"tenant stage":                    {map[string]any{"stage": "prod", "tenantStages": `{"acme": {"rateLimit": 20, "burstLimit": 40}}`}, ""},
+		"tenant stage bad name":           {map[string]any{"tenantStages": `{"Acme": {"rateLimit": 20, "burstLimit": 40}}`}, `"tenantStages"`},
+		"tenant stage digit word":         {map[string]any{"tenantStages": `{"acme-1": {"rateLimit": 20, "burstLimit": 40}}`}, `"tenantStages"`},
+		"tenant stage default":            {map[string]any{"tenantStages": `{"$default": {"rateLimit": 20, "burstLimit": 40}}`}, `"tenantStages"`},
+		"tenant stage no burst":           {map[string]any{"tenantStages": `{"acme": {"rateLimit": 20}}`}, `"tenantStages"`},
+		"tenant stage unknown field":      {map[string]any{"tenantStages": `{"acme": {"rate": 20, "burstLimit": 4}}`}, `"tenantStages"`},
+		"tenant stage not an object":      {map[string]any{"tenantStages": `{"acme": 20}`}, `"tenantStages"`},
+		"tenant stages with jwt":          {map[string]any{"jwtIssuer": "https://id.example.com", "jwtAudience": "a", "tenantStages": `{"acme": {"rateLimit": 20, "burstLimit": 40}}`}, `"tenantStages"`},
 	} {
 		_, err := settingsFrom(lookup(tc.ctx), "")
 		if tc.want == "" {
@@ -120,6 +138,40 @@ func TestSettingsValidation(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v, want one naming %s", name, err, tc.want)
 		}
+	}
+}
+
+// Tenant stages come from a JSON object (cdk.json) or a string holding
+// one (-c), each with its rate and burst; distinct valid names get
+// distinct logical ids.
+func TestTenantStagesFromContext(t *testing.T) {
+	want := map[string]Throttle{"acme": {RateLimit: 20, BurstLimit: 40}, "big-co": {RateLimit: 0.5, BurstLimit: 1}}
+	for name, v := range map[string]any{
+		"string": `{"acme": {"rateLimit": 20, "burstLimit": 40}, "big-co": {"rateLimit": "0.5", "burstLimit": 1}}`,
+		"json": map[string]any{"acme": map[string]any{"rateLimit": 20.0, "burstLimit": 40.0},
+			"big-co": map[string]any{"rateLimit": 0.5, "burstLimit": 1.0}},
+	} {
+		s, err := settingsFrom(lookup(map[string]any{"stage": "prod", "tenantStages": v}), "")
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !reflect.DeepEqual(s.TenantStages, want) {
+			t.Errorf("%s: %+v, want %+v", name, s.TenantStages, want)
+		}
+	}
+	ids := map[string]string{}
+	for _, n := range []string{"acme", "acme-eu", "acmeeu", "a-b", "ab", "a-bc", "ab-c", "big-co", "bigco"} {
+		if !tenantStageRE.MatchString(n) {
+			t.Fatalf("%q is not a valid tenant stage name", n)
+		}
+		id := TenantStageID(n)
+		if other, dup := ids[id]; dup {
+			t.Errorf("%q and %q share the logical id suffix %s", n, other, id)
+		}
+		ids[id] = n
+	}
+	if got := TenantStageID("big-co"); got != "BigCo" {
+		t.Errorf("TenantStageID(big-co) = %s", got)
 	}
 }
 

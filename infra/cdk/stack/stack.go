@@ -4,7 +4,9 @@
 // stream included), the five Lambda
 // functions from their bundles (dist/<fn>.zip by default) with
 // least-privilege roles, the HTTP API with IAM authorization on every
-// route but the await completion route (authorized by its resume token),
+// route but the await completion route (authorized by its resume token,
+// and outside dev reached through a REST API whose WAF web ACL limits each
+// client IP), optional per-tenant stages with throttles of their own,
 // the sweeper's schedule, the lifecycle event bus, alarms, and cdk-nag's
 // AwsSolutions checks.
 //
@@ -18,6 +20,7 @@ package stack
 
 import (
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
@@ -146,6 +149,9 @@ func New(scope constructs.Construct, id string, props Props) (awscdk.Stack, erro
 	b.eventSources()
 	b.schedule()
 	b.httpAPI()
+	if s.AwaitWAF {
+		b.awaitFront()
+	}
 	b.alarms()
 	b.outputs()
 	b.suppressions()
@@ -163,6 +169,7 @@ type builder struct {
 	bus     awsevents.EventBus
 	fn      map[string]*function // by function name
 	http    *httpAPI
+	front   awaitFrontAPI // the await front, with Settings.AwaitWAF
 	alarm   *alarmSet
 	secret  awssecretsmanager.Secret
 	output  awss3.Bucket // nil unless Settings.OutputBucket
@@ -374,7 +381,12 @@ func (b *builder) outputs() {
 	out := func(id, desc string, v *string) {
 		awscdk.NewCfnOutput(b.stack, jsii.String(id), &awscdk.CfnOutputProps{Value: v, Description: jsii.String(desc)})
 	}
-	out("ApiUrl", "HTTP API base URL (IAM SigV4-signed requests, service execute-api; the await completion route takes its resume token instead)", b.http.stage.Url())
+	if b.front.api != nil {
+		out("ApiUrl", "HTTP API base URL (IAM SigV4-signed requests, service execute-api); the await completion route is at AwaitApiUrl", b.http.stage.Url())
+		out("AwaitApiUrl", "base URL of the await completion route (its resume token authorizes it), behind the web ACL's per-IP rate limit", b.front.api.Url())
+	} else {
+		out("ApiUrl", "HTTP API base URL (IAM SigV4-signed requests, service execute-api; the await completion route takes its resume token instead)", b.http.stage.Url())
+	}
 	out("WorkQueueUrl", "SQS work queue", b.queue[WorkQueueID].QueueUrl())
 	out("DlqQueueUrl", "SQS queue of execution dead-letter envelopes", b.queue[DLQQueueID].QueueUrl())
 	out("PoisonQueueUrl", "SQS poison queue (work items the work queue gave up on)", b.queue[PoisonQueueID].QueueUrl())
@@ -388,7 +400,13 @@ func (b *builder) outputs() {
 	out("EventBusName", "EventBridge bus of terminal lifecycle events", b.bus.EventBusName())
 	out("ClientPolicyArn", "managed policy: invoke submit, status and result", b.http.clientPolicy.ManagedPolicyArn())
 	out("OperatorPolicyArn", "managed policy: invoke the redrive route", b.http.operatorPolicy.ManagedPolicyArn())
-	out("RedriveRouteArn", "execute-api ARN of the redrive route (for your own policies)", b.http.routeArn("POST", redrivePath))
+	out("RedriveRouteArn", "execute-api ARN of the redrive route on the $default stage (for your own policies)", b.http.routeArn("POST", redrivePath, sharedStage))
+	for _, name := range sortedKeys(b.http.tenants) {
+		t := b.http.tenants[name]
+		id := TenantStageID(name)
+		out("TenantApiUrl"+id, "base URL of tenant "+name+"'s own stage (its own throttle)", t.stage.Url())
+		out("TenantPolicyArn"+id, "managed policy: the client routes on tenant "+name+"'s stage only (attach to its role instead of ClientInvokePolicy)", t.policy.ManagedPolicyArn())
+	}
 	out("ResumeTokenSecretArn", "Secrets Manager secret keying await resume tokens (its ARN; read the value with GetSecretValue)", b.secret.SecretArn())
 	if b.output != nil {
 		out("OutputBucketName", "S3 bucket of pipelines' terminal output (config key output.bucket, placeholder {outputBucket})", b.output.BucketName())
@@ -396,6 +414,16 @@ func (b *builder) outputs() {
 	if b.alarm.topic != nil {
 		out("AlarmTopicArn", "SNS topic of the alarms", b.alarm.topic.TopicArn())
 	}
+}
+
+// sortedKeys returns m's keys, sorted.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 // setLogicalID fixes the logical id of c's CloudFormation resource.

@@ -46,6 +46,34 @@ func TestResourceCounts(t *testing.T) {
 	for typ, n := range want {
 		dev.tpl.ResourceCountIs(jsii.String(typ), jsii.Number(float64(n)))
 	}
+	// dev has no await front; prod has one: the web ACL and its
+	// association, the REST API, and the origin HTTP API holding the
+	// await completion route, which the main HTTP API then lacks.
+	for typ := range dev.typeCounts() {
+		if strings.HasPrefix(typ, "AWS::WAFv2::") || strings.HasPrefix(typ, "AWS::ApiGateway::") {
+			t.Errorf("dev has %s resources without an await front", typ)
+		}
+	}
+	prod := synth(t, "prod")
+	for typ, n := range map[string]int{
+		"AWS::WAFv2::WebACL":                1,
+		"AWS::WAFv2::WebACLAssociation":     1,
+		"AWS::ApiGateway::RestApi":          1,
+		"AWS::ApiGateway::Stage":            1,
+		"AWS::ApiGateway::Deployment":       1,
+		"AWS::ApiGateway::Method":           1,
+		"AWS::ApiGateway::Account":          0, // no account-wide CloudWatch role
+		"AWS::ApiGateway::RequestValidator": 1,
+		"AWS::ApiGatewayV2::Api":            2, // the main API, the await origin
+		"AWS::ApiGatewayV2::Stage":          2,
+		"AWS::ApiGatewayV2::Integration":    2,
+		"AWS::ApiGatewayV2::Route":          13, // twelve IAM routes on the main API, the await completion route on the origin
+		"AWS::Lambda::Permission":           14,
+		"AWS::Logs::LogGroup":               8, // and the front's and the origin's access logs
+		"AWS::IAM::Role":                    5, // no CloudWatch role for API Gateway
+	} {
+		prod.tpl.ResourceCountIs(jsii.String(typ), jsii.Number(float64(n)))
+	}
 	full := synth(t, "full")
 	for typ, n := range map[string]int{"AWS::SNS::Topic": 1, "AWS::SNS::Subscription": 1, "AWS::KMS::Key": 1, "AWS::ApiGatewayV2::Authorizer": 1,
 		"AWS::SecretsManager::Secret": 1, "AWS::S3::Bucket": 1, "AWS::S3::BucketPolicy": 1} {
@@ -568,9 +596,10 @@ func TestHTTPAPIRoutesUseIAM(t *testing.T) {
 	// The operator routes have their own permission: the client policy
 	// names every client route and no operator route, the operator policy
 	// re-drive, cancel and bulk re-drive only; neither names the await
-	// completion route, which needs no permission.
+	// completion route, which needs no permission. Both name the $default
+	// stage only, never a tenant's stage (TestTenantStages).
 	arn := func(method, path string) string {
-		return "arn:<AWS::Partition>:execute-api:<AWS::Region>:<AWS::AccountId>:<HttpApi>/*/" + method + path
+		return "arn:<AWS::Partition>:execute-api:<AWS::Region>:<AWS::AccountId>:<HttpApi>/$default/" + method + path
 	}
 	for id, want := range map[string][]string{
 		ClientPolicyID: {arn("POST", "/v1/pipelines/*/executions"), arn("GET", "/v1/executions/*"),
@@ -605,21 +634,28 @@ func TestHTTPAPIRoutesUseIAM(t *testing.T) {
 // The await completion route: no authorizer (the resume token is its
 // authorization, checked by the submit function), the submit function's
 // integration, and a throttle of its own below the stage's, in every
-// variant (JWT included).
+// variant (JWT included): on the main HTTP API without the await front
+// (dev), on the front's origin API with it (full, prod).
 func TestAwaitCompletionRoute(t *testing.T) {
-	for _, variant := range []string{"dev", "full"} {
+	for variant, api := range map[string]string{"dev": HTTPAPIID, "full": AwaitOriginAPIID, "prod": AwaitOriginAPIID} {
 		v := synth(t, variant)
 		p := v.props(t, AwaitCompleteRouteID)
-		if p["RouteKey"] != "POST /v1/executions/{executionId}/awaits/{awaitId}/complete" {
-			t.Errorf("%s: RouteKey %v", variant, p["RouteKey"])
+		if p["RouteKey"] != "POST /v1/executions/{executionId}/awaits/{awaitId}/complete" || str(p["ApiId"]) != "<"+api+">" {
+			t.Errorf("%s: RouteKey %v on %v, want %s", variant, p["RouteKey"], p["ApiId"], api)
 		}
 		if p["AuthorizationType"] != "NONE" || p["AuthorizerId"] != nil || p["AuthorizationScopes"] != nil {
 			t.Errorf("%s: AuthorizationType %v, AuthorizerId %v, scopes %v: want NONE without an authorizer",
 				variant, p["AuthorizationType"], p["AuthorizerId"], p["AuthorizationScopes"])
 		}
-		integ := v.ofType("AWS::ApiGatewayV2::Integration")
+		var integ []string
+		for _, id := range v.ofType("AWS::ApiGatewayV2::Integration") {
+			if str(v.props(t, id)["ApiId"]) == "<"+api+">" {
+				integ = append(integ, id)
+			}
+		}
 		if len(integ) != 1 || str(p["Target"]) != "integrations/<"+integ[0]+">" ||
-			!strings.Contains(str(v.props(t, integ[0])["IntegrationUri"]), "<"+SubmitFunctionID+".Arn>") {
+			!strings.Contains(str(v.props(t, integ[0])["IntegrationUri"]), "<"+SubmitFunctionID+".Arn>") ||
+			v.props(t, integ[0])["PayloadFormatVersion"] != "2.0" {
 			t.Errorf("%s: Target %v does not name the submit function's integration %v", variant, p["Target"], integ)
 		}
 		// API Gateway may invoke the submit function for this route.
@@ -627,28 +663,32 @@ func TestAwaitCompletionRoute(t *testing.T) {
 		for _, id := range v.ofType("AWS::Lambda::Permission") {
 			pp := v.props(t, id)
 			perm = perm || (str(pp["FunctionName"]) == "<"+SubmitFunctionID+".Arn>" &&
-				strings.HasSuffix(str(pp["SourceArn"]), "/*/*"+awaitPath))
+				strings.Contains(str(pp["SourceArn"]), "<"+api+">/*/*"+awaitPath))
 		}
 		if !perm {
 			t.Errorf("%s: no Lambda permission for the await completion route", variant)
 		}
-		stage := v.props(t, "HttpApiDefaultStage")
+		stageID := "HttpApiDefaultStage"
+		if api == AwaitOriginAPIID {
+			stageID = AwaitOriginStageID
+		}
+		stage := v.props(t, stageID)
 		rs, _ := stage["RouteSettings"].(map[string]any)
 		got, _ := rs[p["RouteKey"].(string)].(map[string]any)
 		if len(rs) != 1 || num(t, got["ThrottlingRateLimit"]) != 10 || num(t, got["ThrottlingBurstLimit"]) != 20 {
 			t.Errorf("%s: RouteSettings %v, want only the await route at 10/s, burst 20", variant, rs)
 		}
 		def, _ := stage["DefaultRouteSettings"].(map[string]any)
-		if num(t, got["ThrottlingRateLimit"]) >= num(t, def["ThrottlingRateLimit"]) {
+		if api == HTTPAPIID && num(t, got["ThrottlingRateLimit"]) >= num(t, def["ThrottlingRateLimit"]) {
 			t.Errorf("%s: await route rate %v is not below the stage's %v", variant, got["ThrottlingRateLimit"], def["ThrottlingRateLimit"])
 		}
 		// The route settings name the route by key: the stage must wait for it.
 		deps := false
-		for _, d := range list(v.res["HttpApiDefaultStage"]["DependsOn"]) {
+		for _, d := range list(v.res[stageID]["DependsOn"]) {
 			deps = deps || d == AwaitCompleteRouteID
 		}
 		if !deps {
-			t.Errorf("%s: stage DependsOn %v lacks %s", variant, v.res["HttpApiDefaultStage"]["DependsOn"], AwaitCompleteRouteID)
+			t.Errorf("%s: stage DependsOn %v lacks %s", variant, v.res[stageID]["DependsOn"], AwaitCompleteRouteID)
 		}
 	}
 }
@@ -807,9 +847,10 @@ func TestOutputs(t *testing.T) {
 		"ResumeTokenSecretArn"} {
 		v.tpl.HasOutput(jsii.String(id), assertions.Match_AnyValue())
 	}
-	if outs, _ := v.doc["Outputs"].(map[string]any); outs["OutputBucketName"] != nil {
-		t.Error("dev has an OutputBucketName output without an output bucket")
+	if outs, _ := v.doc["Outputs"].(map[string]any); outs["OutputBucketName"] != nil || outs["AwaitApiUrl"] != nil {
+		t.Error("dev has an OutputBucketName or AwaitApiUrl output without an output bucket or an await front")
 	}
+	synth(t, "prod").tpl.HasOutput(jsii.String("AwaitApiUrl"), assertions.Match_AnyValue())
 	full := synth(t, "full")
 	full.tpl.HasOutput(jsii.String("AlarmTopicArn"), assertions.Match_AnyValue())
 	full.tpl.HasOutput(jsii.String("OutputBucketName"), assertions.Match_ObjectLike(&map[string]any{
