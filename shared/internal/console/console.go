@@ -43,6 +43,7 @@ import (
 
 	"github.com/qasync/qasync/shared/deadletter"
 	"github.com/qasync/qasync/shared/history"
+	"github.com/qasync/qasync/shared/internal/authlimit"
 	"github.com/qasync/qasync/shared/internal/engine"
 	"github.com/qasync/qasync/shared/internal/httpapi"
 	"github.com/qasync/qasync/shared/payload"
@@ -109,6 +110,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock of ages and session expiry. Default time.Now.
 	Now func() time.Time
+	// AuthLimiter limits wrong operator tokens at sign-in per client
+	// address (Site shares the HTTP API's). Nil: a limiter of the
+	// console's own with authlimit's defaults.
+	AuthLimiter *authlimit.Limiter
 }
 
 // Console is the console's http.Handler (New).
@@ -123,6 +128,7 @@ type Console struct {
 	log        *slog.Logger
 	now        func() time.Time
 	cop        *http.CrossOriginProtection
+	limiter    *authlimit.Limiter
 }
 
 // New returns the console over b. It panics if b is nil.
@@ -139,6 +145,10 @@ func New(b Backend, opts Options) *Console {
 		log:        opts.Logger,
 		now:        opts.Now,
 		cop:        http.NewCrossOriginProtection(),
+		limiter:    opts.AuthLimiter,
+	}
+	if c.limiter == nil {
+		c.limiter = authlimit.New(authlimit.Config{})
 	}
 	if c.tenantFunc == nil {
 		c.tenantFunc = defaultTenantFunc
