@@ -49,7 +49,7 @@ RIE_VERSION := v0.0.0-20261030222936-bef5c4ba774d
 RIE         := $(BIN)/aws-lambda-rie
 LOCAL       := $(CACHE)/local
 
-.PHONY: help run build build-local build-lambda install test test-unit chromium fuzz bench vet fmt-check clean stack-up stack-down stack-test provision rie local-cloud chaos-embedded simulate
+.PHONY: help run build build-local build-lambda install test test-unit chromium fuzz bench vet fmt-check openapi-lint clean stack-up stack-down stack-test provision rie local-cloud chaos-embedded simulate
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-14s %s\n", $$1, $$2}'
@@ -107,7 +107,7 @@ run: build-local ## serve the API, console, workers and sweeper on ADDR (127.0.0
 	QASYNC_ADMIN_TOKEN_FILE=$(DEV_TOKEN) \
 	exec $(BIN)/qasync serve --addr $(ADDR)
 
-test: build-lambda vet fmt-check stack-test test-unit fuzz cdk-test examples-test ## everything CI runs: vet, gofmt, the stack script's test, all tests with -race against the local AWS stack, a short fuzz, the CDK tests, the example service
+test: build-lambda vet fmt-check openapi-lint stack-test test-unit fuzz cdk-test examples-test ## everything CI runs: vet, gofmt, the OpenAPI lint, the stack script's test, all tests with -race against the local AWS stack, a short fuzz, the CDK tests, the example service
 
 # The stack is started for the tests and stopped afterwards, also on failure.
 test-unit: build-local rie chromium
@@ -319,6 +319,27 @@ vet:
 fmt-check:
 	@out=$$(gofmt -l cmd shared pipelines functions scripts); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+# The OpenAPI document's lint: Redocly CLI (pinned, installed into
+# .cache/redocly with npm on first use, as the CDK CLI is) with its
+# recommended rules, every warning an error (its recommended-strict
+# ruleset). The document linted is the one the server answers GET
+# /openapi.json with, written by the httpapi package's route test.
+REDOCLY_VERSION := 2.77.0
+REDOCLY_HOME    := $(CACHE)/redocly
+REDOCLY         := $(REDOCLY_HOME)/node_modules/.bin/redocly
+REDOCLY_STAMP   := $(REDOCLY_HOME)/.installed-$(REDOCLY_VERSION)
+OPENAPI_OUT     := $(CACHE)/openapi/openapi.json
+
+$(REDOCLY_STAMP):
+	rm -rf $(REDOCLY_HOME) && mkdir -p $(REDOCLY_HOME)
+	npm install --prefix $(REDOCLY_HOME) --no-audit --no-fund --loglevel=error @redocly/cli@$(REDOCLY_VERSION)
+	touch $@
+
+openapi-lint: $(REDOCLY_STAMP) ## lint the served OpenAPI document with Redocly CLI's recommended rules, failing on errors and warnings
+	@mkdir -p $(dir $(OPENAPI_OUT)) && rm -f $(OPENAPI_OUT)
+	QASYNC_OPENAPI_OUT=$(OPENAPI_OUT) go test -count=1 -run '^TestOpenAPIRoute$$' ./shared/internal/httpapi/
+	REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true $(REDOCLY) lint --extends=recommended-strict $(OPENAPI_OUT)
 
 clean: ## remove build outputs and the tool cache
 	rm -rf $(CACHE) $(DIST) $(EXAMPLE)/$(DIST)

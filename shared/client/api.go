@@ -122,7 +122,9 @@ func (c *Client) CompleteAwait(ctx context.Context, executionID, awaitID, resume
 }
 
 // List returns one page of the caller's executions, newest first. A bad
-// status, limit or cursor is a 400 *Error (IsBadRequest).
+// status, limit or cursor is a 400 *Error (IsBadRequest). With
+// q.IdempotencyKey it returns the key's live execution (a page of one, or
+// of none).
 func (c *Client) List(ctx context.Context, q ListQuery) (ExecutionPage, error) {
 	v := url.Values{}
 	if q.PipelineID != "" {
@@ -140,6 +142,9 @@ func (c *Client) List(ctx context.Context, q ListQuery) (ExecutionPage, error) {
 	}
 	if q.Cursor != "" {
 		v.Set("cursor", q.Cursor)
+	}
+	if q.IdempotencyKey != "" {
+		v.Set("idempotencyKey", q.IdempotencyKey)
 	}
 	var p ExecutionPage
 	_, err := c.doJSON(ctx, call{method: http.MethodGet, path: "/v1/executions", query: v}, nil, &p)

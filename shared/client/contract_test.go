@@ -196,6 +196,15 @@ func TestClientTypesKeepEveryMemberOfTheServersDocuments(t *testing.T) {
 	strict[client.DeadLetterPage](t, "outstanding dead letters", api.call("GET", "/v1/dead-letters?outstanding=true", "", http.StatusOK))
 	strict[client.DeadLetterCounts](t, "dead-letter counts", api.call("GET", "/v1/dead-letters/counts", "", http.StatusOK))
 
+	// Pipelines: the list (with a typed first step's input schema) and one.
+	strict[client.PipelineList](t, "pipelines", api.call("GET", "/v1/pipelines", "", http.StatusOK))
+	strict[client.Pipeline](t, "pipeline", api.call("GET", "/v1/pipelines/"+clitest.PipelineOK, "", http.StatusOK))
+	// An execution found by its idempotency key (with the key).
+	byKey := strict[client.ExecutionPage](t, "list by key", api.call("GET", "/v1/executions?idempotencyKey=sample-1", "", http.StatusOK))
+	if len(byKey.Executions) != 1 || byKey.Executions[0].IdempotencyKey != "sample-1" {
+		t.Errorf("list by key: %+v", byKey)
+	}
+
 	// Problems: 400, 404, 409 with the execution's status.
 	strict[client.Problem](t, "bad status", api.call("GET", "/v1/executions?status=SLEEPING", "", http.StatusBadRequest))
 	strict[client.Problem](t, "unknown execution", api.call("GET", "/v1/executions/no-such-execution/history", "", http.StatusNotFound))
@@ -268,6 +277,10 @@ func kindMismatch(typ reflect.Type, s schemaObject) string {
 	want := ""
 	switch {
 	case s.Ref == "#/components/schemas/Status", s.Type == "string" && s.Format == "date-time":
+	case s.Type == "object" && s.Properties == nil && s.AdditionalProperties != nil && s.AdditionalProperties != false:
+		want = "map"
+	case s.Type == "object" && s.Properties == nil:
+		want = "json" // a free-form document: a JSON Schema
 	case s.Ref != "":
 		want = "struct"
 	case s.Const != nil || s.Enum != nil || s.Type == "string":
@@ -278,8 +291,6 @@ func kindMismatch(typ reflect.Type, s schemaObject) string {
 		want = "bool"
 	case s.Type == "array":
 		want = "slice"
-	case s.Type == "object" && s.Properties == nil && s.AdditionalProperties != nil && s.AdditionalProperties != false:
-		want = "map"
 	case s.Type == "object":
 		want = "struct"
 	}
@@ -287,6 +298,8 @@ func kindMismatch(typ reflect.Type, s schemaObject) string {
 	switch {
 	case typ == reflect.TypeFor[time.Time]():
 		got = "date-time"
+	case typ == reflect.TypeFor[json.RawMessage]():
+		got = "json"
 	case typ.Kind() == reflect.String:
 		got = "string"
 	case typ.Kind() >= reflect.Int && typ.Kind() <= reflect.Uint64:
@@ -344,6 +357,10 @@ func TestClientTypesFollowTheOpenAPIDocument(t *testing.T) {
 		{client.DeadLetter{}, s + "DeadLetter"},
 		{client.DeadLetterCounts{}, s + "DeadLetterCounts"},
 		{client.Problem{}, s + "Problem"},
+		{client.PipelineList{}, s + "PipelineList"},
+		{client.Pipeline{}, s + "Pipeline"},
+		{client.PipelineVersion{}, s + "PipelineVersion"},
+		{client.PipelineStep{}, s + "PipelineStep"},
 	}
 	covered := map[string]bool{
 		"Status": true, // store.Status

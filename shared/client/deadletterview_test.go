@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -32,12 +33,14 @@ func TestDeadLettersTellTheCurrentStatus(t *testing.T) {
 		if all, err = c.DeadLetters(ctx, q); err != nil {
 			t.Fatal(err)
 		}
-		if len(all.DeadLetters) == 3 {
+		// Three records, each execution marked DLQ (the mark follows
+		// the record's publication).
+		if len(all.DeadLetters) == 3 && !slices.ContainsFunc(all.DeadLetters, func(d client.DeadLetter) bool { return d.CurrentStatus != store.DLQ }) {
 			break
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("the re-driven execution's second dead letter never came: %+v", all.DeadLetters)
+			t.Fatalf("the re-driven execution's second dead letter never came (or never marked DLQ): %+v", all.DeadLetters)
 		case <-time.After(10 * time.Millisecond):
 		}
 	}

@@ -57,6 +57,9 @@ type Execution struct {
 	PipelineID string `json:"pipelineId"`
 	// PipelineVersion is the pipeline definition it is bound to.
 	PipelineVersion string `json:"pipelineVersion,omitempty"`
+	// IdempotencyKey is the Idempotency-Key it was submitted under, ""
+	// for none (or a key the server derived: SERVER_KEY_ONLY).
+	IdempotencyKey string `json:"idempotencyKey,omitempty"`
 	// Status is the lifecycle status; Status.Terminal() says whether it
 	// can still change by itself.
 	Status store.Status `json:"status"`
@@ -189,6 +192,11 @@ type ListQuery struct {
 	Limit int
 	// Cursor continues from a previous page's NextCursor.
 	Cursor string
+	// IdempotencyKey, when set, looks up the one live execution the
+	// caller's tenant submitted under this key: the page holds it, or
+	// nothing. It cannot be combined with PipelineID, Statuses or Cursor
+	// (a 400 *Error).
+	IdempotencyKey string
 }
 
 // ExecutionPage is one page of a list.

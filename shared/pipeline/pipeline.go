@@ -13,9 +13,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"regexp"
 	"slices"
 	"sort"
@@ -139,6 +141,53 @@ type Step struct {
 	// another encoding to a pipeline starting with it is refused at once
 	// (HTTP 415) instead of stored and dead-lettered by the step.
 	Accepts []payload.Encoding
+
+	inputType reflect.Type // I of NewStep and SleepUntil; see InputType
+}
+
+// InputType is the Go type the step decodes its JSON input into: the I of
+// NewStep[I, O] and SleepUntil[I]. It is nil for a step that takes any
+// input (I is payload.Payload, json.RawMessage or an interface type) and
+// for steps built otherwise (Map, Child, Sleep, and steps assembled from
+// a Step literal, such as await, command and remote steps). The HTTP API
+// describes a pipeline's input with the JSON Schema of its first step's
+// InputType.
+func (s *Step) InputType() reflect.Type { return s.inputType }
+
+// The kinds of step Kind reports.
+const (
+	// KindStep runs a function: NewStep, and the await, command and
+	// remote steps.
+	KindStep = "step"
+	// KindSleep is a durable sleep (Sleep, SleepUntil).
+	KindSleep = "sleep"
+	// KindMap fans out to one child execution per element (Map).
+	KindMap = "map"
+	// KindChild starts one child execution and waits for it (Child).
+	KindChild = "child"
+)
+
+// Kind says how the runtime runs the step: KindMap, KindChild, KindSleep
+// or KindStep.
+func (s *Step) Kind() string {
+	switch {
+	case s.Map != nil && s.Map.One:
+		return KindChild
+	case s.Map != nil:
+		return KindMap
+	case s.Wake != nil:
+		return KindSleep
+	}
+	return KindStep
+}
+
+// typedInput is the InputType of a step whose input is an I.
+func typedInput[I any]() reflect.Type {
+	t := reflect.TypeFor[I]()
+	if t == reflect.TypeFor[payload.Payload]() || t == reflect.TypeFor[json.RawMessage]() || t.Kind() == reflect.Interface {
+		return nil
+	}
+	return t
 }
 
 // StepOption configures a step built by NewStep.
@@ -173,6 +222,7 @@ func NewStep[I, O any](name string, fn func(ctx context.Context, info StepInfo, 
 		s.Accepts = []payload.Encoding{payload.EncodingJSON}
 		s.CheckInput = checkDecode[I](name)
 	}
+	s.inputType = typedInput[I]()
 	for _, o := range opts {
 		o(&s)
 	}

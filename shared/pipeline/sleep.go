@@ -65,6 +65,7 @@ func SleepUntil[I any](name string, at func(in I) time.Time) Step {
 		s.Accepts = []payload.Encoding{payload.EncodingJSON}
 		s.CheckInput = checkDecode[I](name)
 	}
+	s.inputType = typedInput[I]()
 	return s
 }
 

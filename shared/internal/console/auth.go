@@ -257,16 +257,27 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		c.errorPage(w, r, http.StatusNotFound, "Not found", "Operator actions are disabled: this server has no operator token (admin.token).")
 		return
 	}
+	// Wrong tokens are limited per client address (shared with the API's
+	// operator routes): past the limit the token is not looked at.
+	now := c.now()
+	if retry, ok := c.limiter.Check(r.Context(), c.log, r, "console", now); !ok {
+		w.Header().Set("Retry-After", retry)
+		c.errorPage(w, r, http.StatusTooManyRequests, "Too many sign-in attempts",
+			"Too many wrong operator tokens came from this address. Try again in "+retry+" s.")
+		return
+	}
 	if err := c.checkPost(w, r); err != nil {
+		c.limiter.Done(r.Context(), c.log, r, "console", now, false) // no token was tried
 		c.refusePost(w, r, err)
 		return
 	}
-	if !c.tokenValid(r.PostForm.Get("token")) {
-		c.logAction(r, slog.LevelWarn, "console_login_failed")
+	valid := c.tokenValid(r.PostForm.Get("token"))
+	c.limiter.Done(r.Context(), c.log, r, "console", now, !valid) // a failure is logged: operator_auth_failed
+	if !valid {
 		c.errorPage(w, r, http.StatusUnauthorized, "Sign-in failed", "The operator token is not valid.")
 		return
 	}
-	exp := c.now().Add(SessionTTL)
+	exp := now.Add(SessionTTL)
 	http.SetCookie(w, cookie(r, SessionCookie, c.sessionValue(exp), int(SessionTTL/time.Second)))
 	c.logAction(r, slog.LevelInfo, "console_login")
 	http.Redirect(w, r, backTo(r.PostForm.Get("next")), http.StatusSeeOther)

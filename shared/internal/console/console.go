@@ -52,6 +52,7 @@ import (
 
 	"github.com/qasync/qasync/shared/deadletter"
 	"github.com/qasync/qasync/shared/history"
+	"github.com/qasync/qasync/shared/internal/authlimit"
 	"github.com/qasync/qasync/shared/internal/engine"
 	"github.com/qasync/qasync/shared/internal/httpapi"
 	"github.com/qasync/qasync/shared/payload"
@@ -136,6 +137,10 @@ type Options struct {
 	// LocalRevocations: this process only; Site shares the state store's
 	// (StoreRevocations), so that a sign-out holds on every instance.
 	Revocations Revocations
+	// AuthLimiter limits wrong operator tokens at sign-in per client
+	// address (Site shares the HTTP API's). Nil: a limiter of the
+	// console's own with authlimit's defaults.
+	AuthLimiter *authlimit.Limiter
 }
 
 // Console is the console's http.Handler (New).
@@ -152,6 +157,7 @@ type Console struct {
 	cop        *http.CrossOriginProtection
 	// revocations keep the signed-out sessions.
 	revocations Revocations
+	limiter     *authlimit.Limiter
 }
 
 // New returns the console over b. It panics if b is nil.
@@ -168,6 +174,10 @@ func New(b Backend, opts Options) *Console {
 		log:        opts.Logger,
 		now:        opts.Now,
 		cop:        http.NewCrossOriginProtection(),
+		limiter:    opts.AuthLimiter,
+	}
+	if c.limiter == nil {
+		c.limiter = authlimit.New(authlimit.Config{})
 	}
 	if c.tenantFunc == nil {
 		c.tenantFunc = defaultTenantFunc

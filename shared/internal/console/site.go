@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/qasync/qasync/shared/config"
+	"github.com/qasync/qasync/shared/internal/authlimit"
 	"github.com/qasync/qasync/shared/internal/engine"
 	"github.com/qasync/qasync/shared/internal/httpapi"
 	"github.com/qasync/qasync/shared/store"
@@ -20,7 +21,9 @@ import (
 // behind API Gateway the identity sources read the request context that
 // package apigw puts on every request; served directly (qasync serve) the
 // iam and jwt sources find none and refuse every request with 401 rather
-// than fall back to a header. It is wiring's Options.HTTP.
+// than fall back to a header. Both count wrong operator tokens against
+// one authlimit.Limiter (per client address), on the runtime's clock. It
+// is wiring's Options.HTTP.
 func Site(rt *engine.Runtime, c config.Config, log *slog.Logger) http.Handler {
 	tenant := httpapi.TenantFunc(c.TenantSource, c.TenantClaim)
 	// Sign-outs are kept beside the rows (the state store's job store),
@@ -32,12 +35,16 @@ func Site(rt *engine.Runtime, c config.Config, log *slog.Logger) http.Handler {
 		log.LogAttrs(context.Background(), slog.LevelWarn, "console_revocations_local", slog.String("event", "console_revocations_local"),
 			slog.String("detail", "the state store keeps no jobs: a console sign-out holds in this process only"))
 	}
+	// One limit on wrong operator tokens per client, whichever door
+	// they are tried at.
+	limiter := authlimit.New(authlimit.Config{})
 	con := New(Engine(rt), Options{
 		AdminToken: c.AdminToken, TenantFunc: tenant, TenantCookie: c.TenantSource == "header",
-		Pipelines: rt.Registry().IDs(), Logger: log, Revocations: revocations,
+		Pipelines: rt.Registry().IDs(), Logger: log, Now: rt.Now, AuthLimiter: limiter, Revocations: revocations,
 	})
 	return httpapi.New(rt, httpapi.Options{
 		MaxBodyBytes: c.MaxBodyBytes, AdminToken: c.AdminToken,
 		RedriveAuthorizedUpstream: c.RedriveAuthorizedUpstream, TenantFunc: tenant, Logger: log, Console: con,
+		AuthLimiter: limiter,
 	})
 }

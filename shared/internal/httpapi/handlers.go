@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/qasync/qasync/shared/client"
+	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/internal/engine"
 	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/pipeline"
@@ -64,7 +65,7 @@ func utc(t time.Time) time.Time {
 // statusDocument is the status document of e.
 func statusDocument(e *store.Execution) client.Execution {
 	d := client.Execution{
-		ExecutionID: e.ExecutionID, PipelineID: e.PipelineID, PipelineVersion: e.PipelineVersion, Status: e.Status,
+		ExecutionID: e.ExecutionID, PipelineID: e.PipelineID, PipelineVersion: e.PipelineVersion, IdempotencyKey: e.IdempotencyKey, Status: e.Status,
 		StepIndex: e.StepIndex, StepName: e.StepName, Attempt: e.Attempt, Version: e.Version,
 		CreatedAt: utc(e.CreatedAt), UpdatedAt: utc(e.UpdatedAt),
 	}
@@ -142,16 +143,25 @@ func idempotencyKey(w http.ResponseWriter, r *http.Request) (string, bool) {
 	if len(vs) > 1 {
 		return bad("The Idempotency-Key header must be sent at most once.")
 	}
-	k := vs[0]
+	if detail := checkKey(vs[0], "The Idempotency-Key header"); detail != "" {
+		return bad(detail)
+	}
+	return vs[0], true
+}
+
+// checkKey says what is wrong with idempotency key k, named what in the
+// answer ("" if nothing): 1-MaxIdempotencyKeyLen printable ASCII
+// characters.
+func checkKey(k, what string) string {
 	if len(k) == 0 || len(k) > MaxIdempotencyKeyLen {
-		return bad(fmt.Sprintf("The Idempotency-Key header must be 1-%d characters long.", MaxIdempotencyKeyLen))
+		return fmt.Sprintf("%s must be 1-%d characters long.", what, MaxIdempotencyKeyLen)
 	}
 	for i := 0; i < len(k); i++ {
 		if k[i] < 0x20 || k[i] > 0x7e {
-			return bad("The Idempotency-Key header must contain printable ASCII characters only.")
+			return what + " must contain printable ASCII characters only."
 		}
 	}
-	return k, true
+	return ""
 }
 
 // bodyKind says how a submitted body is stored.
@@ -280,11 +290,26 @@ func (a *api) readPayload(w http.ResponseWriter, r *http.Request, p *pipeline.Pi
 	}
 }
 
-// submit handles POST /v1/pipelines/{pipelineId}/executions.
-func (a *api) submit(w http.ResponseWriter, r *http.Request) {
+// pipelinePath returns the pipelineId of the path, or writes the 400 and
+// returns false.
+func pipelinePath(w http.ResponseWriter, r *http.Request) (string, bool) {
 	pid := r.PathValue("pipelineId")
 	if !pipeline.ValidID(pid) {
 		writeProblem(w, kindInvalidPipelineID.problem("A pipeline id is 1-128 characters of A-Z, a-z, 0-9, '.', '_' and '-', starting with a letter or digit."))
+		return "", false
+	}
+	return pid, true
+}
+
+// pipelineNotFound is the 404 of a pipeline id nothing is registered under.
+func pipelineNotFound(id string) Problem {
+	return kindPipelineNotFound.problem(fmt.Sprintf("No pipeline %q is registered here.", id))
+}
+
+// submit handles POST /v1/pipelines/{pipelineId}/executions.
+func (a *api) submit(w http.ResponseWriter, r *http.Request) {
+	pid, ok := pipelinePath(w, r)
+	if !ok {
 		return
 	}
 	tenant, ok := a.tenant(w, r)
@@ -297,7 +322,7 @@ func (a *api) submit(w http.ResponseWriter, r *http.Request) {
 	}
 	p, ok := a.rt.Registry().Get(pid)
 	if !ok {
-		writeProblem(w, kindPipelineNotFound.problem(fmt.Sprintf("No pipeline %q is registered here.", pid)))
+		writeProblem(w, pipelineNotFound(pid))
 		return
 	}
 	if key == "" && a.rt.Config().IdempotencyPolicy == engine.ClientKeyRequired {
@@ -405,8 +430,8 @@ func (a *api) result(w http.ResponseWriter, r *http.Request) {
 	writePayload(w, p.Data)
 }
 
-// redrive handles POST /v1/executions/{executionId}/redrive (registered
-// only when an admin token is configured).
+// redrive handles POST /v1/executions/{executionId}/redrive (operator:
+// authorized).
 func (a *api) redrive(w http.ResponseWriter, r *http.Request) {
 	body, ok := a.operatorBody(w, r)
 	if !ok {
@@ -506,20 +531,45 @@ func (a *api) operatorBody(w http.ResponseWriter, r *http.Request) ([]byte, bool
 	return a.readBody(w, r, min(a.maxBody, maxRedriveBody))
 }
 
+// adminTokenKey is the configuration key of the admin token (short name).
+const adminTokenKey = "admin.token"
+
+// operatorDisabled is the detail of an operator route on a server without
+// an admin token: the setting that enables it.
+var operatorDisabled = fmt.Sprintf("The operator routes are disabled: this server has no operator token. "+
+	"Set %s (configuration key %s, flag --%s) to a secret and restart the server to enable them, "+
+	"then send it in an Authorization: Bearer header.",
+	config.EnvName(config.FullKey(adminTokenKey)), config.FullKey(adminTokenKey), adminTokenKey)
+
 // authorized checks the Bearer admin token in constant time, or writes the
-// 401 and returns false.
+// 401 (403 when the operator routes are disabled, 429 when the client's
+// wrong tokens are over the limit) and returns false. Every wrong token
+// is logged (operator_auth_failed) and counted against the client's
+// address; past the limit the token is not even looked at.
 func (a *api) authorized(w http.ResponseWriter, r *http.Request) bool {
-	if a.redriveUpstream {
+	switch {
+	case a.redriveUpstream:
 		return true
+	case a.adminHash == nil:
+		writeProblem(w, kindOperatorDisabled.problem(operatorDisabled))
+		return false
 	}
-	switch a.adminToken(r) {
-	case tokenValid:
-		return true
-	case tokenInvalid:
+	now := a.rt.Now()
+	if retry, ok := a.limiter.Check(r.Context(), a.log, r, "api", now); !ok {
+		w.Header().Set("Retry-After", retry)
+		writeProblem(w, kindTooManyAttempts.problem(fmt.Sprintf("Too many wrong operator tokens came from this address: try again in %s s.", retry)))
+		return false
+	}
+	if check := a.adminToken(r); check != tokenNone {
+		a.limiter.Done(r.Context(), a.log, r, "api", now, check == tokenInvalid)
+		if check == tokenValid {
+			return true
+		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="qasync-admin", error="invalid_token"`)
 		writeProblem(w, kindUnauthorized.problem("The bearer token is not valid for this route."))
 		return false
 	}
+	a.limiter.Done(r.Context(), a.log, r, "api", now, false) // no token offered: not a guess
 	w.Header().Set("WWW-Authenticate", `Bearer realm="qasync-admin"`)
 	writeProblem(w, kindUnauthorized.problem("This route requires an Authorization: Bearer admin token."))
 	return false
@@ -572,8 +622,7 @@ func parseRedrive(body []byte) (client.RedriveRequest, string) {
 func (a *api) fail(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, engine.ErrPipelineNotFound):
-		id := strings.TrimPrefix(err.Error(), engine.ErrPipelineNotFound.Error()+": ")
-		writeProblem(w, kindPipelineNotFound.problem(fmt.Sprintf("No pipeline %q is registered here.", id)))
+		writeProblem(w, pipelineNotFound(strings.TrimPrefix(err.Error(), engine.ErrPipelineNotFound.Error()+": ")))
 	case errors.Is(err, store.ErrNotFound):
 		writeProblem(w, kindExecutionNotFound.problem("No execution with this id exists for this tenant."))
 	case errors.Is(err, store.ErrKeyMismatch):

@@ -7,8 +7,11 @@
 // Routes:
 //
 //	POST /v1/pipelines/{pipelineId}/executions   submit: 202 new, 200 duplicate
+//	GET  /v1/pipelines                           the registered pipelines: versions, steps, input schema
+//	GET  /v1/pipelines/{pipelineId}              one of them
 //	GET  /v1/executions                          list the tenant's executions, newest first
-//	                                             (pipelineId, status, limit, cursor)
+//	                                             (pipelineId, status, limit, cursor), or the one
+//	                                             live execution of an idempotencyKey
 //	GET  /v1/executions/{executionId}            status document
 //	GET  /v1/executions/{executionId}/result     result bytes once SUCCEEDED, else 409
 //	GET  /v1/executions/{executionId}/history    a page of the execution's events in commit
@@ -34,13 +37,21 @@
 //	GET  /openapi.json                           the OpenAPI document
 //	GET  /healthz                                {"status":"ok"}
 //
+// The operator routes (re-drive, cancel, bulk re-drive and its progress)
+// are always routed: without an admin token (and not authorized
+// upstream) they answer 403 operator-routes-disabled naming the setting
+// that enables them. Wrong tokens are limited per client address
+// (package authlimit, Options.AuthLimiter): past the limit a request is
+// answered 429 too-many-attempts with Retry-After before its token is
+// looked at.
+//
 // Every error is an RFC 9457 application/problem+json document (Problem)
 // whose type is ProblemTypePrefix followed by one of these kinds:
 // invalid-request, invalid-pipeline-id, invalid-tenant,
 // invalid-idempotency-key, idempotency-key-required, invalid-content-type,
 // invalid-json, invalid-cursor, invalid-input (the pipeline's first step
 // refuses the input: a decode error, a map's limits) (400); unauthorized
-// (401); forbidden (403);
+// (401); forbidden, operator-routes-disabled (403);
 // not-found, pipeline-not-found, execution-not-found, redrive-not-found,
 // history-unavailable (404); method-not-allowed (405, with Allow);
 // execution-not-succeeded, execution-not-redrivable,
@@ -48,7 +59,9 @@
 // payload-too-large, input-too-large (413); unsupported-media-type (415: a body whose
 // Content-Type the pipeline's first step does not take, such as
 // text/plain for a step that decodes JSON); idempotency-key-mismatch
-// (422); internal (500); unavailable, awaits-disabled,
+// (422); too-many-attempts (429, with Retry-After);
+// headers-too-large (431: the request line and headers over
+// Options.MaxHeaderBytes); internal (500); unavailable, awaits-disabled,
 // dead-letters-unavailable, redrives-unavailable (503).
 //
 // A request is validated completely before the runtime is called, so a
@@ -65,8 +78,11 @@ import (
 	"net/url"
 	"path"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/qasync/qasync/shared/client"
+	"github.com/qasync/qasync/shared/internal/authlimit"
 	"github.com/qasync/qasync/shared/internal/engine"
 )
 
@@ -74,17 +90,36 @@ import (
 // request payload limit of a synchronously invoked Lambda function.
 const DefaultMaxBodyBytes = 6 << 20
 
+// DefaultMaxHeaderBytes is the default Options.MaxHeaderBytes: 64 KiB,
+// far above what a client of the API sends (API Gateway's own limit is
+// about 10 KB) and well below net/http's (http.DefaultMaxHeaderBytes, 1
+// MiB, what qasync serve's http.Server keeps), which stays the backstop
+// and answers text/plain.
+const DefaultMaxHeaderBytes = 64 << 10
+
 // Options configure the handler. The zero value is usable.
 type Options struct {
 	// MaxBodyBytes is the largest accepted request body; a larger one is
 	// answered with 413. Zero or negative means DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// MaxHeaderBytes bounds the request line and headers (their sizes
+	// summed as net/http counts them); a larger request is answered 431
+	// problem+json. Zero or negative means DefaultMaxHeaderBytes. It only
+	// acts below the server's own limit (http.Server.MaxHeaderBytes,
+	// default 1 MiB), past which net/http answers 431 text/plain before
+	// any handler runs.
+	MaxHeaderBytes int
 	// AdminToken is the Bearer token of the operator routes: re-drive,
 	// cancel, bulk re-drive and its progress, an execution's input. Empty
-	// disables them (they then answer 404 like any unknown path), unless
-	// RedriveAuthorizedUpstream is set. A result read with it is an
-	// operator's view, logged as payload_viewed.
+	// disables them (they then answer 403 operator-routes-disabled, naming
+	// the setting), unless RedriveAuthorizedUpstream is set. A result read
+	// with it is an operator's view, logged as payload_viewed.
 	AdminToken string
+	// AuthLimiter limits wrong admin tokens per client address (the
+	// console's sign-in shares it in Site). Nil: a limiter of the
+	// handler's own with authlimit's defaults (10 failures, then one a
+	// second).
+	AuthLimiter *authlimit.Limiter
 	// RedriveAuthorizedUpstream serves the operator routes without a token
 	// because something in front has already authorized them: API
 	// Gateway, where each has its own IAM permission (or JWT scope) that
@@ -130,18 +165,28 @@ const (
 	routeOpenAPI     = "GET /openapi.json"
 )
 
+// The pipeline catalog's routes (pipelines.go).
+const (
+	routePipelines = "GET /v1/pipelines"
+	routePipeline  = "GET /v1/pipelines/{pipelineId}"
+)
+
 // api is the handler New returns.
 type api struct {
 	rt         *engine.Runtime
 	mux        *http.ServeMux
 	maxBody    int64
+	maxHeader  int
 	adminHash  *[sha256.Size]byte // nil: re-drive disabled
+	limiter    *authlimit.Limiter
 	tenantFunc func(*http.Request) (string, error)
 	// redriveUpstream: the re-drive route is authorized in front of us.
 	redriveUpstream bool
 	log             *slog.Logger
 	basePath        string
 	console         http.Handler
+	// catalog is the answer of GET /v1/pipelines, built on first use.
+	catalog func() []client.Pipeline
 }
 
 // New returns the HTTP handler of rt. It panics if rt is nil.
@@ -153,6 +198,8 @@ func New(rt *engine.Runtime, opts Options) http.Handler {
 		rt:         rt,
 		mux:        http.NewServeMux(),
 		maxBody:    opts.MaxBodyBytes,
+		maxHeader:  opts.MaxHeaderBytes,
+		limiter:    opts.AuthLimiter,
 		tenantFunc: opts.TenantFunc,
 		log:        opts.Logger,
 		basePath:   strings.TrimRight(opts.BasePath, "/"),
@@ -161,6 +208,13 @@ func New(rt *engine.Runtime, opts Options) http.Handler {
 	if a.maxBody <= 0 {
 		a.maxBody = DefaultMaxBodyBytes
 	}
+	if a.maxHeader <= 0 {
+		a.maxHeader = DefaultMaxHeaderBytes
+	}
+	if a.limiter == nil {
+		a.limiter = authlimit.New(authlimit.Config{})
+	}
+	a.catalog = sync.OnceValue(func() []client.Pipeline { return catalog(rt.Registry(), a.log) })
 	if a.tenantFunc == nil {
 		a.tenantFunc = TenantFromHeader
 	}
@@ -171,6 +225,8 @@ func New(rt *engine.Runtime, opts Options) http.Handler {
 		a.basePath = "/" + a.basePath
 	}
 	a.route(routeSubmit, a.submit)
+	a.route(routePipelines, a.pipelines)
+	a.route(routePipeline, a.pipeline)
 	a.route(routeStatus, a.status)
 	a.route(routeResult, a.result)
 	a.route(routeHealth, a.health)
@@ -187,14 +243,13 @@ func New(rt *engine.Runtime, opts Options) http.Handler {
 		h := sha256.Sum256([]byte(opts.AdminToken))
 		a.adminHash = &h
 	}
-	if a.redriveUpstream || a.adminHash != nil {
-		// The operator routes: authorized as re-drive is.
-		a.route(routeRedrive, a.redrive)
-		a.route(routeCancel, a.cancel)
-		a.route(routeRedrives, a.startRedrives)
-		a.route(routeRedriveJob, a.redriveProgress)
-		a.route(routeInput, a.input)
-	}
+	// The operator routes, authorized as re-drive is (authorized): 403
+	// when disabled, so that a caller learns what to configure.
+	a.route(routeRedrive, a.redrive)
+	a.route(routeCancel, a.cancel)
+	a.route(routeRedrives, a.startRedrives)
+	a.route(routeRedriveJob, a.redriveProgress)
+	a.route(routeInput, a.input)
 	// Everything else: a problem+json 404, never the mux's text/plain one.
 	a.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, kindNotFound.problem("No route matches the request path."))
@@ -260,6 +315,10 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			slog.String("method", r.Method), slog.String("route", route), slog.Int("status", rec.status),
 			slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000), slog.String("tenant", info.tenant))
 	}()
+	if n := headerBytes(r); n > a.maxHeader {
+		writeProblem(rec, kindHeadersTooLarge.problem(fmt.Sprintf("The request line and headers are %d bytes; this server takes at most %d.", n, a.maxHeader)))
+		return
+	}
 	// The mux would redirect a non-canonical path ("/a/../b", "//x") with a
 	// text/plain 307; an API has no use for that, so it is not found.
 	if p := r.URL.EscapedPath(); r.RequestURI == "*" || p != cleanPath(p) {
@@ -267,6 +326,23 @@ func (a *api) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.mux.ServeHTTP(rec, r)
+}
+
+// headerBytes is the size of r's request line and header block as
+// net/http reads them ("METHOD URI PROTO", the Host header and every
+// "Name: value" line, each with its CRLF), the measure of
+// Options.MaxHeaderBytes.
+func headerBytes(r *http.Request) int {
+	n := len(r.Method) + len(r.RequestURI) + len(r.Proto) + 4
+	if r.Host != "" {
+		n += len("Host: ") + len(r.Host) + 2
+	}
+	for name, values := range r.Header {
+		for _, v := range values {
+			n += len(name) + len(v) + 4
+		}
+	}
+	return n
 }
 
 // cleanPath is the mux's canonical form of p: rooted, without "." and ".."

@@ -16,6 +16,7 @@ import (
 
 	"github.com/qasync/qasync/shared/client"
 	"github.com/qasync/qasync/shared/clock"
+	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/dispatch"
 	"github.com/qasync/qasync/shared/internal/engine"
 	"github.com/qasync/qasync/shared/internal/httpapi"
@@ -123,6 +124,8 @@ type req struct {
 	method, path string
 	body         string
 	headers      map[string]string
+	// remoteAddr is the client's address (default httptest's 192.0.2.1:1234).
+	remoteAddr string
 }
 
 func (e *env) do(r req) *httptest.ResponseRecorder {
@@ -134,6 +137,9 @@ func (e *env) do(r req) *httptest.ResponseRecorder {
 	hr := httptest.NewRequest(r.method, r.path, body)
 	for k, v := range r.headers {
 		hr.Header.Set(k, v)
+	}
+	if r.remoteAddr != "" {
+		hr.RemoteAddr = r.remoteAddr
 	}
 	w := httptest.NewRecorder()
 	e.h.ServeHTTP(w, hr)
@@ -512,7 +518,7 @@ func TestStatus(t *testing.T) {
 	if err := json.Unmarshal(w.Body.Bytes(), &raw); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"executionId", "pipelineId", "pipelineVersion", "status", "stepIndex", "stepName", "attempt", "version", "createdAt", "updatedAt", "nextDueAt"} {
+	for _, k := range []string{"executionId", "pipelineId", "pipelineVersion", "idempotencyKey", "status", "stepIndex", "stepName", "attempt", "version", "createdAt", "updatedAt", "nextDueAt"} {
 		if _, ok := raw[k]; !ok {
 			t.Errorf("status document lacks %q: %s", k, w.Body)
 		}
@@ -525,7 +531,7 @@ func TestStatus(t *testing.T) {
 		t.Errorf("status document lacks the pipeline version: %s", w.Body)
 	}
 	want := client.Execution{
-		ExecutionID: sub.ExecutionID, PipelineID: "greet", PipelineVersion: doc.PipelineVersion, Status: store.Queued, StepIndex: 0, StepName: "greet",
+		ExecutionID: sub.ExecutionID, PipelineID: "greet", PipelineVersion: doc.PipelineVersion, IdempotencyKey: "k", Status: store.Queued, StepIndex: 0, StepName: "greet",
 		Attempt: 1, Version: 1, CreatedAt: epoch, UpdatedAt: epoch,
 		NextDueAt: epoch,
 	}
@@ -612,18 +618,37 @@ func redriveReq(path, token, body string, headers ...string) req {
 	return req{method: http.MethodPost, path: path + "/redrive", body: body, headers: h}
 }
 
-func TestRedriveDisabled(t *testing.T) {
+// TestOperatorRoutesDisabledAre403: without an admin token (and not
+// authorized upstream) every operator route is still routed and answers
+// 403 operator-routes-disabled naming the setting that enables it (the
+// environment variable of config key admin.token), with or without a
+// token, and changes nothing; a wrong method is still 405.
+func TestOperatorRoutesDisabledAre403(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, withHTTP(func(o *httpapi.Options) { o.AdminToken = "" }))
 	sub := e.mustSubmit("fail", "k", `{}`)
 	e.drive()
-	disabled := e.do(redriveReq(sub.StatusURL, "anything", `{"reason":"x"}`))
-	wantProblem(t, disabled, http.StatusNotFound, "not-found")
-	unknown := e.do(req{method: http.MethodPost, path: sub.StatusURL + "/nonsense", body: `{"reason":"x"}`})
-	if disabled.Body.String() != unknown.Body.String() || disabled.Header().Get("Allow") != "" {
-		t.Errorf("disabled redrive %q differs from unknown route %q", disabled.Body, unknown.Body)
+	env := config.EnvName(config.FullKey("admin.token"))
+	if env != "PIPELINE_ORCHESTRATOR_ADMIN_TOKEN" || !slices.ContainsFunc(config.Keys(), func(k config.KeyDoc) bool { return k.Env == env }) {
+		t.Fatalf("the admin token's variable is %q, not one of config.Keys", env)
 	}
-	wantProblem(t, e.do(req{method: http.MethodGet, path: sub.StatusURL + "/redrive"}), http.StatusNotFound, "not-found")
+	before := decode[client.Execution](t, e.do(req{method: http.MethodGet, path: sub.StatusURL}))
+	for _, r := range []req{
+		redriveReq(sub.StatusURL, "anything", `{"reason":"x"}`),
+		redriveReq(sub.StatusURL, "", `{"reason":"x"}`),
+		{method: http.MethodPost, path: sub.StatusURL + "/cancel", body: `{"reason":"x"}`},
+		{method: http.MethodPost, path: "/v1/redrives", body: `{"reason":"x"}`},
+		{method: http.MethodGet, path: "/v1/redrives/job-1"},
+	} {
+		p := wantProblem(t, e.do(r), http.StatusForbidden, "operator-routes-disabled")
+		if !strings.Contains(p.Detail, "PIPELINE_ORCHESTRATOR_ADMIN_TOKEN") || !strings.Contains(p.Detail, "admin.token") {
+			t.Errorf("%s %s: the detail %q does not name the setting", r.method, r.path, p.Detail)
+		}
+	}
+	if st := decode[client.Execution](t, e.do(req{method: http.MethodGet, path: sub.StatusURL})); st.Status != store.DLQ || st.Version != before.Version {
+		t.Errorf("a refused re-drive changed the execution: %+v, was %+v", st, before)
+	}
+	wantProblem(t, e.do(req{method: http.MethodGet, path: sub.StatusURL + "/redrive"}), http.StatusMethodNotAllowed, "method-not-allowed")
 }
 
 func TestRedrive(t *testing.T) {

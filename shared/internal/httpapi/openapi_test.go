@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -28,6 +29,7 @@ import (
 	"github.com/qasync/qasync/shared/await"
 	"github.com/qasync/qasync/shared/client"
 	"github.com/qasync/qasync/shared/deadletter"
+	"github.com/qasync/qasync/shared/internal/authlimit"
 	"github.com/qasync/qasync/shared/internal/engine"
 	"github.com/qasync/qasync/shared/internal/httpapi"
 	"github.com/qasync/qasync/shared/internal/memory"
@@ -136,6 +138,11 @@ func TestOpenAPIDocumentMatchesEveryResponse(t *testing.T) {
 		o.TenantFunc = func(*http.Request) (string, error) { return "", httpapi.ErrUnauthenticated }
 	}))
 	noHistory := newEnv(t)
+	closed := openapiEnv(t, nil, withHTTP(func(o *httpapi.Options) { o.AdminToken = "" }))
+	throttled := openapiEnv(t, nil, withHTTP(func(o *httpapi.Options) { o.AuthLimiter = authlimit.New(authlimit.Config{Burst: 1}) }))
+	if w := throttled.do(req{method: http.MethodGet, path: "/v1/redrives/x", headers: map[string]string{"Authorization": "Bearer wrong"}}); w.Code != http.StatusUnauthorized {
+		t.Fatalf("a wrong token: %d", w.Code)
+	}
 
 	// Executions in every state the cases need.
 	js := map[string]string{"Content-Type": "application/json"}
@@ -197,6 +204,15 @@ func TestOpenAPIDocumentMatchesEveryResponse(t *testing.T) {
 			{"GET", "/v1/executions?status=NOPE", "", nil, 400, false},
 			{"GET", "/v1/executions?limit=1000", "", nil, 400, false},
 			{"GET", "/v1/executions?cursor=not-ours", "", nil, 400, true},
+			{"GET", "/v1/executions?idempotencyKey=done", "", nil, 200, true},
+			{"GET", "/v1/executions?idempotencyKey=done&status=DLQ", "", nil, 400, true},
+
+			{"GET", "/v1/pipelines", "", nil, 200, true},
+			{"GET", "/v1/pipelines", "", badTenant, 400, false},
+			{"GET", "/v1/pipelines/greet", "", nil, 200, true},
+			{"GET", "/v1/pipelines/approval", "", nil, 200, true},
+			{"GET", "/v1/pipelines/-bad", "", nil, 400, false},
+			{"GET", "/v1/pipelines/nope", "", nil, 404, true},
 
 			{"GET", ex(succeeded), "", nil, 200, true},
 			{"GET", ex(dead), "", nil, 200, true},
@@ -277,6 +293,20 @@ func TestOpenAPIDocumentMatchesEveryResponse(t *testing.T) {
 			{"GET", "/healthz", "", nil, 200, true},
 		},
 		noHistory: {{"GET", ex("any") + "/history", "", nil, 404, true}},
+		closed: {
+			{"POST", ex("x") + "/redrive", `{"reason":"r"}`, admin(nil), 403, true},
+			{"POST", ex("x") + "/cancel", `{"reason":"r"}`, admin(nil), 403, true},
+			{"POST", "/v1/redrives", `{"reason":"r"}`, admin(nil), 403, true},
+			{"GET", "/v1/redrives/x", "", admin(nil), 403, true},
+			{"GET", "/v1/inputs/x", "", admin(nil), 403, true},
+		},
+		throttled: {
+			{"POST", ex("x") + "/redrive", `{"reason":"r"}`, admin(nil), 429, true},
+			{"POST", ex("x") + "/cancel", `{"reason":"r"}`, admin(nil), 429, true},
+			{"POST", "/v1/redrives", `{"reason":"r"}`, admin(nil), 429, true},
+			{"GET", "/v1/redrives/x", "", admin(nil), 429, true},
+			{"GET", "/v1/inputs/x", "", admin(nil), 429, true},
+		},
 		anonymous: {
 			{"POST", "/v1/pipelines/echo/executions", `{}`, js, 401, true},
 			{"GET", "/v1/executions", "", nil, 401, true},
@@ -285,7 +315,16 @@ func TestOpenAPIDocumentMatchesEveryResponse(t *testing.T) {
 			{"GET", ex("x") + "/history", "", nil, 401, true},
 			{"GET", "/v1/dead-letters", "", nil, 401, true},
 			{"GET", "/v1/dead-letters/counts", "", nil, 401, true},
+			{"GET", "/v1/pipelines", "", nil, 401, true},
+			{"GET", "/v1/pipelines/echo", "", nil, 401, true},
 		},
+	}
+	// Every operation: headers over the handler's limit.
+	padded := map[string]string{"X-Padding": strings.Repeat("p", httpapi.DefaultMaxHeaderBytes)}
+	for _, op := range documentedOperations(t) {
+		method, tpl, _ := strings.Cut(op, " ")
+		path := regexp.MustCompile(`\{[^}]+\}`).ReplaceAllString(tpl, "x")
+		cases[e] = append(cases[e], apiCase{method, path, "", padded, 431, false})
 	}
 	for _, failing := range []struct {
 		env  *env
@@ -408,6 +447,24 @@ func documentedPaths() []string {
 	for p := range d.Paths {
 		out = append(out, p)
 	}
+	return out
+}
+
+// documentedOperations lists "METHOD /template" for every operation the
+// document lists.
+func documentedOperations(t *testing.T) []string {
+	t.Helper()
+	var d openapiDoc
+	if err := json.Unmarshal(httpapi.OpenAPI, &d); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for p, ops := range d.Paths {
+		for method := range ops {
+			out = append(out, strings.ToUpper(method)+" "+p)
+		}
+	}
+	sort.Strings(out)
 	return out
 }
 

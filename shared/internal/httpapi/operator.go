@@ -121,13 +121,17 @@ func knownStatuses() string {
 	return strings.Join(names, ", ")
 }
 
-// list handles GET /v1/executions.
+// list handles GET /v1/executions (executionByKey with idempotencyKey).
 func (a *api) list(w http.ResponseWriter, r *http.Request) {
 	tenant, ok := a.tenant(w, r)
 	if !ok {
 		return
 	}
 	q := r.URL.Query()
+	if q.Has("idempotencyKey") {
+		a.executionByKey(w, r, tenant, q)
+		return
+	}
 	pid, ok := pipelineParam(w, q)
 	if !ok {
 		return
@@ -273,8 +277,8 @@ func checkReason(reason string) string {
 	return ""
 }
 
-// cancel handles POST /v1/executions/{executionId}/cancel (registered
-// only where re-drive is).
+// cancel handles POST /v1/executions/{executionId}/cancel (authorized as
+// re-drive is).
 func (a *api) cancel(w http.ResponseWriter, r *http.Request) {
 	body, ok := a.operatorBody(w, r)
 	if !ok {
@@ -319,11 +323,11 @@ func (a *api) redriveJobURL(id string) string {
 	return a.basePath + "/v1/redrives/" + url.PathEscape(id)
 }
 
-// startRedrives handles POST /v1/redrives (registered only where
-// re-drive is). With an Idempotency-Key the job id derives from the
-// tenant and the key: a retried request answers the job it started (200,
-// the same id), the key with another body is 422; without one every
-// request starts a new job.
+// startRedrives handles POST /v1/redrives (authorized as re-drive is).
+// With an Idempotency-Key the job id derives from the tenant and the key:
+// a retried request answers the job it started (200, the same id), the
+// key with another body is 422; without one every request starts a new
+// job.
 func (a *api) startRedrives(w http.ResponseWriter, r *http.Request) {
 	body, ok := a.operatorBody(w, r)
 	if !ok {
@@ -412,8 +416,8 @@ func checkRedrives(req *RedrivesRequest) (engine.RedriveFilter, int, string) {
 	return f, rate, ""
 }
 
-// redriveProgress handles GET /v1/redrives/{redriveId} (registered only
-// where re-drive is).
+// redriveProgress handles GET /v1/redrives/{redriveId} (authorized as
+// re-drive is).
 func (a *api) redriveProgress(w http.ResponseWriter, r *http.Request) {
 	if !a.authorized(w, r) {
 		return

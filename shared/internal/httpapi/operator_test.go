@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -183,7 +184,7 @@ func TestCancelRoute(t *testing.T) {
 	wantProblem(t, post(e, path, `{"reason":"x"}`, "X-Tenant-Id", "other"), http.StatusNotFound, "execution-not-found")
 	wantProblem(t, post(e, "/v1/executions/nope/cancel", `{"reason":"x"}`), http.StatusNotFound, "execution-not-found")
 	closed := newEnv(t, withHTTP(func(o *httpapi.Options) { o.AdminToken = "" }))
-	wantProblem(t, post(closed, path, `{"reason":"x"}`), http.StatusNotFound, "not-found")
+	wantProblem(t, post(closed, path, `{"reason":"x"}`), http.StatusForbidden, "operator-routes-disabled")
 	upstream := newEnv(t, withHTTP(func(o *httpapi.Options) { o.AdminToken, o.RedriveAuthorizedUpstream = "", true }))
 	other := upstream.mustSubmit("echo", "k1", `{}`).ExecutionID
 	if w := post(upstream, "/v1/executions/"+other+"/cancel", `{"reason":"x"}`, "Authorization", ""); w.Code != http.StatusAccepted {
@@ -333,10 +334,17 @@ func TestDeadLettersRoute(t *testing.T) {
 }
 
 // TestOpenAPIRoute: the document is served as JSON, the embedded bytes.
+// With QASYNC_OPENAPI_OUT=<file> it writes the served document there
+// (make openapi-lint lints it).
 func TestOpenAPIRoute(t *testing.T) {
 	t.Parallel()
 	w := get(newEnv(t), "/openapi.json")
 	if w.Code != http.StatusOK || w.Header().Get("Content-Type") != "application/json" || w.Body.String() != string(httpapi.OpenAPI) {
 		t.Fatalf("GET /openapi.json: %d %q", w.Code, w.Header().Get("Content-Type"))
+	}
+	if out := os.Getenv("QASYNC_OPENAPI_OUT"); out != "" {
+		if err := os.WriteFile(out, w.Body.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -205,9 +205,9 @@ func TestInputRoute(t *testing.T) {
 		t.Fatalf("%d views logged, want 2 (the two inputs served)", len(v))
 	}
 
-	// Without an admin token the route does not exist.
+	// Without an admin token the route says what to configure.
 	off := newEnv(t, withHTTP(func(o *httpapi.Options) { o.AdminToken = "" }))
-	wantProblem(t, get(off, "/v1/inputs/x", "Authorization", "Bearer "+adminToken), http.StatusNotFound, "not-found")
+	wantProblem(t, get(off, "/v1/inputs/x", "Authorization", "Bearer "+adminToken), http.StatusForbidden, "operator-routes-disabled")
 }
 
 // TestResultReadByAnOperatorIsLogged: a result read with the admin token

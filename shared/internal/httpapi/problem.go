@@ -62,6 +62,9 @@ var (
 	kindUnsupportedType        = kind{"unsupported-media-type", http.StatusUnsupportedMediaType, "Unsupported media type"}
 	kindKeyMismatch            = kind{"idempotency-key-mismatch", http.StatusUnprocessableEntity, "Idempotency key reused with a different request"}
 	kindInvalidInput           = kind{"invalid-input", http.StatusBadRequest, "Input refused by the pipeline's first step"}
+	kindOperatorDisabled       = kind{"operator-routes-disabled", http.StatusForbidden, "Operator routes disabled"}
+	kindTooManyAttempts        = kind{"too-many-attempts", http.StatusTooManyRequests, "Too many failed authentication attempts"}
+	kindHeadersTooLarge        = kind{"headers-too-large", http.StatusRequestHeaderFieldsTooLarge, "Request headers too large"}
 	kindInternal               = kind{"internal", http.StatusInternalServerError, "Internal server error"}
 	kindUnavailable            = kind{"unavailable", http.StatusServiceUnavailable, "Service unavailable"}
 )
