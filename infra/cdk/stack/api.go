@@ -31,6 +31,8 @@ const (
 	deadLettersPath      = "/v1/dead-letters"
 	deadLetterCountsPath = "/v1/dead-letters/counts"
 	inputPath            = "/v1/inputs/{executionId}"
+	pipelinesPath        = "/v1/pipelines"
+	pipelinePath         = "/v1/pipelines/{pipelineId}"
 	openAPIPath          = "/openapi.json"
 )
 
@@ -90,6 +92,8 @@ var Routes = []Route{
 	{RedriveJobRouteID, "GET", redriveJobPath, false, false},
 	{DeadLetterCountsRouteID, "GET", deadLetterCountsPath, true, false},
 	{InputRouteID, "GET", inputPath, false, false},
+	{PipelinesRouteID, "GET", pipelinesPath, true, false},
+	{PipelineRouteID, "GET", pipelinePath, true, false},
 }
 
 // Operator reports whether r is an operator route (OperatorRedrivePolicy;

@@ -67,8 +67,9 @@ const (
 	RedriveRouteID        = "RedriveRoute"
 	HealthRouteID         = "HealthRoute"
 	// The operator plane's routes: list, history, dead letters and
-	// their counts are client routes; cancel, bulk re-drive and an
-	// execution's input are operator routes, like re-drive.
+	// their counts, and the pipelines are client routes; cancel, bulk
+	// re-drive and an execution's input are operator routes, like
+	// re-drive.
 	ListRouteID             = "ListRoute"
 	HistoryRouteID          = "HistoryRoute"
 	CancelRouteID           = "CancelRoute"
@@ -77,6 +78,8 @@ const (
 	DeadLettersRouteID      = "DeadLettersRoute"
 	DeadLetterCountsRouteID = "DeadLetterCountsRoute"
 	InputRouteID            = "InputRoute"
+	PipelinesRouteID        = "PipelinesRoute"
+	PipelineRouteID         = "PipelineRoute"
 	OpenAPIRouteID          = "OpenAPIRoute"
 	// AwaitCompleteRouteID is the await completion route, authorized by
 	// its resume token instead of IAM (see Routes).

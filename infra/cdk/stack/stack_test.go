@@ -31,9 +31,9 @@ func TestResourceCounts(t *testing.T) {
 		"AWS::ApiGatewayV2::Api":          1,
 		"AWS::ApiGatewayV2::Stage":        1,
 		"AWS::ApiGatewayV2::Integration":  1,
-		"AWS::ApiGatewayV2::Route":        15, // fourteen IAM routes, the await completion route
+		"AWS::ApiGatewayV2::Route":        17, // sixteen IAM routes, the await completion route
 		"AWS::ApiGatewayV2::Authorizer":   0,  // IAM needs none
-		"AWS::Lambda::Permission":         16, // fifteen routes, the schedule
+		"AWS::Lambda::Permission":         18, // seventeen routes, the schedule
 		"AWS::Events::EventBus":           1,
 		"AWS::Events::Rule":               1,
 		"AWS::CloudWatch::Alarm":          8,
@@ -67,8 +67,8 @@ func TestResourceCounts(t *testing.T) {
 		"AWS::ApiGatewayV2::Api":            2, // the main API, the await origin
 		"AWS::ApiGatewayV2::Stage":          2,
 		"AWS::ApiGatewayV2::Integration":    2,
-		"AWS::ApiGatewayV2::Route":          13, // twelve IAM routes on the main API, the await completion route on the origin
-		"AWS::Lambda::Permission":           14,
+		"AWS::ApiGatewayV2::Route":          17, // sixteen IAM routes on the main API, the await completion route on the origin
+		"AWS::Lambda::Permission":           18,
 		"AWS::Logs::LogGroup":               8, // and the front's and the origin's access logs
 		"AWS::IAM::Role":                    5, // no CloudWatch role for API Gateway
 	} {
@@ -570,7 +570,7 @@ func TestHTTPAPIRoutesUseIAM(t *testing.T) {
 	sort.Strings(keys)
 	wantKeys := []string{"GET /healthz", "GET /openapi.json", "GET /v1/dead-letters", "GET /v1/dead-letters/counts", "GET /v1/executions",
 		"GET /v1/executions/{executionId}", "GET /v1/executions/{executionId}/history", "GET /v1/executions/{executionId}/result",
-		"GET /v1/inputs/{executionId}", "GET /v1/redrives/{redriveId}",
+		"GET /v1/inputs/{executionId}", "GET /v1/pipelines", "GET /v1/pipelines/{pipelineId}", "GET /v1/redrives/{redriveId}",
 		"POST /v1/executions/{executionId}/awaits/{awaitId}/complete", "POST /v1/executions/{executionId}/cancel",
 		"POST /v1/executions/{executionId}/redrive", "POST /v1/pipelines/{pipelineId}/executions", "POST /v1/redrives"}
 	if !reflect.DeepEqual(keys, wantKeys) {
@@ -605,7 +605,7 @@ func TestHTTPAPIRoutesUseIAM(t *testing.T) {
 		ClientPolicyID: {arn("POST", "/v1/pipelines/*/executions"), arn("GET", "/v1/executions/*"),
 			arn("GET", "/v1/executions/*/result"), arn("GET", "/healthz"), arn("GET", "/v1/executions"),
 			arn("GET", "/v1/executions/*/history"), arn("GET", "/v1/dead-letters"), arn("GET", "/openapi.json"),
-			arn("GET", "/v1/dead-letters/counts")},
+			arn("GET", "/v1/dead-letters/counts"), arn("GET", "/v1/pipelines"), arn("GET", "/v1/pipelines/*")},
 		OperatorPolicyID: {arn("POST", "/v1/executions/*/redrive"), arn("POST", "/v1/executions/*/cancel"),
 			arn("POST", "/v1/redrives"), arn("GET", "/v1/redrives/*"), arn("GET", "/v1/inputs/*")},
 	} {
