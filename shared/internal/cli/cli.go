@@ -1,6 +1,6 @@
-// Package cli is the client half of the qasync command line: submit,
-// status, result, watch, list, history, cancel, redrive and dead-letters
-// against any deployment's HTTP API, through package client. server.Main
+// Package cli is the client half of the qasync command line: pipelines,
+// submit, status, result, input, watch, list, history, cancel, redrive
+// and dead-letters against any deployment's HTTP API, through package client. server.Main
 // dispatches these commands here (Handles says which arguments are ours).
 //
 // Output is a human table by default and JSON with -o json; errors go to
@@ -116,7 +116,7 @@ func defaultGlobals(env Env) globals {
 func (g *globals) register(fs *flag.FlagSet, def globals) {
 	fs.StringVar(&g.url, "url", def.url, "base URL of the API (env QASYNC_URL); an API Gateway URL is signed with SigV4")
 	fs.StringVar(&g.tenant, "tenant", def.tenant, "tenant to send in X-Tenant-Id (servers with http.tenant-source=header; env QASYNC_TENANT)")
-	fs.StringVar(&g.adminToken, "admin-token", def.adminToken, "operator token of qasync serve for cancel and redrive; other users can read it in the process list: prefer env QASYNC_ADMIN_TOKEN or --admin-token-file")
+	fs.StringVar(&g.adminToken, "admin-token", def.adminToken, "operator token of qasync serve for cancel, redrive and input; other users can read it in the process list: prefer env QASYNC_ADMIN_TOKEN or --admin-token-file")
 	fs.StringVar(&g.adminTokenFile, "admin-token-file", def.adminTokenFile, "read the operator token from this `file` (mode 0600; env QASYNC_ADMIN_TOKEN_FILE)")
 	fs.StringVar(&g.output, "o", def.output, "output: table or json")
 	fs.StringVar(&g.output, "output", def.output, "output: table or json")
@@ -514,7 +514,7 @@ func (s *session) usage() string {
 
 // operatorCommands are the commands whose routes need the operator's
 // authorization.
-var operatorCommands = []string{"cancel", "redrive"}
+var operatorCommands = []string{"cancel", "redrive", "input"}
 
 // hint explains the likely cause of some answers.
 func (s *session) hint(e *client.Error) string {

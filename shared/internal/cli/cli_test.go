@@ -298,6 +298,8 @@ func TestExitCodes(t *testing.T) {
 		{"status", "x", "--sigv4", "sometimes"}, {"status", "x", "--url", "ftp://x"},
 		{"status", "x", "--url", "https://a1b2c3.execute-api.eu-west-1.amazonaws.com", "--admin-token", "t"},
 		{"submit", clitest.PipelineOK, "--data", "@/no/such/file"},
+		{"pipelines", "a", "b"}, {"input"}, {"input", "a", "b"}, {"list", "--key", "k", "--status", "DLQ"},
+		{"dead-letters", "--counts", "--outstanding"}, {"dead-letters", "--counts", "--page-size", "5"},
 	} {
 		res := r.run(args...)
 		if res.code != cli.ExitUsage || (!strings.Contains(res.stderr, "usage: qasync") && !strings.Contains(res.stderr, "Client commands")) {
@@ -337,7 +339,7 @@ func TestGlobalFlagsAnywhere(t *testing.T) {
 func TestHelpOfEveryCommand(t *testing.T) {
 	t.Parallel()
 	r := newRunner(t, &clitest.Target{URL: "http://127.0.0.1:1"})
-	for _, name := range []string{"submit", "status", "result", "watch", "list", "history", "cancel", "redrive", "dead-letters"} {
+	for _, name := range []string{"pipelines", "submit", "status", "result", "input", "watch", "list", "history", "cancel", "redrive", "dead-letters"} {
 		for _, flag := range []string{"--help", "-h"} {
 			res := r.run(name, flag)
 			if res.code != 0 || res.stderr != "" || !strings.HasPrefix(res.stdout, "usage: qasync "+name) ||
@@ -348,13 +350,14 @@ func TestHelpOfEveryCommand(t *testing.T) {
 		}
 	}
 	res := r.run("--help")
-	if res.code != 0 || !strings.Contains(res.stdout, "qasync dead-letters") || !strings.Contains(res.stdout, "Exit codes") {
+	if res.code != 0 || !strings.Contains(res.stdout, "qasync dead-letters") || !strings.Contains(res.stdout, "qasync pipelines [ID]") ||
+		!strings.Contains(res.stdout, "qasync input ID") || !strings.Contains(res.stdout, "Exit codes") {
 		t.Fatalf("qasync --help: exit %d\n%s", res.code, res.stdout)
 	}
 	if res := r.run(); res.code != cli.ExitUsage || !strings.Contains(res.stderr, "Client commands") {
 		t.Fatalf("qasync with no command: exit %d\n%s", res.code, res.stderr)
 	}
-	for arg, want := range map[string]bool{"status": true, "dead-letters": true, "--url": true, "--url=x": true, "-o": true,
+	for arg, want := range map[string]bool{"status": true, "dead-letters": true, "pipelines": true, "input": true, "--url": true, "--url=x": true, "-o": true,
 		"--version": true, "serve": false, "keys": false, "--addr": false} {
 		if cli.Handles(arg) != want {
 			t.Errorf("Handles(%q) = %v", arg, !want)

@@ -25,6 +25,14 @@ type runFunc = func(ctx context.Context, s *session, args []string) error
 
 // commands are the client commands, in the order of the usage.
 var commands = []*command{
+	{name: "pipelines", usage: "pipelines [ID]", summary: "list the server's pipelines, or describe one",
+		help: `Without ID, lists the pipelines the server runs, sorted by id: each one's current version
+(the version new submissions are bound to), its number of versions (older ones still
+finishing their executions are draining) and the current version's steps with their kinds
+(step, sleep, map, child). With ID, describes pipeline ID: each version with its steps and
+the JSON Schema of the input its first step decodes, pretty-printed ("any input" when the
+step takes any). An unknown pipeline exits 3. With -o json: the server's document,
+{"pipelines": [...]} or the one pipeline.`, flags: pipelinesCmd},
 	{name: "submit", usage: "submit PIPELINE [--key K] [--data JSON|@file]", summary: "submit an execution of PIPELINE",
 		help: `Submits an execution of PIPELINE with the input --data (JSON text, @file, or @- for
 stdin; default {}) and prints the submission: the execution id and its status. With
@@ -41,6 +49,16 @@ arrive, whatever its size: piped, exactly as they are; on a terminal, newlines a
 as they are and other control characters escaped (\x1b). With -o json: {"contentType",
 "messageType", "data"} (data is the JSON result itself, or "dataBase64" for other media
 types), for a result of at most 16 MiB. Before success it exits 4 (conflict).`, flags: resultCmd},
+	{name: "input", usage: "input ID", summary: "print the input an execution was submitted with (operator)",
+		help: `Writes the input execution ID was submitted with (in any status) to stdout as result
+writes a result: piped, exactly the bytes; on a terminal, newlines and tabs as they are
+and other control characters escaped (\x1b), with a final newline. With -o json:
+{"contentType", "messageType", "data"} (data is a JSON input itself, or "dataBase64" for
+other media types). An input larger than 1 MiB is refused (exit 1, the size named).
+An operator route, because an input can hold personal data: the admin token locally
+(QASYNC_ADMIN_TOKEN or --admin-token-file), the operator permission behind API Gateway;
+the server logs every input it serves (payload_viewed: who, which execution, the size;
+never the bytes).`, flags: inputCmd},
 	{name: "watch", usage: "watch ID [--display auto|live|plain]", summary: "follow an execution's steps until it ends",
 		help: `Follows execution ID until it is terminal (SUCCEEDED, FAILED, DLQ, CANCELLED), polling
 its status with backoff and reading its history where the server has one (each read
@@ -48,12 +66,15 @@ after the first asks only for the events after the last one it got). On a termin
 it shows one progress line per step, rewritten in place; piped, it prints one plain line
 per history event (per status change on a server without the history route). With -o json it prints each new status document as one JSON line.
 It exits 0 when the execution succeeded and 5 when it ended otherwise.`, flags: watchCmd},
-	{name: "list", usage: "list [--pipeline P] [--status S,...] [--limit N]", summary: "list executions, newest first",
+	{name: "list", usage: "list [--pipeline P] [--status S,...] [--limit N] | --key K", summary: "list executions, newest first, or find one by idempotency key",
 		help: `Lists the tenant's executions, newest first, following the server's cursors until
 --limit executions (0: all). The FAN-OUT column marks a map's parent with its number
 of children (status prints their counts) and a map's child with its element index and
 parent. With -o json: {"executions": [...], "nextCursor"} where nextCursor (present
-when --limit stopped the list) continues it with --cursor.`, flags: listCmd},
+when --limit stopped the list) continues it with --cursor.
+With --key K, the one execution the tenant submitted under the idempotency key K, or
+none (a client that lost a submit's answer finds its execution without the id); --key
+does not combine with --pipeline, --status or --cursor.`, flags: listCmd},
 	{name: "history", usage: "history ID [--limit N] [--cursor C]", summary: "print an execution's history",
 		help: `Prints the events of execution ID in commit order: submitted, each step started,
 succeeded or failed (with the retry's due time), awaits, re-drives, cancels, the end.
@@ -89,9 +110,16 @@ redrive --status REDRIVE_ID
 Each re-driven execution gets the re-drive's audit record ("redrive <id>: <reason>" for a
 bulk re-drive). An operator route: the admin token locally (QASYNC_ADMIN_TOKEN or
 --admin-token-file), the route's IAM permission behind API Gateway.`, flags: redriveCmd},
-	{name: "dead-letters", usage: "dead-letters [--pipeline P] [--limit N]", summary: "list dead-letter records, newest first",
+	{name: "dead-letters", usage: "dead-letters [--pipeline P] [--outstanding] [--limit N] | --counts [--pipeline P]", summary: "list dead-letter records, newest first, or count them by error code",
 		help: `Lists the tenant's dead-letter records, newest first: when, which execution and step,
-the terminal reason and the error. Follows cursors until --limit records (0: all).`, flags: deadLettersCmd},
+the terminal reason, what became of the execution since (NOW: its status now, "gone"
+once its row expired; OUTSTANDING: yes while it still ends in this record's failure,
+no once a re-drive moved it on) and the error. Follows cursors until --limit records
+(0: all). --outstanding keeps the outstanding records: the ones still to act on.
+With --counts, counts the records and the outstanding ones by error code (CODE,
+RECORDS, OUTSTANDING) over the newest records up to the server's bound (5,000), and
+says so when there are more. With -o json: {"deadLetters": [...], "nextCursor"}, or
+the counts {"byCode", "outstandingByCode", "scanned", "complete"}.`, flags: deadLettersCmd},
 }
 
 // args checks the number of positional arguments against names.
@@ -189,15 +217,47 @@ func (s *session) printExecution(e client.Execution) {
 	printExecution(s.env.Stdout, e)
 }
 
-// resultDocument is result's -o json form.
+// resultDocument is the -o json form of result and input.
 type resultDocument struct {
-	// ContentType and MessageType are the result's media type and
+	// ContentType and MessageType are the bytes' media type and
 	// protobuf message.
 	ContentType string `json:"contentType"`
 	MessageType string `json:"messageType,omitempty"`
-	// Data is a JSON result itself; DataBase64 any other result.
+	// Data is a JSON payload itself; DataBase64 any other payload.
 	Data       json.RawMessage `json:"data,omitempty"`
 	DataBase64 []byte          `json:"dataBase64,omitempty"`
+}
+
+// documentOf is r's -o json form: the JSON itself when r is valid JSON
+// of a JSON media type, else base64.
+func documentOf(r client.Result) resultDocument {
+	d := resultDocument{ContentType: r.ContentType, MessageType: r.MessageType}
+	if isJSON(r.ContentType) && json.Valid(r.Data) {
+		d.Data = r.Data
+	} else {
+		d.DataBase64 = r.Data
+	}
+	return d
+}
+
+// writePayload writes the bytes write produces (a result, an input) to
+// stdout: piped, exactly as they are; on a terminal through
+// terminalWriter (newlines and tabs kept, other control characters
+// escaped), with a final newline when they lack one.
+func (s *session) writePayload(write func(io.Writer) (int64, error)) error {
+	if s.env.Terminal == nil || !s.env.Terminal() {
+		_, err := write(s.env.Stdout)
+		return err
+	}
+	tw := &terminalWriter{w: s.env.Stdout}
+	n, err := write(tw)
+	if cerr := tw.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && n > 0 && tw.last != '\n' {
+		_, err = io.WriteString(s.env.Stdout, "\n")
+	}
+	return err
 }
 
 func resultCmd(fs *flag.FlagSet) runFunc {
@@ -216,30 +276,39 @@ func resultCmd(fs *flag.FlagSet) runFunc {
 			if err != nil {
 				return err
 			}
-			d := resultDocument{ContentType: r.ContentType, MessageType: r.MessageType}
-			if isJSON(r.ContentType) && json.Valid(r.Data) {
-				d.Data = r.Data
-			} else {
-				d.DataBase64 = r.Data
-			}
-			writeJSON(s.env.Stdout, d)
+			writeJSON(s.env.Stdout, documentOf(r))
 			return nil
 		}
-		// The bytes as they arrive, never all in memory: as they are
-		// when piped, through terminalWriter on a terminal.
-		if s.env.Terminal == nil || !s.env.Terminal() {
-			_, _, err := c.ResultTo(ctx, args[0], s.env.Stdout)
+		// The bytes as they arrive, never all in memory.
+		return s.writePayload(func(w io.Writer) (int64, error) {
+			_, n, err := c.ResultTo(ctx, args[0], w)
+			return n, err
+		})
+	}
+}
+
+func inputCmd(fs *flag.FlagSet) runFunc {
+	return func(ctx context.Context, s *session, args []string) error {
+		if err := wantArgs(args, "ID"); err != nil {
 			return err
 		}
-		tw := &terminalWriter{w: s.env.Stdout}
-		_, n, err := c.ResultTo(ctx, args[0], tw)
-		if cerr := tw.Close(); err == nil {
-			err = cerr
+		c, err := s.client()
+		if err != nil {
+			return err
 		}
-		if err == nil && n > 0 && tw.last != '\n' {
-			_, err = io.WriteString(s.env.Stdout, "\n")
+		// The server serves at most 1 MiB of input (413 beyond).
+		in, err := c.Input(ctx, args[0])
+		if err != nil {
+			return err
 		}
-		return err
+		if s.json() {
+			writeJSON(s.env.Stdout, documentOf(in))
+			return nil
+		}
+		return s.writePayload(func(w io.Writer) (int64, error) {
+			n, err := w.Write(in.Data)
+			return int64(n), err
+		})
 	}
 }
 
@@ -323,11 +392,19 @@ func collect[T any](p pageFlags, fetch func(limit int, cursor string) ([]T, stri
 func listCmd(fs *flag.FlagSet) runFunc {
 	pipelineID := fs.String("pipeline", "", "only this pipeline's executions")
 	status := fs.String("status", "", "only these statuses, comma-separated (e.g. DLQ,FAILED)")
+	key := fs.String("key", "", "the execution submitted under this idempotency key (one or none; not with --pipeline, --status or --cursor)")
 	var p pageFlags
 	p.register(fs, "executions")
 	return func(ctx context.Context, s *session, args []string) error {
 		if err := wantArgs(args); err != nil {
 			return err
+		}
+		if *key != "" {
+			for _, other := range []struct{ name, value string }{{"--pipeline", *pipelineID}, {"--status", *status}, {"--cursor", p.cursor}} {
+				if other.value != "" {
+					return usagef("--key cannot be combined with %s: a key names at most one execution", other.name)
+				}
+			}
 		}
 		statuses, err := parseStatuses("--status", *status)
 		if err != nil {
@@ -341,7 +418,7 @@ func listCmd(fs *flag.FlagSet) runFunc {
 			return err
 		}
 		es, next, err := collect(p, func(limit int, cursor string) ([]client.Execution, string, error) {
-			pg, err := c.List(ctx, client.ListQuery{PipelineID: *pipelineID, Statuses: statuses, Limit: limit, Cursor: cursor})
+			pg, err := c.List(ctx, client.ListQuery{PipelineID: *pipelineID, Statuses: statuses, Limit: limit, Cursor: cursor, IdempotencyKey: *key})
 			return pg.Executions, pg.NextCursor, err
 		})
 		if err != nil {
@@ -352,6 +429,9 @@ func listCmd(fs *flag.FlagSet) runFunc {
 			return nil
 		}
 		printExecutions(s.env.Stdout, es)
+		if *key != "" && len(es) == 0 {
+			fmt.Fprintf(s.env.Stderr, "(no execution under the key %s)\n", visible(*key))
+		}
 		s.more(next)
 		return nil
 	}
@@ -655,11 +735,25 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 func deadLettersCmd(fs *flag.FlagSet) runFunc {
 	pipelineID := fs.String("pipeline", "", "only this pipeline's records")
+	outstanding := fs.Bool("outstanding", false, "only the outstanding records: their execution still ends in their failure")
+	counts := fs.Bool("counts", false, "count the records and the outstanding ones by error code instead of listing them")
 	var p pageFlags
 	p.register(fs, "records")
 	return func(ctx context.Context, s *session, args []string) error {
 		if err := wantArgs(args); err != nil {
 			return err
+		}
+		if *counts {
+			var listing []string
+			fs.Visit(func(f *flag.Flag) {
+				if f.Name == "outstanding" || f.Name == "limit" || f.Name == "page-size" || f.Name == "cursor" {
+					listing = append(listing, dashed(f.Name))
+				}
+			})
+			if len(listing) > 0 {
+				return usagef("--counts counts every record (of --pipeline): not with %s", strings.Join(listing, ", "))
+			}
+			return s.deadLetterCounts(ctx, *pipelineID)
 		}
 		if err := p.check(); err != nil {
 			return err
@@ -669,7 +763,7 @@ func deadLettersCmd(fs *flag.FlagSet) runFunc {
 			return err
 		}
 		rs, next, err := collect(p, func(limit int, cursor string) ([]client.DeadLetter, string, error) {
-			pg, err := c.DeadLetters(ctx, client.DeadLetterQuery{PipelineID: *pipelineID, Limit: limit, Cursor: cursor})
+			pg, err := c.DeadLetters(ctx, client.DeadLetterQuery{PipelineID: *pipelineID, Limit: limit, Cursor: cursor, OutstandingOnly: *outstanding})
 			return pg.DeadLetters, pg.NextCursor, err
 		})
 		if err != nil {
@@ -681,6 +775,61 @@ func deadLettersCmd(fs *flag.FlagSet) runFunc {
 		}
 		printDeadLetters(s.env.Stdout, rs)
 		s.more(next)
+		return nil
+	}
+}
+
+// deadLetterCounts prints the dead-letter records of pipelineID ("" for
+// all) counted by error code.
+func (s *session) deadLetterCounts(ctx context.Context, pipelineID string) error {
+	c, err := s.client()
+	if err != nil {
+		return err
+	}
+	n, err := c.DeadLetterCounts(ctx, pipelineID)
+	if err != nil {
+		return err
+	}
+	if s.json() {
+		writeJSON(s.env.Stdout, n)
+		return nil
+	}
+	printDeadLetterCounts(s.env.Stdout, n)
+	return nil
+}
+
+func pipelinesCmd(fs *flag.FlagSet) runFunc {
+	return func(ctx context.Context, s *session, args []string) error {
+		if len(args) > 0 {
+			if err := wantArgs(args, "ID"); err != nil {
+				return err
+			}
+		}
+		c, err := s.client()
+		if err != nil {
+			return err
+		}
+		if len(args) == 1 {
+			p, err := c.Pipeline(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			if s.json() {
+				writeJSON(s.env.Stdout, p)
+				return nil
+			}
+			printPipeline(s.env.Stdout, p)
+			return nil
+		}
+		ps, err := c.Pipelines(ctx)
+		if err != nil {
+			return err
+		}
+		if s.json() {
+			writeJSON(s.env.Stdout, client.PipelineList{Pipelines: append([]client.Pipeline{}, ps...)})
+			return nil
+		}
+		printPipelines(s.env.Stdout, ps)
 		return nil
 	}
 }

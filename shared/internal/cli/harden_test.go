@@ -39,8 +39,17 @@ const forgeShown = `boom\x1b]0;pwned\x07\x1b[2J\r\nexec-2  t.ok  SUCCEEDED  \t\x
 var (
 	fakeTime = time.Date(2026, 12, 1, 11, 45, 55, 0, time.UTC)
 	// operatorRoutes are the routes the fake API wants the admin token on.
-	operatorRoutes = []string{"POST /v1/executions/{id}/cancel", "POST /v1/executions/{id}/redrive", "POST /v1/redrives", "GET /v1/redrives/{id}"}
+	operatorRoutes = []string{"POST /v1/executions/{id}/cancel", "POST /v1/executions/{id}/redrive", "POST /v1/redrives", "GET /v1/redrives/{id}",
+		"GET /v1/inputs/{id}"}
 )
+
+// forgedPipeline is a pipeline description with forge in every string,
+// its input schema's description too.
+func forgedPipeline() client.Pipeline {
+	schema, _ := json.Marshal(map[string]any{"type": "object", "description": forge})
+	return client.Pipeline{PipelineID: forge, CurrentVersion: forge, Versions: []client.PipelineVersion{
+		{Version: forge, Label: forge, Draining: true, Steps: []client.PipelineStep{{Name: forge, Kind: forge}}, InputSchema: schema}}}
+}
 
 // forgedExecution is a status document with forge in every string.
 func forgedExecution(id string) client.Execution {
@@ -117,6 +126,19 @@ func (f *fakeAPI) handler() http.Handler {
 		return client.DeadLetterPage{DeadLetters: []client.DeadLetter{{ID: forge, ExecutionID: forge, PipelineID: forge, StepName: forge,
 			TerminalReason: forge, ErrorCode: forge, ErrorMessage: forge, RecordedAt: fakeTime}}}
 	})
+	send("GET /v1/dead-letters/counts", func(http.ResponseWriter, *http.Request) any {
+		return client.DeadLetterCounts{ByCode: map[string]int{"timeout": 1, forge: 3}, OutstandingByCode: map[string]int{forge: 1}, Scanned: 5000}
+	})
+	send("GET /v1/pipelines", func(http.ResponseWriter, *http.Request) any {
+		return client.PipelineList{Pipelines: []client.Pipeline{forgedPipeline()}}
+	})
+	send("GET /v1/pipelines/{p}", func(http.ResponseWriter, *http.Request) any { return forgedPipeline() })
+	send("GET /v1/inputs/{id}", func(w http.ResponseWriter, _ *http.Request) any {
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set(client.InputContentTypeHeader, "text/plain")
+		_, _ = w.Write([]byte("line 1\tcell\n" + forge))
+		return nil
+	})
 	send("POST /v1/pipelines/{p}/executions", func(http.ResponseWriter, *http.Request) any {
 		return client.Submission{ExecutionID: forge, PipelineID: forge, Status: store.Status(forge), SubmittedAt: fakeTime}
 	})
@@ -179,10 +201,11 @@ func noForgedRow(t *testing.T, what, out string) {
 }
 
 // TestServerTextIsEscapedForTheTerminal: every command that prints
-// server text (status, list, history, dead letters, watch piped and
+// server text (status, list, history, dead letters and their counts,
+// pipelines and one pipeline with its input schema, watch piped and
 // live, submit, cancel, re-drive, bulk re-drive and its progress, a
 // problem's title and detail, a proxy's text answer, the continuation
-// cursor) prints its control characters escaped (\x1b, \n, \t, \x7f,
+// cursor, a result and an input on a terminal) prints its control characters escaped (\x1b, \n, \t, \x7f,
 // \x9b, \u202e): nothing reaches the terminal that moves the cursor,
 // starts a row or recolours; a table has one line per row.
 func TestServerTextIsEscapedForTheTerminal(t *testing.T) {
@@ -197,6 +220,9 @@ func TestServerTextIsEscapedForTheTerminal(t *testing.T) {
 		{0, []string{"list", "--limit", "2"}},
 		{0, []string{"history", "e-1"}},
 		{0, []string{"dead-letters"}},
+		{0, []string{"dead-letters", "--counts"}},
+		{0, []string{"pipelines"}},
+		{0, []string{"pipelines", "p"}},
 		{cli.ExitNotSucceeded, []string{"watch", "e-1", "--display", "plain"}},
 		{0, []string{"submit", "t.ok"}},
 		{0, []string{"cancel", "e-1", "--reason", "r"}},
@@ -234,9 +260,15 @@ func TestServerTextIsEscapedForTheTerminal(t *testing.T) {
 	if got, want := r.ok("result", "e-1"), "line 1\tcell\n"+`boom\x1b]0;pwned\x07\x1b[2J\r`+"\n"+`exec-2  t.ok  SUCCEEDED  `+"\t"+`\x7f\x9b31m\u202eevil`+"\n"; got != want {
 		t.Errorf("result on a terminal:\n got %q\nwant %q", got, want)
 	}
+	if got, want := r.ok("input", "e-1"), "line 1\tcell\n"+`boom\x1b]0;pwned\x07\x1b[2J\r`+"\n"+`exec-2  t.ok  SUCCEEDED  `+"\t"+`\x7f\x9b31m\u202eevil`+"\n"; got != want {
+		t.Errorf("input on a terminal:\n got %q\nwant %q", got, want)
+	}
 	r.terminal = false
 	if got := r.ok("result", "e-1"); got != "line 1\tcell\n"+forge {
 		t.Errorf("result piped: %q", got)
+	}
+	if got := r.ok("input", "e-1"); got != "line 1\tcell\n"+forge {
+		t.Errorf("input piped: %q", got)
 	}
 }
 
@@ -262,6 +294,25 @@ func TestJSONOutputStaysExact(t *testing.T) {
 	exact("dead-letters", r.ok("dead-letters", "-o", "json"), func(out string) string { return decode[client.DeadLetterPage](t, out).DeadLetters[0].ErrorMessage })
 	exact("cancel", r.ok("cancel", "e-1", "--reason", "r", "-o", "json"), func(out string) string { return decode[client.Execution](t, out).CancelReason })
 	exact("bulk redrive", r.ok("redrive", "--filter", "status=DLQ", "--reason", "r", "-o", "json"), func(out string) string { return decode[client.BulkRedrive](t, out).RedriveID })
+	exact("pipelines", r.ok("pipelines", "-o", "json"), func(out string) string {
+		return decode[client.PipelineList](t, out).Pipelines[0].Versions[0].Steps[0].Name
+	})
+	exact("pipeline", r.ok("pipelines", "p", "-o", "json"), func(out string) string {
+		var schema struct{ Description string }
+		_ = json.Unmarshal(decode[client.Pipeline](t, out).Versions[0].InputSchema, &schema)
+		return schema.Description
+	})
+	exact("dead-letter counts", r.ok("dead-letters", "--counts", "-o", "json"), func(out string) string {
+		for code, n := range decode[client.DeadLetterCounts](t, out).ByCode {
+			if n == 3 {
+				return code
+			}
+		}
+		return ""
+	})
+	exact("input", r.ok("input", "e-1", "-o", "json"), func(out string) string {
+		return strings.TrimPrefix(string(decode[struct{ DataBase64 []byte }](t, out).DataBase64), "line 1\tcell\n")
+	})
 	res := r.want(cli.ExitNotSucceeded, "watch", "e-1", "-o", "json")
 	exact("watch", res.stdout, func(out string) string {
 		return decode[client.Execution](t, strings.TrimSpace(out)).Error.TerminalReason
@@ -272,13 +323,14 @@ func TestJSONOutputStaysExact(t *testing.T) {
 
 // TestAdminTokenOnlyOnOperatorCommands: with QASYNC_ADMIN_TOKEN set, the
 // token goes on the operator routes the server checks it on (cancel,
-// re-drive, bulk re-drive, its progress) and on no read or submission.
+// re-drive, bulk re-drive, its progress, an execution's input) and on no
+// other read (pipelines, dead-letter counts ...) or submission.
 func TestAdminTokenOnlyOnOperatorCommands(t *testing.T) {
 	t.Parallel()
 	f := newFakeAPI(t)
 	r := newRunner(t, &clitest.Target{URL: f.srv.URL, AdminToken: clitest.AdminToken}).admin()
-	for _, args := range [][]string{{"status", "e-1"}, {"list"}, {"history", "e-1"}, {"dead-letters"}, {"result", "e-1"}, {"submit", "t.ok"},
-		{"cancel", "e-1", "--reason", "r"}, {"redrive", "e-1", "--reason", "r"}, {"redrive", "--filter", "status=DLQ", "--reason", "r", "--wait"},
+	for _, args := range [][]string{{"status", "e-1"}, {"list"}, {"history", "e-1"}, {"dead-letters"}, {"dead-letters", "--counts"}, {"result", "e-1"},
+		{"submit", "t.ok"}, {"pipelines"}, {"pipelines", "p"}, {"input", "e-1"}, {"cancel", "e-1", "--reason", "r"}, {"redrive", "e-1", "--reason", "r"}, {"redrive", "--filter", "status=DLQ", "--reason", "r", "--wait"},
 		{"redrive", "--status", "r-1"}} {
 		r.ok(args...)
 	}
@@ -487,6 +539,13 @@ func TestUnknownNamesSuggestTheNearest(t *testing.T) {
 		{[]string{"status", "x", "--bogus"}, "qasync status: unknown flag --bogus\n"},
 		{[]string{"status", "x", "-x"}, "qasync status: unknown flag -x\n"},
 		{[]string{"--url", "http://x", "frobnicate"}, `qasync: unknown command "frobnicate"` + "\n"},
+		{[]string{"--url", "http://x", "pipeline"}, `unknown command "pipeline" (did you mean "pipelines"?)`},
+		{[]string{"--url", "http://x", "inptu", "x"}, `unknown command "inptu" (did you mean "input"?)`},
+		{[]string{"dead-letters", "--outstandin"}, "unknown flag --outstandin (did you mean --outstanding?)"},
+		{[]string{"dead-letters", "--count"}, "unknown flag --count (did you mean --counts?)"},
+		{[]string{"list", "--ky", "k"}, "unknown flag --ky (did you mean --key?)"},
+		{[]string{"status", "x", "--key", "k"}, "unknown flag --key (a flag of submit, list, redrive, not of status)"},
+		{[]string{"list", "--counts"}, "unknown flag --counts (a flag of dead-letters, not of list)"},
 	} {
 		res := r.want(cli.ExitUsage, tc.args...)
 		if !strings.Contains(res.stderr, tc.want) {

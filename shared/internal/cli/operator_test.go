@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"slices"
@@ -305,7 +306,8 @@ func waitFor(t *testing.T, r *runner, id string, want store.Status) {
 }
 
 // TestDeadLettersCommand: dead-letters lists the tenant's records newest
-// first with the step, reason and error, filters by pipeline, and follows
+// first with the step, reason, the execution's status now, whether the
+// record is outstanding, and the error; filters by pipeline, and follows
 // cursors.
 func TestDeadLettersCommand(t *testing.T) {
 	t.Parallel()
@@ -332,17 +334,145 @@ func TestDeadLettersCommand(t *testing.T) {
 	}
 	out := r.ok("dead-letters")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	if len(lines) != 3 || !regexp.MustCompile(`^RECORDED\s+EXECUTION\s+PIPELINE\s+STEP\s+REASON\s+ERROR$`).MatchString(lines[0]) {
+	if len(lines) != 3 || !regexp.MustCompile(`^RECORDED\s+EXECUTION\s+PIPELINE\s+STEP\s+REASON\s+NOW\s+OUTSTANDING\s+ERROR$`).MatchString(lines[0]) {
 		t.Fatalf("dead-letters table:\n%s", out)
 	}
 	for _, d := range page.DeadLetters {
-		row := regexp.MustCompile(`^` + regexp.QuoteMeta(ts(d.RecordedAt)) + `\s+` + d.ExecutionID + `\s+t\.fail\s+0 work\s+non_retryable\s+` + clitest.ErrorCodeFail + `: this step always fails$`)
+		row := regexp.MustCompile(`^` + regexp.QuoteMeta(ts(d.RecordedAt)) + `\s+` + d.ExecutionID + `\s+t\.fail\s+0 work\s+non_retryable\s+DLQ\s+yes\s+` + clitest.ErrorCodeFail + `: this step always fails$`)
 		if !slices.ContainsFunc(lines[1:], row.MatchString) {
 			t.Fatalf("dead-letters table has no line for %+v:\n%s", d, out)
 		}
 	}
 	if p := decode[client.DeadLetterPage](t, r.ok("dead-letters", "--pipeline", clitest.PipelineOK, "-o", "json")); len(p.DeadLetters) != 0 {
 		t.Fatalf("dead letters of t.ok %+v", p)
+	}
+}
+
+// TestDeadLettersAfterARedrive: after a re-drive that failed again, the
+// first record's execution is DLQ now (NOW) and the record is no longer
+// outstanding, the second is; --outstanding lists the second only (table
+// and JSON); --counts counts both records and the one outstanding by
+// error code (table and the server's JSON document), of one pipeline
+// with --pipeline; --counts with a listing flag is a usage error.
+func TestDeadLettersAfterARedrive(t *testing.T) {
+	t.Parallel()
+	r := newRunner(t, clitest.Real(t)).admin()
+	e := r.settle(clitest.PipelineFail, store.DLQ)
+	clitest.Eventually(t, func() error {
+		if p := decode[client.DeadLetterPage](t, r.ok("dead-letters", "-o", "json")); len(p.DeadLetters) != 1 {
+			return fmt.Errorf("dead letters %+v, want one", p)
+		}
+		return nil
+	})
+	r.ok("redrive", e.ExecutionID, "--reason", "one more try")
+	var page client.DeadLetterPage
+	clitest.Eventually(t, func() error {
+		if page = decode[client.DeadLetterPage](t, r.ok("dead-letters", "-o", "json")); len(page.DeadLetters) != 2 || page.DeadLetters[0].CurrentStatus != store.DLQ {
+			return fmt.Errorf("dead letters %+v, want two, the execution DLQ again", page)
+		}
+		return nil
+	})
+	newer, older := page.DeadLetters[0], page.DeadLetters[1]
+	if !newer.Outstanding || older.Outstanding || older.CurrentStatus != store.DLQ || older.CurrentVersion != newer.CurrentVersion {
+		t.Fatalf("dead letters after a re-drive %+v", page)
+	}
+	out := r.ok("dead-letters")
+	for _, d := range []struct {
+		rec  client.DeadLetter
+		want string
+	}{{newer, "yes"}, {older, "no"}} {
+		row := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(ts(d.rec.RecordedAt)) + `\s+` + e.ExecutionID + `\s+t\.fail\s+0 work\s+non_retryable\s+DLQ\s+` + d.want + `\s+` + clitest.ErrorCodeFail + `: `)
+		if !row.MatchString(out) {
+			t.Fatalf("dead-letters: no row of the record %s with NOW DLQ, OUTSTANDING %s:\n%s", d.rec.ID, d.want, out)
+		}
+	}
+	only := decode[client.DeadLetterPage](t, r.ok("dead-letters", "--outstanding", "-o", "json"))
+	if len(only.DeadLetters) != 1 || only.DeadLetters[0].ID != newer.ID {
+		t.Fatalf("dead-letters --outstanding: %+v, want the record %s", only, newer.ID)
+	}
+	if lines := strings.Split(strings.TrimSpace(r.ok("dead-letters", "--outstanding")), "\n"); len(lines) != 2 || !strings.HasPrefix(lines[1], ts(newer.RecordedAt)) {
+		t.Fatalf("dead-letters --outstanding: %q", lines)
+	}
+
+	counts := r.ok("dead-letters", "--counts")
+	if !regexp.MustCompile(`^CODE\s+RECORDS\s+OUTSTANDING\n` + clitest.ErrorCodeFail + `\s+2\s+1\n$`).MatchString(counts) {
+		t.Fatalf("dead-letters --counts:\n%s", counts)
+	}
+	sameDocument(t, "dead-letters --counts", r.ok("dead-letters", "--counts", "-o", "json"), r.serverDocument("/v1/dead-letters/counts"))
+	n := decode[client.DeadLetterCounts](t, r.ok("dead-letters", "--counts", "--pipeline", clitest.PipelineFail, "-o", "json"))
+	if n.ByCode[clitest.ErrorCodeFail] != 2 || n.OutstandingByCode[clitest.ErrorCodeFail] != 1 || n.Scanned != 2 || !n.Complete {
+		t.Fatalf("dead-letters --counts --pipeline %s: %+v", clitest.PipelineFail, n)
+	}
+	if out := r.ok("dead-letters", "--counts", "--pipeline", clitest.PipelineOK); !regexp.MustCompile(`^CODE\s+RECORDS\s+OUTSTANDING\n$`).MatchString(out) {
+		t.Fatalf("dead-letters --counts of a pipeline without records:\n%s", out)
+	}
+	for _, flag := range [][]string{{"--outstanding"}, {"--limit", "5"}, {"--cursor", "c"}} {
+		res := r.want(cli.ExitUsage, append([]string{"dead-letters", "--counts"}, flag...)...)
+		if !strings.Contains(res.stderr, "--counts counts every record (of --pipeline): not with "+flag[0]) {
+			t.Errorf("dead-letters --counts %s: %s", flag[0], res.stderr)
+		}
+	}
+}
+
+// TestDeadLettersGoneAndPartialCounts: a record whose execution's row is
+// gone shows NOW "gone"; counts over fewer records than there are say of
+// how many (what a real server shows only after a retention or 5,000
+// records: a fake API answers them).
+func TestDeadLettersGoneAndPartialCounts(t *testing.T) {
+	t.Parallel()
+	f := newFakeAPI(t)
+	r := newRunner(t, &clitest.Target{URL: f.srv.URL})
+	out := r.ok("dead-letters")
+	if lines := strings.Split(strings.TrimSpace(out), "\n"); len(lines) != 2 || !regexp.MustCompile(`\s+gone\s+no\s+`).MatchString(lines[1]) {
+		t.Fatalf("dead-letters of a gone execution:\n%s", out)
+	}
+	out = r.ok("dead-letters", "--counts")
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 4 || !regexp.MustCompile(`^boom.*evil\s+3\s+1$`).MatchString(lines[1]) || !regexp.MustCompile(`^timeout\s+1\s+0$`).MatchString(lines[2]) ||
+		lines[3] != "(of the newest 5000 records: there are more)" {
+		t.Fatalf("dead-letters --counts, the most records first, not complete:\n%s", out)
+	}
+}
+
+// TestInputCommand: input without the operator token is refused (401,
+// with the hint); with it, it prints the bytes the execution was
+// submitted with: piped exactly, on a terminal with control characters
+// escaped and a final newline, as JSON the input document; an unknown
+// execution exits 3. Its help says the route is the operator's and
+// audited.
+func TestInputCommand(t *testing.T) {
+	t.Parallel()
+	tg := clitest.Real(t)
+	anon, r := newRunner(t, tg), newRunner(t, tg)
+	r.tenant = anon.tenant
+	r.admin()
+	// JSON with a newline, a tab and a carriage return between its
+	// tokens, and a DEL and a right-to-left override in a string.
+	const input = "{\"a\":1,\n\t\"b\":\"x\x7fy\u202ez\"}\r"
+	sub := decode[client.Submission](t, anon.ok("submit", clitest.PipelineOK, "--data", input, "-o", "json"))
+	res := anon.want(cli.ExitFailure, "input", sub.ExecutionID)
+	if !strings.Contains(res.stderr, "401") || !strings.Contains(res.stderr, "QASYNC_ADMIN_TOKEN") || res.stdout != "" {
+		t.Fatalf("input without the token: stdout %q stderr %q", res.stdout, res.stderr)
+	}
+	if got := r.ok("input", sub.ExecutionID); got != input {
+		t.Fatalf("input piped: %q, want %q", got, input)
+	}
+	r.terminal = true
+	if got, want := r.ok("input", sub.ExecutionID), "{\"a\":1,\n\t\"b\":\"x\\x7fy\\u202ez\"}\\r\n"; got != want {
+		t.Fatalf("input on a terminal: %q, want %q", got, want)
+	}
+	r.terminal = false
+	doc := decode[struct {
+		ContentType string          `json:"contentType"`
+		Data        json.RawMessage `json:"data"`
+	}](t, r.ok("input", sub.ExecutionID, "-o", "json"))
+	var data map[string]any
+	if err := json.Unmarshal(doc.Data, &data); err != nil || !strings.HasPrefix(doc.ContentType, "application/json") || data["b"] != "x\x7fy\u202ez" {
+		t.Fatalf("input -o json: %+v (%v)", doc, err)
+	}
+	r.want(cli.ExitNotFound, "input", "no-such-execution")
+	if help := r.ok("input", "--help"); !strings.Contains(help, "the server logs every input it serves") || !strings.Contains(help, "An operator route") {
+		t.Fatalf("input --help does not say it is an audited operator route:\n%s", help)
 	}
 }
 

@@ -1,9 +1,13 @@
 package cli
 
 import (
+	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -262,6 +266,7 @@ func printExecution(w io.Writer, e client.Execution) {
 	fields(w,
 		"execution", e.ExecutionID,
 		"pipeline", pipeline,
+		"key", e.IdempotencyKey,
 		"parent", parentText(e.Parent),
 		"status", string(e.Status),
 		"step", fmt.Sprintf("%s (attempt %d)", step(e.StepIndex, e.StepName), e.Attempt),
@@ -357,12 +362,136 @@ func printHistory(w io.Writer, h client.History) {
 	table(w, []string{"SEQ", "AT", "TYPE", "STEP", "ATTEMPT", "STATUS", "DETAIL"}, rows)
 }
 
-// printDeadLetters writes dead-letter records.
+// printDeadLetters writes dead-letter records: NOW is the execution's
+// status now ("gone" once its row expired), OUTSTANDING whether it still
+// ends in the record's failure.
 func printDeadLetters(w io.Writer, rs []client.DeadLetter) {
 	rows := make([][]string, 0, len(rs))
 	for _, r := range rs {
+		now := string(r.CurrentStatus)
+		if now == "" {
+			now = "gone"
+		}
 		rows = append(rows, []string{ts(r.RecordedAt), r.ExecutionID, r.PipelineID, step(r.StepIndex, r.StepName),
-			r.TerminalReason, r.ErrorCode + ": " + r.ErrorMessage})
+			r.TerminalReason, now, yesNo(r.Outstanding), r.ErrorCode + ": " + r.ErrorMessage})
 	}
-	table(w, []string{"RECORDED", "EXECUTION", "PIPELINE", "STEP", "REASON", "ERROR"}, rows)
+	table(w, []string{"RECORDED", "EXECUTION", "PIPELINE", "STEP", "REASON", "NOW", "OUTSTANDING", "ERROR"}, rows)
+}
+
+// yesNo is a boolean cell.
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+// printDeadLetterCounts writes the dead-letter counts by error code, the
+// most records first, and when they are not of every record, of how many.
+func printDeadLetterCounts(w io.Writer, n client.DeadLetterCounts) {
+	codes := slices.Collect(maps.Keys(n.ByCode))
+	for code := range n.OutstandingByCode {
+		if _, ok := n.ByCode[code]; !ok {
+			codes = append(codes, code)
+		}
+	}
+	slices.SortFunc(codes, func(a, b string) int {
+		return cmp.Or(cmp.Compare(n.ByCode[b], n.ByCode[a]), cmp.Compare(a, b))
+	})
+	rows := make([][]string, 0, len(codes))
+	for _, code := range codes {
+		rows = append(rows, []string{code, strconv.Itoa(n.ByCode[code]), strconv.Itoa(n.OutstandingByCode[code])})
+	}
+	table(w, []string{"CODE", "RECORDS", "OUTSTANDING"}, rows)
+	if !n.Complete {
+		fmt.Fprintf(w, "(of the newest %d records: there are more)\n", n.Scanned)
+	}
+}
+
+// currentSteps returns the steps of p's current version (of its last
+// version when none is current).
+func currentSteps(p client.Pipeline) []client.PipelineStep {
+	for _, v := range p.Versions {
+		if v.Version == p.CurrentVersion {
+			return v.Steps
+		}
+	}
+	if len(p.Versions) > 0 {
+		return p.Versions[len(p.Versions)-1].Steps
+	}
+	return nil
+}
+
+// stepsText is "prepare (step), fan (map)".
+func stepsText(steps []client.PipelineStep) string {
+	parts := make([]string, len(steps))
+	for i, st := range steps {
+		parts[i] = st.Name + " (" + st.Kind + ")"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// versionsText is a pipeline's number of versions, "2 (1 draining)".
+func versionsText(p client.Pipeline) string {
+	draining := 0
+	for _, v := range p.Versions {
+		if v.Draining {
+			draining++
+		}
+	}
+	s := strconv.Itoa(len(p.Versions))
+	if draining > 0 {
+		s += fmt.Sprintf(" (%d draining)", draining)
+	}
+	return s
+}
+
+// printPipelines writes the pipeline list: each pipeline's current
+// version, its number of versions and the current version's steps.
+func printPipelines(w io.Writer, ps []client.Pipeline) {
+	rows := make([][]string, 0, len(ps))
+	for _, p := range ps {
+		rows = append(rows, []string{p.PipelineID, p.CurrentVersion, versionsText(p), stepsText(currentSteps(p))})
+	}
+	table(w, []string{"PIPELINE", "CURRENT VERSION", "VERSIONS", "STEPS"}, rows)
+}
+
+// printPipeline writes one pipeline: each version with its steps and the
+// input schema of its first step, pretty-printed ("any input" without
+// one).
+func printPipeline(w io.Writer, p client.Pipeline) {
+	fields(w, "pipeline", p.PipelineID, "current version", p.CurrentVersion, "versions", versionsText(p))
+	for _, v := range p.Versions {
+		var marks []string
+		if v.Version == p.CurrentVersion {
+			marks = append(marks, "current")
+		}
+		if v.Draining {
+			marks = append(marks, "draining")
+		}
+		if v.Label != "" {
+			marks = append(marks, "label "+v.Label)
+		}
+		head := "\nversion " + visible(v.Version)
+		if len(marks) > 0 {
+			head += " (" + visible(strings.Join(marks, ", ")) + ")"
+		}
+		fmt.Fprintln(w, head)
+		rows := make([][]string, 0, len(v.Steps))
+		for i, st := range v.Steps {
+			rows = append(rows, []string{strconv.Itoa(i), st.Name, st.Kind})
+		}
+		table(w, []string{"STEP", "NAME", "KIND"}, rows)
+		if len(v.InputSchema) == 0 {
+			fmt.Fprintln(w, "input: any input")
+			continue
+		}
+		fmt.Fprintln(w, "input schema:")
+		var b bytes.Buffer
+		if err := json.Indent(&b, v.InputSchema, "", "  "); err != nil { // decoded JSON: cannot happen
+			fmt.Fprintln(w, visible(string(v.InputSchema)))
+			continue
+		}
+		_, _ = w.Write(append(terminalSafeJSON(b.Bytes()), '\n'))
+	}
 }

@@ -61,6 +61,11 @@ const (
 	// time (MaxInFlight 1). The parent waits (WAITING_CHILDREN) until
 	// every child's await is completed and the child succeeded.
 	PipelineMap = "t.map"
+	// PipelineVersioned has two definitions: version label "v2", the
+	// current one, whose one step "take" decodes a typed input (an object
+	// of "orderId", required, and "qty": its input schema describes it),
+	// and "v1", draining, whose step "old" takes any JSON.
+	PipelineVersioned = "t.versioned"
 	// ErrorCodeFail is the error code of PipelineFail's failure.
 	ErrorCodeFail = "always_fails"
 	// ErrorCodeRetry is the error code of PipelineRetry's first attempt.
@@ -137,12 +142,19 @@ func registry(rec *tokens) (*pipeline.Registry, error) {
 		rec.put(req.Info.ExecutionID, req.AwaitID, req.Token)
 		return nil
 	})
+	type order struct {
+		OrderID string `json:"orderId" jsonschema:"required"`
+		Qty     int    `json:"qty"`
+	}
+	take := pipeline.NewStep("take", func(_ context.Context, _ pipeline.StepInfo, in order) (order, error) { return in, nil })
 	return pipeline.NewRegistry(
 		pipeline.Pipeline{ID: PipelineOK, Steps: []pipeline.Step{mark("prepare", "prepared"), mark("finish", "finished")}},
 		pipeline.Pipeline{ID: PipelineFail, Steps: []pipeline.Step{fail}},
 		pipeline.Pipeline{ID: PipelineWait, Steps: []pipeline.Step{approve, mark("finish", "finished")}},
 		pipeline.Pipeline{ID: PipelineRetry, Steps: []pipeline.Step{flaky}},
 		pipeline.Pipeline{ID: PipelineMap, Steps: []pipeline.Step{pipeline.Map("fan", PipelineWait, pipeline.MapOptions{MaxInFlight: 1})}},
+		pipeline.Pipeline{ID: PipelineVersioned, Version: "v1", Draining: true, Steps: []pipeline.Step{mark("old", "old")}},
+		pipeline.Pipeline{ID: PipelineVersioned, Version: "v2", Steps: []pipeline.Step{take}},
 	)
 }
 
