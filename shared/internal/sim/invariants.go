@@ -11,6 +11,7 @@ import (
 
 	"github.com/qasync/qasync/shared/deadletter"
 	"github.com/qasync/qasync/shared/history"
+	"github.com/qasync/qasync/shared/internal/engine"
 	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/store"
 )
@@ -37,6 +38,12 @@ const (
 	// invDeadLetterIsolation: a dead-lettered execution has its own
 	// dead-letter record.
 	invDeadLetterIsolation = "dead letters belong to their own execution"
+	// invDeadLetterViews: at the end, the operator's dead-letter list
+	// (engine.DeadLetterViews) shows each record with its execution's
+	// row as it is (none once expired) and marks outstanding exactly the
+	// record of each execution still DLQ or FAILED at that failure; the
+	// counts by code agree with it.
+	invDeadLetterViews = "the dead-letter list tells what became of each execution"
 	// invAwaitIsolation: a token completes only the await it was issued for.
 	invAwaitIsolation = "tokens complete only their own await"
 	// invCheckpointReadable: a live row's input and result can be read.
@@ -93,7 +100,7 @@ const (
 )
 
 var invariantNames = []string{invSettles, invNoStall, invNoVanish, invExactlyOnce, invEffectIsolation, invDeadLetterIsolation,
-	invAwaitIsolation, invCheckpointReadable, invHistory, invRefusedStoresNothing, invKeylessIsNew, invNoFalsePoison,
+	invDeadLetterViews, invAwaitIsolation, invCheckpointReadable, invHistory, invRefusedStoresNothing, invKeylessIsNew, invNoFalsePoison,
 	invBackupNoPin, invOneJobPerKey, invSleepOnTime, invJoinSawAll, invMapRerunsFailed, invMapInFlight, invParentWakes, invRejectedStays, invMapCounts,
 	invRejectsTolerated, invConfigRefused, invSetup}
 
@@ -547,6 +554,105 @@ func (w *world) finish() {
 			w.checkRejectedNoDeadLetter(ctx, v, inc, last)
 		}
 		w.checkHistory(ctx, v, inc, last)
+	}
+	w.checkDeadLetterViews(ctx)
+}
+
+// checkDeadLetterViews reads the tenant's whole dead-letter list as an
+// operator sees it (engine.DeadLetterViews, every page) once everything
+// has settled, and holds each record against what the simulator knows of
+// its execution: the row it last saw (Current is that row; nil only for
+// an execution whose row expired) and whether the record is still the
+// execution's failure (outstanding: the row is DLQ or FAILED and its last
+// transition is the record's). Every DLQ execution has exactly one
+// outstanding record, and DeadLetterCounts counts as many outstanding
+// records as the list marks.
+func (w *world) checkDeadLetterViews(ctx context.Context) {
+	p := w.liveProc()
+	if p == nil {
+		return
+	}
+	outstanding := map[string]int{} // execution id -> outstanding records
+	marked := 0
+	q := engine.DeadLetterViewQuery{ListQuery: deadletter.ListQuery{TenantID: tenant, Limit: deadletter.MaxListLimit}}
+	for pages := 0; pages < 1000; pages++ {
+		page, err := p.rt.DeadLetterViews(ctx, q)
+		if err != nil {
+			w.tracef("", "dead-letter views not read: %v", err)
+			return
+		}
+		for _, v := range page.DeadLetters {
+			w.check(invDeadLetterViews)
+			w.mu.Lock()
+			inc := w.latest[v.ExecutionID]
+			var gone bool
+			var last store.Execution
+			if inc != nil {
+				gone, last = inc.gone, inc.last
+			}
+			w.mu.Unlock()
+			switch {
+			case inc == nil:
+				continue // an execution the simulator never saw commit (a poison record's)
+			case gone && v.Current != nil:
+				w.violate(invDeadLetterViews, v.ExecutionID, "record %s shows a row (%s) for an execution whose row expired", v.ID, v.Current.Status)
+				continue
+			case gone:
+				if v.Outstanding {
+					w.violate(invDeadLetterViews, v.ExecutionID, "record %s is outstanding, but its execution's row expired", v.ID)
+				}
+				continue
+			case v.Current == nil:
+				w.violate(invDeadLetterViews, v.ExecutionID, "record %s shows no row, but the execution is %s", v.ID, last.Status)
+				continue
+			case v.Current.Status != last.Status || v.Current.Version != last.Version:
+				w.violate(invDeadLetterViews, v.ExecutionID, "record %s shows the row %s at version %d, the execution is %s at version %d",
+					v.ID, v.Current.Status, v.Current.Version, last.Status, last.Version)
+			}
+			want := (last.Status == store.DLQ || last.Status == store.Failed) && last.LastTransitionKey == v.Envelope.TransitionKey
+			if v.Outstanding != want {
+				w.violate(invDeadLetterViews, v.ExecutionID, "record %s (failure %s) outstanding %v, want %v: the execution is %s after %s",
+					v.ID, v.Envelope.TransitionKey, v.Outstanding, want, last.Status, last.LastTransitionKey)
+			}
+			if v.Outstanding {
+				outstanding[v.ExecutionID]++
+				marked++
+			}
+		}
+		if page.Cursor == "" {
+			break
+		}
+		q.Cursor = page.Cursor
+	}
+	w.mu.Lock()
+	incs := slices.Clone(w.incList)
+	w.mu.Unlock()
+	for _, inc := range incs {
+		w.mu.Lock()
+		gone, last := inc.gone, inc.last
+		w.mu.Unlock()
+		if gone || last.Status != store.DLQ {
+			continue
+		}
+		w.check(invDeadLetterViews)
+		if n := outstanding[inc.exec]; n != 1 {
+			w.violate(invDeadLetterViews, inc.exec, "DLQ with %d outstanding records in the dead-letter list, want 1", n)
+		}
+	}
+	counts, err := p.rt.DeadLetterCounts(ctx, deadletter.ListQuery{TenantID: tenant})
+	if err != nil {
+		w.tracef("", "dead-letter counts not read: %v", err)
+		return
+	}
+	if counts.Complete {
+		w.check(invDeadLetterViews)
+		n := 0
+		for _, c := range counts.Outstanding {
+			n += c
+		}
+		if n != marked {
+			w.violate(invDeadLetterViews, "", "the counts by code hold %d outstanding records, the list marks %d", n, marked)
+		}
 	}
 }
 
