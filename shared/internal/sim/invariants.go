@@ -44,6 +44,9 @@ const (
 	// record of each execution still DLQ or FAILED at that failure; the
 	// counts by code agree with it.
 	invDeadLetterViews = "the dead-letter list tells what became of each execution"
+	// invSignedOut: a console session signed out at one process is
+	// refused at every other until it expires.
+	invSignedOut = "a signed-out console session stays signed out"
 	// invAwaitIsolation: a token completes only the await it was issued for.
 	invAwaitIsolation = "tokens complete only their own await"
 	// invCheckpointReadable: a live row's input and result can be read.
@@ -100,7 +103,7 @@ const (
 )
 
 var invariantNames = []string{invSettles, invNoStall, invNoVanish, invExactlyOnce, invEffectIsolation, invDeadLetterIsolation,
-	invDeadLetterViews, invAwaitIsolation, invCheckpointReadable, invHistory, invRefusedStoresNothing, invKeylessIsNew, invNoFalsePoison,
+	invDeadLetterViews, invSignedOut, invAwaitIsolation, invCheckpointReadable, invHistory, invRefusedStoresNothing, invKeylessIsNew, invNoFalsePoison,
 	invBackupNoPin, invOneJobPerKey, invSleepOnTime, invJoinSawAll, invMapRerunsFailed, invMapInFlight, invParentWakes, invRejectedStays, invMapCounts,
 	invRejectsTolerated, invConfigRefused, invSetup}
 

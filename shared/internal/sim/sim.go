@@ -253,6 +253,8 @@ type world struct {
 	sleepingUntil time.Time
 	// latest is the newest incarnation of each execution id.
 	latest map[string]*incarnation
+	// sessions numbers the console sessions signed out (signOut).
+	sessions int
 	// delivering counts, per process, the embedded store's deliveries in
 	// flight. A process's own count limits its deliveries: those of a
 	// dead process may still be ending (a slow step's wait), but a real
