@@ -178,7 +178,7 @@ func devPolicies(t *testing.T, names schema.Names) (map[string]*Policy, Local) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ps, local
+	return ps, ps["WorkerFunction"].Local()
 }
 
 func TestSynthesizedTemplate(t *testing.T) {
@@ -224,8 +224,8 @@ func TestWithoutRemovesOneGrant(t *testing.T) {
 		t.Fatalf("removed %d grants, want 1", n)
 	}
 	names := schema.Prefixed("t1")
-	local := LocalNames(names, nil, "", "")
-	req := Request{Action: "dynamodb:UpdateItem", Resource: local.TableARN(names.ExecutionTable)}
+	local := LocalNames(names, nil, "eu-west-1", "")
+	req := Request{Action: "dynamodb:UpdateItem", Resource: "arn:aws:dynamodb:eu-west-1:000000000000:table/" + names.ExecutionTable}
 	full, _ := tp.Policies(local)
 	less, err := cut.Policies(local)
 	if err != nil {

@@ -48,7 +48,9 @@ var (
 
 // LocalNames maps the stack's tables and queues to the local ones named
 // by names (as qasync provision local and the tests create them); urls
-// maps a queue name to its URL (a queue missing there is left out).
+// maps a queue name to its URL (a queue missing there is left out). An
+// empty region or account is left empty, for the caller (or Policies'
+// defaults) to fill.
 func LocalNames(names schema.Names, urls map[string]string, region, accountID string) Local {
 	l := Local{Region: region, AccountID: accountID, Tables: tableIDs(names), Queues: map[string]string{}}
 	for id, name := range queueIDs(names) {
@@ -56,7 +58,7 @@ func LocalNames(names schema.Names, urls map[string]string, region, accountID st
 			l.Queues[id] = u
 		}
 	}
-	return l.withDefaults()
+	return l
 }
 
 func (l Local) withDefaults() Local {

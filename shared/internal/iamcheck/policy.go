@@ -34,6 +34,10 @@ type Policy struct {
 	local Local
 }
 
+// Local is the mapping the policy was resolved on (with its defaults),
+// for building the ARNs of requests to evaluate.
+func (p *Policy) Local() Local { return p.local }
+
 // Request is one AWS call to authorize.
 type Request struct {
 	// Action is "<service>:<Operation>", such as dynamodb:UpdateItem.
