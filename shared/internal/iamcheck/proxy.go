@@ -129,6 +129,7 @@ func reverse(target string) (*httputil.ReverseProxy, error) {
 		return nil, fmt.Errorf("iamcheck: bad upstream URL %q", target)
 	}
 	return &httputil.ReverseProxy{
+		// The Host header stays the one the caller signed.
 		Rewrite:   func(pr *httputil.ProxyRequest) { pr.SetURL(u); pr.Out.Host = pr.In.Host },
 		Transport: &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true},
 	}, nil

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -207,5 +208,31 @@ func TestProxyDeniesUnrecognized(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "AccessDeniedException") || len(ddbGot()) != 0 {
 		t.Errorf("%d %s, upstream got %v", resp.StatusCode, b, ddbGot())
+	}
+}
+
+// A denied SQS query-protocol request gets the query protocol's error: 403
+// with an ErrorResponse of code AccessDenied.
+func TestProxyDeniesQueryProtocol(t *testing.T) {
+	p, _, queueURL, _, sqsGot, _ := workerProxy(t)
+	resp, err := http.Post(p.URL, "application/x-www-form-urlencoded; charset=utf-8",
+		strings.NewReader("Action=PurgeQueue&QueueUrl="+url.QueryEscape(queueURL)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(b), "<Code>AccessDenied</Code>") ||
+		!strings.Contains(string(b), "sqs:PurgeQueue") || len(sqsGot()) != 0 {
+		t.Errorf("%d %s, upstream got %v", resp.StatusCode, b, sqsGot())
+	}
+	resp, err = http.Post(p.URL, "application/x-www-form-urlencoded",
+		strings.NewReader("Action=SendMessage&MessageBody=m&QueueUrl="+url.QueryEscape(queueURL)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || len(sqsGot()) != 1 {
+		t.Errorf("allowed SendMessage: %d, upstream got %v", resp.StatusCode, sqsGot())
 	}
 }

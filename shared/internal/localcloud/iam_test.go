@@ -52,3 +52,31 @@ func TestIAMRefusesMappingWithoutConsumeGrant(t *testing.T) {
 		}
 	}
 }
+
+// Enforcement that cannot be set up refuses to start rather than run the
+// functions unchecked.
+func TestIAMRefusesIncompleteOptions(t *testing.T) {
+	t.Parallel()
+	tpl := devTemplate(t)
+	for _, c := range []struct {
+		iam  localcloud.IAMOptions
+		want string
+	}{
+		{localcloud.IAMOptions{}, "Template is required"},
+		{localcloud.IAMOptions{Template: tpl}, "AWS_ENDPOINT_URL_DYNAMODB"},
+		{localcloud.IAMOptions{Template: tpl, DynamoDB: "http://127.0.0.1:1", SQS: "http://127.0.0.1:2",
+			FunctionIDs: map[string]string{localcloud.Submit: "NoSuchFunction"}}, `no function "NoSuchFunction" in the template`},
+	} {
+		opts := echoOptions(t, t.TempDir(), localcloud.Submit)
+		opts.IAM = &c.iam
+		c2, err := localcloud.Start(t.Context(), opts)
+		if err == nil {
+			c2.Close()
+			t.Errorf("%+v: started", c.iam)
+			continue
+		}
+		if !strings.Contains(err.Error(), c.want) || !strings.HasPrefix(err.Error(), "localcloud: ") {
+			t.Errorf("%+v: %v, want %q", c.iam, err, c.want)
+		}
+	}
+}
