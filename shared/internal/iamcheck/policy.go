@@ -173,7 +173,7 @@ func lookup(ctx map[string][]string, key string) ([]string, bool) {
 }
 
 func holds(op string, want, got []string) bool {
-	any := func(match func(w, g string) bool) bool {
+	some := func(match func(w, g string) bool) bool {
 		for _, g := range got {
 			for _, w := range want {
 				if match(w, g) {
@@ -185,19 +185,19 @@ func holds(op string, want, got []string) bool {
 	}
 	switch op {
 	case "StringEquals", "ArnEquals":
-		return any(func(w, g string) bool { return w == g })
+		return some(func(w, g string) bool { return w == g })
 	case "StringNotEquals", "ArnNotEquals":
-		return !any(func(w, g string) bool { return w == g })
+		return !some(func(w, g string) bool { return w == g })
 	case "StringEqualsIgnoreCase":
-		return any(strings.EqualFold)
+		return some(strings.EqualFold)
 	case "StringNotEqualsIgnoreCase":
-		return !any(strings.EqualFold)
+		return !some(strings.EqualFold)
 	case "StringLike", "ArnLike":
-		return any(wildcard)
+		return some(wildcard)
 	case "StringNotLike", "ArnNotLike":
-		return !any(wildcard)
+		return !some(wildcard)
 	case "Bool":
-		return any(strings.EqualFold)
+		return some(strings.EqualFold)
 	}
 	return false
 }
