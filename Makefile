@@ -167,7 +167,11 @@ $(RIE):
 # SQS event source mappings and the sweeper's schedule emulated by
 # `qasync local`, on the local stack (tables and queues named local-*). The
 # stack is stopped on exit if this target started it. As with `make run`,
-# submits need no Idempotency-Key.
+# submits need no Idempotency-Key. IAM_TEMPLATE=<synthesized template>
+# (make synth writes infra/cdk/cdk.out/qasync-dev.template.json) checks
+# every AWS call of the functions against their roles in it
+# (docs/aws-providers.md).
+IAM_TEMPLATE ?=
 local-cloud: build-local rie ## run the Lambda functions under RIE on ADDR (127.0.0.1:8080), durable on the local stack
 	@for fn in $(LAMBDA_FNS); do go build -tags lambda.norpc -o $(LOCAL)/$$fn/bootstrap ./functions/$$fn; done
 	$(STACK) run bash -c 'set -euo pipefail; \
@@ -175,7 +179,7 @@ local-cloud: build-local rie ## run the Lambda functions under RIE on ADDR (127.
 	  export PIPELINE_ORCHESTRATOR_DYNAMO_DEAD_LETTER_TABLE="$${PIPELINE_ORCHESTRATOR_DYNAMO_DEAD_LETTER_TABLE:-local-dead-letters}"; \
 	  export PIPELINE_ORCHESTRATOR_IDEMPOTENCY_POLICY="$${PIPELINE_ORCHESTRATOR_IDEMPOTENCY_POLICY:-OPTIONAL_CLIENT_KEY}"; \
 	  export PIPELINE_ORCHESTRATOR_DIAG_ENABLED="$${PIPELINE_ORCHESTRATOR_DIAG_ENABLED:-true}"; \
-	  exec $(BIN)/qasync local --local-addr $(ADDR) --local-bin-dir $(LOCAL) --local-rie $(RIE)'
+	  exec $(BIN)/qasync local --local-addr $(ADDR) --local-bin-dir $(LOCAL) --local-rie $(RIE) $(if $(IAM_TEMPLATE),--local-iam-template $(abspath $(IAM_TEMPLATE)))'
 
 # The deterministic simulation (shared/internal/sim): one seed drives
 # submitters, workers, sweeper, operators and faults over virtual time on

@@ -54,6 +54,7 @@ var (
 		"go.etcd.io/bbolt",
 		"github.com/qasync/qasync/shared/server",
 		"github.com/qasync/qasync/shared/internal/localcloud",
+		"github.com/qasync/qasync/shared/internal/iamcheck", // local-cloud's IAM enforcement
 		"github.com/qasync/qasync/shared/internal/cli",
 		"html/template", // see budget: reflective method lookups
 		"text/template",

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -18,8 +19,10 @@ import (
 	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/internal/awsclient"
 	"github.com/qasync/qasync/shared/internal/dynamo"
+	"github.com/qasync/qasync/shared/internal/iamcheck"
 	"github.com/qasync/qasync/shared/internal/localcloud"
 	"github.com/qasync/qasync/shared/internal/sqsbackend"
+	"github.com/qasync/qasync/shared/schema"
 )
 
 // localCmd runs the serverless topology on this machine: the submit,
@@ -106,6 +109,10 @@ func localCmd(args []string) int {
 		SweepEvery:        lo.sweepEvery,
 		Logger:            log,
 	}
+	if opts.IAM, err = localIAM(lo.iamTemplate, cfg, poison); err != nil {
+		fmt.Fprintf(os.Stderr, "qasync local: %v\n", err)
+		return 2
+	}
 	if lo.logDir != "-" {
 		opts.LogDir = lo.logDir
 	}
@@ -133,6 +140,9 @@ func localCmd(args []string) int {
   functions under RIE: submit, worker (x%d, timeout %v), sweeper (every %v), dlq; their output: %s
   queues: work -> worker, dlq + poison -> dlq; the execution table's stream -> history (in this process)
 `, c.URL(), lo.workerConcurrency, lo.workerTimeout, lo.sweepEvery, logs)
+	if opts.IAM != nil {
+		fmt.Fprintf(os.Stderr, "  IAM enforced: each function's AWS calls are checked against its role in %s (denials: event iam_denied)\n", lo.iamTemplate)
+	}
 	if keys, _ := testkeys.Load(os.LookupEnv); keys.Diag.Enabled {
 		fmt.Fprintf(os.Stderr, `try:
   curl -si -X POST %s/v1/pipelines/diag.drill/executions -H 'Content-Type: application/json' -d '{"echo":"hello"}'
@@ -189,11 +199,13 @@ eval "$(qasync provision local)" prints them. 'make local-cloud' does it all.
   --local-worker-concurrency N   QASYNC_LOCAL_WORKER_CONCURRENCY worker processes (default 2)
   --local-worker-timeout D       QASYNC_LOCAL_WORKER_TIMEOUT     the worker's timeout (default 2 x lease-ms, at least 30s)
   --local-iam-account-id ID      QASYNC_LOCAL_IAM_ACCOUNT_ID     requestContext.authorizer.iam.accountId (default none)
+  --local-iam-template PATH      QASYNC_LOCAL_IAM_TEMPLATE       enforce this synthesized template's IAM policies on the functions' AWS calls (default none)
 `
 
 // localOptions are the harness's own settings.
 type localOptions struct {
 	binDir, rie, addr, logDir, iamAccountID string
+	iamTemplate                             string
 	sweepEvery, visibility, workerTimeout   time.Duration
 	workerConcurrency                       int
 }
@@ -201,7 +213,7 @@ type localOptions struct {
 // localFlagNames are the --local-* flags, each with its environment
 // variable QASYNC_LOCAL_<NAME>.
 var localFlagNames = []string{"bin-dir", "rie", "addr", "sweep-every", "log-dir", "visibility-timeout",
-	"worker-concurrency", "worker-timeout", "iam-account-id"}
+	"worker-concurrency", "worker-timeout", "iam-account-id", "iam-template"}
 
 // splitLocalFlags separates the --local-* flags (with their values) from
 // the configuration flags.
@@ -253,6 +265,7 @@ func loadLocalOptions(own map[string]string, cfg config.Config) (localOptions, e
 		rie:          get("rie", filepath.Join(".cache", "bin", "aws-lambda-rie")),
 		addr:         get("addr", cfg.HTTPAddr),
 		iamAccountID: get("iam-account-id", ""),
+		iamTemplate:  get("iam-template", ""),
 	}
 	lo.logDir = get("log-dir", filepath.Join(lo.binDir, "logs"))
 	var errs []error
@@ -332,3 +345,29 @@ func (f *envFlag) Set(s string) error {
 }
 
 func (f *envFlag) IsBoolFlag() bool { return f.isBool }
+
+// localIAM returns the IAM enforcement of a template (nil without one):
+// its tables and queues are the configured ones (the poison queue found
+// through the work queue), the functions the stack's.
+func localIAM(template string, cfg config.Config, poison string) (*localcloud.IAMOptions, error) {
+	if template == "" {
+		return nil, nil
+	}
+	tpl, err := iamcheck.LoadTemplate(template)
+	if err != nil {
+		return nil, fmt.Errorf("--local-iam-template: %w", err)
+	}
+	names := schema.Names{ExecutionTable: cfg.ExecutionTable, PayloadTable: cfg.PayloadTable, DeadLetterTable: cfg.DeadLetterTable,
+		EffectTable: cfg.EffectTable, HistoryTable: cfg.HistoryTable}
+	urls := map[string]string{}
+	for _, q := range []struct {
+		name *string
+		url  string
+	}{{&names.WorkQueue, cfg.QueueURL}, {&names.DLQQueue, cfg.DLQURL}, {&names.PoisonQueue, poison}, {&names.RejectQueue, cfg.ItemRejectQueueURL}} {
+		if q.url != "" {
+			*q.name = path.Base(q.url)
+			urls[*q.name] = q.url
+		}
+	}
+	return &localcloud.IAMOptions{Template: tpl, Local: iamcheck.LocalNames(names, urls, "", "")}, nil
+}

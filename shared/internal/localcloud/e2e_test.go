@@ -23,10 +23,23 @@ import (
 	"github.com/qasync/qasync/shared/internal/awsclient"
 	"github.com/qasync/qasync/shared/internal/awstest"
 	"github.com/qasync/qasync/shared/internal/dynamo"
+	"github.com/qasync/qasync/shared/internal/iamcheck"
 	"github.com/qasync/qasync/shared/internal/localcloud"
 	"github.com/qasync/qasync/shared/internal/sqsbackend"
 	"github.com/qasync/qasync/shared/schema"
 )
+
+// devTemplate is the dev stack's synthesized template, kept fresh by
+// infra/cdk/stack's TestGoldenTemplate: every e2e test runs with its IAM
+// policies enforced, as the functions' roles would in AWS.
+func devTemplate(t *testing.T) *iamcheck.Template {
+	t.Helper()
+	tpl, err := iamcheck.LoadTemplate(filepath.Join(repoRoot(t), "shared", "internal", "iamcheck", "testdata", "dev.template.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tpl
+}
 
 // app is the real topology on fresh tables and queues.
 type app struct {
@@ -39,7 +52,10 @@ type app struct {
 // startApp builds the functions qasync local runs (submit, worker,
 // sweeper, dlq) for the host, provisions fresh
 // tables and queues, and starts them under the harness with the config
-// keys in cfg (without KeyPrefix) on top of the durable providers.
+// keys in cfg (without KeyPrefix) on top of the durable providers, with
+// the dev template's IAM policies enforced. Unless tweak changes the
+// template, a call the policies deny fails the test, and the calls made
+// are logged with the statements that allowed them.
 func startApp(t *testing.T, cfg map[string]string, tweak func(*localcloud.Options)) *app {
 	t.Helper()
 	root := repoRoot(t)
@@ -102,12 +118,22 @@ func startApp(t *testing.T, cfg map[string]string, tweak func(*localcloud.Option
 		DrainTimeout:      5 * time.Second,
 		LogDir:            logDir,
 		Logger:            testLogger(t),
+		IAM:               &localcloud.IAMOptions{Template: devTemplate(t), Local: iamcheck.LocalNames(names, urls, "", "")},
 	}
+	full := opts.IAM.Template
 	if tweak != nil {
 		tweak(&opts)
 	}
 	t.Cleanup(func() { dumpLogs(t, logDir) })
 	c := start(t, opts)
+	if opts.IAM != nil && opts.IAM.Template == full {
+		t.Cleanup(func() {
+			for _, d := range c.Denials() {
+				t.Errorf("denied with the stack's own policies: %v", d)
+			}
+			t.Logf("AWS calls allowed by the template's policies:\n%s", localcloud.FormatCalls(c.IAMCalls()))
+		})
+	}
 	t.Cleanup(func() {
 		for _, cs := range c.ColdStarts() {
 			t.Logf("cold start %s[%d] pid %d: ready %v (first invoke %v; init %v, RIE REPORT Init Duration %v)",
@@ -296,4 +322,42 @@ func TestE2EWorkerKilledMidStepIsTakenOver(t *testing.T) {
 		t.Errorf("worker restarts = %d, want at least 1", n)
 	}
 	t.Logf("workAttempt %s after the kill", strconv.FormatFloat(attempt, 'f', -1, 64))
+}
+
+// With one grant removed from the stack (the worker's dynamodb:UpdateItem
+// on the execution table), the HA scenario fails: the worker cannot
+// commit a step, and the denial names the missing action and resource.
+func TestE2EMissingGrantFailsNamingIt(t *testing.T) {
+	t.Parallel()
+	cut, n := devTemplate(t).Without("WorkerFunction", "dynamodb:UpdateItem", "ExecutionTable")
+	if n != 1 {
+		t.Fatalf("removed %d grants, want 1", n)
+	}
+	a := startApp(t, nil, func(o *localcloud.Options) { o.IAM.Template = cut })
+	id := a.submit(t, "diag.drill", `{"echo":"denied"}`, nil)
+	var denial iamcheck.Denial
+	eventually(t, 30*time.Second, "the worker's denied UpdateItem", func() bool {
+		for _, d := range a.Denials() {
+			if d.Function == localcloud.Worker && d.Action == "dynamodb:UpdateItem" {
+				denial = d
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("denial: %v", denial)
+	if !strings.HasSuffix(denial.Resource, ":table/"+a.names.ExecutionTable) || denial.Missing != "Allow dynamodb:UpdateItem on ${ExecutionTable.Arn}" {
+		t.Errorf("denial %+v, want the execution table and its missing grant named", denial)
+	}
+	// Every write of the worker to the execution table is an UpdateItem:
+	// the step can never commit.
+	_, st := a.call(t, http.MethodGet, "/v1/executions/"+id, "", nil)
+	if st["status"] == "SUCCEEDED" {
+		t.Errorf("the execution succeeded without the worker's grant: %v", st)
+	}
+	for _, d := range a.Denials() {
+		if d.Function != localcloud.Worker || d.Action != "dynamodb:UpdateItem" {
+			t.Errorf("unexpected denial %v", d)
+		}
+	}
 }

@@ -22,7 +22,8 @@
 // (warn), function_leftovers_killed, function_cold_start, function_init_reported,
 // invoke_failed (warn), http_request (debug), sqs_receive_failed (warn),
 // sqs_batch_handled, sqs_batch_failed (warn), sqs_delete_failed (warn),
-// schedule_invoked (debug). Message bodies and HTTP bodies are never
+// schedule_invoked (debug); with Options.IAM, iam_denied (warn) and
+// iam_allowed (debug) of package iamcheck. Message bodies and HTTP bodies are never
 // logged; the functions' own output goes to LogDir or Output.
 package localcloud
 
@@ -42,6 +43,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
+
+	"github.com/qasync/qasync/shared/internal/iamcheck"
 )
 
 // The functions of qasync's topology.
@@ -175,6 +178,12 @@ type Options struct {
 	Output io.Writer
 	// Logger receives the harness's events. Default: discarded.
 	Logger *slog.Logger
+
+	// IAM, when set, enforces a synthesized template's IAM policies on
+	// every AWS call of the functions and on the event source mappings
+	// (see IAMOptions); the refused calls are in Denials, the allowed
+	// ones in IAMCalls.
+	IAM *IAMOptions
 }
 
 // ErrClosed is returned by Invoke once Close has begun.
@@ -207,8 +216,12 @@ type Cloud struct {
 	logFiles   []*os.File
 	out        *lockedWriter // Output, when there is no LogDir
 
-	mu    sync.Mutex
-	colds []ColdStart
+	mu             sync.Mutex
+	colds          []ColdStart
+	mappingDenials []iamcheck.Denial // under mu
+
+	policies map[string]*iamcheck.Policy // by function, with Options.IAM
+	proxies  map[string]*iamcheck.Proxy
 }
 
 // Start starts the emulator processes, waits until each accepts
@@ -248,8 +261,16 @@ func Start(ctx context.Context, opts Options) (*Cloud, error) {
 		return nil, errors.New("localcloud: every function is disabled")
 	}
 
+	if opts.IAM != nil {
+		if err := c.startIAM(); err != nil {
+			return nil, err
+		}
+	}
 	mappings, err := c.mappings(ctx)
 	if err != nil {
+		return nil, err
+	}
+	if err := c.checkMappings(mappings); err != nil {
 		return nil, err
 	}
 	if c.fns[Submit] != nil {
@@ -538,6 +559,7 @@ func (c *Cloud) Close() error {
 		for _, f := range c.logFiles {
 			_ = f.Close()
 		}
+		c.closeIAM()
 		c.log.LogAttrs(context.Background(), slog.LevelInfo, "cloud_stopped", slog.String("event", "cloud_stopped"))
 	})
 	return c.closeErr
