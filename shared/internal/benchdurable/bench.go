@@ -377,9 +377,11 @@ func submitSteady(rate float64, d time.Duration) submitter {
 }
 
 // settle is how long a phase waits after its last success before the
-// counts are read, for the requests that follow the last commit (the
-// work item's DeleteMessage); idle polling in it is counted too.
-const settle = 300 * time.Millisecond
+// counts are read, for the requests that follow the last commit: the
+// work item's delete, and the history feed's pages of the phase's last
+// writes (the serve processes' stream poller reads a second's records at
+// a time); idle polling in it is counted too.
+const settle = 1500 * time.Millisecond
 
 // phase runs one phase: the proxies' counts are zeroed, the executions
 // submitted, and the serve logs read until every one has succeeded.

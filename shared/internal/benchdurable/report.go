@@ -51,9 +51,11 @@ type ProcessRun struct {
 	// CPURatio is the same share counted in DynamoDB Local's CPU time,
 	// which both the ceiling and the burst are bound by on a small
 	// machine: Report.CeilingCPUMsPerWrite x Burst.WriteReqPerStep /
-	// Burst.CPUMsPerStep[CPUDynamo]. Unlike Ratio it does not depend on
-	// how much of the machine other processes took during the ceiling and
-	// during the burst (0: not measured).
+	// Burst.CPUMsPerStep[CPUDynamo]. It depends less than Ratio on how
+	// much of the machine other processes took during the ceiling and
+	// during the burst (a loaded machine still stretches the CPU time of
+	// each request: hyperthreads and caches are shared) (0: not
+	// measured).
 	CPURatio float64 `json:"cpu_ratio,omitempty"`
 	// Path is one execution's requests, run alone after the steady load
 	// (nil when that run failed).
@@ -140,6 +142,7 @@ func (p *Phase) derive() {
 func (r *Report) finish() {
 	for i := range r.Runs {
 		run := &r.Runs[i]
+		run.Ratio, run.CPURatio = 0, 0
 		if r.Ceiling > 0 {
 			run.Ratio = run.Burst.StepsPerSec * run.Burst.WriteReqPerStep / r.Ceiling
 		}
@@ -179,7 +182,7 @@ func (r *Report) Markdown() string {
 	}
 	b.WriteString("\nPer step cells: burst / steady. Ratio: burst steps/s x burst DynamoDB write req/step / ceiling. " +
 		"CPU ratio: the same in DynamoDB Local's CPU time (ceiling CPU ms/write x burst write req/step / burst DynamoDB Local CPU ms/step), " +
-		"which does not move with the load other processes put on the machine during the ceiling and the burst.\n\n")
+		"which depends less on the load other processes put on the machine during the ceiling and during the burst.\n\n")
 
 	b.WriteString("Requests per step by operation (burst / steady; failed ones, such as lost conditional writes, in parentheses):\n\n")
 	b.WriteString("| operation |")
