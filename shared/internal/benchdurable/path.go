@@ -106,11 +106,16 @@ func pathOf(id string, traced []Traced, start, answered, succeeded time.Time, na
 	return p
 }
 
-// target names the table or queue a request addressed by its role.
+// target names the table, stream or queue a request addressed by its
+// role.
 func target(body []byte, n schema.Names) string {
-	var in struct{ TableName, QueueUrl string }
+	var in struct{ TableName, QueueUrl, StreamArn, ShardIterator string }
 	if json.Unmarshal(body, &in) != nil {
 		return ""
+	}
+	// A stream's ARN, and DynamoDB Local's iterators, name its table.
+	if s := in.StreamArn + in.ShardIterator; s != "" && strings.Contains(s, "/"+n.ExecutionTable+"/") {
+		return "execution table's stream"
 	}
 	tables := map[string]string{n.ExecutionTable: "execution table", n.PayloadTable: "payload table",
 		n.HistoryTable: "history table", n.EffectTable: "effect table", n.DeadLetterTable: "dead-letter table"}

@@ -34,6 +34,8 @@ func TestPathOfPicksOneExecutionsRequests(t *testing.T) {
 		req("DynamoDB.UpdateItem", 8, 10, `{"TableName":"t-exec","Key":{"pk":{"S":"default#exec-1"}}}`, `{}`),
 		req("SQS.DeleteMessage", 12, 13, `{"QueueUrl":"http://h/000/t-work","ReceiptHandle":"rh-1"}`, `{}`),
 		req("SQS.DeleteMessage", 12, 13, `{"QueueUrl":"http://h/000/t-work","ReceiptHandle":"rh-2"}`, `{}`),
+		req("DynamoDBStreams.GetRecords", 850, 860, `{"ShardIterator":"arn:aws:dynamodb:ddblocal:000000000000:table/t-exec/stream/2026|001|c2g="}`,
+			`{"Records":[{"dynamodb":{"NewImage":{"pk":{"S":"default#exec-1"}}}}]}`),
 		req("DynamoDB.PutItem", 900, 901, `{"TableName":"t-hist","Item":{"pk":{"S":"default#exec-1"}}}`, `{}`),
 	}
 	p := pathOf(id, traced, t0, at(4), at(11), names)
@@ -47,7 +49,8 @@ func TestPathOfPicksOneExecutionsRequests(t *testing.T) {
 	}
 	want := []string{
 		"SQS.ReceiveMessage work queue", "DynamoDB.PutItem execution table", "SQS.SendMessage work queue",
-		"DynamoDB.UpdateItem execution table", "SQS.DeleteMessage work queue after", "DynamoDB.PutItem history table after",
+		"DynamoDB.UpdateItem execution table", "SQS.DeleteMessage work queue after",
+		"DynamoDBStreams.GetRecords execution table's stream after", "DynamoDB.PutItem history table after",
 	}
 	if strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Fatalf("path:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
