@@ -37,13 +37,13 @@ type StreamOptions struct {
 	// records without finding a backlog (no read returned a full batch)
 	// before the next: the records of that time are read and applied as
 	// one batch, one page per execution, where reading on at once would
-	// make a page of the few records each read finds. Under a steady
-	// load it is what gathers an execution's writes into few pages: a
-	// 3-step execution's five writes span a fraction of a second, and
-	// with no window the feed wrote about four pages for them (a PutItem
-	// each, as many as the steps' own writes), with a one-second window
-	// about one. It delays the history by up to the window. Default
-	// Interval.
+	// make a page of the few records each read finds. Under load it is
+	// what gathers an execution's writes into few pages: a 3-step
+	// execution's five writes span a fraction of a second (and a queue
+	// wait), and with no window the feed wrote three or four pages for
+	// them (a PutItem each, about as many as the steps' own writes), with
+	// a one-second window one or two (make bench-durable). It delays the
+	// history by up to the window. Default Interval.
 	BatchWindow time.Duration
 	// Limit bounds the records of one GetRecords call, 1 to 1000 (the
 	// service's maximum, and the default): the memory one batch takes.
