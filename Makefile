@@ -270,7 +270,9 @@ chaos-embedded: build-local ## the chaos run on one qasync serve over the embedd
 # each count of `qasync serve` processes in BENCH_PROCESSES (1,2), every
 # request to the stack counted by proxies outside the processes. Prints one
 # table (BENCH_OUTPUT=json for JSON, BENCH_OUT=<file> to keep it); it never
-# fails on a figure. QASYNC_BIN measures another binary.
+# fails on a figure. QASYNC_BIN measures another binary; BENCH_WARMUP,
+# BENCH_WARMUP_DURATION, BENCH_SERVE_SETTINGS and BENCH_LOG_DIR are read
+# from the environment (docs/development.md).
 BENCH_EXECUTIONS ?= 300
 BENCH_RATE       ?= 10
 BENCH_DURATION   ?= 30s

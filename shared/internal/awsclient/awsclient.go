@@ -8,6 +8,7 @@ package awsclient
 import (
 	"context"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"sort"
@@ -16,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/ratelimit"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
@@ -56,13 +58,19 @@ func Load(ctx context.Context, apiOptions ...func(*middleware.Stack) error) (Cli
 }
 
 // LoadConfig reads the SDK's default configuration, as Load does, without
-// building any client.
+// building any client; its HTTP client keeps HTTPClient's idle
+// connections.
 func LoadConfig(ctx context.Context, apiOptions ...func(*middleware.Stack) error) (aws.Config, error) {
 	cfg, err := awsconfig.LoadDefaultConfig(ctx)
 	if err != nil {
 		return aws.Config{}, err
 	}
 	cfg.APIOptions = append(cfg.APIOptions, apiOptions...)
+	if b, ok := cfg.HTTPClient.(*awshttp.BuildableClient); ok {
+		// The SDK's client, with whatever the configuration set on it (a
+		// custom CA bundle), keeping more idle connections.
+		cfg.HTTPClient = b.WithTransportOptions(keepConnections)
+	}
 	// Retry throttling and 5xx with the standard backoff, up to 5 attempts,
 	// without the client-side retry quota: under a burst of throttling the
 	// quota turns retryable errors into "retry quota exceeded" failures
@@ -74,6 +82,35 @@ func LoadConfig(ctx context.Context, apiOptions ...func(*middleware.Stack) error
 		})
 	}
 	return cfg, nil
+}
+
+// Idle connections the SDK clients' HTTP transport keeps (HTTPClient),
+// per endpoint and in all.
+const (
+	MaxIdleConnsPerHost = 256
+	MaxIdleConns        = 1024
+)
+
+// HTTPClient is the HTTP client of the SDK clients LoadConfig and
+// LoadEnvConfig configure: the SDK's own (awshttp.BuildableClient: its
+// timeouts, TLS settings and proxy support) keeping up to
+// MaxIdleConnsPerHost idle connections per endpoint where the SDK keeps
+// 10. A process with more requests in flight to one endpoint than the
+// pool keeps (qasync serve: its workers, submits, history feed and
+// sweeper on the DynamoDB endpoint) closes the extra connections as their
+// answers arrive and opens new ones for the next requests: a TCP and, in
+// AWS, a TLS handshake each, on the request's path. One serve process
+// opened about 100 connections to DynamoDB Local in a burst of 300
+// executions at worker concurrency 8 with the SDK's 10 (make
+// bench-durable, docs/development.md). Idle connections cost a file
+// descriptor each and close after the SDK's idle timeout (90 s).
+func HTTPClient() *awshttp.BuildableClient {
+	return awshttp.NewBuildableClient().WithTransportOptions(keepConnections)
+}
+
+// keepConnections sets HTTPClient's pool sizes on a transport.
+func keepConnections(t *http.Transport) {
+	t.MaxIdleConns, t.MaxIdleConnsPerHost = MaxIdleConns, MaxIdleConnsPerHost
 }
 
 // FromConfig builds the clients from cfg.

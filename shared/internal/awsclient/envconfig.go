@@ -25,7 +25,7 @@ var ErrNoEnvCredentials = errors.New("awsclient: no AWS credentials in the envir
 // container credentials endpoint, AWS_CONTAINER_CREDENTIALS_FULL_URI with
 // AWS_CONTAINER_AUTHORIZATION_TOKEN), and endpoints (AWS_ENDPOINT_URL,
 // and AWS_ENDPOINT_URL_<SERVICE> per service, as the local stack sets
-// them), with LoadConfig's retries. It leaves out what LoadDefaultConfig
+// them), with LoadConfig's retries and HTTP client (HTTPClient). It leaves out what LoadDefaultConfig
 // adds for other hosts (shared config and credentials files, SSO,
 // assume-role, web identity, instance metadata): a function never uses
 // them, and they are an eighth of a function's binary. Without
@@ -35,6 +35,7 @@ func LoadEnvConfig(_ context.Context, apiOptions ...func(*middleware.Stack) erro
 		Region:        os.Getenv("AWS_REGION"),
 		ConfigSources: []any{envEndpoints{}},
 		APIOptions:    apiOptions,
+		HTTPClient:    HTTPClient(),
 		Retryer: func() aws.Retryer {
 			return retry.NewStandard(func(o *retry.StandardOptions) {
 				o.MaxAttempts = 5

@@ -18,6 +18,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -56,8 +57,15 @@ type Config struct {
 	// (BENCH_PROCESSES, "1,2").
 	Processes []int `json:"processes"`
 	// Warmup executions run on fresh processes before the burst, not
-	// measured.
-	Warmup int `json:"warmup"`
+	// measured: bursts of Executions until at least Warmup executions
+	// and WarmupDuration have passed (BENCH_WARMUP,
+	// BENCH_WARMUP_DURATION). DynamoDB Local warms up on the ceiling's
+	// plain table, not on the execution table's paths (its stream, its
+	// indexes, the runtime's expressions): after 20 executions it still
+	// spent twice the CPU per step it spends once warm, and the burst
+	// measured its warm-up rather than the runtime.
+	Warmup         int           `json:"warmup"`
+	WarmupDuration time.Duration `json:"warmup_duration_ns"`
 	// CeilingWorkers goroutines measure the ceiling for CeilingDuration
 	// after CeilingWarmup.
 	CeilingWorkers  int           `json:"ceiling_workers"`
@@ -65,13 +73,18 @@ type Config struct {
 	CeilingDuration time.Duration `json:"ceiling_duration_ns"`
 	// Timeout bounds the wait for one phase's executions to succeed.
 	Timeout time.Duration `json:"timeout_ns"`
+	// ServeSettings are extra configuration keys of the serve processes
+	// by short name (BENCH_SERVE_SETTINGS, "worker-concurrency=32,
+	// history.stream-poller=false"), applied over the benchmark's own.
+	ServeSettings map[string]string `json:"serve_settings,omitempty"`
 }
 
 // DefaultConfig is the run make bench-durable does without knobs: a
-// burst of 300, 10 submits/s for 30 s, through 1 and then 2 processes.
+// burst of 300, 10 submits/s for 30 s, through 1 and then 2 processes,
+// each after 15 s of warm-up bursts.
 func DefaultConfig() Config {
 	return Config{Executions: 300, Submitters: 4, Rate: 10, Duration: 30 * time.Second, Processes: []int{1, 2},
-		Warmup: 20, CeilingWorkers: 8, CeilingWarmup: 15 * time.Second, CeilingDuration: 5 * time.Second,
+		Warmup: 20, WarmupDuration: 15 * time.Second, CeilingWorkers: 8, CeilingWarmup: 15 * time.Second, CeilingDuration: 5 * time.Second,
 		Timeout: 5 * time.Minute}
 }
 
@@ -92,6 +105,26 @@ func ConfigFromEnv() (Config, error) {
 	if v := os.Getenv("BENCH_DURATION"); v != "" {
 		if c.Duration, err = time.ParseDuration(v); err != nil || c.Duration <= 0 {
 			return c, fmt.Errorf("benchdurable: BENCH_DURATION=%q: want a positive Go duration such as 30s", v)
+		}
+	}
+	if v := os.Getenv("BENCH_WARMUP"); v != "" {
+		if c.Warmup, err = strconv.Atoi(v); err != nil || c.Warmup < 0 {
+			return c, fmt.Errorf("benchdurable: BENCH_WARMUP=%q: want a number of executions", v)
+		}
+	}
+	if v := os.Getenv("BENCH_WARMUP_DURATION"); v != "" {
+		if c.WarmupDuration, err = time.ParseDuration(v); err != nil || c.WarmupDuration < 0 {
+			return c, fmt.Errorf("benchdurable: BENCH_WARMUP_DURATION=%q: want a Go duration such as 15s", v)
+		}
+	}
+	if v := os.Getenv("BENCH_SERVE_SETTINGS"); v != "" {
+		c.ServeSettings = map[string]string{}
+		for f := range strings.SplitSeq(v, ",") {
+			k, val, ok := strings.Cut(strings.TrimSpace(f), "=")
+			if !ok || k == "" {
+				return c, fmt.Errorf("benchdurable: BENCH_SERVE_SETTINGS=%q: want key=value pairs separated by commas", v)
+			}
+			c.ServeSettings[k] = val
 		}
 	}
 	if v := os.Getenv("BENCH_PROCESSES"); v != "" {
@@ -161,10 +194,36 @@ func Run(t *testing.T, cfg Config) *Report {
 		proxies, s3Proxy = append(proxies, p), p.URL
 	}
 
+	// The CPU time of the processes on the path, per phase: the stack's
+	// servers are found by their listening ports (none found: not
+	// measured).
+	var cpu cpuWatch
+	cpu.add(CPUBench, os.Getpid())
+	var dynamoCPU cpuWatch
+	for label, u := range map[string]string{CPUDynamo: dynamoURL, CPUSQS: sqsURL} {
+		pid, err := ListenerPID(u)
+		if err != nil {
+			t.Logf("benchdurable: %s CPU not measured: %v", label, err)
+			continue
+		}
+		cpu.add(label, pid)
+		if label == CPUDynamo {
+			dynamoCPU.add(label, pid)
+		}
+	}
+
 	table := awstest.Name(t, "ceiling")
 	awstest.Tables(t, clients, schema.Table{Name: table, PartitionKey: schema.Attr{Name: "pk", Type: schema.String}})
+	// DynamoDB Local's CPU time over the ceiling's measured window (from
+	// the warm-up's end to the last write's answer).
+	warm := make(chan struct{})
+	time.AfterFunc(cfg.CeilingWarmup, func() { dynamoCPU.mark(); close(warm) })
 	if rep.Ceiling, err = UpdateItemCeiling(ctx, clients.DynamoDB, table, cfg.CeilingWorkers, cfg.CeilingWarmup, cfg.CeilingDuration, nil); err != nil {
 		t.Fatal(err)
+	}
+	<-warm
+	if d, ok := dynamoCPU.since()[CPUDynamo]; ok && rep.Ceiling > 0 {
+		rep.CeilingCPUMsPerWrite = ms(d) / (rep.Ceiling * cfg.CeilingDuration.Seconds())
 	}
 	viaProxy := dynamodb.NewFromConfig(clients.Config, func(o *dynamodb.Options) {
 		o.BaseEndpoint, o.DisableValidateResponseChecksum = aws.String(dp.URL), true
@@ -173,10 +232,12 @@ func Run(t *testing.T, cfg Config) *Report {
 		t.Fatal(err)
 	}
 
+	conns := map[string]*Proxy{"DynamoDB": dp, "SQS": sp}
+
 	endpoints := []string{"AWS_ENDPOINT_URL_DYNAMODB=" + dp.URL, "AWS_ENDPOINT_URL_SQS=" + sp.URL, "AWS_ENDPOINT_URL_S3=" + s3Proxy}
 	for _, k := range cfg.Processes {
 		t.Run(fmt.Sprintf("processes=%d", k), func(t *testing.T) {
-			rep.Runs = append(rep.Runs, runProcesses(t, cfg, k, endpoints, proxies))
+			rep.Runs = append(rep.Runs, runProcesses(t, cfg, k, endpoints, proxies, conns, cpu))
 		})
 	}
 	return rep
@@ -184,14 +245,20 @@ func Run(t *testing.T, cfg Config) *Report {
 
 // runProcesses measures the burst and the steady load through k serve
 // processes on fresh tables and queues.
-func runProcesses(t *testing.T, cfg Config, k int, endpoints []string, proxies []*Proxy) ProcessRun {
+func runProcesses(t *testing.T, cfg Config, k int, endpoints []string, proxies []*Proxy, conns map[string]*Proxy, cpu cpuWatch) ProcessRun {
 	st := crashtest.NewStack(t)
 	// Info level: execution_succeeded is an info event. Later entries
 	// win in a process's environment: the proxies replace the stack's
 	// endpoints.
-	env := append(st.Env(crashtest.Settings{"log-level": "info"}), endpoints...)
+	env := append(st.Env(crashtest.Settings{"log-level": "info"}, cfg.ServeSettings), endpoints...)
 	dir := t.TempDir()
-	b := &bench{t: t, cfg: cfg, proxies: proxies}
+	if keep := os.Getenv("BENCH_LOG_DIR"); keep != "" {
+		dir = filepath.Join(keep, fmt.Sprintf("processes-%d", k))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := &bench{t: t, cfg: cfg, proxies: proxies, conns: conns, cpu: cpu, names: st.Names}
 	for i := range k {
 		s, err := crashtest.StartServer(env, dir, "serve-"+strconv.Itoa(i))
 		if err != nil {
@@ -200,17 +267,30 @@ func runProcesses(t *testing.T, cfg Config, k int, endpoints []string, proxies [
 		t.Cleanup(func() { _ = s.Kill() })
 		b.servers = append(b.servers, s)
 		b.tails = append(b.tails, &tail{path: s.LogPath})
+		b.cpu.add(CPUServe, s.PID())
 	}
-	b.phase("warmup", submitBurst(cfg.Warmup, cfg.Submitters))
+	b.warmup()
 	run := ProcessRun{Processes: k}
 	run.Burst = b.phase("burst", submitBurst(cfg.Executions, cfg.Submitters))
 	run.Steady = b.phase("steady", submitSteady(cfg.Rate, cfg.Duration))
+	run.Path = b.path()
 	for _, s := range b.servers {
 		if err := s.Stop(30 * time.Second); err != nil {
 			t.Error(err)
 		}
 	}
 	return run
+}
+
+// warmup runs bursts (of Executions, the first at least Warmup) until
+// Warmup executions and WarmupDuration have passed.
+func (b *bench) warmup() {
+	start, done := time.Now(), 0
+	for round := 0; done < b.cfg.Warmup || time.Since(start) < b.cfg.WarmupDuration; round++ {
+		n := max(b.cfg.Executions, b.cfg.Warmup-done)
+		b.phase("warmup"+strconv.Itoa(round), submitBurst(n, b.cfg.Submitters))
+		done += n
+	}
 }
 
 // bench is one process count's run.
@@ -220,6 +300,9 @@ type bench struct {
 	servers []*crashtest.Server
 	tails   []*tail
 	proxies []*Proxy
+	conns   map[string]*Proxy // by service, for Phase.Connections
+	cpu     cpuWatch
+	names   schema.Names
 }
 
 // submitted is one submit: its execution and when the request started.
@@ -294,9 +377,11 @@ func submitSteady(rate float64, d time.Duration) submitter {
 }
 
 // settle is how long a phase waits after its last success before the
-// counts are read, for the requests that follow the last commit (the
-// work item's DeleteMessage); idle polling in it is counted too.
-const settle = 300 * time.Millisecond
+// counts are read, for the requests that follow the last commit: the
+// work item's delete, and the history feed's pages of the phase's last
+// writes (the serve processes' stream poller reads a second's records at
+// a time); idle polling in it is counted too.
+const settle = 1500 * time.Millisecond
 
 // phase runs one phase: the proxies' counts are zeroed, the executions
 // submitted, and the serve logs read until every one has succeeded.
@@ -305,6 +390,7 @@ func (b *bench) phase(name string, submit submitter) Phase {
 	for _, p := range b.proxies {
 		p.Reset()
 	}
+	b.cpu.mark()
 	subs, err := submit(func(i int) (submitted, error) {
 		s := b.servers[i%len(b.servers)]
 		at := time.Now()
@@ -329,7 +415,14 @@ func (b *bench) phase(name string, submit submitter) Phase {
 	for _, p := range b.proxies {
 		snaps = append(snaps, p.Snapshot())
 	}
-	ph := Phase{Executions: len(subs), Steps: len(subs) * StepsPerExecution, Counts: mergeCounts(snaps...)}
+	ph := Phase{Executions: len(subs), Steps: len(subs) * StepsPerExecution, Counts: mergeCounts(snaps...),
+		Connections: map[string]int{}, CPUMsPerStep: map[string]float64{}}
+	for svc, p := range b.conns {
+		ph.Connections[svc] = p.Conns()
+	}
+	for label, d := range b.cpu.since() {
+		ph.CPUMsPerStep[label] = ms(d) / float64(ph.Steps)
+	}
 	first, last := subs[0].at, time.Time{}
 	var lat, field []time.Duration
 	for _, s := range subs {

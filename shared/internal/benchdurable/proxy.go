@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"time"
 )
 
 // OpCount is what a Proxy saw of one operation.
@@ -28,6 +29,33 @@ type OpCount struct {
 	Units      float64 `json:"units,omitempty"`
 	TableUnits float64 `json:"table_units,omitempty"`
 	IndexUnits float64 `json:"index_units,omitempty"`
+	// Nanos is the requests' total time from the proxy's forwarding to
+	// the upstream's answer (or failure): Nanos/Requests is the mean
+	// latency of the operation at the server, with the proxy's own hop
+	// left out.
+	Nanos int64 `json:"nanos"`
+}
+
+// MeanMs is the operation's mean latency at the server in milliseconds
+// (0 without requests).
+func (c OpCount) MeanMs() float64 {
+	if c.Requests == 0 {
+		return 0
+	}
+	return float64(c.Nanos) / float64(c.Requests) / 1e6
+}
+
+// Traced is one request a Proxy saw while tracing (Proxy.StartTrace):
+// its operation, when it was forwarded and answered, its status, and
+// both bodies (the request as forwarded), for telling which execution
+// it served.
+type Traced struct {
+	Op       string
+	Start    time.Time
+	End      time.Time
+	Status   int
+	Request  []byte
+	Response []byte
 }
 
 // ProxyOptions adjust NewProxy.
@@ -61,9 +89,21 @@ type Proxy struct {
 	srv  *http.Server
 	mu   sync.Mutex
 	ops  map[string]*OpCount
+	// conns counts the client connections accepted since the last Reset.
+	conns int
+	// tracing: every request is kept in traced.
+	tracing bool
+	traced  []Traced
 }
 
-type opKey struct{}
+// call is what the proxy knows of one forwarded request.
+type call struct {
+	op    string
+	start time.Time
+	body  []byte // the forwarded body, kept while tracing
+}
+
+type callKey struct{}
 
 // NewProxy starts a proxy to target (a base URL) on a free loopback port.
 func NewProxy(target string, opts ProxyOptions) (*Proxy, error) {
@@ -79,35 +119,56 @@ func NewProxy(target string, opts ProxyOptions) (*Proxy, error) {
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(u)
-			op := Operation(pr.In)
-			pr.Out = pr.Out.WithContext(context.WithValue(pr.Out.Context(), opKey{}, op))
+			c := &call{op: Operation(pr.In)}
 			if p.opts.Capacity {
-				askCapacity(pr.Out, op)
+				askCapacity(pr.Out, c.op)
 			}
+			if p.isTracing() && pr.Out.Body != nil {
+				c.body, _ = io.ReadAll(pr.Out.Body)
+				pr.Out.Body.Close()
+				pr.Out.Body = io.NopCloser(bytes.NewReader(c.body))
+			}
+			c.start = time.Now()
+			pr.Out = pr.Out.WithContext(context.WithValue(pr.Out.Context(), callKey{}, c))
 		},
 		// Many serve goroutines share the proxy: keep their connections.
 		Transport: &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, DisableCompression: true},
 		ModifyResponse: func(resp *http.Response) error {
-			op, _ := resp.Request.Context().Value(opKey{}).(string)
-			var units [3]float64
-			if p.opts.Capacity && resp.StatusCode/100 == 2 && strings.HasPrefix(op, "DynamoDB.") {
-				b, err := io.ReadAll(resp.Body)
+			c, _ := resp.Request.Context().Value(callKey{}).(*call)
+			units := func([]byte) [3]float64 { return [3]float64{} }
+			if p.opts.Capacity && resp.StatusCode/100 == 2 && strings.HasPrefix(c.op, "DynamoDB.") {
+				units = func(b []byte) [3]float64 { return consumed(b, resp.Header.Get("Content-Encoding")) }
+			}
+			tracing := p.isTracing()
+			var b []byte
+			if tracing || p.opts.Capacity && resp.StatusCode/100 == 2 && strings.HasPrefix(c.op, "DynamoDB.") {
+				var err error
+				b, err = io.ReadAll(resp.Body)
 				resp.Body.Close()
 				if err != nil {
 					return err
 				}
 				resp.Body = io.NopCloser(bytes.NewReader(b))
-				units = consumed(b, resp.Header.Get("Content-Encoding"))
 			}
-			p.count(op, resp.StatusCode/100 != 2, units)
+			p.count(c, time.Now(), resp.StatusCode, units(b), b)
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			p.count(Operation(r), true, [3]float64{})
+			c, _ := r.Context().Value(callKey{}).(*call)
+			if c == nil { // failed before Rewrite
+				c = &call{op: Operation(r), start: time.Now()}
+			}
+			p.count(c, time.Now(), 0, [3]float64{}, nil)
 			w.WriteHeader(http.StatusBadGateway)
 		},
 	}
-	p.srv = &http.Server{Handler: rp}
+	p.srv = &http.Server{Handler: rp, ConnState: func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			p.mu.Lock()
+			p.conns++
+			p.mu.Unlock()
+		}
+	}}
 	go func() { _ = p.srv.Serve(ln) }()
 	return p, nil
 }
@@ -128,7 +189,10 @@ func Operation(r *http.Request) string {
 }
 
 // askCapacity adds ReturnConsumedCapacity INDEXES to a DynamoDB request
-// of CapacityOps whose plain JSON body lacks the field.
+// of CapacityOps whose plain JSON body lacks the field. The field is
+// spliced in after the object's opening brace, the rest of the body left
+// as it is: the proxy stays a cheap hop (decoding and encoding every
+// body cost as much CPU as the serve process's own work per request).
 func askCapacity(r *http.Request, op string) {
 	name, ok := strings.CutPrefix(op, "DynamoDB.")
 	if !ok || !CapacityOps[name] || r.Body == nil || r.Header.Get("Content-Encoding") != "" {
@@ -137,14 +201,14 @@ func askCapacity(r *http.Request, op string) {
 	b, err := io.ReadAll(r.Body)
 	r.Body.Close()
 	body := b
-	var fields map[string]json.RawMessage
-	if err == nil && json.Unmarshal(b, &fields) == nil && fields != nil {
-		if _, set := fields["ReturnConsumedCapacity"]; !set {
-			fields["ReturnConsumedCapacity"] = json.RawMessage(`"INDEXES"`)
-			if nb, err := json.Marshal(fields); err == nil {
-				body = nb
-			}
+	if i := bytes.IndexByte(b, '{'); err == nil && i >= 0 && len(bytes.TrimSpace(b[:i])) == 0 &&
+		!bytes.Contains(b, []byte(`"ReturnConsumedCapacity"`)) {
+		field := `"ReturnConsumedCapacity":"INDEXES"`
+		if rest := bytes.TrimSpace(b[i+1:]); len(rest) > 0 && rest[0] != '}' {
+			field += ","
 		}
+		body = make([]byte, 0, len(b)+len(field))
+		body = append(append(append(body, b[:i+1]...), field...), b[i+1:]...)
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	r.ContentLength = int64(len(body))
@@ -202,21 +266,26 @@ func consumed(body []byte, encoding string) [3]float64 {
 	return u
 }
 
-func (p *Proxy) count(op string, failed bool, units [3]float64) {
+// count records a request answered at end with status (0: no answer).
+func (p *Proxy) count(cl *call, end time.Time, status int, units [3]float64, resp []byte) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	c := p.ops[op]
+	c := p.ops[cl.op]
 	if c == nil {
 		c = &OpCount{}
-		p.ops[op] = c
+		p.ops[cl.op] = c
 	}
 	c.Requests++
-	if failed {
+	if status/100 != 2 {
 		c.Errors++
 	}
 	c.Units += units[0]
 	c.TableUnits += units[1]
 	c.IndexUnits += units[2]
+	c.Nanos += int64(end.Sub(cl.start))
+	if p.tracing {
+		p.traced = append(p.traced, Traced{Op: cl.op, Start: cl.start, End: end, Status: status, Request: cl.body, Response: resp})
+	}
 }
 
 // Snapshot returns the counts since the start or the last Reset.
@@ -230,11 +299,46 @@ func (p *Proxy) Snapshot() map[string]OpCount {
 	return out
 }
 
+// Conns is the number of client connections the proxy accepted since
+// the start or the last Reset: a client that keeps its connections
+// opens few, one that closes them after each request as many as it
+// sends.
+func (p *Proxy) Conns() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.conns
+}
+
 // Reset zeroes the counts.
 func (p *Proxy) Reset() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.ops = map[string]*OpCount{}
+	p.ops, p.conns = map[string]*OpCount{}, 0
+}
+
+// StartTrace starts keeping every request the proxy forwards, bodies
+// included, until StopTrace: for one execution's requests, not for a
+// load (it keeps everything in memory).
+func (p *Proxy) StartTrace() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.tracing, p.traced = true, nil
+}
+
+// StopTrace stops tracing and returns the requests answered since
+// StartTrace, in the order of their answers.
+func (p *Proxy) StopTrace() []Traced {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := p.traced
+	p.tracing, p.traced = false, nil
+	return out
+}
+
+func (p *Proxy) isTracing() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.tracing
 }
 
 // Close stops the proxy.
@@ -251,6 +355,7 @@ func mergeCounts(ms ...map[string]OpCount) map[string]OpCount {
 			c.Units += v.Units
 			c.TableUnits += v.TableUnits
 			c.IndexUnits += v.IndexUnits
+			c.Nanos += v.Nanos
 			out[k] = c
 		}
 	}

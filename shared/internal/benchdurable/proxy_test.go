@@ -87,6 +87,7 @@ func TestProxyCountsByOperationAndSumsCapacity(t *testing.T) {
 	post(t, p.URL, "DynamoDB_20120810.DescribeTable", `{"TableName":"t"}`)
 	post(t, p.URL, "AmazonSQS.ReceiveMessage", `{"QueueUrl":"q"}`)
 	post(t, p.URL, "", ``)
+	post(t, p.URL, "DynamoDB_20120810.GetItem", " {}")
 
 	got := p.Snapshot()
 	want := map[string]OpCount{
@@ -95,12 +96,17 @@ func TestProxyCountsByOperationAndSumsCapacity(t *testing.T) {
 		"DynamoDB.DescribeTable":      {Requests: 1},
 		"SQS.ReceiveMessage":          {Requests: 1},
 		"HTTP.POST":                   {Requests: 1},
+		"DynamoDB.GetItem":            {Requests: 1},
 	}
 	if len(got) != len(want) {
 		t.Errorf("operations %v, want %v", got, want)
 	}
 	for op, w := range want {
-		if got[op] != w {
+		g := got[op]
+		if g.Nanos <= 0 {
+			t.Errorf("%s: no time measured: %+v", op, g)
+		}
+		if g.Nanos = 0; g != w {
 			t.Errorf("%s: %+v, want %+v", op, got[op], w)
 		}
 	}
@@ -113,6 +119,9 @@ func TestProxyCountsByOperationAndSumsCapacity(t *testing.T) {
 	}
 	if _, set := bs[4]["ReturnConsumedCapacity"]; set {
 		t.Errorf("DescribeTable was given ReturnConsumedCapacity: %v", bs[4])
+	}
+	if bs[7]["ReturnConsumedCapacity"] != "INDEXES" || len(bs[7]) != 1 {
+		t.Errorf("an empty GetItem body reached the server as %v: want ReturnConsumedCapacity INDEXES alone", bs[7])
 	}
 	p.Reset()
 	if n := len(p.Snapshot()); n != 0 {
@@ -166,5 +175,74 @@ func TestDynamoDBLocalIgnoresSignatures(t *testing.T) {
 	rate, err := UpdateItemCeiling(context.Background(), clients.DynamoDB, table, 2, 100*time.Millisecond, 300*time.Millisecond, clk)
 	if err != nil || rate <= 0 {
 		t.Fatalf("ceiling %.0f/s, %v: want conditional writes to succeed and be counted", rate, err)
+	}
+}
+
+// TestProxyCountsConnections: a client that keeps its connection opens
+// one for many requests; one that closes it after each request opens as
+// many as it sends; Reset zeroes the count.
+func TestProxyCountsConnections(t *testing.T) {
+	srv, _ := fakeDynamo(t)
+	p, err := NewProxy(srv.URL, ProxyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	send := func(c *http.Client) {
+		req, _ := http.NewRequest(http.MethodPost, p.URL, strings.NewReader(`{}`))
+		req.Header.Set("X-Amz-Target", "DynamoDB_20120810.GetItem")
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	keep := &http.Client{Transport: &http.Transport{}}
+	for range 3 {
+		send(keep)
+	}
+	if n := p.Conns(); n != 1 {
+		t.Errorf("3 requests on one kept connection: %d connections counted, want 1", n)
+	}
+	p.Reset()
+	closing := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	for range 3 {
+		send(closing)
+	}
+	if n := p.Conns(); n != 3 {
+		t.Errorf("3 requests closing their connections: %d connections counted, want 3", n)
+	}
+}
+
+// TestProxyTrace: between StartTrace and StopTrace the proxy keeps every
+// request with its operation, times, status and both bodies (the request
+// as forwarded, with the capacity field it added); outside, none.
+func TestProxyTrace(t *testing.T) {
+	srv, _ := fakeDynamo(t)
+	p, err := NewProxy(srv.URL, ProxyOptions{Capacity: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	post(t, p.URL, "DynamoDB_20120810.UpdateItem", `{"TableName":"before"}`)
+	p.StartTrace()
+	post(t, p.URL, "DynamoDB_20120810.UpdateItem", `{"TableName":"t"}`)
+	post(t, p.URL, "DynamoDB_20120810.UpdateItem", `{"TableName":"t","ConditionExpression":"fail"}`)
+	got := p.StopTrace()
+	post(t, p.URL, "DynamoDB_20120810.UpdateItem", `{"TableName":"after"}`)
+	if len(got) != 2 {
+		t.Fatalf("traced %d requests, want the 2 sent while tracing: %+v", len(got), got)
+	}
+	ok, failed := got[0], got[1]
+	if ok.Op != "DynamoDB.UpdateItem" || ok.Status != 200 || !strings.Contains(string(ok.Request), `"ReturnConsumedCapacity":"INDEXES"`) ||
+		!strings.Contains(string(ok.Response), "ConsumedCapacity") || ok.End.Before(ok.Start) {
+		t.Errorf("first traced request: %+v", ok)
+	}
+	if failed.Status != 400 || !strings.Contains(string(failed.Response), "ConditionalCheckFailed") {
+		t.Errorf("second traced request: status %d, answer %s", failed.Status, failed.Response)
+	}
+	if again := p.StopTrace(); len(again) != 0 {
+		t.Errorf("after StopTrace: %d requests kept", len(again))
 	}
 }

@@ -26,6 +26,9 @@ type Report struct {
 	// CeilingViaProxy the same through the counting proxy.
 	Ceiling         float64 `json:"ceiling_writes_per_sec"`
 	CeilingViaProxy float64 `json:"ceiling_via_proxy_writes_per_sec"`
+	// CeilingCPUMsPerWrite is DynamoDB Local's CPU time per write of the
+	// ceiling (0: not measured).
+	CeilingCPUMsPerWrite float64 `json:"ceiling_cpu_ms_per_write,omitempty"`
 	// Units is whether capacity units were collected; UnitsNote says how
 	// or why not.
 	Units     bool   `json:"units"`
@@ -45,7 +48,32 @@ type ProcessRun struct {
 	// Ratio is the burst's DynamoDB write request rate over the ceiling:
 	// Burst.StepsPerSec x Burst.WriteReqPerStep / Report.Ceiling.
 	Ratio float64 `json:"ratio"`
+	// CPURatio is the same share counted in DynamoDB Local's CPU time,
+	// which both the ceiling and the burst are bound by on a small
+	// machine: Report.CeilingCPUMsPerWrite x Burst.WriteReqPerStep /
+	// Burst.CPUMsPerStep[CPUDynamo]. It depends less than Ratio on how
+	// much of the machine other processes took during the ceiling and
+	// during the burst (a loaded machine still stretches the CPU time of
+	// each request: hyperthreads and caches are shared) (0: not
+	// measured).
+	CPURatio float64 `json:"cpu_ratio,omitempty"`
+	// Path is one execution's requests, run alone after the steady load
+	// (nil when that run failed).
+	Path *Path `json:"path,omitempty"`
 }
+
+// The processes whose CPU time a phase reports (Phase.CPUMsPerStep).
+const (
+	CPUServe  = "serve"
+	CPUDynamo = "DynamoDB Local"
+	CPUSQS    = "SQS server"
+	// CPUBench is the benchmark's own process: the counting proxies, the
+	// submitters and the log reader.
+	CPUBench = "bench (proxies, submitters)"
+)
+
+// cpuLabels are the CPU labels in the report's order.
+var cpuLabels = []string{CPUServe, CPUDynamo, CPUSQS, CPUBench}
 
 // Phase is one load through the processes.
 type Phase struct {
@@ -73,6 +101,16 @@ type Phase struct {
 	SQSReqPerStep     float64 `json:"sqs_requests_per_step"`
 	WriteUnitsPerStep float64 `json:"dynamodb_write_units_per_step"`
 	ReadUnitsPerStep  float64 `json:"dynamodb_read_units_per_step"`
+	// Connections are the client connections each counting proxy
+	// accepted over the phase, by service ("DynamoDB", "SQS"): a handful
+	// when the serve processes keep their connections, about one per
+	// request when they close them.
+	Connections map[string]int `json:"connections,omitempty"`
+	// CPUMsPerStep is the CPU time each process (CPUServe, CPUDynamo,
+	// CPUSQS, CPUBench; the serve processes summed) used over the phase,
+	// in milliseconds per step: what a step costs each, and which one a
+	// machine's cores run out on first.
+	CPUMsPerStep map[string]float64 `json:"cpu_ms_per_step,omitempty"`
 }
 
 // derive sets the per-step figures from Counts and Steps.
@@ -104,8 +142,12 @@ func (p *Phase) derive() {
 func (r *Report) finish() {
 	for i := range r.Runs {
 		run := &r.Runs[i]
+		run.Ratio, run.CPURatio = 0, 0
 		if r.Ceiling > 0 {
 			run.Ratio = run.Burst.StepsPerSec * run.Burst.WriteReqPerStep / r.Ceiling
+		}
+		if c := run.Burst.CPUMsPerStep[CPUDynamo]; c > 0 && r.CeilingCPUMsPerWrite > 0 {
+			run.CPURatio = r.CeilingCPUMsPerWrite * run.Burst.WriteReqPerStep / c
 		}
 	}
 }
@@ -127,18 +169,20 @@ func (r *Report) Markdown() string {
 		}
 		return f2(v)
 	}
-	b.WriteString("| run | burst steps/s | steady p50 ms | steady p99 ms | DynamoDB write req/step | DynamoDB read req/step | SQS req/step | DynamoDB write units/step | ratio |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|\n")
-	fmt.Fprintf(&b, "| ceiling: conditional UpdateItem, %d goroutines, warmed | %.0f writes/s (%.0f through the counting proxy) | | | | | | | |\n",
-		r.Config.CeilingWorkers, r.Ceiling, r.CeilingViaProxy)
+	b.WriteString("| run | burst steps/s | steady p50 ms | steady p99 ms | DynamoDB write req/step | DynamoDB read req/step | SQS req/step | DynamoDB write units/step | ratio | CPU ratio |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| ceiling: conditional UpdateItem, %d goroutines, warmed | %.0f writes/s (%.0f through the counting proxy) | | | | | | | | %s DynamoDB Local CPU ms/write |\n",
+		r.Config.CeilingWorkers, r.Ceiling, r.CeilingViaProxy, optional(r.CeilingCPUMsPerWrite))
 	for _, run := range r.Runs {
 		bu, st := run.Burst, run.Steady
-		fmt.Fprintf(&b, "| %s | %.1f | %.0f | %.0f | %s / %s | %s / %s | %s / %s | %s / %s | %.2f |\n",
+		fmt.Fprintf(&b, "| %s | %.1f | %.0f | %.0f | %s / %s | %s / %s | %s / %s | %s / %s | %.2f | %s |\n",
 			processes(run.Processes), bu.StepsPerSec, st.P50Ms, st.P99Ms,
 			f2(bu.WriteReqPerStep), f2(st.WriteReqPerStep), f2(bu.ReadReqPerStep), f2(st.ReadReqPerStep),
-			f2(bu.SQSReqPerStep), f2(st.SQSReqPerStep), units(bu.WriteUnitsPerStep), units(st.WriteUnitsPerStep), run.Ratio)
+			f2(bu.SQSReqPerStep), f2(st.SQSReqPerStep), units(bu.WriteUnitsPerStep), units(st.WriteUnitsPerStep), run.Ratio, optional(run.CPURatio))
 	}
-	b.WriteString("\nPer step cells: burst / steady. Ratio: burst steps/s x burst DynamoDB write req/step / ceiling.\n\n")
+	b.WriteString("\nPer step cells: burst / steady. Ratio: burst steps/s x burst DynamoDB write req/step / ceiling. " +
+		"CPU ratio: the same in DynamoDB Local's CPU time (ceiling CPU ms/write x burst write req/step / burst DynamoDB Local CPU ms/step), " +
+		"which depends less on the load other processes put on the machine during the ceiling and during the burst.\n\n")
 
 	b.WriteString("Requests per step by operation (burst / steady; failed ones, such as lost conditional writes, in parentheses):\n\n")
 	b.WriteString("| operation |")
@@ -170,6 +214,48 @@ func (r *Report) Markdown() string {
 	}
 	b.WriteString("\n\n")
 
+	b.WriteString("Mean latency at the server by operation, ms (burst / steady; from the proxy's forwarding to the answer):\n\n")
+	b.WriteString("| operation |")
+	for _, run := range r.Runs {
+		b.WriteString(" " + processes(run.Processes) + " |")
+	}
+	b.WriteString("\n|---|" + strings.Repeat("---|", len(r.Runs)) + "\n")
+	for _, op := range r.operations() {
+		b.WriteString("| " + op + " |")
+		for _, run := range r.Runs {
+			fmt.Fprintf(&b, " %s / %s |", meanMs(run.Burst, op), meanMs(run.Steady, op))
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\nCPU ms per step by process, and client connections the proxies accepted (burst / steady):\n\n")
+	b.WriteString("| process |")
+	for _, run := range r.Runs {
+		b.WriteString(" " + processes(run.Processes) + " |")
+	}
+	b.WriteString("\n|---|" + strings.Repeat("---|", len(r.Runs)) + "\n")
+	for _, label := range cpuLabels {
+		b.WriteString("| " + label + " |")
+		for _, run := range r.Runs {
+			fmt.Fprintf(&b, " %s / %s |", cpuMs(run.Burst, label), cpuMs(run.Steady, label))
+		}
+		b.WriteString("\n")
+	}
+	for _, svc := range []string{"DynamoDB", "SQS"} {
+		b.WriteString("| connections to the " + svc + " proxy |")
+		for _, run := range r.Runs {
+			fmt.Fprintf(&b, " %s / %s |", connections(run.Burst, svc), connections(run.Steady, svc))
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\n")
+	for _, run := range r.Runs {
+		if run.Path == nil {
+			continue
+		}
+		fmt.Fprintf(&b, "Critical path of one execution, %s (run alone after the steady load; ms from the submit request's start, as the proxies saw the requests):\n\n%s\n",
+			processes(run.Processes), run.Path.Markdown())
+	}
+
 	fmt.Fprintf(&b, "Latency: %s. The log's latency field (row created -> clock read before the last commit), p50/p99 ms of the steady load:", r.Latency)
 	for _, run := range r.Runs {
 		fmt.Fprintf(&b, " %s %.0f/%.0f;", processes(run.Processes), run.Steady.LatencyFieldP50Ms, run.Steady.LatencyFieldP99Ms)
@@ -177,9 +263,9 @@ func (r *Report) Markdown() string {
 	b.WriteString("\n")
 	c := r.Config
 	fmt.Fprintf(&b, "Settings: %s (input %s, diag.enabled=true) on fresh tables and queues per process count, durable providers (crashtest.Stack.Env: 1 s long polls, sweep every 1 s), log-level info; "+
-		"burst %d executions from %d submitters; steady %g/s for %s; %d warm-up executions first; ceiling %s warm-up then %s; "+
+		"burst %d executions from %d submitters; steady %g/s for %s; warm-up bursts first (at least %d executions and %s); ceiling %s warm-up then %s; "+
 		"counts from the first submit to the last SUCCEEDED + %s (idle polls and sweeps included), per step = count / (executions x %d); %s.\n",
-		Pipeline, Input, c.Executions, c.Submitters, c.Rate, c.Duration, c.Warmup, c.CeilingWarmup, c.CeilingDuration, settle, StepsPerExecution, r.UnitsNote)
+		Pipeline, Input, c.Executions, c.Submitters, c.Rate, c.Duration, c.Warmup, c.WarmupDuration, c.CeilingWarmup, c.CeilingDuration, settle, StepsPerExecution, r.UnitsNote)
 	fmt.Fprintf(&b, "Machine: nproc=%d, load average at start %s (other processes may share the machine; DynamoDB Local, the SQS server, the proxies, the serve processes and the submitters all run on it); binary %s.\n",
 		r.Nproc, r.LoadAverage, r.Binary)
 	return b.String()
@@ -233,6 +319,38 @@ func perStep(p Phase, op string) string {
 		s += fmt.Sprintf(" (%s)", f2(float64(c.Errors)/float64(p.Steps)))
 	}
 	return s
+}
+
+// optional is v with two decimals, "-" for 0 (not measured).
+func optional(v float64) string {
+	if v == 0 {
+		return "-"
+	}
+	return f2(v)
+}
+
+func meanMs(p Phase, op string) string {
+	c, ok := p.Counts[op]
+	if !ok || c.Requests == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f", c.MeanMs())
+}
+
+func cpuMs(p Phase, label string) string {
+	v, ok := p.CPUMsPerStep[label]
+	if !ok {
+		return "-"
+	}
+	return f2(v)
+}
+
+func connections(p Phase, svc string) string {
+	v, ok := p.Connections[svc]
+	if !ok {
+		return "-"
+	}
+	return fmt.Sprint(v)
 }
 
 func writeUnitSplit(p Phase) string {

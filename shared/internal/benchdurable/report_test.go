@@ -2,6 +2,7 @@ package benchdurable
 
 import (
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -63,6 +64,52 @@ func TestReportPerStepFiguresAndRatio(t *testing.T) {
 	}
 }
 
+// TestReportWhereTheTimeGoes: the report carries each operation's mean
+// latency at the server, the CPU per step of each process, the
+// connections the proxies accepted, the CPU ratio and the critical path;
+// what was not measured shows as "-".
+func TestReportWhereTheTimeGoes(t *testing.T) {
+	burst := Phase{Executions: 100, Steps: 300, StepsPerSec: 200, Counts: map[string]OpCount{
+		"DynamoDB.UpdateItem": {Requests: 400, Nanos: 400 * int64(2500*time.Microsecond)},
+		"DynamoDB.PutItem":    {Requests: 200, Nanos: 200 * int64(time.Millisecond)},
+	}, Connections: map[string]int{"DynamoDB": 3, "SQS": 1},
+		CPUMsPerStep: map[string]float64{CPUServe: 1.5, CPUDynamo: 3, CPUSQS: 0.25}}
+	burst.derive() // 2 write requests per step
+	steady := burst
+	steady.Counts = map[string]OpCount{"DynamoDB.UpdateItem": {Requests: 10, Nanos: 10 * int64(time.Millisecond)}}
+	path := &Path{Requests: []PathRequest{{Op: "DynamoDB.PutItem", Target: "execution table", StartMs: 1, EndMs: 2, Status: 200}},
+		AnsweredMs: 3, SucceededMs: 9}
+	r := &Report{Ceiling: 1000, CeilingCPUMsPerWrite: 0.6, Config: DefaultConfig(),
+		Runs: []ProcessRun{{Processes: 1, Burst: burst, Steady: steady, Path: path}}}
+	md := r.Markdown()
+	if want := 0.6 * 2 / 3; math.Abs(r.Runs[0].CPURatio-want) > 1e-9 {
+		t.Errorf("CPU ratio %v, want %v", r.Runs[0].CPURatio, want)
+	}
+	for _, want := range []string{
+		"0.60 DynamoDB Local CPU ms/write |",
+		"| 1 process | 200.0 |", "| 0.40 | 0.40 |",
+		"| DynamoDB.UpdateItem | 2.5 / 1.0 |", "| DynamoDB.PutItem | 1.0 / - |",
+		"| serve | 1.50 / 1.50 |", "| DynamoDB Local | 3.00 / 3.00 |", "| bench (proxies, submitters) | - / - |",
+		"| connections to the DynamoDB proxy | 3 / 3 |",
+		"Critical path of one execution, 1 process", "| 1 | DynamoDB.PutItem | execution table | 1.0 | 2.0 |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("Markdown lacks %q:\n%s", want, md)
+		}
+	}
+	r.CeilingCPUMsPerWrite = 0
+	if md := r.Markdown(); !strings.Contains(md, "| 0.40 | - |") {
+		t.Errorf("without the ceiling's CPU the CPU ratio must say -:\n%s", md)
+	}
+}
+
+func TestReportWithoutUnitsSaysSkipped(t *testing.T) {
+	r := &Report{Config: DefaultConfig(), Runs: []ProcessRun{{Processes: 1, Burst: Phase{Steps: 3}, Steady: Phase{Steps: 3}}}}
+	if md := r.Markdown(); !strings.Contains(md, "| skipped / skipped |") || strings.Contains(md, "write units: table + index") {
+		t.Errorf("without units the units column must say skipped:\n%s", md)
+	}
+}
+
 // TestPercentileIsNearestRank: p50 and p99 of 1..100 ms are 50 and 99 ms.
 func TestPercentileIsNearestRank(t *testing.T) {
 	var ds []time.Duration
@@ -84,11 +131,17 @@ func TestConfigFromEnvNamesTheVariableAtFault(t *testing.T) {
 	t.Setenv("BENCH_RATE", "2.5")
 	t.Setenv("BENCH_DURATION", "5s")
 	t.Setenv("BENCH_PROCESSES", "2, 3")
+	t.Setenv("BENCH_WARMUP", "0")
+	t.Setenv("BENCH_WARMUP_DURATION", "2s")
+	t.Setenv("BENCH_SERVE_SETTINGS", "worker-concurrency=32, history.stream-poller=false")
 	c, err := ConfigFromEnv()
-	if err != nil || c.Executions != 50 || c.Rate != 2.5 || c.Duration != 5*time.Second || len(c.Processes) != 2 || c.Processes[1] != 3 {
+	if err != nil || c.Executions != 50 || c.Rate != 2.5 || c.Duration != 5*time.Second || len(c.Processes) != 2 || c.Processes[1] != 3 ||
+		c.Warmup != 0 || c.WarmupDuration != 2*time.Second || len(c.ServeSettings) != 2 ||
+		c.ServeSettings["worker-concurrency"] != "32" || c.ServeSettings["history.stream-poller"] != "false" {
 		t.Fatalf("%+v %v", c, err)
 	}
-	for k, v := range map[string]string{"BENCH_EXECUTIONS": "0", "BENCH_RATE": "x", "BENCH_DURATION": "30", "BENCH_PROCESSES": "1,,2"} {
+	for k, v := range map[string]string{"BENCH_EXECUTIONS": "0", "BENCH_RATE": "x", "BENCH_DURATION": "30", "BENCH_PROCESSES": "1,,2",
+		"BENCH_WARMUP": "-1", "BENCH_WARMUP_DURATION": "15", "BENCH_SERVE_SETTINGS": "worker-concurrency"} {
 		t.Run(k, func(t *testing.T) {
 			t.Setenv(k, v)
 			if _, err := ConfigFromEnv(); err == nil || !strings.Contains(err.Error(), k) {

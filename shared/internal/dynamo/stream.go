@@ -33,12 +33,24 @@ type StreamOptions struct {
 	// (or failed) before the next, and the first wait before a failed
 	// batch is tried again. Default 1s.
 	Interval time.Duration
+	// BatchWindow is how long Run waits after a pass that applied
+	// records without finding a backlog (no read returned a full batch)
+	// before the next: the records of that time are read and applied as
+	// one batch, one page per execution, where reading on at once would
+	// make a page of the few records each read finds. Under load it is
+	// what gathers an execution's writes into few pages: a 3-step
+	// execution's five writes span a fraction of a second (and a queue
+	// wait), and with no window the feed wrote three or four pages for
+	// them (a PutItem each, about as many as the steps' own writes), with
+	// a one-second window one or two (make bench-durable). It delays the
+	// history by up to the window. Default Interval.
+	BatchWindow time.Duration
 	// Limit bounds the records of one GetRecords call, 1 to 1000 (the
 	// service's maximum, and the default): the memory one batch takes.
 	Limit int32
 	// ReadsPerShard bounds the GetRecords calls a pass makes on one shard
-	// while it keeps returning records, so that a busy shard does not hold
-	// the others back. Default 10.
+	// while it keeps returning full batches (a backlog), so that a busy
+	// shard does not hold the others back. Default 10.
 	ReadsPerShard int
 	// BatchAttempts bounds the attempts to apply a batch that fails for
 	// good (see StreamFeed) before its records are skipped, logged as
@@ -114,6 +126,9 @@ type StreamFeed struct {
 	list   []st.Shard
 	listed time.Time
 	state  map[string]*shardState // by shard id
+	// backlog: the last pass left a shard whose last read returned a
+	// full batch (Run reads on without a rest).
+	backlog bool
 }
 
 // shardState is what the feed knows of one shard.
@@ -144,6 +159,9 @@ func NewStreamFeed(streams StreamsAPI, db *dynamodb.Client, h *History, opts Str
 	if opts.Interval <= 0 {
 		opts.Interval = time.Second
 	}
+	if opts.BatchWindow <= 0 {
+		opts.BatchWindow = opts.Interval
+	}
 	if opts.Limit <= 0 || opts.Limit > 1000 {
 		opts.Limit = 1000
 	}
@@ -173,7 +191,10 @@ func (f *StreamFeed) shard(id string) *shardState {
 }
 
 // Run polls the stream until ctx ends; a pass that finds nothing new, or
-// fails (logged as history_feed_failed), is followed by Interval of rest.
+// fails (logged as history_feed_failed), is followed by Interval of rest,
+// one that applied records by BatchWindow, unless it left a backlog (a
+// shard whose last read returned a full batch): then the next pass
+// follows at once.
 func (f *StreamFeed) Run(ctx context.Context) error {
 	for {
 		n, err := f.Poll(ctx)
@@ -184,19 +205,31 @@ func (f *StreamFeed) Run(ctx context.Context) error {
 			f.opts.Logger.LogAttrs(ctx, slog.LevelWarn, "history_feed_failed", slog.String("event", "history_feed_failed"),
 				slog.String("table", f.opts.ExecutionTable), slog.String("error", err.Error()))
 		}
-		if err != nil || n == 0 {
+		if rest := f.rest(n, err); rest > 0 {
 			select {
 			case <-ctx.Done():
 				return nil
-			case <-time.After(f.opts.Interval):
+			case <-time.After(rest):
 			}
 		}
 	}
 }
 
+// rest is how long Run waits after a pass that applied n records and
+// failed with err.
+func (f *StreamFeed) rest(n int, err error) time.Duration {
+	switch {
+	case err != nil || n == 0:
+		return f.opts.Interval
+	case f.backlog:
+		return 0
+	}
+	return f.opts.BatchWindow
+}
+
 // Poll makes one pass over the stream's shards, parents before children:
-// it reads each open shard (up to ReadsPerShard batches), applies every
-// batch and records its position. A shard that fails (a batch that
+// it reads each open shard (again while a read returns a full batch, up
+// to ReadsPerShard reads), applies every batch and records its position. A shard that fails (a batch that
 // cannot be applied, a read that fails) ends its turn, and the others go
 // on; a failed batch's shard waits out its backoff. It returns how many
 // records it applied, and the failures of the pass.
@@ -234,6 +267,7 @@ func (f *StreamFeed) Poll(ctx context.Context) (int, error) {
 	}
 	total := 0
 	var errs []error
+	f.backlog = false
 	for _, sh := range shards {
 		id, parent := aws.ToString(sh.ShardId), aws.ToString(sh.ParentShardId)
 		ss := f.shard(id)
@@ -245,7 +279,7 @@ func (f *StreamFeed) Poll(ctx context.Context) (int, error) {
 		case f.opts.Clock.Now().Before(ss.next):
 			continue // a failed batch waits out its backoff
 		}
-		for range f.opts.ReadsPerShard {
+		for i := range f.opts.ReadsPerShard {
 			n, more, err := f.read(ctx, sh)
 			total += n
 			if err != nil {
@@ -254,6 +288,9 @@ func (f *StreamFeed) Poll(ctx context.Context) (int, error) {
 			}
 			if !more {
 				break
+			}
+			if i == f.opts.ReadsPerShard-1 {
+				f.backlog = true // cut short: read on after the other shards
 			}
 		}
 	}
@@ -390,9 +427,9 @@ func (f *StreamFeed) open(ctx context.Context, sh st.Shard, ss *shardState) (str
 }
 
 // read reads one batch of a shard, applies it and records the position;
-// more reports that the shard may hold more now (it returned records, or
-// its iterator pointed at trimmed records and it opens again at its
-// oldest one).
+// more reports that the shard holds more now (the batch was full, or its
+// iterator pointed at trimmed records and it opens again at its oldest
+// one).
 func (f *StreamFeed) read(ctx context.Context, sh st.Shard) (n int, more bool, err error) {
 	id := aws.ToString(sh.ShardId)
 	ss := f.shard(id)
@@ -450,7 +487,7 @@ func (f *StreamFeed) read(ctx context.Context, sh st.Shard) (n int, more bool, e
 	} else {
 		ss.iter = aws.ToString(out.NextShardIterator)
 	}
-	return len(changes), len(changes) > 0 && !closed, nil
+	return len(changes), len(out.Records) >= int(f.opts.Limit) && !closed, nil
 }
 
 // failed counts a failed attempt of a batch of shard and sets when it may

@@ -55,6 +55,8 @@ type fakeStream struct {
 	// beforeGetRecords, when set, runs (under the lock) before each
 	// GetRecords call: a test trims records between an iterator and its use.
 	beforeGetRecords func()
+	// reads counts the GetRecords calls.
+	reads int
 }
 
 var _ dynamo.StreamsAPI = (*fakeStream)(nil)
@@ -164,6 +166,7 @@ func (sh *fakeShard) index(seq string) int {
 func (f *fakeStream) GetRecords(_ context.Context, in *dynamodbstreams.GetRecordsInput, _ ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetRecordsOutput, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.reads++
 	if f.beforeGetRecords != nil {
 		f.beforeGetRecords()
 	}
@@ -388,6 +391,68 @@ func TestStreamFeedRetriesThrottledBatches(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), "history_batch_skipped") {
 		t.Errorf("a throttled batch was skipped:\n%s", logs)
+	}
+}
+
+// TestStreamFeedBatchesWhatAWindowGathers: a pass reads a shard again
+// only while its reads come back full (a backlog), and Run rests after
+// every pass without a backlog: BatchWindow after one that applied
+// records (what gathers an execution's writes into one page), Interval
+// after one that found none or failed, no rest while the backlog lasts.
+// (Before, a pass read a shard until a read came back empty, and Run
+// read on at once after any pass that applied records: under load, a
+// page for the few records each read found.)
+func TestStreamFeedBatchesWhatAWindowGathers(t *testing.T) {
+	t.Parallel()
+	s := newHistoryStack(t)
+	fs := &fakeStream{}
+	a := fs.shard("shardId-a", "")
+	changes := s.run("t1", "e1", 2) // 4 writes
+	fs.add(a, changes...)
+	logs, log := logtest.New()
+	feed, err := dynamo.NewStreamFeed(fs, s.clients.DynamoDB, s.hist, dynamo.StreamOptions{ExecutionTable: s.exec,
+		Limit: 3, ReadsPerShard: 1, Interval: time.Hour, BatchWindow: time.Minute, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	reads := func() int { n := 0; fs.change(func() { n = fs.reads }); return n }
+
+	// A full batch of 3: the pass's one read is spent with records left.
+	if n, err := feed.Poll(ctx); n != 3 || err != nil {
+		t.Fatalf("first pass: %d records, %v; want 3", n, err)
+	}
+	if rest := feed.Rest(3, nil); rest != 0 {
+		t.Errorf("after a pass cut short by a full batch: rest %s, want none", rest)
+	}
+	// The last record: a read that is not full ends the pass, no empty
+	// read after it.
+	if n, err := feed.Poll(ctx); n != 1 || err != nil || reads() != 2 {
+		t.Fatalf("second pass: %d records, %v, %d reads in all; want 1 record in one read", n, err, reads())
+	}
+	if rest := feed.Rest(1, nil); rest != time.Minute {
+		t.Errorf("after a pass that applied records without a backlog: rest %s, want the batch window 1m", rest)
+	}
+	if rest := feed.Rest(0, nil); rest != time.Hour {
+		t.Errorf("after a pass that found nothing: rest %s, want the interval 1h", rest)
+	}
+	if rest := feed.Rest(3, errors.New("boom")); rest != time.Hour {
+		t.Errorf("after a failed pass: rest %s, want the interval 1h", rest)
+	}
+	if got := s.read(store.Key{TenantID: "t1", ExecutionID: "e1"}); got != lifecycleTypes(2) {
+		t.Errorf("history of e1:\n  %s\nwant\n  %s", got, lifecycleTypes(2))
+	}
+	if strings.Contains(logs.String(), "history_feed_failed") {
+		t.Errorf("feed failed:\n%s", logs)
+	}
+
+	// The window defaults to the interval.
+	def, err := dynamo.NewStreamFeed(fs, s.clients.DynamoDB, s.hist, dynamo.StreamOptions{ExecutionTable: s.exec, Interval: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rest := def.Rest(1, nil); rest != 5*time.Second {
+		t.Errorf("default batch window %s, want the interval 5s", rest)
 	}
 }
 

@@ -56,7 +56,9 @@ const (
 const ackTimeout = 10 * time.Second
 
 // Poller receives work items from an SQS queue and calls a handler for
-// each. A message whose handler returns nil is deleted; one whose handler
+// each. A message whose handler returns nil is deleted (after the handler's
+// slot is free again, several at once in a DeleteMessageBatch when
+// handlers finish together: see Run); one whose handler
 // defers it (dispatch.RetryAfter) is handed back without counting a
 // receive (Deferral.HandBack: a fresh message, then the received one
 // deleted); one whose handler fails or panics comes back after a short
@@ -104,11 +106,33 @@ func NewPoller(client *sqs.Client, queueURL string, h dispatch.Handler, opts Pol
 		log: log.With(slog.String("queue_url", queueURL))}
 }
 
+// maxReceives bounds the ReceiveMessage calls a Poller keeps in flight
+// (and its Concurrency bounds them too).
+const maxReceives = 4
+
+// received is the answer to one ReceiveMessage call that asked for asked
+// messages.
+type received struct {
+	msgs  []types.Message
+	asked int
+	err   error
+}
+
 // Run receives and handles messages until ctx ends. Then it stops
 // receiving, waits for the handlers in flight (cancelling their context
 // once DrainTimeout has passed, if set), settles their messages, and
 // returns nil. Handlers get a context that carries ctx's values but is
 // not cancelled with it. Run must not be called twice at once.
+//
+// Each receive asks for as many messages as there are free slots (at most
+// 10), so no received message waits for a slot. One receive is in flight
+// while the queue is idle (a long poll); while it has a backlog (the last
+// receive came back with all it asked for), a slot freed while a receive
+// is in flight starts another, up to maxReceives at once: under load,
+// slots free one at a time, and a worker need not wait out another's
+// round trip before its next message. A handler's slot is free as soon
+// as it returns: its message is deleted afterwards, with those of the
+// handlers that finished meanwhile in one DeleteMessageBatch (deleter).
 func (p *Poller) Run(ctx context.Context) error {
 	if p.handler == nil {
 		return errors.New("sqsbackend: poller has no handler")
@@ -118,49 +142,57 @@ func (p *Poller) Run(ctx context.Context) error {
 	p.log.LogAttrs(ctx, slog.LevelInfo, "poller_started", slog.String("event", "poller_started"),
 		slog.Int("concurrency", p.opts.Concurrency), slog.Duration("visibility_timeout", p.opts.VisibilityTimeout))
 
+	del := newDeleter(p.client, p.queueURL, p.opts.Concurrency)
 	var inflight sync.WaitGroup
-	slots := make(chan struct{}, p.opts.Concurrency)
-	failures := 0
+	finished := make(chan struct{}, p.opts.Concurrency) // a handler's slot is free again
+	limit := min(maxReceives, p.opts.Concurrency)
+	results := make(chan received, limit)
+	free, receiving, backlog, failures := p.opts.Concurrency, 0, false, 0
+	var pause <-chan time.Time // after a failed receive: none until it fires
+	stopped := ctx.Done()
 	for {
-		// Wait for one free slot, then take as many more as are free.
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
+		for ctx.Err() == nil && pause == nil && free > 0 && (receiving == 0 || backlog && receiving < limit) {
+			n := min(free, 10)
+			free -= n
+			receiving++
+			go func() {
+				msgs, err := p.receive(ctx, n)
+				results <- received{msgs: msgs, asked: n, err: err}
+			}()
 		}
-		if ctx.Err() != nil {
+		if ctx.Err() != nil && receiving == 0 {
 			break
 		}
-		n := 1
-	more:
-		for n < 10 {
-			select {
-			case slots <- struct{}{}:
-				n++
-			default:
-				break more
+		select {
+		case r := <-results:
+			receiving--
+			free += r.asked - len(r.msgs)
+			if r.err != nil {
+				backlog = false
+				if ctx.Err() != nil {
+					continue
+				}
+				failures++
+				p.log.LogAttrs(ctx, slog.LevelWarn, "sqs_receive_failed", slog.String("event", "sqs_receive_failed"),
+					slog.String("error", r.err.Error()), slog.Int("consecutive_failures", failures))
+				pause = time.After(receiveBackoff(failures))
+				continue
 			}
-		}
-		msgs, err := p.receive(ctx, n)
-		for range n - len(msgs) {
-			<-slots
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				break
+			failures = 0
+			backlog = len(r.msgs) == r.asked
+			for _, m := range r.msgs {
+				inflight.Add(1)
+				go func() {
+					defer func() { finished <- struct{}{}; inflight.Done() }()
+					p.handle(hctx, m, del)
+				}()
 			}
-			failures++
-			p.log.LogAttrs(ctx, slog.LevelWarn, "sqs_receive_failed", slog.String("event", "sqs_receive_failed"),
-				slog.String("error", err.Error()), slog.Int("consecutive_failures", failures))
-			sleep(ctx, receiveBackoff(failures))
-			continue
-		}
-		failures = 0
-		for _, m := range msgs {
-			inflight.Add(1)
-			go func() {
-				defer func() { <-slots; inflight.Done() }()
-				p.handle(hctx, m)
-			}()
+		case <-finished:
+			free++
+		case <-pause:
+			pause = nil
+		case <-stopped:
+			stopped = nil // the receives in flight end with ctx
 		}
 	}
 
@@ -176,6 +208,7 @@ func (p *Poller) Run(ctx context.Context) error {
 		}
 	}
 	<-done
+	del.close() // the last deletes
 	p.log.LogAttrs(hctx, slog.LevelInfo, "poller_stopped", slog.String("event", "poller_stopped"))
 	return nil
 }
@@ -197,8 +230,9 @@ func (p *Poller) receive(ctx context.Context, n int) ([]types.Message, error) {
 	return out.Messages, nil
 }
 
-// handle processes one received message. ctx is the handlers' context.
-func (p *Poller) handle(ctx context.Context, m types.Message) {
+// handle processes one received message. ctx is the handlers' context;
+// del deletes the message once it is handled (or handed back).
+func (p *Poller) handle(ctx context.Context, m types.Message, del *deleter) {
 	receives, _ := strconv.Atoi(m.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
 	log := p.log.With(slog.String("message_id", aws.ToString(m.MessageId)), slog.Int("receive_count", receives))
 	item, err := decode(aws.ToString(m.Body))
@@ -232,7 +266,7 @@ func (p *Poller) handle(ctx context.Context, m types.Message) {
 				return Defer(ctx, p.client, p.queueURL, aws.ToString(m.ReceiptHandle), wait)
 			}}
 		if d.HandBack(actx, log) {
-			p.delete(actx, log, m.ReceiptHandle)
+			del.add(m.ReceiptHandle, log)
 		}
 		return
 	}
@@ -246,15 +280,7 @@ func (p *Poller) handle(ctx context.Context, m types.Message) {
 		}
 		return
 	}
-	p.delete(actx, log, m.ReceiptHandle)
-}
-
-// delete acknowledges a handled message.
-func (p *Poller) delete(ctx context.Context, log *slog.Logger, receipt *string) {
-	if _, err := p.client.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: aws.String(p.queueURL), ReceiptHandle: receipt}); err != nil {
-		// The message comes back when its visibility ends: a harmless duplicate.
-		log.LogAttrs(ctx, slog.LevelWarn, "delete_failed", slog.String("event", "delete_failed"), slog.String("error", err.Error()))
-	}
+	del.add(m.ReceiptHandle, log)
 }
 
 // call runs the handler, turning a panic into an error.
