@@ -216,7 +216,9 @@ type Config struct {
 	HistoryStreamPoller bool
 	// HistoryPollInterval is key "history.poll-interval", default 1s,
 	// 100ms to 1m: how long the stream poller waits before reading a
-	// shard again that had no new records.
+	// shard again that had no new records, and after a pass that applied
+	// records without a backlog: its batching window, so that an
+	// execution's writes make about one history page, not one per write.
 	HistoryPollInterval time.Duration
 	// EventsBusName is key "events.bus-name", default empty (off): the
 	// EventBridge bus that receives terminal lifecycle events.
@@ -525,7 +527,7 @@ var entries = []entry{
 		func(c *Config) *string { return &c.HistoryTable }, verbatim, requiredWhen("state-provider", "dynamo", usesDynamo)),
 	field("history.stream-poller", "qasync serve with state-provider dynamo reads the execution table's stream into the history table; turn it off where another consumer (the history Lambda function) does.",
 		func(c *Config) *bool { return &c.HistoryStreamPoller }, parseBool, nil),
-	field("history.poll-interval", "How long the history stream poller waits before reading again a shard that had no new records (duration); 100ms to 1m.",
+	field("history.poll-interval", "How long the history stream poller waits before reading again a shard that had no new records, and after a pass that applied records without a backlog: its batching window (one history page per execution rather than one per write) (duration); 100ms to 1m.",
 		func(c *Config) *time.Duration { return &c.HistoryPollInterval }, parseDuration, between(100*time.Millisecond, time.Minute)),
 	field("events.bus-name", "EventBridge bus for terminal lifecycle events (succeeded, dead-lettered, outcome unknown); empty: off.",
 		func(c *Config) *string { return &c.EventsBusName }, verbatim, nil),

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/qasync/qasync/shared/internal/iamcheck"
 )
 
 // OpCount is what a Proxy saw of one operation.
@@ -119,7 +121,7 @@ func NewProxy(target string, opts ProxyOptions) (*Proxy, error) {
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(u)
-			c := &call{op: Operation(pr.In)}
+			c := &call{op: iamcheck.Operation(pr.In)}
 			if p.opts.Capacity {
 				askCapacity(pr.Out, c.op)
 			}
@@ -156,7 +158,7 @@ func NewProxy(target string, opts ProxyOptions) (*Proxy, error) {
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			c, _ := r.Context().Value(callKey{}).(*call)
 			if c == nil { // failed before Rewrite
-				c = &call{op: Operation(r), start: time.Now()}
+				c = &call{op: iamcheck.Operation(r), start: time.Now()}
 			}
 			p.count(c, time.Now(), 0, [3]float64{}, nil)
 			w.WriteHeader(http.StatusBadGateway)
@@ -171,21 +173,6 @@ func NewProxy(target string, opts ProxyOptions) (*Proxy, error) {
 	}}
 	go func() { _ = p.srv.Serve(ln) }()
 	return p, nil
-}
-
-// Operation names a request "<service>.<Operation>" from its
-// X-Amz-Target header, the service's version suffix dropped
-// ("DynamoDB_20120810.GetItem" is "DynamoDB.GetItem", "AmazonSQS.SendMessage"
-// is "SQS.SendMessage"), or "HTTP.<METHOD>" without the header.
-func Operation(r *http.Request) string {
-	target := r.Header.Get("X-Amz-Target")
-	svc, op, ok := strings.Cut(target, ".")
-	if !ok {
-		return "HTTP." + r.Method
-	}
-	svc, _, _ = strings.Cut(svc, "_")
-	svc = strings.TrimPrefix(svc, "Amazon")
-	return svc + "." + op
 }
 
 // askCapacity adds ReturnConsumedCapacity INDEXES to a DynamoDB request

@@ -171,7 +171,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	op := operation(r)
+	op := Operation(r)
 	svc, _, _ := strings.Cut(op, ".")
 	up := p.dynamo
 	if svc == "HTTP" && formAction(r, body) != "" {
@@ -302,7 +302,7 @@ var sqsBatchAction = map[string]string{
 //     GetQueueUrl on the QueueName's ARN, "*" for ListQueues).
 func Requests(r *http.Request, body []byte, l Local) ([]Request, error) {
 	l = l.withDefaults()
-	op := operation(r)
+	op := Operation(r)
 	svc, name, _ := strings.Cut(op, ".")
 	var fields map[string]json.RawMessage
 	if svc == "HTTP" {
@@ -442,12 +442,13 @@ func sortedKeys[V any](m map[string]V) []string {
 	return ks
 }
 
-// operation names a request "<service>.<Operation>" from its X-Amz-Target
-// header ("DynamoDB_20120810.GetItem" is "DynamoDB.GetItem",
+// Operation names a request to DynamoDB, DynamoDB Streams or SQS
+// "<service>.<Operation>" from its X-Amz-Target header
+// ("DynamoDB_20120810.GetItem" is "DynamoDB.GetItem",
 // "AmazonSQS.SendMessage" "SQS.SendMessage"), or "HTTP.<METHOD>" without
-// one: the naming of benchdurable.Operation, which is not imported
-// because that package brings the engine and the test helpers with it.
-func operation(r *http.Request) string {
+// one. The enforcing proxy and the benchmark's counting proxy
+// (benchdurable) both name requests with it.
+func Operation(r *http.Request) string {
 	svc, op, ok := strings.Cut(r.Header.Get("X-Amz-Target"), ".")
 	if !ok {
 		return "HTTP." + r.Method
