@@ -158,6 +158,24 @@ func (r *Report) JSON() ([]byte, error) {
 	return json.MarshalIndent(r, "", "  ")
 }
 
+// operationTable writes a table of one row per operation and one column
+// per run, each cell cell's figure of the burst and of the steady load.
+// It leaves the table open for rows the caller appends.
+func (r *Report) operationTable(b *strings.Builder, cell func(Phase, string) string) {
+	b.WriteString("| operation |")
+	for _, run := range r.Runs {
+		b.WriteString(" " + processes(run.Processes) + " |")
+	}
+	b.WriteString("\n|---|" + strings.Repeat("---|", len(r.Runs)) + "\n")
+	for _, op := range r.operations() {
+		b.WriteString("| " + op + " |")
+		for _, run := range r.Runs {
+			fmt.Fprintf(b, " %s / %s |", cell(run.Burst, op), cell(run.Steady, op))
+		}
+		b.WriteString("\n")
+	}
+}
+
 // Markdown is the report as one table, the requests per step by
 // operation, and the settings.
 func (r *Report) Markdown() string {
@@ -185,18 +203,7 @@ func (r *Report) Markdown() string {
 		"which depends less on the load other processes put on the machine during the ceiling and during the burst.\n\n")
 
 	b.WriteString("Requests per step by operation (burst / steady; failed ones, such as lost conditional writes, in parentheses):\n\n")
-	b.WriteString("| operation |")
-	for _, run := range r.Runs {
-		b.WriteString(" " + processes(run.Processes) + " |")
-	}
-	b.WriteString("\n|---|" + strings.Repeat("---|", len(r.Runs)) + "\n")
-	for _, op := range r.operations() {
-		b.WriteString("| " + op + " |")
-		for _, run := range r.Runs {
-			fmt.Fprintf(&b, " %s / %s |", perStep(run.Burst, op), perStep(run.Steady, op))
-		}
-		b.WriteString("\n")
-	}
+	r.operationTable(&b, perStep)
 	if r.Units {
 		b.WriteString("| DynamoDB write units: table + index |")
 		for _, run := range r.Runs {
@@ -215,18 +222,7 @@ func (r *Report) Markdown() string {
 	b.WriteString("\n\n")
 
 	b.WriteString("Mean latency at the server by operation, ms (burst / steady; from the proxy's forwarding to the answer):\n\n")
-	b.WriteString("| operation |")
-	for _, run := range r.Runs {
-		b.WriteString(" " + processes(run.Processes) + " |")
-	}
-	b.WriteString("\n|---|" + strings.Repeat("---|", len(r.Runs)) + "\n")
-	for _, op := range r.operations() {
-		b.WriteString("| " + op + " |")
-		for _, run := range r.Runs {
-			fmt.Fprintf(&b, " %s / %s |", meanMs(run.Burst, op), meanMs(run.Steady, op))
-		}
-		b.WriteString("\n")
-	}
+	r.operationTable(&b, meanMs)
 	b.WriteString("\nCPU ms per step by process, and client connections the proxies accepted (burst / steady):\n\n")
 	b.WriteString("| process |")
 	for _, run := range r.Runs {
