@@ -96,7 +96,8 @@ func localCmd(args []string) int {
 		RIE:    lo.rie,
 		BinDir: lo.binDir,
 		Functions: map[string]localcloud.FunctionOptions{
-			localcloud.Worker: {Timeout: lo.workerTimeout, Concurrency: lo.workerConcurrency},
+			localcloud.Worker:  {Timeout: lo.workerTimeout, Concurrency: lo.workerConcurrency},
+			localcloud.History: {Disabled: true}, // fed in this process below
 		},
 		Env:               append(localcloud.ForwardEnv(os.Environ()), flagEnv...),
 		Addr:              lo.addr,

@@ -106,6 +106,7 @@ func startApp(t *testing.T, cfg map[string]string, tweak func(*localcloud.Option
 			localcloud.Worker:  {Bootstrap: filepath.Join(bin, "worker"), Timeout: 60 * time.Second},
 			localcloud.Sweeper: {Bootstrap: filepath.Join(bin, "sweeper")},
 			localcloud.DLQ:     {Bootstrap: filepath.Join(bin, "dlq")},
+			localcloud.History: {Disabled: true},
 		},
 		SQS:               clients.SQS,
 		WorkQueueURL:      urls[names.WorkQueue],

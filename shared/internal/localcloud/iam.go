@@ -40,6 +40,7 @@ type IAMOptions struct {
 // stack of infra/cdk (its SubmitFunctionID ... DLQFunctionID).
 var DefaultFunctionIDs = map[string]string{
 	Submit: "SubmitFunction", Worker: "WorkerFunction", Sweeper: "SweeperFunction", DLQ: "DlqFunction",
+	History: "HistoryFunction",
 }
 
 // startIAM resolves the template's policies and starts a proxy for every

@@ -57,10 +57,12 @@ const (
 	Sweeper = "sweeper"
 	// DLQ consumes the DLQ queue and the work queue's poison queue.
 	DLQ = "dlq"
+	// History consumes the execution table's DynamoDB stream.
+	History = "history"
 )
 
 // Functions lists the functions in start order.
-var Functions = []string{Submit, Worker, Sweeper, DLQ}
+var Functions = []string{Submit, Worker, Sweeper, DLQ, History}
 
 // Defaults of Options and FunctionOptions.
 const (
