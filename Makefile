@@ -161,25 +161,24 @@ $(RIE):
 	@GOBIN=$(BIN) $(STEP) --go "installing the AWS Lambda Runtime Interface Emulator into .cache/bin" "first run: $(T_RIE)" \
 		go install -v github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie@$(RIE_VERSION)
 
-# The serverless topology on this machine: the functions (host builds in
-# .cache/local/<fn>/bootstrap), submit, worker, sweeper and dlq under RIE
-# and the history function's stream fed in qasync local's process, with the API Gateway front, the
-# SQS event source mappings and the sweeper's schedule emulated by
-# `qasync local`, on the local stack (tables and queues named local-*). The
-# stack is stopped on exit if this target started it. As with `make run`,
-# submits need no Idempotency-Key. IAM_TEMPLATE=<synthesized template>
-# (make synth writes infra/cdk/cdk.out/qasync-dev.template.json) checks
-# every AWS call of the functions against their roles in it
-# (docs/aws-providers.md).
-IAM_TEMPLATE ?=
-local-cloud: build-local rie ## run the Lambda functions under RIE on ADDR (127.0.0.1:8080), durable on the local stack
+# The serverless topology on this machine, as the synthesized stack
+# declares it: `qasync local` runs every function of the template (host
+# builds in .cache/local/<fn>/bootstrap) under RIE with its environment,
+# timeout and memory, and emulates the HTTP API's routes (IAM-signed
+# requests checked against the caller's policy), the SQS and DynamoDB
+# stream event source mappings with their settings and the schedule, on
+# the local stack (tables and queues named local-*, created when missing),
+# each function's AWS calls checked against its role. The template is a
+# fresh `make synth` (STAGE=dev), or TEMPLATE=<synthesized template>.
+# LOCAL_FLAGS: more flags for qasync local (config flags override the
+# template's environment). The stack is stopped on exit if this target
+# started it (docs/aws-providers.md).
+TEMPLATE    ?=
+LOCAL_FLAGS ?=
+local-cloud: build-local rie $(if $(TEMPLATE),,synth) ## run the synthesized stack's functions under RIE on ADDR (127.0.0.1:8080), durable on the local stack, IAM enforced
 	@for fn in $(LAMBDA_FNS); do go build -tags lambda.norpc -o $(LOCAL)/$$fn/bootstrap ./functions/$$fn; done
-	$(STACK) run bash -c 'set -euo pipefail; \
-	  eval "$$($(BIN)/qasync provision local)"; \
-	  export PIPELINE_ORCHESTRATOR_DYNAMO_DEAD_LETTER_TABLE="$${PIPELINE_ORCHESTRATOR_DYNAMO_DEAD_LETTER_TABLE:-local-dead-letters}"; \
-	  export PIPELINE_ORCHESTRATOR_IDEMPOTENCY_POLICY="$${PIPELINE_ORCHESTRATOR_IDEMPOTENCY_POLICY:-OPTIONAL_CLIENT_KEY}"; \
-	  export PIPELINE_ORCHESTRATOR_DIAG_ENABLED="$${PIPELINE_ORCHESTRATOR_DIAG_ENABLED:-true}"; \
-	  exec $(BIN)/qasync local --local-addr $(ADDR) --local-bin-dir $(LOCAL) --local-rie $(RIE) $(if $(IAM_TEMPLATE),--local-iam-template $(abspath $(IAM_TEMPLATE)))'
+	$(STACK) run $(BIN)/qasync local --local-template $(abspath $(or $(TEMPLATE),$(CDK_DIR)/cdk.out/qasync-$(STAGE).template.json)) \
+	  --local-addr $(ADDR) --local-bin-dir $(LOCAL) --local-rie $(RIE) $(LOCAL_FLAGS)
 
 # The deterministic simulation (shared/internal/sim): one seed drives
 # submitters, workers, sweeper, operators and faults over virtual time on

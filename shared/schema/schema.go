@@ -144,6 +144,11 @@ type Names struct {
 	// RejectQueue receives the Item Reject Sink's envelopes (items and
 	// streams that steps rejected and went on without).
 	RejectQueue string
+	// HistoryFailureQueue receives the history event source's failure
+	// records: batches of the execution table's stream that the history
+	// function could not store after its retries (local-cloud's stream
+	// mapping, the deployed stack's on-failure destination).
+	HistoryFailureQueue string
 }
 
 // DefaultNames are the names used when nothing else is configured.
@@ -161,6 +166,8 @@ func Prefixed(prefix string) Names {
 		PoisonQueue:     prefix + "-work-poison",
 		DLQQueue:        prefix + "-dlq",
 		RejectQueue:     prefix + "-item-rejects",
+		// Named like the stack's (qasync-<stage>-history-failures).
+		HistoryFailureQueue: prefix + "-history-failures",
 	}
 }
 
@@ -249,12 +256,14 @@ const (
 )
 
 // Queues lists every queue: the work queue (redriving to the poison
-// queue), the poison queue, the DLQ queue and the item reject queue.
+// queue), the poison queue, the DLQ queue, the item reject queue and the
+// history failure queue.
 func Queues(n Names) []Queue {
 	return []Queue{
 		{Name: n.PoisonQueue, VisibilityTimeout: WorkVisibility, Retention: Retention},
 		{Name: n.DLQQueue, VisibilityTimeout: WorkVisibility, Retention: Retention},
 		{Name: n.RejectQueue, VisibilityTimeout: WorkVisibility, Retention: Retention},
+		{Name: n.HistoryFailureQueue, VisibilityTimeout: WorkVisibility, Retention: Retention},
 		{Name: n.WorkQueue, VisibilityTimeout: WorkVisibility, Retention: Retention, RedriveTo: n.PoisonQueue, MaxReceiveCount: PoisonAfter},
 	}
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,42 +12,44 @@ import (
 	"os/signal"
 	"path"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/qasync/qasync/internal/testkeys"
 	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/internal/awsclient"
-	"github.com/qasync/qasync/shared/internal/dynamo"
 	"github.com/qasync/qasync/shared/internal/iamcheck"
 	"github.com/qasync/qasync/shared/internal/localcloud"
-	"github.com/qasync/qasync/shared/internal/sqsbackend"
+	"github.com/qasync/qasync/shared/internal/provision"
 	"github.com/qasync/qasync/shared/schema"
 )
 
-// localCmd runs the serverless topology on this machine: the submit,
-// worker, sweeper and dlq function binaries under the Runtime Interface
+// localCmd runs a synthesized stack's serverless topology on this
+// machine: every function of the template under the Runtime Interface
 // Emulator, with the glue AWS provides around them emulated by package
-// localcloud (API Gateway front, SQS event source mappings, EventBridge
-// schedule), and, for the history function, the execution table's stream
-// fed in this process.
+// localcloud as the template declares it (the HTTP API's routes, the SQS
+// and DynamoDB stream event source mappings, the schedule), each
+// function's AWS calls checked against its role in the template.
 //
 //	qasync local [config flags] [--local-* flags]
 //
-// The configuration is read like `qasync serve` reads it and handed to
-// every function (environment and config flags alike); it must name the
-// durable providers, tables and queues, as `qasync provision` prints
-// them. The poison queue is found through the work queue's redrive
-// policy. The harness's own settings are the --local-* flags, each also
-// read from an environment variable (see localUsage).
+// The functions' configuration is their environment in the template,
+// resolved on the local tables and queues (named --local-prefix-*, as
+// qasync provision names them; created when missing). Config flags on
+// the command line override it for every function, and are listed at
+// start; PIPELINE_ORCHESTRATOR_* variables of the caller's environment
+// are not passed on (the template says what the functions run with). The
+// harness's own settings are the --local-* flags, each also read from an
+// environment variable (see localUsage).
 func localCmd(args []string) int {
 	own, cfgArgs, err := splitLocalFlags(args)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "qasync local: %v\n", err)
 		return 2
 	}
-	cfg, rest, err := config.Load(os.LookupEnv, cfgArgs)
+	cfg, rest, err := config.Load(func(string) (string, bool) { return "", false }, cfgArgs)
 	if errors.Is(err, flag.ErrHelp) {
 		fmt.Print(localUsage)
 		return 0
@@ -54,27 +57,54 @@ func localCmd(args []string) int {
 	if err == nil && len(rest) > 0 {
 		err = fmt.Errorf("unexpected arguments %q", rest)
 	}
-	if err == nil {
-		err = durableConfig(cfg)
-	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "qasync local: %v\n", err)
 		return 2
 	}
-	flagEnv, err := configFlagEnv(cfgArgs)
+	overrides, err := configFlagEnv(cfgArgs)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "qasync local: %v\n", err)
 		return 2
 	}
-	lo, err := loadLocalOptions(own, cfg)
+	lo, err := loadLocalOptions(own)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "qasync local: %v\n", err)
 		return 2
+	}
+	tpl, err := iamcheck.LoadTemplate(lo.template)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "qasync local: --local-template: %v\n", err)
+		return 2
+	}
+	names := schema.Prefixed(lo.prefix)
+
+	if lo.printTopology {
+		// The queue URLs are the local stack's; without one reachable,
+		// print them as the SQS server would name them.
+		urls := map[string]string{}
+		for _, q := range schema.Queues(names) {
+			urls[q.Name] = "${queue-url:" + q.Name + "}"
+		}
+		tp, err := localcloud.TopologyOf(tpl, iamcheck.LocalNames(names, urls, "", ""), nil)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "qasync local: %v\n", err)
+			return 1
+		}
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(tp)
+		return 0
 	}
 
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(cfg.LogLevel)) // validated by config
 	log := slog.New(slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{Level: level}))
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "PIPELINE_ORCHESTRATOR_") || strings.HasPrefix(k, "PIPELINE_ITEM_REJECT_") {
+			log.Warn("local_env_ignored", slog.String("event", "local_env_ignored"), slog.String("key", k),
+				slog.String("why", "the functions run with the template's environment; override a key with its config flag"))
+		}
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -83,36 +113,52 @@ func localCmd(args []string) int {
 		fmt.Fprintf(os.Stderr, "qasync local: %v\n", err)
 		return 1
 	}
-	poison, err := sqsbackend.RedriveTargetURL(ctx, clients.SQS, cfg.QueueURL)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "qasync local: %squeue-url: %v\n", config.KeyPrefix, err)
+	if _, err := provision.CreateTables(ctx, clients.DynamoDB, schema.Tables(names)); err != nil {
+		fmt.Fprintf(os.Stderr, "qasync local: %v\n", err)
 		return 1
 	}
-	if poison == "" {
-		log.Warn("poison_queue_missing", slog.String("event", "poison_queue_missing"), slog.String("queue_url", cfg.QueueURL))
+	urls, err := provision.CreateQueues(ctx, clients.SQS, schema.Queues(names))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "qasync local: %v\n", err)
+		return 1
+	}
+	local := iamcheck.LocalNames(names, urls, "", "")
+	tp, err := localcloud.TopologyOf(tpl, local, nil)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "qasync local: %v\n", err)
+		return 1
+	}
+	if err := localcloud.ConfigureQueues(ctx, clients.SQS, tp.QueueSettings); err != nil {
+		fmt.Fprintf(os.Stderr, "qasync local: %v\n", err)
+		return 1
 	}
 
 	opts := localcloud.Options{
-		RIE:    lo.rie,
-		BinDir: lo.binDir,
-		Functions: map[string]localcloud.FunctionOptions{
-			localcloud.Worker:  {Timeout: lo.workerTimeout, Concurrency: lo.workerConcurrency},
-			localcloud.History: {Disabled: true}, // fed in this process below
-		},
-		Env:               append(localcloud.ForwardEnv(os.Environ()), flagEnv...),
+		RIE:               lo.rie,
+		BinDir:            lo.binDir,
+		Functions:         map[string]localcloud.FunctionOptions{},
+		Env:               append(awsEnv(os.Environ()), overrides...),
 		Addr:              lo.addr,
-		IAMAccountID:      lo.iamAccountID,
 		SQS:               clients.SQS,
-		WorkQueueURL:      cfg.QueueURL,
-		DLQQueueURL:       cfg.DLQURL,
-		PoisonQueueURL:    poison,
+		DynamoDB:          clients.DynamoDB,
+		DynamoDBStreams:   clients.DynamoDBStreams,
 		VisibilityTimeout: lo.visibility,
-		SweepEvery:        lo.sweepEvery,
 		Logger:            log,
 	}
-	if opts.IAM, err = localIAM(lo.iamTemplate, cfg, poison); err != nil {
+	if err := tp.Apply(&opts); err != nil {
 		fmt.Fprintf(os.Stderr, "qasync local: %v\n", err)
-		return 2
+		return 1
+	}
+	w := opts.Functions[localcloud.Worker]
+	w.Concurrency = lo.workerConcurrency
+	opts.Functions[localcloud.Worker] = w
+	if lo.sweepEvery > 0 {
+		for i := range opts.Schedules {
+			opts.Schedules[i].Every = lo.sweepEvery
+		}
+	}
+	if lo.iam {
+		opts.IAM = &localcloud.IAMOptions{Template: tpl, Local: local}
 	}
 	if lo.logDir != "-" {
 		opts.LogDir = lo.logDir
@@ -124,36 +170,16 @@ func localCmd(args []string) int {
 		fmt.Fprintf(os.Stderr, "qasync local: %v\n", err)
 		return 1
 	}
-	// The execution table's stream feeds the history table: in AWS the
-	// history function's event source does it; here the same feed that
-	// qasync serve runs, in this process.
-	feedDone, err := runHistoryFeed(ctx, cfg, clients, log)
-	if err != nil {
-		_ = c.Close()
-		fmt.Fprintf(os.Stderr, "qasync local: %v\n", err)
-		return 1
-	}
-	logs := "stderr"
-	if opts.LogDir != "" {
-		logs = filepath.Join(opts.LogDir, "<function>.log")
-	}
-	fmt.Fprintf(os.Stderr, `qasync local: the Lambda topology on %s
-  functions under RIE: submit, worker (x%d, timeout %v), sweeper (every %v), dlq; their output: %s
-  queues: work -> worker, dlq + poison -> dlq; the execution table's stream -> history (in this process)
-`, c.URL(), lo.workerConcurrency, lo.workerTimeout, lo.sweepEvery, logs)
-	if opts.IAM != nil {
-		fmt.Fprintf(os.Stderr, "  IAM enforced: each function's AWS calls are checked against its role in %s (denials: event iam_denied)\n", lo.iamTemplate)
-	}
-	if keys, _ := testkeys.Load(os.LookupEnv); keys.Diag.Enabled {
-		fmt.Fprintf(os.Stderr, `try:
-  curl -si -X POST %s/v1/pipelines/diag.drill/executions -H 'Content-Type: application/json' -d '{"echo":"hello"}'
-  curl -s %s/v1/executions/<executionId>
-`, c.URL(), c.URL())
+	fmt.Fprint(os.Stderr, describeLocal(c.URL(), lo, tp, opts, overrides))
+	if tp.Functions[localcloud.Submit].Env[config.EnvName(config.FullKey("diag.enabled"))] == "true" {
+		fmt.Fprintf(os.Stderr, `try (signed with your AWS credentials, as API Gateway's IAM routes want):
+  curl -si --aws-sigv4 aws:amz:%[2]s:execute-api --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" -X POST %[1]s/v1/pipelines/diag.drill/executions -H 'Content-Type: application/json' -H 'Idempotency-Key: try-1' -d '{"echo":"hello"}'
+  qasync --url %[1]s --sigv4 always status <executionId>
+`, c.URL(), opts.Region)
 	}
 
 	<-ctx.Done()
 	stop()
-	<-feedDone
 	fmt.Fprintln(os.Stderr, "qasync local: stopping")
 	if err := c.Close(); err != nil {
 		log.Warn("shutdown_failed", slog.String("event", "shutdown_failed"), slog.String("error", err.Error()))
@@ -161,60 +187,103 @@ func localCmd(args []string) int {
 	return 0
 }
 
-// runHistoryFeed reads the execution table's stream into the history
-// table until ctx ends (the returned channel closes then).
-func runHistoryFeed(ctx context.Context, cfg config.Config, clients awsclient.Clients, log *slog.Logger) (<-chan struct{}, error) {
-	state, err := dynamo.NewStateStore(clients.DynamoDB, dynamo.Options{ExecutionTable: cfg.ExecutionTable})
-	if err != nil {
-		return nil, err
+// awsEnv returns the AWS SDK settings of environ that the functions need
+// on this machine (endpoints, credentials, region), without the
+// AWS_LAMBDA_* variables the harness sets itself.
+func awsEnv(environ []string) []string {
+	var out []string
+	for _, kv := range localcloud.ForwardEnv(environ) {
+		if strings.HasPrefix(kv, "AWS_") {
+			out = append(out, kv)
+		}
 	}
-	h, err := dynamo.NewHistory(clients.DynamoDB, state, dynamo.HistoryOptions{Table: cfg.HistoryTable, Logger: log,
-		Retention: time.Duration(cfg.ExecutionTTLDays) * 24 * time.Hour})
-	if err != nil {
-		return nil, err
+	return out
+}
+
+// describeLocal is what qasync local prints once the topology runs.
+func describeLocal(url string, lo localOptions, tp *localcloud.Topology, opts localcloud.Options, overrides []string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "qasync local: %s's topology on %s\n", lo.template, url)
+	for _, name := range localcloud.Functions {
+		fo := opts.Functions[name]
+		if fo.Disabled {
+			continue
+		}
+		fmt.Fprintf(&b, "  function %-8s %s: timeout %v, %d MB, %d emulator(s)\n", name, fo.Name, fo.Timeout, fo.MemoryMB, max(fo.Concurrency, 1))
 	}
-	feed, err := dynamo.NewStreamFeed(clients.DynamoDBStreams, clients.DynamoDB, h,
-		dynamo.StreamOptions{ExecutionTable: cfg.ExecutionTable, Interval: cfg.HistoryPollInterval, Logger: log})
-	if err != nil {
-		return nil, err
+	for _, q := range opts.Queues {
+		fmt.Fprintf(&b, "  queue    %s -> %s: batch %d, window %v, report item failures %v\n", path.Base(q.QueueURL), q.Function, q.BatchSize, q.BatchingWindow, q.ReportBatchItemFailures)
 	}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = feed.Run(ctx) }()
-	return done, nil
+	for _, s := range opts.Streams {
+		fmt.Fprintf(&b, "  stream   %s -> %s: batch %d, window %v, bisect %v, retries %d, on failure %s\n", s.Table, s.Function, s.BatchSize, s.BatchingWindow,
+			s.BisectOnError, s.MaxRetryAttempts, path.Base(s.OnFailureQueueURL))
+	}
+	for _, s := range opts.Schedules {
+		fmt.Fprintf(&b, "  schedule %s -> %s: every %v\n", s.ID, s.Function, s.Every)
+	}
+	iam := 0
+	for _, r := range opts.Routes {
+		if r.Authorization == "AWS_IAM" {
+			iam++
+		}
+	}
+	fmt.Fprintf(&b, "  routes   %d (%d with IAM authorization)\n", len(opts.Routes), iam)
+	if len(overrides) > 0 {
+		keys := make([]string, len(overrides))
+		for i, kv := range overrides {
+			keys[i], _, _ = strings.Cut(kv, "=")
+		}
+		fmt.Fprintf(&b, "  overridden by the command line: %s\n", strings.Join(keys, ", "))
+	}
+	if opts.IAM != nil {
+		b.WriteString("  IAM enforced: each function's AWS calls are checked against its role in the template (denials: event iam_denied)\n")
+	}
+	if opts.LogDir != "" {
+		fmt.Fprintf(&b, "  the functions' output: %s\n", filepath.Join(opts.LogDir, "<function>.log"))
+	}
+	return b.String()
 }
 
 const localUsage = `usage: qasync local [config flags] [--local-* flags]
 
-Runs functions/{submit,worker,sweeper,dlq} (host builds in BIN_DIR/<fn>/bootstrap)
-under aws-lambda-rie, with an API Gateway HTTP API front, SQS event source
-mappings and an EventBridge schedule emulated around them. The configuration
-(see 'qasync keys') must name the durable providers, tables and queues:
-eval "$(qasync provision local)" prints them. 'make local-cloud' does it all.
+Runs a synthesized stack's functions (host builds in BIN_DIR/<fn>/bootstrap)
+under aws-lambda-rie, with what the template declares around them emulated:
+the HTTP API's routes and their authorization, the SQS and DynamoDB stream
+event source mappings with their settings, the scheduled rules; each
+function with the template's environment, timeout and memory, its AWS calls
+checked against its role. Tables and queues are the local stack's, named
+PREFIX-* (created when missing). Config flags override the template's
+environment for every function. 'make local-cloud' synthesizes the stack and
+does it all.
 
+  --local-template PATH          QASYNC_LOCAL_TEMPLATE           the synthesized template (make synth: infra/cdk/cdk.out/qasync-dev.template.json)
+  --local-prefix NAME            QASYNC_LOCAL_PREFIX             the local tables' and queues' prefix (default local)
+  --local-iam true|false         QASYNC_LOCAL_IAM                check the functions' AWS calls against their roles (default true)
   --local-bin-dir DIR            QASYNC_LOCAL_BIN_DIR            the bootstraps (default .cache/local)
   --local-rie PATH               QASYNC_LOCAL_RIE                aws-lambda-rie (default .cache/bin/aws-lambda-rie)
-  --local-addr HOST:PORT         QASYNC_LOCAL_ADDR               the HTTP front (default: http.addr, 127.0.0.1:8080)
-  --local-sweep-every DURATION   QASYNC_LOCAL_SWEEP_EVERY        the sweeper's schedule (default 1m)
+  --local-addr HOST:PORT         QASYNC_LOCAL_ADDR               the HTTP front (default 127.0.0.1:8080)
   --local-log-dir DIR            QASYNC_LOCAL_LOG_DIR            the functions' output, DIR/<fn>.log; - for stderr (default BIN_DIR/logs)
+  --local-worker-concurrency N   QASYNC_LOCAL_WORKER_CONCURRENCY worker emulators (default 2)
+  --local-sweep-every DURATION   QASYNC_LOCAL_SWEEP_EVERY        run the schedules this often instead of the template's rate
   --local-visibility-timeout D   QASYNC_LOCAL_VISIBILITY_TIMEOUT requested on every receive (default 0: the queue's own)
-  --local-worker-concurrency N   QASYNC_LOCAL_WORKER_CONCURRENCY worker processes (default 2)
-  --local-worker-timeout D       QASYNC_LOCAL_WORKER_TIMEOUT     the worker's timeout (default 2 x lease-ms, at least 30s)
-  --local-iam-account-id ID      QASYNC_LOCAL_IAM_ACCOUNT_ID     requestContext.authorizer.iam.accountId (default none)
-  --local-iam-template PATH      QASYNC_LOCAL_IAM_TEMPLATE       enforce this synthesized template's IAM policies on the functions' AWS calls (default none)
+  --local-print-topology         print what the template declares, as JSON, and exit
 `
 
 // localOptions are the harness's own settings.
 type localOptions struct {
-	binDir, rie, addr, logDir, iamAccountID string
-	iamTemplate                             string
-	sweepEvery, visibility, workerTimeout   time.Duration
-	workerConcurrency                       int
+	template, prefix, binDir, rie, addr, logDir string
+	iam, printTopology                          bool
+	sweepEvery, visibility                      time.Duration
+	workerConcurrency                           int
 }
 
 // localFlagNames are the --local-* flags, each with its environment
-// variable QASYNC_LOCAL_<NAME>.
-var localFlagNames = []string{"bin-dir", "rie", "addr", "sweep-every", "log-dir", "visibility-timeout",
-	"worker-concurrency", "worker-timeout", "iam-account-id", "iam-template"}
+// variable QASYNC_LOCAL_<NAME>; localBoolFlags take no value.
+var (
+	localFlagNames = []string{"template", "prefix", "iam", "bin-dir", "rie", "addr", "sweep-every", "log-dir", "visibility-timeout",
+		"worker-concurrency", "print-topology"}
+	localBoolFlags = []string{"print-topology"}
+)
 
 // splitLocalFlags separates the --local-* flags (with their values) from
 // the configuration flags.
@@ -236,6 +305,9 @@ func splitLocalFlags(args []string) (map[string]string, []string, error) {
 		if !known {
 			return nil, nil, fmt.Errorf("unknown flag --local-%s (see qasync local -h)", name)
 		}
+		if !hasValue && slices.Contains(localBoolFlags, name) {
+			value, hasValue = "true", true
+		}
 		if !hasValue {
 			if i+1 >= len(args) {
 				return nil, nil, fmt.Errorf("flag --local-%s needs a value", name)
@@ -250,7 +322,7 @@ func splitLocalFlags(args []string) (map[string]string, []string, error) {
 
 // loadLocalOptions applies defaults, then QASYNC_LOCAL_* variables, then
 // the --local-* flags.
-func loadLocalOptions(own map[string]string, cfg config.Config) (localOptions, error) {
+func loadLocalOptions(own map[string]string) (localOptions, error) {
 	get := func(name, def string) string {
 		if v, ok := own[name]; ok {
 			return v
@@ -262,14 +334,27 @@ func loadLocalOptions(own map[string]string, cfg config.Config) (localOptions, e
 		return def
 	}
 	lo := localOptions{
-		binDir:       get("bin-dir", filepath.Join(".cache", "local")),
-		rie:          get("rie", filepath.Join(".cache", "bin", "aws-lambda-rie")),
-		addr:         get("addr", cfg.HTTPAddr),
-		iamAccountID: get("iam-account-id", ""),
-		iamTemplate:  get("iam-template", ""),
+		template: get("template", ""),
+		prefix:   get("prefix", "local"),
+		binDir:   get("bin-dir", filepath.Join(".cache", "local")),
+		rie:      get("rie", filepath.Join(".cache", "bin", "aws-lambda-rie")),
+		addr:     get("addr", localcloud.DefaultAddr),
 	}
 	lo.logDir = get("log-dir", filepath.Join(lo.binDir, "logs"))
 	var errs []error
+	if lo.template == "" {
+		errs = append(errs, errors.New("--local-template is required: the synthesized stack whose topology runs (make synth writes infra/cdk/cdk.out/qasync-dev.template.json)"))
+	}
+	boolean := func(name, def string) bool {
+		s := get(name, def)
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--local-%s: %q is not true or false", name, s))
+		}
+		return b
+	}
+	lo.iam = boolean("iam", "true")
+	lo.printTopology = boolean("print-topology", "false")
 	dur := func(name, def string) time.Duration {
 		s := get(name, def)
 		d, err := config.ParseDuration(s)
@@ -279,31 +364,13 @@ func loadLocalOptions(own map[string]string, cfg config.Config) (localOptions, e
 		}
 		return d
 	}
-	lo.sweepEvery = dur("sweep-every", "1m")
+	lo.sweepEvery = dur("sweep-every", "0s")
 	lo.visibility = dur("visibility-timeout", "0s")
-	lo.workerTimeout = dur("worker-timeout", max(30*time.Second, 2*cfg.Lease).String())
-	if lo.sweepEvery == 0 {
-		errs = append(errs, errors.New("--local-sweep-every must be greater than 0"))
-	}
-	if lo.workerTimeout > 0 && lo.workerTimeout <= cfg.Lease {
-		errs = append(errs, fmt.Errorf("--local-worker-timeout (%v) must exceed %slease-ms (%v): the worker starts a step only with a lease of time left",
-			lo.workerTimeout, config.KeyPrefix, cfg.Lease))
-	}
 	n := get("worker-concurrency", "2")
 	if _, err := fmt.Sscan(n, &lo.workerConcurrency); err != nil || lo.workerConcurrency < 1 || lo.workerConcurrency > 64 {
 		errs = append(errs, fmt.Errorf("--local-worker-concurrency: %q is not a number from 1 to 64", n))
 	}
 	return lo, errors.Join(errs...)
-}
-
-// durableConfig checks that cfg can run as separate functions: they share
-// state only through DynamoDB and SQS.
-func durableConfig(cfg config.Config) error {
-	if cfg.StateProvider != "dynamo" || cfg.DispatcherProvider != "sqs" || cfg.DLQProvider != "sqs" {
-		return fmt.Errorf("the functions share state only through DynamoDB and SQS: set %sstate-provider=dynamo, dispatcher-provider=sqs and dlq-provider=sqs "+
-			`(eval "$(qasync provision local)" prints them with the tables and queues)`, config.KeyPrefix)
-	}
-	return nil
 }
 
 // configFlagEnv turns the configuration flags in args (already accepted
@@ -346,29 +413,3 @@ func (f *envFlag) Set(s string) error {
 }
 
 func (f *envFlag) IsBoolFlag() bool { return f.isBool }
-
-// localIAM returns the IAM enforcement of a template (nil without one):
-// its tables and queues are the configured ones (the poison queue found
-// through the work queue), the functions the stack's.
-func localIAM(template string, cfg config.Config, poison string) (*localcloud.IAMOptions, error) {
-	if template == "" {
-		return nil, nil
-	}
-	tpl, err := iamcheck.LoadTemplate(template)
-	if err != nil {
-		return nil, fmt.Errorf("--local-iam-template: %w", err)
-	}
-	names := schema.Names{ExecutionTable: cfg.ExecutionTable, PayloadTable: cfg.PayloadTable, DeadLetterTable: cfg.DeadLetterTable,
-		EffectTable: cfg.EffectTable, HistoryTable: cfg.HistoryTable}
-	urls := map[string]string{}
-	for _, q := range []struct {
-		name *string
-		url  string
-	}{{&names.WorkQueue, cfg.QueueURL}, {&names.DLQQueue, cfg.DLQURL}, {&names.PoisonQueue, poison}, {&names.RejectQueue, cfg.ItemRejectQueueURL}} {
-		if q.url != "" {
-			*q.name = path.Base(q.url)
-			urls[*q.name] = q.url
-		}
-	}
-	return &localcloud.IAMOptions{Template: tpl, Local: iamcheck.LocalNames(names, urls, "", "")}, nil
-}

@@ -2,49 +2,71 @@ package server
 
 import (
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
-	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/internal/iamcheck"
+	"github.com/qasync/qasync/shared/internal/localcloud"
+	"github.com/qasync/qasync/shared/schema"
 )
 
-// qasync local --local-iam-template maps the template's tables and
-// queues onto the configured ones, the poison queue included.
-func TestLocalIAMMapsTheConfiguredResources(t *testing.T) {
-	own, rest, err := splitLocalFlags([]string{"--local-iam-template", "tpl.json", "--state", "dynamo"})
-	if err != nil || own["iam-template"] != "tpl.json" || len(rest) != 2 {
+// qasync local reads its own --local-* flags (a value-less
+// --local-print-topology among them), leaves the config flags to
+// override the template's environment, and needs a template.
+func TestLocalFlags(t *testing.T) {
+	own, rest, err := splitLocalFlags([]string{"--local-template", "tpl.json", "--local-print-topology", "--lease-ms", "1500", "--local-iam=false"})
+	if err != nil || own["template"] != "tpl.json" || own["print-topology"] != "true" || own["iam"] != "false" || strings.Join(rest, " ") != "--lease-ms 1500" {
 		t.Fatalf("splitLocalFlags: %v %v %v", own, rest, err)
 	}
-	if o, err := localIAM("", config.Config{}, ""); o != nil || err != nil {
-		t.Errorf("without a template: %v %v", o, err)
+	lo, err := loadLocalOptions(own)
+	if err != nil || lo.iam || !lo.printTopology || lo.prefix != "local" || lo.sweepEvery != 0 || lo.workerConcurrency != 2 {
+		t.Errorf("options %+v, %v", lo, err)
 	}
-	if _, err := localIAM(filepath.Join(t.TempDir(), "missing.json"), config.Config{}, ""); err == nil {
-		t.Error("a missing template was accepted")
+	t.Setenv("QASYNC_LOCAL_TEMPLATE", "")
+	if _, err := loadLocalOptions(map[string]string{}); err == nil || !strings.Contains(err.Error(), "--local-template is required") {
+		t.Errorf("without a template: %v", err)
 	}
-	cfg := config.Config{ExecutionTable: "l-exec", PayloadTable: "l-pay", DeadLetterTable: "l-dl", EffectTable: "l-fx", HistoryTable: "l-hist",
-		QueueURL: "http://127.0.0.1:1/000000000000/l-work", DLQURL: "http://127.0.0.1:1/000000000000/l-dlq"}
-	o, err := localIAM(filepath.Join("..", "internal", "iamcheck", "testdata", "dev.template.json"), cfg, "http://127.0.0.1:1/000000000000/l-poison")
+	if _, _, err := splitLocalFlags([]string{"--local-iam-template", "x"}); err == nil {
+		t.Error("an unknown --local- flag was accepted")
+	}
+	env, err := configFlagEnv(rest)
+	if err != nil || len(env) != 1 || env[0] != "PIPELINE_ORCHESTRATOR_LEASE_MS=1500" {
+		t.Errorf("overrides %v, %v", env, err)
+	}
+}
+
+// What qasync local prints at start is the template's topology.
+func TestDescribeLocalTellsTheTopology(t *testing.T) {
+	tpl, err := iamcheck.LoadTemplate(filepath.Join("..", "internal", "iamcheck", "testdata", "dev.template.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ps, err := o.Template.Policies(o.Local)
+	names := schema.Prefixed("local")
+	urls := map[string]string{}
+	for _, q := range schema.Queues(names) {
+		urls[q.Name] = "http://127.0.0.1:1/000000000000/" + q.Name
+	}
+	tp, err := localcloud.TopologyOf(tpl, iamcheck.LocalNames(names, urls, "", ""), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l := ps["DlqFunction"].Local()
-	for _, c := range []struct {
-		fn, action, resource string
-		allowed              bool
-	}{
-		{"WorkerFunction", "dynamodb:UpdateItem", l.TableARN("l-exec"), true},
-		{"WorkerFunction", "dynamodb:PutItem", l.TableARN("l-fx"), true},
-		{"WorkerFunction", "dynamodb:PutItem", l.TableARN("l-dl"), false},
-		{"DlqFunction", "sqs:ReceiveMessage", l.QueueARN(cfg.DLQURL), true},
-		{"DlqFunction", "sqs:ReceiveMessage", l.QueueARN("l-poison"), true},
-		{"DlqFunction", "sqs:ReceiveMessage", l.QueueARN(cfg.QueueURL), false},
+	var opts localcloud.Options
+	if err := tp.Apply(&opts); err != nil {
+		t.Fatal(err)
+	}
+	out := describeLocal("http://127.0.0.1:8080", localOptions{template: "dev.template.json"}, tp, opts, []string{"PIPELINE_ORCHESTRATOR_LEASE_MS=1500"})
+	for _, want := range []string{
+		"function worker   qasync-dev-worker: timeout " + (60 * time.Second).String(),
+		"function history  qasync-dev-history",
+		"queue    local-work -> worker: batch 10",
+		"stream   local-executions -> history: batch 1000, window 2s, bisect true, retries 10, on failure local-history-failures",
+		"schedule SweeperSchedule -> sweeper: every 1m0s",
+		"with IAM authorization",
+		"overridden by the command line: PIPELINE_ORCHESTRATOR_LEASE_MS",
 	} {
-		if d := ps[c.fn].Evaluate(iamcheck.Request{Action: c.action, Resource: c.resource}); d.Allowed != c.allowed {
-			t.Errorf("%s %s on %s: allowed %v, want %v", c.fn, c.action, c.resource, d.Allowed, c.allowed)
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %q in:\n%s", want, out)
 		}
 	}
 }

@@ -126,6 +126,16 @@ func settingsFor(variant string) Settings {
 		s := DefaultServiceSettings("invoices", "dev")
 		s.DistDir = distDir // never used: Props.Bundles wins
 		return s
+	case "local-cloud": // dev with the settings local-cloud runs changed
+		s := DefaultSettings("dev")
+		s.DistDir = distDir
+		s.WorkerBatchSize, s.WorkerBatchingWindow = 4, 3*time.Second
+		s.WorkerTimeout = 90 * time.Second
+		s.SweeperRate = 7 * time.Minute
+		s.HistoryBatchSize = 50
+		s.MemoryMB = 512
+		s.RuntimeConfig = map[string]string{"max-retries": "6"}
+		return s
 	case "full": // every option on
 		s := DefaultSettings("staging")
 		s.DistDir = distDir

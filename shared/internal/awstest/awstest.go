@@ -78,7 +78,7 @@ func Names(t testing.TB) schema.Names {
 		ExecutionTable: base + "-exec", PayloadTable: base + "-payload", DeadLetterTable: base + "-dl",
 		EffectTable: base + "-fx", HistoryTable: base + "-hist",
 		WorkQueue: base + "-work", PoisonQueue: base + "-poison", DLQQueue: base + "-dlq",
-		RejectQueue: base + "-rej",
+		RejectQueue: base + "-rej", HistoryFailureQueue: base + "-histfail",
 	}
 }
 

@@ -42,7 +42,7 @@ var (
 	}
 	queueIDs = func(n schema.Names) map[string]string {
 		return map[string]string{"WorkQueue": n.WorkQueue, "PoisonQueue": n.PoisonQueue, "DlqQueue": n.DLQQueue,
-			"ItemRejectQueue": n.RejectQueue}
+			"ItemRejectQueue": n.RejectQueue, "HistoryFailureQueue": n.HistoryFailureQueue}
 	}
 )
 
@@ -327,6 +327,14 @@ func (t *Template) intrinsic(fn string, arg any, l Local) (any, error) {
 }
 
 // resolveString evaluates a template value that must be a string.
+// ResolveString evaluates a template value that must be one string (a
+// literal or an intrinsic function) against l: a table's Ref is its
+// local name, a queue's its local URL, a resource l does not map a
+// placeholder ARN naming its logical id.
+func (t *Template) ResolveString(v any, l Local) (string, error) {
+	return t.resolveString(v, l.withDefaults())
+}
+
 func (t *Template) resolveString(v any, l Local) (string, error) {
 	r, err := t.resolve(v, l)
 	if err != nil {
@@ -338,3 +346,6 @@ func (t *Template) resolveString(v any, l Local) (string, error) {
 	}
 	return s, nil
 }
+
+// ManagedPolicy is PENDING MERGE (h/front).
+func (t *Template) ManagedPolicy(id string, local Local) (*Policy, error) { return nil, nil }

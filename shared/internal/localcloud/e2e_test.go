@@ -1,6 +1,8 @@
 package localcloud_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -15,6 +18,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
@@ -25,13 +29,12 @@ import (
 	"github.com/qasync/qasync/shared/internal/dynamo"
 	"github.com/qasync/qasync/shared/internal/iamcheck"
 	"github.com/qasync/qasync/shared/internal/localcloud"
-	"github.com/qasync/qasync/shared/internal/sqsbackend"
 	"github.com/qasync/qasync/shared/schema"
 )
 
 // devTemplate is the dev stack's synthesized template, kept fresh by
-// infra/cdk/stack's TestGoldenTemplate: every e2e test runs with its IAM
-// policies enforced, as the functions' roles would in AWS.
+// infra/cdk/stack's TestGoldenTemplate: every e2e test runs its topology,
+// with its IAM policies enforced, as the functions' roles would in AWS.
 func devTemplate(t *testing.T) *iamcheck.Template {
 	t.Helper()
 	tpl, err := iamcheck.LoadTemplate(filepath.Join(repoRoot(t), "shared", "internal", "iamcheck", "testdata", "dev.template.json"))
@@ -41,21 +44,30 @@ func devTemplate(t *testing.T) *iamcheck.Template {
 	return tpl
 }
 
-// app is the real topology on fresh tables and queues.
+// app is the dev stack's topology on fresh tables and queues.
 type app struct {
 	*localcloud.Cloud
 	clients awsclient.Clients
 	names   schema.Names
 	urls    map[string]string
+	region  string
+	caller  localcloud.Caller
 }
 
-// startApp builds the functions qasync local runs (submit, worker,
-// sweeper, dlq) for the host, provisions fresh
-// tables and queues, and starts them under the harness with the config
-// keys in cfg (without KeyPrefix) on top of the durable providers, with
-// the dev template's IAM policies enforced. Unless tweak changes the
-// template, a call the policies deny fails the test, and the calls made
-// are logged with the statements that allowed them.
+// e2eCaller is the IAM user the tests sign their requests as: it holds
+// the stack's client and operator policies, as a deployment's operator
+// would.
+const e2eCallerARN = "arn:aws:iam::000000000000:user/e2e-operator"
+
+// startApp runs the dev stack's synthesized template on fresh tables and
+// queues: its five functions (built for the host) with its environment,
+// timeouts and memory, its routes, event source mappings and schedule,
+// its IAM policies enforced. cfg holds config keys (without KeyPrefix)
+// that override the template's environment for every function, as
+// qasync local's config flags do; the tests use them to shorten waits
+// (retries, leases). Unless tweak changes the template, a call the
+// policies deny fails the test, and the calls made are logged with the
+// statements that allowed them.
 func startApp(t *testing.T, cfg map[string]string, tweak func(*localcloud.Options)) *app {
 	t.Helper()
 	root := repoRoot(t)
@@ -63,20 +75,21 @@ func startApp(t *testing.T, cfg map[string]string, tweak func(*localcloud.Option
 		t.Skip("functions/ is not there yet")
 	}
 	clients, _ := awstest.Clients(t)
-	bin := build(t, "./functions/submit", "./functions/worker", "./functions/sweeper", "./functions/dlq")
+	bin := build(t, "./functions/submit", "./functions/worker", "./functions/sweeper", "./functions/dlq", "./functions/history")
 	names := awstest.Names(t)
 	awstest.Tables(t, clients, schema.Tables(names)...)
 	urls := awstest.Queues(t, clients, schema.Queues(names)...)
-
-	keys := map[string]string{
-		"state-provider": "dynamo", "dispatcher-provider": "sqs", "dlq-provider": "sqs",
-		"queue-url": urls[names.WorkQueue], "dlq-url": urls[names.DLQQueue],
-		"dynamo.execution-table":         names.ExecutionTable,
-		"dynamo.execution-payload-table": names.PayloadTable, "dynamo.dead-letter-table": names.DeadLetterTable,
-		"dynamo.effect-table": names.EffectTable, "dynamo.history-table": names.HistoryTable,
-		"idempotency-policy": "OPTIONAL_CLIENT_KEY", "retry-delay": "200ms",
-		"diag.enabled": "true", // the tests submit diag.drill
+	local := iamcheck.LocalNames(names, urls, "", "")
+	tpl := devTemplate(t)
+	tp, err := localcloud.TopologyOf(tpl, local, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
+	if err := localcloud.ConfigureQueues(t.Context(), clients.SQS, tp.QueueSettings); err != nil {
+		t.Fatal(err)
+	}
+
+	keys := map[string]string{"retry-delay": "200ms"}
 	for k, v := range cfg {
 		keys[k] = v
 	}
@@ -90,37 +103,47 @@ func startApp(t *testing.T, cfg map[string]string, tweak func(*localcloud.Option
 		env = append(env, config.EnvName(config.KeyPrefix+k)+"="+v)
 	}
 
-	poison, err := sqsbackend.RedriveTargetURL(t.Context(), clients.SQS, urls[names.WorkQueue])
-	if err != nil {
-		t.Fatal(err)
-	}
 	logDir := t.TempDir()
 	opts := localcloud.Options{
-		RIE:  rie(t),
-		Env:  env,
-		Addr: "127.0.0.1:0",
-		Functions: map[string]localcloud.FunctionOptions{
-			localcloud.Submit: {Bootstrap: filepath.Join(bin, "submit")},
-			// The worker starts a record only with at least a lease of time
-			// left: its timeout must exceed the lease (default 30 s).
-			localcloud.Worker:  {Bootstrap: filepath.Join(bin, "worker"), Timeout: 60 * time.Second},
-			localcloud.Sweeper: {Bootstrap: filepath.Join(bin, "sweeper")},
-			localcloud.DLQ:     {Bootstrap: filepath.Join(bin, "dlq")},
-			localcloud.History: {Disabled: true},
-		},
-		SQS:               clients.SQS,
-		WorkQueueURL:      urls[names.WorkQueue],
-		DLQQueueURL:       urls[names.DLQQueue],
-		PoisonQueueURL:    poison,
+		RIE:             rie(t),
+		Env:             env,
+		Addr:            "127.0.0.1:0",
+		Functions:       map[string]localcloud.FunctionOptions{},
+		SQS:             clients.SQS,
+		DynamoDB:        clients.DynamoDB,
+		DynamoDBStreams: clients.DynamoDBStreams,
+		// The work queue's visibility timeout is the stack's 6 minutes: a
+		// message a killed worker held comes back sooner here.
 		WaitTimeSeconds:   1,
 		VisibilityTimeout: 5 * time.Second,
-		SweepEvery:        time.Second,
 		RestartDelay:      300 * time.Millisecond,
 		DrainTimeout:      5 * time.Second,
 		LogDir:            logDir,
 		Logger:            testLogger(t),
-		IAM:               &localcloud.IAMOptions{Template: devTemplate(t), Local: iamcheck.LocalNames(names, urls, "", "")},
+		IAM:               &localcloud.IAMOptions{Template: tpl, Local: local},
 	}
+	for _, fn := range localcloud.Functions {
+		opts.Functions[fn] = localcloud.FunctionOptions{Bootstrap: filepath.Join(bin, fn)}
+	}
+	if err := tp.Apply(&opts); err != nil {
+		t.Fatal(err)
+	}
+	// The stack sweeps every minute; the tests cannot wait that long.
+	for i := range opts.Schedules {
+		opts.Schedules[i].Every = time.Second
+	}
+	client, err := tpl.ManagedPolicy("ClientInvokePolicy", local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	operator, err := tpl.ManagedPolicy("OperatorRedrivePolicy", local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	both := *client
+	both.Statements = append(slices.Clone(client.Statements), operator.Statements...)
+	caller := localcloud.Caller{AccessKeyID: "AKIAE2EOPERATOR", SecretAccessKey: awstest.Name(t, "secret"), ARN: e2eCallerARN, Policy: &both}
+	opts.Callers = []localcloud.Caller{caller}
 	full := opts.IAM.Template
 	if tweak != nil {
 		tweak(&opts)
@@ -142,7 +165,7 @@ func startApp(t *testing.T, cfg map[string]string, tweak func(*localcloud.Option
 				cs.Init.Round(10*time.Microsecond), cs.ReportedInit.Round(10*time.Microsecond))
 		}
 	})
-	a := &app{Cloud: c, clients: clients, names: names, urls: urls}
+	a := &app{Cloud: c, clients: clients, names: names, urls: urls, region: iamcheck.DefaultRegion, caller: caller}
 	// With many emulators starting at once on this machine, a process can
 	// lose its port to another between the port's choice and its bind and
 	// exit at its first invocation; the harness restarts it on fresh ports
@@ -152,7 +175,7 @@ func startApp(t *testing.T, cfg map[string]string, tweak func(*localcloud.Option
 		status, _ := a.call(t, http.MethodGet, "/healthz", "", nil)
 		return status == http.StatusOK
 	})
-	for _, fn := range []string{localcloud.Worker, localcloud.DLQ} {
+	for _, fn := range []string{localcloud.Worker, localcloud.DLQ, localcloud.History} {
 		eventually(t, 20*time.Second, fn+" answering", func() bool {
 			_, err := c.Invoke(t.Context(), fn, []byte(`{"Records":[]}`))
 			return err == nil
@@ -161,8 +184,21 @@ func startApp(t *testing.T, cfg map[string]string, tweak func(*localcloud.Option
 	return a
 }
 
-// call makes an HTTP request to the front and decodes a JSON answer.
+// call makes an HTTP request to the front, signed with SigV4 as the
+// test's IAM caller (as API Gateway's IAM routes want), and decodes a
+// JSON answer.
 func (a *app) call(t *testing.T, method, path, body string, header map[string]string) (int, map[string]any) {
+	t.Helper()
+	status, b := a.do(t, method, path, body, header, true)
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("%s %s: %d, not JSON: %s", method, path, status, b)
+	}
+	return status, m
+}
+
+// do makes an HTTP request to the front, signed or not.
+func (a *app) do(t *testing.T, method, path, body string, header map[string]string, sign bool) (int, []byte) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), method, a.URL()+path, strings.NewReader(body))
 	if err != nil {
@@ -174,23 +210,32 @@ func (a *app) call(t *testing.T, method, path, body string, header map[string]st
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
+	if sign {
+		sum := sha256.Sum256([]byte(body))
+		creds := aws.Credentials{AccessKeyID: a.caller.AccessKeyID, SecretAccessKey: a.caller.SecretAccessKey}
+		if err := v4.NewSigner().SignHTTP(t.Context(), creds, req, hex.EncodeToString(sum[:]), "execute-api", a.region, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatalf("%s %s: %d, not JSON: %s", method, path, resp.StatusCode, b)
-	}
-	return resp.StatusCode, m
+	return resp.StatusCode, b
 }
 
-// submit submits input to pipeline and returns the execution id.
+// submit submits input to pipeline and returns the execution id. The
+// stack requires an Idempotency-Key: without one in header, a fresh one
+// is sent.
 func (a *app) submit(t *testing.T, pipeline, input string, header map[string]string) string {
 	t.Helper()
-	status, m := a.call(t, http.MethodPost, "/v1/pipelines/"+pipeline+"/executions", input, header)
+	h := map[string]string{"Idempotency-Key": awstest.Name(t, "key")}
+	for k, v := range header {
+		h[k] = v
+	}
+	status, m := a.call(t, http.MethodPost, "/v1/pipelines/"+pipeline+"/executions", input, h)
 	id, _ := m["executionId"].(string)
 	if status != http.StatusAccepted || id == "" {
 		t.Fatalf("submit %s: %d %v", pipeline, status, m)
@@ -251,6 +296,52 @@ func TestE2ESubmitOverHTTPSucceeds(t *testing.T) {
 	if status, _ := a.call(t, http.MethodGet, "/v1/executions/nope-not-an-id", "", nil); status/100 != 4 {
 		t.Errorf("unknown execution: %d", status)
 	}
+	// The routes are the stack's: an unsigned call of an IAM route never
+	// reaches the function.
+	if status, body := a.do(t, http.MethodGet, "/v1/executions/"+id, "", nil, false); status != http.StatusForbidden {
+		t.Errorf("unsigned status read: %d %s, want 403", status, body)
+	}
+	a.wholeHistory(t, id, "reserve-stock", "charge-payment", "schedule-delivery")
+}
+
+// wholeHistory waits until the history function, fed by the execution
+// table's stream through the stack's event source mapping, has stored the
+// execution's whole history: numbered without gaps from SUBMITTED to
+// SUCCEEDED, with each of steps succeeded.
+func (a *app) wholeHistory(t *testing.T, id string, steps ...string) []map[string]any {
+	t.Helper()
+	var events []map[string]any
+	eventually(t, 30*time.Second, "the history of "+id, func() bool {
+		status, page := a.call(t, http.MethodGet, "/v1/executions/"+id+"/history?limit=100", "", nil)
+		if status != http.StatusOK {
+			return false
+		}
+		events = nil
+		list, _ := page["events"].([]any)
+		for _, e := range list {
+			m, _ := e.(map[string]any)
+			events = append(events, m)
+		}
+		return len(events) > 0 && events[len(events)-1]["type"] == "SUCCEEDED"
+	})
+	succeeded := map[string]bool{}
+	for i, e := range events {
+		if seq, _ := e["seq"].(float64); int(seq) != i+1 {
+			t.Errorf("event %d has seq %v: %v", i, e["seq"], events)
+		}
+		if e["type"] == "STEP_SUCCEEDED" {
+			succeeded[fmt.Sprint(e["stepName"])] = true
+		}
+	}
+	if events[0]["type"] != "SUBMITTED" {
+		t.Errorf("history starts with %v", events[0])
+	}
+	for _, step := range steps {
+		if !succeeded[step] {
+			t.Errorf("no STEP_SUCCEEDED for %s in %v", step, events)
+		}
+	}
+	return events
 }
 
 func TestE2EDeadLetterRecordedByDLQFunction(t *testing.T) {
@@ -322,6 +413,14 @@ func TestE2EWorkerKilledMidStepIsTakenOver(t *testing.T) {
 	if n := a.Restarts(localcloud.Worker); n < 1 {
 		t.Errorf("worker restarts = %d, want at least 1", n)
 	}
+	events := a.wholeHistory(t, id, "work")
+	took := false
+	for _, e := range events {
+		took = took || e["type"] == "LEASE_TAKEN_OVER"
+	}
+	if !took {
+		t.Errorf("the history does not tell the takeover: %v", events)
+	}
 	t.Logf("workAttempt %s after the kill", strconv.FormatFloat(attempt, 'f', -1, 64))
 }
 
@@ -360,5 +459,65 @@ func TestE2EMissingGrantFailsNamingIt(t *testing.T) {
 		if d.Function != localcloud.Worker || d.Action != "dynamodb:UpdateItem" {
 			t.Errorf("unexpected denial %v", d)
 		}
+	}
+}
+
+// A work item lost between the durable submit and the queue (here the
+// submit function may not send to the work queue) is found by the
+// sweeper on the stack's schedule, which dispatches it again: the
+// execution succeeds through the sweeper alone.
+func TestE2ESweeperRedispatchesLostWork(t *testing.T) {
+	t.Parallel()
+	cut, n := devTemplate(t).Without("SubmitFunction", "sqs:SendMessage", "WorkQueue")
+	if n != 1 {
+		t.Fatalf("removed %d grants, want 1", n)
+	}
+	a := startApp(t, map[string]string{"sweep-grace": "1s"}, func(o *localcloud.Options) { o.IAM.Template = cut })
+	id := a.submit(t, "diag.drill", `{"echo":"swept"}`, nil)
+	a.waitStatus(t, id, 40*time.Second, statusIs("SUCCEEDED"))
+	lost := 0
+	for _, d := range a.Denials() {
+		if d.Function != localcloud.Submit || d.Action != "sqs:SendMessage" {
+			t.Errorf("unexpected denial %v", d)
+		}
+		lost++
+	}
+	if lost == 0 {
+		t.Error("the submit's dispatch was not refused: the test proved nothing")
+	}
+	a.wholeHistory(t, id, "work")
+}
+
+// A setting changed in the template is the one the functions run with:
+// with the worker's max-retries at 0 in the template's environment, a
+// step that fails once (which the stack's 3 retries would carry through)
+// dead-letters at once.
+func TestE2EFunctionsRunWithTheTemplatesEnvironment(t *testing.T) {
+	t.Parallel()
+	b, err := json.Marshal(devTemplate(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = []byte(strings.Replace(string(b), `"PIPELINE_ORCHESTRATOR_MAX_RETRIES":"3"`, `"PIPELINE_ORCHESTRATOR_MAX_RETRIES":"0"`, -1))
+	tpl, err := iamcheck.ParseTemplate(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := startApp(t, nil, func(o *localcloud.Options) {
+		tp, err := localcloud.TopologyOf(tpl, o.IAM.Local, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tp.Apply(o); err != nil {
+			t.Fatal(err)
+		}
+		for i := range o.Schedules {
+			o.Schedules[i].Every = time.Second
+		}
+	})
+	id := a.submit(t, "diag.drill", `{"failAttempts":1,"failMode":"retryable"}`, nil)
+	st := a.waitStatus(t, id, 30*time.Second, func(m map[string]any) bool { return m["status"] == "DLQ" || m["status"] == "SUCCEEDED" })
+	if st["status"] != "DLQ" {
+		t.Errorf("with max-retries 0 in the template, a failing step ended %v", st)
 	}
 }

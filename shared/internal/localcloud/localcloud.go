@@ -42,6 +42,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/qasync/qasync/shared/internal/iamcheck"
@@ -102,6 +104,10 @@ type FunctionOptions struct {
 	// is how many invocations run at once. Default 2 for the worker, 1
 	// for the others.
 	Concurrency int
+	// TemplateEnv is the function's environment as its template declares
+	// it (Topology.Apply sets it): before Options.Env and Env, which a
+	// caller uses for local overrides.
+	TemplateEnv []string
 	// Env is added to Options.Env for this function (later entries win).
 	Env []string
 }
@@ -138,17 +144,21 @@ type Options struct {
 	// above it). Default 10 MiB, API Gateway's limit.
 	MaxBodyBytes int64
 
-	// SQS is the client the event source mappings use. Required when a
-	// queue URL is set.
+	// SQS is the client the event source mappings use. Required when
+	// there is a queue mapping.
 	SQS *sqs.Client
-	// WorkQueueURL is consumed by the worker; empty: no mapping.
-	WorkQueueURL string
-	// DLQQueueURL and PoisonQueueURL are consumed by the dlq function;
-	// empty: no mapping (see RedriveTargetURL for the poison queue).
+	// Queues are the SQS event source mappings (Topology.Apply sets them
+	// from a template). A mapping of a disabled function is left out.
+	Queues []QueueMapping
+	// WorkQueueURL, DLQQueueURL and PoisonQueueURL are a shorthand for
+	// Queues: the work queue consumed by the worker, the DLQ and poison
+	// queues by the dlq function, with BatchSize and
+	// ReportBatchItemFailures; empty: no mapping.
+	WorkQueueURL   string
 	DLQQueueURL    string
 	PoisonQueueURL string
-	// BatchSize is MaxNumberOfMessages of every receive, 1 to 10.
-	// Default 10.
+	// BatchSize is the batch size of the shorthand mappings and of Queues
+	// entries without one, 1 to 10. Default 10.
 	BatchSize int
 	// WaitTimeSeconds is the long-poll wait, 1 to 20. Default 20.
 	WaitTimeSeconds int
@@ -158,7 +168,12 @@ type Options struct {
 	// batch item failures, come back when it ends.
 	VisibilityTimeout time.Duration
 
-	// SweepEvery is the schedule's rate. Default 1 minute.
+	// Schedules are the scheduled rules (Topology.Apply sets them from a
+	// template). Without any, and with the sweeper enabled, the sweeper
+	// runs every SweepEvery.
+	Schedules []Schedule
+	// SweepEvery is the sweeper's rate when Schedules is empty. Default 1
+	// minute.
 	SweepEvery time.Duration
 	// RestartDelay is how long after an emulator process exits it is
 	// started again. Default 1 s.
@@ -186,6 +201,13 @@ type Options struct {
 	// (see IAMOptions); the refused calls are in Denials, the allowed
 	// ones in IAMCalls.
 	IAM *IAMOptions
+
+	// PENDING MERGE (h/stream, h/front).
+	Streams         []StreamMapping
+	Routes          []Route
+	Callers         []Caller
+	DynamoDB        *dynamodb.Client
+	DynamoDBStreams *dynamodbstreams.Client
 }
 
 // ErrClosed is returned by Invoke once Close has begun.
@@ -308,8 +330,10 @@ func Start(ctx context.Context, opts Options) (*Cloud, error) {
 			c.glue.Go(func() { c.poll(m) })
 		}
 	}
-	if c.fns[Sweeper] != nil {
-		c.glue.Go(c.schedule)
+	for _, s := range opts.Schedules {
+		if c.fns[s.Function] != nil {
+			c.glue.Go(func() { c.schedule(s) })
+		}
 	}
 	ok = true
 	queues := make([]string, 0, len(mappings))
@@ -318,8 +342,17 @@ func Start(ctx context.Context, opts Options) (*Cloud, error) {
 	}
 	c.log.LogAttrs(ctx, slog.LevelInfo, "cloud_started", slog.String("event", "cloud_started"),
 		slog.String("url", c.URL()), slog.Any("functions", c.order), slog.Any("mappings", queues),
-		slog.String("sweep_every", opts.SweepEvery.String()))
+		slog.Any("schedules", scheduleNames(opts.Schedules)))
 	return c, nil
+}
+
+// scheduleNames describes schedules for cloud_started.
+func scheduleNames(ss []Schedule) []string {
+	out := make([]string, 0, len(ss))
+	for _, s := range ss {
+		out = append(out, s.Function+"<-"+s.Expression)
+	}
+	return out
 }
 
 func (o *Options) defaults() error {
@@ -419,10 +452,48 @@ func (o *Options) defaults() error {
 	if o.Output == nil {
 		o.Output = os.Stderr
 	}
-	if (o.WorkQueueURL != "" || o.DLQQueueURL != "" || o.PoisonQueueURL != "") && o.SQS == nil {
-		return errors.New("localcloud: Options.SQS is required for the event source mappings")
+	return o.glueDefaults()
+}
+
+// glueDefaults checks the event source mappings and the schedules, and
+// turns the shorthands into them.
+func (o *Options) glueDefaults() error {
+	queues := slices.Clone(o.Queues)
+	for _, q := range []struct{ fn, url string }{{Worker, o.WorkQueueURL}, {DLQ, o.DLQQueueURL}, {DLQ, o.PoisonQueueURL}} {
+		if q.url != "" {
+			queues = append(queues, QueueMapping{Function: q.fn, QueueURL: q.url, ReportBatchItemFailures: true})
+		}
 	}
-	return nil
+	var errs []error
+	for i := range queues {
+		q := &queues[i]
+		if !slices.Contains(Functions, q.Function) {
+			errs = append(errs, fmt.Errorf("localcloud: queue mapping %s: unknown function %q", q.QueueURL, q.Function))
+		}
+		if q.BatchSize <= 0 {
+			q.BatchSize = o.BatchSize
+		}
+		if q.BatchSize > 10 && q.BatchingWindow <= 0 || q.BatchSize > 10000 {
+			errs = append(errs, fmt.Errorf("localcloud: queue mapping %s: batch size %d: 1 to 10, or up to 10000 with a batching window", q.QueueURL, q.BatchSize))
+		}
+		if q.BatchingWindow < 0 || q.BatchingWindow > 300*time.Second {
+			errs = append(errs, fmt.Errorf("localcloud: queue mapping %s: batching window %v: 0 to 300 s", q.QueueURL, q.BatchingWindow))
+		}
+	}
+	o.Queues = queues
+	if len(o.Queues) > 0 && o.SQS == nil {
+		errs = append(errs, errors.New("localcloud: Options.SQS is required for the event source mappings"))
+	}
+	if len(o.Schedules) == 0 && !o.Functions[Sweeper].Disabled {
+		o.Schedules = []Schedule{{ID: "SweeperSchedule", Function: Sweeper, Every: o.SweepEvery,
+			Expression: "rate(" + o.SweepEvery.String() + ")", RetryAttempts: 2, MaxEventAge: max(o.SweepEvery, time.Minute)}}
+	}
+	for _, s := range o.Schedules {
+		if !slices.Contains(Functions, s.Function) || s.Every <= 0 {
+			errs = append(errs, fmt.Errorf("localcloud: schedule %s: want one of %v every positive period, not %q every %v", s.ID, Functions, s.Function, s.Every))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // output returns where fn's processes write: one writer shared by every

@@ -151,6 +151,7 @@ func (f *function) env(marker string) []string {
 		// X-Tenant-Id (lambdafn.Boot refuses it in Lambda otherwise).
 		// Options.Env can set it false.
 		config.EnvName(config.FullKey("http.allow-header-tenant")) + "=true"}
+	env = append(env, f.opts.TemplateEnv...)
 	env = append(env, f.c.opts.Env...)
 	env = append(env, f.opts.Env...)
 	if envValue(env, "AWS_REGION") == "" {

@@ -18,8 +18,9 @@ import (
 	"github.com/qasync/qasync/shared/internal/sqsbackend"
 )
 
-// mapping is one SQS event source mapping.
+// mapping is one SQS event source mapping, resolved.
 type mapping struct {
+	QueueMapping
 	fn       string
 	queueURL string
 	arn      string
@@ -27,24 +28,30 @@ type mapping struct {
 	pollers  int
 }
 
-// mappings resolves the configured queues' ARNs.
+// mappings resolves the queue mappings' ARNs; those of disabled
+// functions are left out. A mapping's pollers are its MaxConcurrency, at
+// most its function's Concurrency (each poller's invocation takes one of
+// the function's emulators).
 func (c *Cloud) mappings(ctx context.Context) ([]mapping, error) {
 	var ms []mapping
-	for _, q := range []struct{ fn, url string }{
-		{Worker, c.opts.WorkQueueURL}, {DLQ, c.opts.DLQQueueURL}, {DLQ, c.opts.PoisonQueueURL},
-	} {
-		if q.url == "" || c.fns[q.fn] == nil {
+	for _, q := range c.opts.Queues {
+		f := c.fns[q.Function]
+		if f == nil {
 			continue
 		}
-		arn, err := queueAttribute(ctx, c.opts.SQS, q.url, types.QueueAttributeNameQueueArn)
+		arn, err := queueAttribute(ctx, c.opts.SQS, q.QueueURL, types.QueueAttributeNameQueueArn)
 		if err != nil {
-			return nil, fmt.Errorf("localcloud: queue %s: %w", q.url, err)
+			return nil, fmt.Errorf("localcloud: queue %s: %w", q.QueueURL, err)
 		}
 		region := c.opts.Region
 		if parts := strings.Split(arn, ":"); len(parts) == 6 && parts[3] != "" {
 			region = parts[3]
 		}
-		ms = append(ms, mapping{fn: q.fn, queueURL: q.url, arn: arn, region: region, pollers: c.fns[q.fn].opts.Concurrency})
+		pollers := f.opts.Concurrency
+		if q.MaxConcurrency > 0 {
+			pollers = min(pollers, q.MaxConcurrency)
+		}
+		ms = append(ms, mapping{QueueMapping: q, fn: q.Function, queueURL: q.QueueURL, arn: arn, region: region, pollers: pollers})
 	}
 	return ms, nil
 }
@@ -65,17 +72,7 @@ func (c *Cloud) poll(m mapping) {
 	log := c.log.With(slog.String("function", m.fn), slog.String("queue_url", m.queueURL))
 	failures := 0
 	for ctx.Err() == nil {
-		in := &sqs.ReceiveMessageInput{
-			QueueUrl:                    aws.String(m.queueURL),
-			MaxNumberOfMessages:         int32(c.opts.BatchSize),
-			WaitTimeSeconds:             int32(c.opts.WaitTimeSeconds),
-			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
-			MessageAttributeNames:       []string{"All"},
-		}
-		if c.opts.VisibilityTimeout > 0 {
-			in.VisibilityTimeout = int32((c.opts.VisibilityTimeout + time.Second - 1) / time.Second)
-		}
-		out, err := c.opts.SQS.ReceiveMessage(ctx, in)
+		msgs, err := c.receiveBatch(ctx, m)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -87,10 +84,58 @@ func (c *Cloud) poll(m mapping) {
 			continue
 		}
 		failures = 0
-		if len(out.Messages) > 0 {
-			c.handleBatch(log, m, out.Messages)
+		if len(msgs) > 0 {
+			c.handleBatch(log, m, msgs)
 		}
 	}
+}
+
+// receiveBatch gathers one batch as Lambda's poller does: a long poll for
+// the first messages, then, with a batching window, further receives
+// until the batch is full or the window (from the first message) is over.
+// Messages already received are returned with a receive error, which
+// ends the gathering.
+func (c *Cloud) receiveBatch(ctx context.Context, m mapping) ([]types.Message, error) {
+	var msgs []types.Message
+	var deadline time.Time
+	for len(msgs) < m.BatchSize {
+		wait := int32(c.opts.WaitTimeSeconds)
+		if len(msgs) > 0 {
+			left := time.Until(deadline)
+			if m.BatchingWindow <= 0 || left <= 0 {
+				break
+			}
+			wait = int32(min(max(left/time.Second, 0), 20))
+		}
+		in := &sqs.ReceiveMessageInput{
+			QueueUrl:                    aws.String(m.queueURL),
+			MaxNumberOfMessages:         int32(min(m.BatchSize-len(msgs), 10)),
+			WaitTimeSeconds:             wait,
+			MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameAll},
+			MessageAttributeNames:       []string{"All"},
+		}
+		if c.opts.VisibilityTimeout > 0 {
+			in.VisibilityTimeout = int32((c.opts.VisibilityTimeout + time.Second - 1) / time.Second)
+		}
+		out, err := c.opts.SQS.ReceiveMessage(ctx, in)
+		if err != nil {
+			if len(msgs) > 0 {
+				return msgs, nil
+			}
+			return nil, err
+		}
+		if len(msgs) == 0 && len(out.Messages) > 0 {
+			deadline = time.Now().Add(m.BatchingWindow)
+		}
+		msgs = append(msgs, out.Messages...)
+		if len(msgs) == 0 {
+			return nil, nil // the long poll ended empty: poll again
+		}
+		if len(out.Messages) == 0 && wait == 0 {
+			sleepCtx(ctx, min(time.Until(deadline), 200*time.Millisecond))
+		}
+	}
+	return msgs, nil
 }
 
 // handleBatch invokes the function with one batch and deletes the
@@ -115,7 +160,12 @@ func (c *Cloud) handleBatch(log *slog.Logger, m mapping, msgs []types.Message) {
 	for _, msg := range msgs {
 		ids[aws.ToString(msg.MessageId)] = true
 	}
-	failed, err := batchItemFailures(out, ids)
+	failed := map[string]bool{}
+	if m.ReportBatchItemFailures {
+		// Without the response type, Lambda ignores the response: a
+		// successful invocation deletes the whole batch.
+		failed, err = batchItemFailures(out, ids)
+	}
 	if err != nil {
 		log.LogAttrs(c.invokeCtx, slog.LevelWarn, "sqs_batch_failed", slog.String("event", "sqs_batch_failed"),
 			slog.Int("messages", len(msgs)), slog.String("error", err.Error()), slog.Float64("duration_ms", msf(time.Since(start))))
@@ -180,14 +230,17 @@ func batchItemFailures(out []byte, ids map[string]bool) (map[string]bool, error)
 	return failed, nil
 }
 
-// schedule invokes the sweeper every SweepEvery with the event an
-// EventBridge schedule rule sends. A failed invocation is logged and not
-// retried: the next tick sweeps again.
-func (c *Cloud) schedule() {
+// schedule invokes its function every period with the event an
+// EventBridge scheduled rule sends. A failed invocation is retried, with
+// a backoff doubling from 1 s, up to the target's RetryAttempts times
+// while the event is younger than its MaxEventAge, then dropped
+// (schedule_dropped); ticks that fall during the retries are skipped, as
+// the next tick carries the same work.
+func (c *Cloud) schedule(s Schedule) {
 	ctx := c.pollCtx
-	t := time.NewTicker(c.opts.SweepEvery)
+	t := time.NewTicker(s.Every)
 	defer t.Stop()
-	rule := "arn:aws:events:" + c.opts.Region + ":" + c.opts.AccountID + ":rule/qasync-sweeper-schedule"
+	rule := "arn:aws:events:" + c.opts.Region + ":" + c.opts.AccountID + ":rule/" + s.ID
 	for {
 		select {
 		case <-ctx.Done():
@@ -199,10 +252,24 @@ func (c *Cloud) schedule() {
 				Resources: []string{rule}, Detail: json.RawMessage("{}"),
 			}
 			payload, _ := json.Marshal(ev)
-			start := time.Now()
-			_, err := c.Invoke(c.invokeCtx, Sweeper, payload)
-			c.log.LogAttrs(ctx, slog.LevelDebug, "schedule_invoked", slog.String("event", "schedule_invoked"),
-				slog.String("function", Sweeper), slog.Bool("ok", err == nil), slog.Float64("duration_ms", msf(time.Since(start))))
+			for attempt := 0; ctx.Err() == nil; attempt++ {
+				start := time.Now()
+				_, err := c.Invoke(c.invokeCtx, s.Function, payload)
+				c.log.LogAttrs(ctx, slog.LevelDebug, "schedule_invoked", slog.String("event", "schedule_invoked"),
+					slog.String("rule", s.ID), slog.String("function", s.Function), slog.Int("attempt", attempt),
+					slog.Bool("ok", err == nil), slog.Float64("duration_ms", msf(time.Since(start))))
+				if err == nil {
+					break
+				}
+				backoff := time.Second << min(attempt, 6)
+				if attempt >= s.RetryAttempts || time.Since(now)+backoff > s.MaxEventAge {
+					c.log.LogAttrs(ctx, slog.LevelWarn, "schedule_dropped", slog.String("event", "schedule_dropped"),
+						slog.String("rule", s.ID), slog.String("function", s.Function), slog.Int("attempts", attempt+1),
+						slog.String("error", err.Error()))
+					break
+				}
+				sleepCtx(ctx, backoff)
+			}
 		}
 	}
 }
