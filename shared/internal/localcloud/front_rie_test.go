@@ -97,3 +97,13 @@ func TestHTTPFrontRoutesAndIAM(t *testing.T) {
 		t.Errorf("await completion: %d %s", code, out)
 	}
 }
+
+// Start refuses a route to a disabled function before starting anything.
+func TestStartRefusesBadRoutes(t *testing.T) {
+	t.Parallel()
+	opts := echoOptions(t, t.TempDir(), localcloud.Submit)
+	opts.Routes = []localcloud.Route{{Key: "POST /v1/redrives", Authorization: localcloud.AuthIAM, Function: localcloud.Worker}}
+	if _, err := localcloud.Start(t.Context(), opts); err == nil || !strings.HasPrefix(err.Error(), "localcloud: route \"POST /v1/redrives\": function worker is disabled") {
+		t.Errorf("Start: %v", err)
+	}
+}
