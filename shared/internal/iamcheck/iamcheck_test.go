@@ -245,3 +245,57 @@ func TestWithoutRemovesOneGrant(t *testing.T) {
 		t.Errorf("missing %q nearest %q", missing, nearest)
 	}
 }
+
+func TestManagedPolicyResolvesOneTemplatePolicy(t *testing.T) {
+	tp, err := LoadTemplate("testdata/dev.template.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := Local{Region: "eu-west-1", AccountID: "111122223333", APIID: "abc123"}
+	client, err := tp.ManagedPolicy("ClientInvokePolicy", local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	operator, err := tp.ManagedPolicy("OperatorRedrivePolicy", local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if client.Name != "ClientInvokePolicy" || len(client.Statements) == 0 || !strings.HasPrefix(client.Statements[0].Source, "ClientInvokePolicy statement 0") {
+		t.Fatalf("client policy %+v", client)
+	}
+	invoke := func(route string) Request {
+		return Request{Action: "execute-api:Invoke", Resource: "arn:aws:execute-api:eu-west-1:111122223333:abc123/$default/" + route}
+	}
+	cases := []struct {
+		p       *Policy
+		route   string
+		allowed bool
+	}{
+		{client, "POST/v1/pipelines/p1/executions", true},
+		{client, "GET/v1/executions/e1/result", true},
+		{client, "POST/v1/executions/e1/redrive", false},
+		{operator, "POST/v1/executions/e1/redrive", true},
+		{operator, "POST/v1/pipelines/p1/executions", false},
+	}
+	for _, c := range cases {
+		if got := c.p.Evaluate(invoke(c.route)).Allowed; got != c.allowed {
+			t.Errorf("%s %s: allowed %v, want %v", c.p.Name, c.route, got, c.allowed)
+		}
+	}
+	// The API id is Local's: another API's ARN is not granted.
+	other := Request{Action: "execute-api:Invoke", Resource: "arn:aws:execute-api:eu-west-1:111122223333:other/$default/POST/v1/pipelines/p1/executions"}
+	if client.Evaluate(other).Allowed {
+		t.Error("the client policy allows another API")
+	}
+	// Ref HttpApi defaults to DefaultAPIID.
+	def, err := tp.ManagedPolicy("ClientInvokePolicy", Local{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !def.Evaluate(Request{Action: "execute-api:Invoke", Resource: "arn:aws:execute-api:us-east-1:000000000000:local/$default/GET/v1/executions/e1"}).Allowed {
+		t.Error("the default API id is not " + DefaultAPIID)
+	}
+	if _, err := tp.ManagedPolicy("SubmitFunction", local); err == nil || !strings.HasPrefix(err.Error(), "iamcheck: ") {
+		t.Errorf("a function as a policy: %v", err)
+	}
+}

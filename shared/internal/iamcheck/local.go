@@ -15,6 +15,9 @@ const (
 	DefaultRegion    = "us-east-1"
 	DefaultAccountID = "000000000000"
 	DefaultPartition = "aws"
+	// DefaultAPIID is the local HTTP API's id (localcloud's default
+	// Options.APIID).
+	DefaultAPIID = "local"
 )
 
 // Local maps a template onto the resources of this machine: the pseudo
@@ -30,6 +33,11 @@ type Local struct {
 	Tables map[string]string
 	// Queues maps a queue's logical id to its local queue URL.
 	Queues map[string]string
+	// APIID is what Ref of the template's AWS::ApiGatewayV2::Api
+	// resolves to: the id of the HTTP API in execute-api ARNs, as the
+	// local HTTP front (localcloud's Options.APIID) names it. Default
+	// DefaultAPIID.
+	APIID string
 }
 
 // The logical ids of the stack's tables and queues (infra/cdk/stack's
@@ -70,6 +78,9 @@ func (l Local) withDefaults() Local {
 	}
 	if l.Partition == "" {
 		l.Partition = DefaultPartition
+	}
+	if l.APIID == "" {
+		l.APIID = DefaultAPIID
 	}
 	return l
 }
@@ -138,6 +149,9 @@ func (t *Template) ref(id string, l Local) (string, error) {
 	r, ok := t.Resources[id]
 	if !ok {
 		return "", fmt.Errorf("Ref to %q: no such resource or pseudo parameter", id)
+	}
+	if r.Type == "AWS::ApiGatewayV2::Api" && l.APIID != "" {
+		return l.APIID, nil
 	}
 	return t.placeholder(id, r.Type, l), nil
 }

@@ -20,11 +20,16 @@ type Statement struct {
 	Source string
 }
 
-// Policy is everything a function's execution role is granted.
+// Policy is everything a function's execution role is granted
+// (Template.Policies), or what one managed policy of the template grants
+// (Template.ManagedPolicy).
 type Policy struct {
-	// Function and Role are logical ids of the template.
+	// Function and Role are logical ids of the template, for a
+	// function's role.
 	Function string
 	Role     string
+	// Name is the managed policy's logical id, for ManagedPolicy.
+	Name string
 	// Statements are the resolved statements of every policy attached.
 	Statements []Statement
 	// Unresolved lists the ManagedPolicyArns that are not in the template

@@ -251,21 +251,54 @@ func (t *Template) Policies(local Local) (map[string]*Policy, error) {
 			p.Unresolved = append(p.Unresolved, s)
 		}
 		for _, d := range t.policyDocs(role) {
-			for i, s := range list(d.doc["Statement"]) {
-				st, err := t.statement(s, local)
-				if err != nil {
-					return nil, fmt.Errorf("iamcheck: %s statement %d: %w", d.source, i, err)
-				}
-				st.Source = fmt.Sprintf("%s statement %d", d.source, i)
-				if st.Sid != "" {
-					st.Source += " (" + st.Sid + ")"
-				}
-				p.Statements = append(p.Statements, st)
+			if err := t.addStatements(p, d, local); err != nil {
+				return nil, err
 			}
 		}
 		out[fn] = p
 	}
 	return out, nil
+}
+
+// ManagedPolicy resolves one policy of the template, an
+// AWS::IAM::ManagedPolicy (or AWS::IAM::Policy) by logical id, against
+// local, on its own: what a principal it is attached to is granted by it.
+// It stands for the stack's policies meant for callers outside the
+// template (such as the HTTP API's ClientInvokePolicy), which no function
+// role carries. Ref of the AWS::ApiGatewayV2::Api resolves to
+// local.APIID.
+func (t *Template) ManagedPolicy(id string, local Local) (*Policy, error) {
+	local = local.withDefaults()
+	r, ok := t.Resources[id]
+	if !ok || (r.Type != "AWS::IAM::ManagedPolicy" && r.Type != "AWS::IAM::Policy") {
+		return nil, fmt.Errorf("iamcheck: no managed policy %q in the template", id)
+	}
+	doc, ok := r.Properties["PolicyDocument"].(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("iamcheck: policy %s has no PolicyDocument", id)
+	}
+	p := &Policy{Name: id, local: local}
+	if err := t.addStatements(p, policyDoc{source: id, doc: doc}, local); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// addStatements resolves the statements of one policy document into p,
+// each with its Source.
+func (t *Template) addStatements(p *Policy, d policyDoc, local Local) error {
+	for i, s := range list(d.doc["Statement"]) {
+		st, err := t.statement(s, local)
+		if err != nil {
+			return fmt.Errorf("iamcheck: %s statement %d: %w", d.source, i, err)
+		}
+		st.Source = fmt.Sprintf("%s statement %d", d.source, i)
+		if st.Sid != "" {
+			st.Source += " (" + st.Sid + ")"
+		}
+		p.Statements = append(p.Statements, st)
+	}
+	return nil
 }
 
 // statement resolves one raw statement.

@@ -18,47 +18,133 @@ import (
 	"unicode/utf8"
 
 	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/qasync/qasync/shared/internal/iamcheck"
 )
 
-// front is the HTTP front: an API Gateway HTTP API with one $default
-// route integrated with the submit function (payload format 2.0).
-func (c *Cloud) front() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		reqID := requestID()
-		w.Header().Set("Apigw-Requestid", reqID)
-		status := c.serveFront(w, r, reqID)
-		c.log.LogAttrs(r.Context(), slog.LevelDebug, "http_request", slog.String("event", "http_request"),
-			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Int("status", status),
-			slog.String("request_id", reqID), slog.Float64("duration_ms", msf(time.Since(start))))
-	})
+// httpFront is the HTTP front: an API Gateway HTTP API (stage $default)
+// whose routes are integrated with the functions (payload format 2.0).
+type httpFront struct {
+	log       *slog.Logger
+	routes    *routeTable
+	callers   callers
+	region    string
+	accountID string // the API's account, in execute-api ARNs and events
+	apiID     string
+	// iamAccountID is Options.IAMAccountID: the development shortcut
+	// that gives the default route's requests a fixed IAM identity.
+	iamAccountID string
+	maxBody      int64
+	// now is the clock of the signature's date check and of the events.
+	now func() time.Time
+	// invoke runs a function (Cloud.Invoke).
+	invoke func(ctx context.Context, fn string, payload []byte) ([]byte, error)
 }
 
-func (c *Cloud) serveFront(w http.ResponseWriter, r *http.Request, reqID string) int {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, c.opts.MaxBodyBytes))
+// newFront validates the routes and callers of opts.
+func newFront(opts *Options, log *slog.Logger, enabled func(fn string) bool,
+	invoke func(ctx context.Context, fn string, payload []byte) ([]byte, error)) (*httpFront, error) {
+	routes := opts.Routes
+	if routes == nil {
+		routes = defaultRoutes
+	} else if opts.IAMAccountID != "" {
+		return nil, errors.New("localcloud: Options.IAMAccountID is the development shortcut of the default route: with Options.Routes, give the routes AWS_IAM authorization and sign as one of Options.Callers")
+	}
+	rt, err := newRouteTable(routes, enabled)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := newCallers(opts.Callers)
+	if err != nil {
+		return nil, err
+	}
+	return &httpFront{log: log, routes: rt, callers: cs, region: opts.Region, accountID: opts.AccountID, apiID: opts.APIID,
+		iamAccountID: opts.IAMAccountID, maxBody: opts.MaxBodyBytes, now: time.Now, invoke: invoke}, nil
+}
+
+// ServeHTTP answers one request as API Gateway would.
+func (f *httpFront) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	reqID := requestID()
+	w.Header().Set("Apigw-Requestid", reqID)
+	status, routeKey := f.serve(w, r, reqID)
+	f.log.LogAttrs(r.Context(), slog.LevelDebug, "http_request", slog.String("event", "http_request"),
+		slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("route", routeKey), slog.Int("status", status),
+		slog.String("request_id", reqID), slog.Float64("duration_ms", msf(time.Since(start))))
+}
+
+func (f *httpFront) serve(w http.ResponseWriter, r *http.Request, reqID string) (int, string) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, f.maxBody))
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return gatewayError(w, http.StatusRequestEntityTooLarge, "Request Entity Too Large")
+			return gatewayError(w, http.StatusRequestEntityTooLarge, "Request Entity Too Large"), ""
 		}
-		return gatewayError(w, http.StatusBadRequest, "Bad Request")
+		return gatewayError(w, http.StatusBadRequest, "Bad Request"), ""
 	}
-	ev := c.toEvent(r, body, reqID, time.Now())
+	rt, params := f.routes.match(r.Method, r.URL.EscapedPath())
+	if rt == nil {
+		return gatewayError(w, http.StatusNotFound, "Not Found"), ""
+	}
+	now := f.now()
+	var caller *callerInfo
+	if rt.Authorization == AuthIAM {
+		var fail *authFailure
+		if caller, fail = f.authorize(r, body, rt, now); fail != nil {
+			w.Header().Set("X-Amzn-Errortype", fail.errType)
+			return gatewayError(w, http.StatusForbidden, fail.message), rt.Key
+		}
+	}
+	ev := f.toEvent(r, body, reqID, now, rt, params, caller)
 	payload, err := json.Marshal(ev)
 	if err != nil {
-		return gatewayError(w, http.StatusInternalServerError, "Internal Server Error")
+		return gatewayError(w, http.StatusInternalServerError, "Internal Server Error"), rt.Key
 	}
 	// As on AWS, a client that goes away does not stop the invocation.
-	out, err := c.Invoke(context.WithoutCancel(r.Context()), Submit, payload)
+	out, err := f.invoke(context.WithoutCancel(r.Context()), rt.Function, payload)
 	if err != nil {
-		return gatewayError(w, http.StatusBadGateway, "Internal Server Error")
+		return gatewayError(w, http.StatusBadGateway, "Internal Server Error"), rt.Key
 	}
-	return writeResponse(w, out)
+	return writeResponse(w, out), rt.Key
+}
+
+// authorize authenticates a request to an AWS_IAM route and checks that
+// its caller may invoke it (execute-api:Invoke on the route's ARN, with
+// the caller's policy). A refusal is logged as route_denied (never the
+// signature).
+func (f *httpFront) authorize(r *http.Request, body []byte, rt *route, now time.Time) (*callerInfo, *authFailure) {
+	ci, fail := f.callers.authenticate(r, body, f.region, now)
+	var missing, nearest string
+	if fail == nil && ci.Policy != nil {
+		req := iamcheck.Request{Action: "execute-api:Invoke", Resource: invokeARN(f.region, f.accountID, f.apiID, r.Method, r.URL.Path)}
+		if !ci.Policy.Evaluate(req).Allowed {
+			missing, nearest = ci.Policy.Missing(req)
+			fail = &authFailure{message: msgForbidden, errType: errTypeForbidden, reason: "policy", caller: ci}
+		}
+	}
+	if fail == nil {
+		return ci, nil
+	}
+	attrs := []slog.Attr{slog.String("event", "route_denied"), slog.String("route", rt.Key),
+		slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("reason", fail.reason)}
+	if fail.caller != nil {
+		attrs = append(attrs, slog.String("caller_arn", fail.caller.ARN))
+	}
+	if missing != "" {
+		attrs = append(attrs, slog.String("missing", missing))
+		if nearest != "" {
+			attrs = append(attrs, slog.String("nearest", nearest))
+		}
+	}
+	f.log.LogAttrs(r.Context(), slog.LevelWarn, "route_denied", attrs...)
+	return nil, fail
 }
 
 // toEvent maps an HTTP request to the event API Gateway sends a Lambda
-// integration with payload format version 2.0.
-func (c *Cloud) toEvent(r *http.Request, body []byte, reqID string, now time.Time) events.APIGatewayV2HTTPRequest {
+// integration with payload format version 2.0, for route rt (with its
+// path parameters) and, on an AWS_IAM route, the caller.
+func (f *httpFront) toEvent(r *http.Request, body []byte, reqID string, now time.Time, rt *route, params map[string]string,
+	caller *callerInfo) events.APIGatewayV2HTTPRequest {
 	headers := map[string]string{}
 	var cookies []string
 	for name, values := range r.Header {
@@ -113,18 +199,19 @@ func (c *Cloud) toEvent(r *http.Request, body []byte, reqID string, now time.Tim
 
 	ev := events.APIGatewayV2HTTPRequest{
 		Version:               "2.0",
-		RouteKey:              "$default",
+		RouteKey:              rt.Key,
 		RawPath:               r.URL.EscapedPath(),
 		RawQueryString:        r.URL.RawQuery,
 		Cookies:               cookies,
 		Headers:               headers,
 		QueryStringParameters: query,
+		PathParameters:        params,
 		RequestContext: events.APIGatewayV2HTTPRequestContext{
-			RouteKey:     "$default",
-			AccountID:    c.opts.AccountID,
+			RouteKey:     rt.Key,
+			AccountID:    f.accountID,
 			Stage:        "$default",
 			RequestID:    reqID,
-			APIID:        "local",
+			APIID:        f.apiID,
 			DomainName:   domain,
 			DomainPrefix: prefix,
 			Time:         now.UTC().Format("02/Jan/2006:15:04:05 -0700"),
@@ -138,12 +225,16 @@ func (c *Cloud) toEvent(r *http.Request, body []byte, reqID string, now time.Tim
 			},
 		},
 	}
-	if c.opts.IAMAccountID != "" {
+	switch {
+	case caller != nil:
+		iam := caller.iam
+		ev.RequestContext.Authorizer = &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{IAM: &iam}
+	case f.iamAccountID != "" && rt.Key == DefaultRouteKey:
 		ev.RequestContext.Authorizer = &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
 			IAM: &events.APIGatewayV2HTTPRequestContextAuthorizerIAMDescription{
-				AccountID: c.opts.IAMAccountID,
+				AccountID: f.iamAccountID,
 				CallerID:  "AIDALOCALCALLER:local",
-				UserARN:   "arn:aws:iam::" + c.opts.IAMAccountID + ":user/local",
+				UserARN:   "arn:aws:iam::" + f.iamAccountID + ":user/local",
 				UserID:    "AIDALOCALCALLER",
 			},
 		}

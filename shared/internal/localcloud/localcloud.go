@@ -4,7 +4,10 @@
 // glue that AWS would otherwise provide around them:
 //
 //   - an HTTP front emulating an API Gateway HTTP API (payload format 2.0,
-//     route $default) that invokes submit;
+//     stage $default): its routes (Options.Routes; by default one
+//     $default route to submit) selected as API Gateway does, and the
+//     AWS_IAM routes' SigV4 authentication and execute-api:Invoke
+//     authorization of Options.Callers;
 //   - SQS event source mappings (work queue -> worker, DLQ queue and poison
 //     queue -> dlq) that long-poll, build an events.SQSEvent like Lambda
 //     does, and honour ReportBatchItemFailures;
@@ -20,7 +23,7 @@
 // cloud_started, cloud_stopped, function_started, function_exited (warn),
 // function_restarted, function_start_failed (error), function_not_ready
 // (warn), function_leftovers_killed, function_cold_start, function_init_reported,
-// invoke_failed (warn), http_request (debug), sqs_receive_failed (warn),
+// invoke_failed (warn), http_request (debug), route_denied (warn), sqs_receive_failed (warn),
 // sqs_batch_handled, sqs_batch_failed (warn), sqs_delete_failed (warn),
 // schedule_invoked (debug); with Options.IAM, iam_denied (warn) and
 // iam_allowed (debug) of package iamcheck. Message bodies and HTTP bodies are never
@@ -83,6 +86,8 @@ const (
 	// DefaultStartTimeout bounds how long Start waits for every emulator
 	// to accept connections.
 	DefaultStartTimeout = 15 * time.Second
+	// DefaultAPIID is the HTTP API's id (iamcheck.DefaultAPIID).
+	DefaultAPIID = iamcheck.DefaultAPIID
 )
 
 // FunctionOptions configure one function. Zero values take the defaults.
@@ -134,11 +139,28 @@ type Options struct {
 
 	// Addr is the HTTP front's listen address (a loopback host:port;
 	// port 0 picks a free one). Default 127.0.0.1:8080. The front runs
-	// when the submit function is enabled.
+	// when Routes is set, or the submit function is enabled.
 	Addr string
-	// IAMAccountID, when set, is put in every request's
-	// requestContext.authorizer.iam.accountId, as API Gateway does for a
-	// route with IAM authorization.
+	// Routes are the HTTP API's routes (see Route), selected as API
+	// Gateway does. Nil: one $default route to the submit function,
+	// without authorization. Start refuses a bad route key, an unknown
+	// or disabled function, two routes of the same method and path.
+	Routes []Route
+	// Callers are the IAM principals whose SigV4-signed requests the
+	// AWS_IAM routes accept (see Caller); a request signed with any other
+	// key is refused.
+	Callers []Caller
+	// APIID is the HTTP API's id: requestContext.apiId of the events and
+	// the <apiId> of the execute-api ARNs the callers' policies are
+	// evaluated on (iamcheck.Local's APIID, for policies resolved from
+	// the template). Default DefaultAPIID.
+	APIID string
+	// IAMAccountID is the development shortcut of the default front
+	// (Routes nil): when set, every request gets a fixed IAM identity
+	// (requestContext.authorizer.iam, account IAMAccountID, user
+	// "local") without signing, as if the $default route had IAM
+	// authorization. With Routes, use AWS_IAM routes and Callers instead
+	// (Start refuses both).
 	IAMAccountID string
 	// MaxBodyBytes is the largest request body the front accepts (413
 	// above it). Default 10 MiB, API Gateway's limit.
@@ -216,13 +238,15 @@ var ErrClosed = errors.New("localcloud: closed")
 // Cloud is a running local topology. Its methods are safe for concurrent
 // use.
 type Cloud struct {
-	opts    Options
-	log     *slog.Logger
-	fns     map[string]*function
-	order   []string
-	ln      net.Listener
-	srv     *http.Server
-	closing chan struct{}
+	opts  Options
+	log   *slog.Logger
+	fns   map[string]*function
+	order []string
+	ln    net.Listener
+	srv   *http.Server
+	// httpFront serves ln.
+	httpFront *httpFront
+	closing   chan struct{}
 
 	pollCtx    context.Context // pollers and schedule
 	stopPoll   context.CancelFunc
@@ -297,7 +321,13 @@ func Start(ctx context.Context, opts Options) (*Cloud, error) {
 	if err := c.checkMappings(mappings); err != nil {
 		return nil, err
 	}
-	if c.fns[Submit] != nil {
+	if opts.Routes != nil || c.fns[Submit] != nil {
+		enabled := func(fn string) bool { return c.fns[fn] != nil }
+		f, err := newFront(&c.opts, c.log, enabled, c.Invoke)
+		if err != nil {
+			return nil, err
+		}
+		c.httpFront = f
 		ln, err := net.Listen("tcp", opts.Addr)
 		if err != nil {
 			return nil, fmt.Errorf("localcloud: HTTP front: %w", err)
@@ -317,7 +347,7 @@ func Start(ctx context.Context, opts Options) (*Cloud, error) {
 	}
 
 	if c.ln != nil {
-		c.srv = &http.Server{Handler: c.front(), ReadHeaderTimeout: 10 * time.Second}
+		c.srv = &http.Server{Handler: c.httpFront, ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			defer close(c.served)
 			_ = c.srv.Serve(c.ln)
@@ -445,6 +475,9 @@ func (o *Options) defaults() error {
 	}
 	if o.AccountID == "" {
 		o.AccountID = DefaultAccountID
+	}
+	if o.APIID == "" {
+		o.APIID = DefaultAPIID
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
