@@ -160,6 +160,19 @@ func localCmd(args []string) int {
 	if lo.iam {
 		opts.IAM = &localcloud.IAMOptions{Template: tpl, Local: local}
 	}
+	// The IAM routes take requests signed with the local credentials, as
+	// an operator holding the stack's client and operator policies.
+	creds, err := clients.Config.Credentials.Retrieve(ctx)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "qasync local: the local AWS credentials (the IAM routes' caller): %v\n", err)
+		return 1
+	}
+	caller, err := localcloud.TemplateOperator(tpl, local, creds.AccessKeyID, creds.SecretAccessKey, localCallerARN)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "qasync local: %v\n", err)
+		return 1
+	}
+	opts.Callers = []localcloud.Caller{caller}
 	if lo.logDir != "-" {
 		opts.LogDir = lo.logDir
 	}
@@ -186,6 +199,10 @@ func localCmd(args []string) int {
 	}
 	return 0
 }
+
+// localCallerARN is the IAM identity of requests signed with the local
+// credentials: the tenant of what they submit is local-operator.
+const localCallerARN = "arn:aws:iam::000000000000:user/local-operator"
 
 // awsEnv returns the AWS SDK settings of environ that the functions need
 // on this machine (endpoints, credentials, region), without the
@@ -228,6 +245,9 @@ func describeLocal(url string, lo localOptions, tp *localcloud.Topology, opts lo
 		}
 	}
 	fmt.Fprintf(&b, "  routes   %d (%d with IAM authorization)\n", len(opts.Routes), iam)
+	for _, c := range opts.Callers {
+		fmt.Fprintf(&b, "  IAM routes' caller: your AWS credentials (%s) as %s, holding %s\n", c.AccessKeyID, c.ARN, strings.Join(localcloud.OperatorPolicies, " and "))
+	}
 	if len(overrides) > 0 {
 		keys := make([]string, len(overrides))
 		for i, kv := range overrides {

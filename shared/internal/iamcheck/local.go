@@ -360,6 +360,3 @@ func (t *Template) resolveString(v any, l Local) (string, error) {
 	}
 	return s, nil
 }
-
-// ManagedPolicy is PENDING MERGE (h/front).
-func (t *Template) ManagedPolicy(id string, local Local) (*Policy, error) { return nil, nil }

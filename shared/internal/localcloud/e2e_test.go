@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -54,7 +53,7 @@ type app struct {
 	caller  localcloud.Caller
 }
 
-// e2eCaller is the IAM user the tests sign their requests as: it holds
+// e2eCallerARN is the IAM user the tests sign their requests as: it holds
 // the stack's client and operator policies, as a deployment's operator
 // would.
 const e2eCallerARN = "arn:aws:iam::000000000000:user/e2e-operator"
@@ -132,17 +131,10 @@ func startApp(t *testing.T, cfg map[string]string, tweak func(*localcloud.Option
 	for i := range opts.Schedules {
 		opts.Schedules[i].Every = time.Second
 	}
-	client, err := tpl.ManagedPolicy("ClientInvokePolicy", local)
+	caller, err := localcloud.TemplateOperator(tpl, local, "AKIAE2EOPERATOR", awstest.Name(t, "secret"), e2eCallerARN)
 	if err != nil {
 		t.Fatal(err)
 	}
-	operator, err := tpl.ManagedPolicy("OperatorRedrivePolicy", local)
-	if err != nil {
-		t.Fatal(err)
-	}
-	both := *client
-	both.Statements = append(slices.Clone(client.Statements), operator.Statements...)
-	caller := localcloud.Caller{AccessKeyID: "AKIAE2EOPERATOR", SecretAccessKey: awstest.Name(t, "secret"), ARN: e2eCallerARN, Policy: &both}
 	opts.Callers = []localcloud.Caller{caller}
 	full := opts.IAM.Template
 	if tweak != nil {

@@ -226,8 +226,6 @@ type Options struct {
 
 	// PENDING MERGE (h/stream, h/front).
 	Streams         []StreamMapping
-	Routes          []Route
-	Callers         []Caller
 	DynamoDB        *dynamodb.Client
 	DynamoDBStreams *dynamodbstreams.Client
 }

@@ -267,7 +267,7 @@ func TopologyOf(t *iamcheck.Template, local iamcheck.Local, ids map[string]strin
 			}
 			tp.QueueSettings = append(tp.QueueSettings, s)
 		case "AWS::ApiGatewayV2::Route":
-			rt, err := route(t, id, p, byID)
+			rt, err := routeOf(t, id, p, byID)
 			if err != nil {
 				errs = append(errs, err)
 				continue
@@ -415,9 +415,9 @@ func (tp *Topology) addRule(id string, p map[string]any, byID map[string]string)
 	return nil
 }
 
-// route reads one HTTP API route and the function its integration
+// routeOf reads one HTTP API route and the function its integration
 // invokes.
-func route(t *iamcheck.Template, id string, p map[string]any, byID map[string]string) (Route, error) {
+func routeOf(t *iamcheck.Template, id string, p map[string]any, byID map[string]string) (Route, error) {
 	key, _ := p["RouteKey"].(string)
 	auth, _ := p["AuthorizationType"].(string)
 	if auth == "" {
@@ -577,4 +577,28 @@ func sortedValues(m map[string]string) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// OperatorPolicies are the logical ids of the stack's managed policies
+// that grant its routes: the client's (submit, read, list) and the
+// operator's (re-drive, cancel, bulk re-drives, inputs).
+var OperatorPolicies = []string{"ClientInvokePolicy", "OperatorRedrivePolicy"}
+
+// TemplateOperator is a Caller holding the template's OperatorPolicies,
+// as an operator of a deployment would: local-cloud lets the local
+// credentials call every route the stack grants, and only those.
+func TemplateOperator(t *iamcheck.Template, local iamcheck.Local, accessKeyID, secretAccessKey, arn string) (Caller, error) {
+	c := Caller{AccessKeyID: accessKeyID, SecretAccessKey: secretAccessKey, ARN: arn}
+	for _, id := range OperatorPolicies {
+		p, err := t.ManagedPolicy(id, local)
+		if err != nil {
+			return c, fmt.Errorf("localcloud: %w", err)
+		}
+		if c.Policy == nil {
+			c.Policy = p
+			continue
+		}
+		c.Policy.Statements = append(c.Policy.Statements, p.Statements...)
+	}
+	return c, nil
 }

@@ -1,10 +1,6 @@
 package localcloud
 
-import (
-	"time"
-
-	"github.com/qasync/qasync/shared/internal/iamcheck"
-)
+import "time"
 
 // StreamMapping is a DynamoDB stream event source mapping (pending merge).
 type StreamMapping struct {
@@ -19,16 +15,3 @@ type StreamMapping struct {
 	StartingPosition        string
 }
 
-// Route is one route (pending merge).
-type Route struct {
-	Key           string
-	Authorization string
-	Function      string
-}
-
-// Caller is pending merge.
-type Caller struct {
-	AccessKeyID, SecretAccessKey string
-	ARN                          string
-	Policy                       *iamcheck.Policy
-}
