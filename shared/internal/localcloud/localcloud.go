@@ -8,6 +8,11 @@
 //   - SQS event source mappings (work queue -> worker, DLQ queue and poison
 //     queue -> dlq) that long-poll, build an events.SQSEvent like Lambda
 //     does, and honour ReportBatchItemFailures;
+//   - DynamoDB stream event source mappings (Options.Streams, e.g. the
+//     execution table's stream -> history) that read every shard in
+//     lineage order, build an events.DynamoDBEvent like Lambda does, and
+//     follow Lambda's retry, bisection, batch item failure and on-failure
+//     destination rules (see StreamMapping);
 //   - an EventBridge schedule that invokes sweeper every SweepEvery.
 //
 // Each function runs Concurrency RIE processes (RIE handles one invocation
@@ -22,9 +27,11 @@
 // (warn), function_leftovers_killed, function_cold_start, function_init_reported,
 // invoke_failed (warn), http_request (debug), sqs_receive_failed (warn),
 // sqs_batch_handled, sqs_batch_failed (warn), sqs_delete_failed (warn),
+// stream_batch_handled, stream_batch_failed (warn), stream_batch_bisected
+// (warn), stream_batch_discarded (error), stream_read_failed (warn),
 // schedule_invoked (debug); with Options.IAM, iam_denied (warn) and
-// iam_allowed (debug) of package iamcheck. Message bodies and HTTP bodies are never
-// logged; the functions' own output goes to LogDir or Output.
+// iam_allowed (debug) of package iamcheck. Message bodies, stream records
+// and HTTP bodies are never logged; the functions' own output goes to LogDir or Output.
 package localcloud
 
 import (
@@ -42,6 +49,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/qasync/qasync/shared/internal/iamcheck"
@@ -158,6 +167,15 @@ type Options struct {
 	// batch item failures, come back when it ends.
 	VisibilityTimeout time.Duration
 
+	// Streams are the DynamoDB stream event source mappings; a mapping of
+	// a disabled function is left out.
+	Streams []StreamMapping
+	// DynamoDB (DescribeTable: a table's LatestStreamArn) and
+	// DynamoDBStreams (the stream's reads) are the clients the stream
+	// mappings use. Required when Streams is not empty.
+	DynamoDB        *dynamodb.Client
+	DynamoDBStreams *dynamodbstreams.Client
+
 	// SweepEvery is the schedule's rate. Default 1 minute.
 	SweepEvery time.Duration
 	// RestartDelay is how long after an emulator process exits it is
@@ -229,7 +247,9 @@ type Cloud struct {
 // Start starts the emulator processes, waits until each accepts
 // connections, then starts the HTTP front, the event source mappings and
 // the schedule. On error everything started is stopped again. ctx bounds
-// the start only; call Close to stop.
+// the start only; call Close to stop. The stream mappings' functions' roles
+// are checked (with Options.IAM) and their tables' streams resolved
+// before any function starts.
 func Start(ctx context.Context, opts Options) (*Cloud, error) {
 	if err := opts.defaults(); err != nil {
 		return nil, err
@@ -275,6 +295,13 @@ func Start(ctx context.Context, opts Options) (*Cloud, error) {
 	if err := c.checkMappings(mappings); err != nil {
 		return nil, err
 	}
+	streams, err := c.streamMappings(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.checkStreamMappings(streams); err != nil {
+		return nil, err
+	}
 	if c.fns[Submit] != nil {
 		ln, err := net.Listen("tcp", opts.Addr)
 		if err != nil {
@@ -308,13 +335,19 @@ func Start(ctx context.Context, opts Options) (*Cloud, error) {
 			c.glue.Go(func() { c.poll(m) })
 		}
 	}
+	for _, m := range streams {
+		c.glue.Go(func() { c.pollStream(m) })
+	}
 	if c.fns[Sweeper] != nil {
 		c.glue.Go(c.schedule)
 	}
 	ok = true
-	queues := make([]string, 0, len(mappings))
+	queues := make([]string, 0, len(mappings)+len(streams))
 	for _, m := range mappings {
 		queues = append(queues, m.fn+"<-"+m.queueURL)
+	}
+	for _, m := range streams {
+		queues = append(queues, m.Function+"<-"+m.streamARN)
 	}
 	c.log.LogAttrs(ctx, slog.LevelInfo, "cloud_started", slog.String("event", "cloud_started"),
 		slog.String("url", c.URL()), slog.Any("functions", c.order), slog.Any("mappings", queues),
@@ -422,7 +455,7 @@ func (o *Options) defaults() error {
 	if (o.WorkQueueURL != "" || o.DLQQueueURL != "" || o.PoisonQueueURL != "") && o.SQS == nil {
 		return errors.New("localcloud: Options.SQS is required for the event source mappings")
 	}
-	return nil
+	return o.streamDefaults()
 }
 
 // output returns where fn's processes write: one writer shared by every
