@@ -51,7 +51,7 @@ func TestLocalCloudFollowsTheStack(t *testing.T) {
 			BatchingWindow time.Duration `json:"batchingWindow"`
 		} `json:"queues"`
 		Streams []struct {
-			BatchSize int `json:"BatchSize"`
+			BatchSize int `json:"batchSize"`
 		} `json:"streams"`
 		Schedules []struct {
 			Every time.Duration `json:"every"`

@@ -397,7 +397,7 @@ func Requests(r *http.Request, body []byte, l Local) ([]Request, error) {
 		if arn == "" {
 			return nil, fmt.Errorf("iamcheck: %s without a stream ARN", op)
 		}
-		return []Request{{Action: action, Resource: localStream(arn, l)}}, nil
+		return []Request{{Action: action, Resource: l.StreamARN(arn)}}, nil
 	case "SQS":
 		if b, ok := sqsBatchAction[name]; ok {
 			name = b
@@ -418,10 +418,11 @@ func Requests(r *http.Request, body []byte, l Local) ([]Request, error) {
 	return nil, fmt.Errorf("iamcheck: %s is not a DynamoDB or SQS request", op)
 }
 
-// localStream maps a stream ARN of DynamoDB Local (its own region and
-// account) onto the local region and account:
-// <table ARN>/stream/<label>.
-func localStream(arn string, l Local) string {
+// StreamARN maps a stream ARN of DynamoDB Local (its own region and
+// account) onto the local region and account: <table ARN>/stream/<label>,
+// the resource the template's grants on a table's StreamArn match. An ARN
+// that names no table's stream is returned as it is.
+func (l Local) StreamARN(arn string) string {
 	i := strings.Index(arn, ":table/")
 	if i < 0 {
 		return arn

@@ -102,3 +102,46 @@ func fromLambda(v events.DynamoDBAttributeValue) types.AttributeValue {
 	}
 	return &types.AttributeValueMemberNULL{Value: true}
 }
+
+// ToLambdaImage converts DynamoDB attribute values to the image of a
+// Lambda DynamoDB event (FromLambdaImage's inverse): what an event source
+// mapping puts in a stream record's Keys, NewImage and OldImage (the
+// local harness builds its events with it, after dynamo.FromStreamImage).
+func ToLambdaImage(img map[string]types.AttributeValue) map[string]events.DynamoDBAttributeValue {
+	if img == nil {
+		return nil
+	}
+	out := make(map[string]events.DynamoDBAttributeValue, len(img))
+	for k, v := range img {
+		out[k] = toLambda(v)
+	}
+	return out
+}
+
+func toLambda(v types.AttributeValue) events.DynamoDBAttributeValue {
+	switch v := v.(type) {
+	case *types.AttributeValueMemberS:
+		return events.NewStringAttribute(v.Value)
+	case *types.AttributeValueMemberN:
+		return events.NewNumberAttribute(v.Value)
+	case *types.AttributeValueMemberB:
+		return events.NewBinaryAttribute(v.Value)
+	case *types.AttributeValueMemberBOOL:
+		return events.NewBooleanAttribute(v.Value)
+	case *types.AttributeValueMemberSS:
+		return events.NewStringSetAttribute(v.Value)
+	case *types.AttributeValueMemberNS:
+		return events.NewNumberSetAttribute(v.Value)
+	case *types.AttributeValueMemberBS:
+		return events.NewBinarySetAttribute(v.Value)
+	case *types.AttributeValueMemberM:
+		return events.NewMapAttribute(ToLambdaImage(v.Value))
+	case *types.AttributeValueMemberL:
+		l := make([]events.DynamoDBAttributeValue, len(v.Value))
+		for i, e := range v.Value {
+			l[i] = toLambda(e)
+		}
+		return events.NewListAttribute(l)
+	}
+	return events.NewNullAttribute()
+}

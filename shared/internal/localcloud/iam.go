@@ -17,8 +17,11 @@ import (
 // the function's execution role in the template allows it and answers
 // AccessDeniedException otherwise; and each SQS event source mapping
 // needs sqs:ReceiveMessage, sqs:DeleteMessage and sqs:GetQueueAttributes
-// on its queue in its function's role, as Lambda requires when a mapping
-// is created (Start fails without them).
+// on its queue in its function's role, and each stream mapping
+// dynamodb:DescribeStream, dynamodb:GetRecords and
+// dynamodb:GetShardIterator on its stream, dynamodb:ListStreams on its
+// table's streams and sqs:SendMessage on its on-failure queue, as Lambda
+// requires when a mapping is created (Start fails without them).
 type IAMOptions struct {
 	// Template is the synthesized stack (make synth's
 	// infra/cdk/cdk.out/<stack>.template.json). Required.
@@ -102,22 +105,63 @@ func (c *Cloud) checkMappings(ms []mapping) error {
 	}
 	var errs []error
 	for _, m := range ms {
-		p := c.policies[m.fn]
-		arn := p.Local().QueueARN(m.queueURL)
+		arn := c.policies[m.fn].Local().QueueARN(m.queueURL)
 		for _, action := range []string{"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"} {
-			r := iamcheck.Request{Action: action, Resource: arn}
-			if p.Evaluate(r).Allowed {
-				continue
+			if err := c.mappingGrant(m.fn, m.queueURL, iamcheck.Request{Action: action, Resource: arn}); err != nil {
+				errs = append(errs, err)
 			}
-			missing, nearest := p.Missing(r)
-			d := iamcheck.Denial{Function: m.fn, Action: action, Resource: arn, Missing: missing, Nearest: nearest}
-			c.mu.Lock()
-			c.mappingDenials = append(c.mappingDenials, d)
-			c.mu.Unlock()
-			errs = append(errs, fmt.Errorf("localcloud: event source mapping %s <- %s: %w", m.fn, m.queueURL, d))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkStreamMappings refuses a stream event source mapping whose
+// function's role cannot read its stream (dynamodb:DescribeStream,
+// GetRecords and GetShardIterator on the stream, ListStreams on the
+// table's streams) or send to its on-failure queue (sqs:SendMessage), as
+// Lambda requires of the role when the mapping is created.
+func (c *Cloud) checkStreamMappings(ms []*streamMapping) error {
+	if c.policies == nil {
+		return nil
+	}
+	var errs []error
+	for _, m := range ms {
+		l := c.policies[m.Function].Local()
+		// The template grants the stream's reads on its StreamArn, which
+		// resolves to <table ARN>/stream/*: the local form of the stream
+		// ARN DynamoDB Local gave matches it.
+		stream := l.StreamARN(m.streamARN)
+		reqs := []iamcheck.Request{
+			{Action: "dynamodb:DescribeStream", Resource: stream},
+			{Action: "dynamodb:GetRecords", Resource: stream},
+			{Action: "dynamodb:GetShardIterator", Resource: stream},
+			{Action: "dynamodb:ListStreams", Resource: l.TableARN(m.Table) + "/stream/*"},
+		}
+		if m.OnFailureQueueURL != "" {
+			reqs = append(reqs, iamcheck.Request{Action: "sqs:SendMessage", Resource: l.QueueARN(m.OnFailureQueueURL)})
+		}
+		for _, r := range reqs {
+			if err := c.mappingGrant(m.Function, m.Table+" stream", r); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// mappingGrant checks that fn's role allows r for its event source
+// mapping of source, recording the denial otherwise.
+func (c *Cloud) mappingGrant(fn, source string, r iamcheck.Request) error {
+	p := c.policies[fn]
+	if p.Evaluate(r).Allowed {
+		return nil
+	}
+	missing, nearest := p.Missing(r)
+	d := iamcheck.Denial{Function: fn, Action: r.Action, Resource: r.Resource, Missing: missing, Nearest: nearest}
+	c.mu.Lock()
+	c.mappingDenials = append(c.mappingDenials, d)
+	c.mu.Unlock()
+	return fmt.Errorf("localcloud: event source mapping %s <- %s: %w", fn, source, d)
 }
 
 // Denials returns the AWS calls the IAM enforcement refused (see

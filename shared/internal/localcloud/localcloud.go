@@ -11,6 +11,11 @@
 //   - SQS event source mappings (work queue -> worker, DLQ queue and poison
 //     queue -> dlq) that long-poll, build an events.SQSEvent like Lambda
 //     does, and honour ReportBatchItemFailures;
+//   - DynamoDB stream event source mappings (Options.Streams, e.g. the
+//     execution table's stream -> history) that read every shard in
+//     lineage order, build an events.DynamoDBEvent like Lambda does, and
+//     follow Lambda's retry, bisection, batch item failure and on-failure
+//     destination rules (see StreamMapping);
 //   - an EventBridge schedule that invokes sweeper every SweepEvery.
 //
 // Each function runs Concurrency RIE processes (RIE handles one invocation
@@ -25,9 +30,11 @@
 // (warn), function_leftovers_killed, function_cold_start, function_init_reported,
 // invoke_failed (warn), http_request (debug), route_denied (warn), sqs_receive_failed (warn),
 // sqs_batch_handled, sqs_batch_failed (warn), sqs_delete_failed (warn),
+// stream_batch_handled, stream_batch_failed (warn), stream_batch_bisected
+// (warn), stream_batch_discarded (error), stream_read_failed (warn),
 // schedule_invoked (debug); with Options.IAM, iam_denied (warn) and
-// iam_allowed (debug) of package iamcheck. Message bodies and HTTP bodies are never
-// logged; the functions' own output goes to LogDir or Output.
+// iam_allowed (debug) of package iamcheck. Message bodies, stream records
+// and HTTP bodies are never logged; the functions' own output goes to LogDir or Output.
 package localcloud
 
 import (
@@ -190,6 +197,15 @@ type Options struct {
 	// batch item failures, come back when it ends.
 	VisibilityTimeout time.Duration
 
+	// Streams are the DynamoDB stream event source mappings; a mapping of
+	// a disabled function is left out.
+	Streams []StreamMapping
+	// DynamoDB (DescribeTable: a table's LatestStreamArn) and
+	// DynamoDBStreams (the stream's reads) are the clients the stream
+	// mappings use. Required when Streams is not empty.
+	DynamoDB        *dynamodb.Client
+	DynamoDBStreams *dynamodbstreams.Client
+
 	// Schedules are the scheduled rules (Topology.Apply sets them from a
 	// template). Without any, and with the sweeper enabled, the sweeper
 	// runs every SweepEvery.
@@ -223,11 +239,6 @@ type Options struct {
 	// (see IAMOptions); the refused calls are in Denials, the allowed
 	// ones in IAMCalls.
 	IAM *IAMOptions
-
-	// PENDING MERGE (h/stream, h/front).
-	Streams         []StreamMapping
-	DynamoDB        *dynamodb.Client
-	DynamoDBStreams *dynamodbstreams.Client
 }
 
 // ErrClosed is returned by Invoke once Close has begun.
@@ -273,7 +284,9 @@ type Cloud struct {
 // Start starts the emulator processes, waits until each accepts
 // connections, then starts the HTTP front, the event source mappings and
 // the schedule. On error everything started is stopped again. ctx bounds
-// the start only; call Close to stop.
+// the start only; call Close to stop. The stream mappings' functions' roles
+// are checked (with Options.IAM) and their tables' streams resolved
+// before any function starts.
 func Start(ctx context.Context, opts Options) (*Cloud, error) {
 	if err := opts.defaults(); err != nil {
 		return nil, err
@@ -319,6 +332,13 @@ func Start(ctx context.Context, opts Options) (*Cloud, error) {
 	if err := c.checkMappings(mappings); err != nil {
 		return nil, err
 	}
+	streams, err := c.streamMappings(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.checkStreamMappings(streams); err != nil {
+		return nil, err
+	}
 	if opts.Routes != nil || c.fns[Submit] != nil {
 		enabled := func(fn string) bool { return c.fns[fn] != nil }
 		f, err := newFront(&c.opts, c.log, enabled, c.Invoke)
@@ -358,15 +378,21 @@ func Start(ctx context.Context, opts Options) (*Cloud, error) {
 			c.glue.Go(func() { c.poll(m) })
 		}
 	}
+	for _, m := range streams {
+		c.glue.Go(func() { c.pollStream(m) })
+	}
 	for _, s := range opts.Schedules {
 		if c.fns[s.Function] != nil {
 			c.glue.Go(func() { c.schedule(s) })
 		}
 	}
 	ok = true
-	queues := make([]string, 0, len(mappings))
+	queues := make([]string, 0, len(mappings)+len(streams))
 	for _, m := range mappings {
 		queues = append(queues, m.fn+"<-"+m.queueURL)
+	}
+	for _, m := range streams {
+		queues = append(queues, m.Function+"<-"+m.streamARN)
 	}
 	c.log.LogAttrs(ctx, slog.LevelInfo, "cloud_started", slog.String("event", "cloud_started"),
 		slog.String("url", c.URL()), slog.Any("functions", c.order), slog.Any("mappings", queues),
@@ -523,6 +549,9 @@ func (o *Options) glueDefaults() error {
 		if !slices.Contains(Functions, s.Function) || s.Every <= 0 {
 			errs = append(errs, fmt.Errorf("localcloud: schedule %s: want one of %v every positive period, not %q every %v", s.ID, Functions, s.Function, s.Every))
 		}
+	}
+	if err := o.streamDefaults(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

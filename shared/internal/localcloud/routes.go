@@ -13,11 +13,11 @@ type Route struct {
 	// Key is "METHOD /path/{param}" (API Gateway HTTP API route key
 	// syntax: {name} path variables and a final greedy {name+}; METHOD
 	// may be ANY) or "$default".
-	Key string
+	Key string `json:"key"`
 	// Authorization is AuthNone (the default when empty) or AuthIAM.
-	Authorization string
+	Authorization string `json:"authorization"`
 	// Function is the integration's function (Submit ...).
-	Function string
+	Function string `json:"function"`
 }
 
 // Route keys and authorization types of an HTTP API route.

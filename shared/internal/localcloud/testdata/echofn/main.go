@@ -1,8 +1,9 @@
 // Command echofn is the localcloud tests' Lambda function. It echoes
 // direct invocations, fails or sleeps on demand, answers API Gateway HTTP
 // API events with a description of the request, reports partial batch
-// failures for SQS events, and appends every event it sees to
-// $ECHOFN_RECORD_DIR/<kind>.jsonl so tests can inspect what it received.
+// failures for SQS and DynamoDB stream events, and appends every event it
+// sees to $ECHOFN_RECORD_DIR/<kind>.jsonl so tests can inspect what it
+// received (a DynamoDB stream event is one line of ddb.jsonl).
 package main
 
 import (
@@ -45,6 +46,48 @@ type sqsBody struct {
 
 var mu sync.Mutex
 
+// streamFailures counts the failures reported of each stream record (by
+// sequence number), for the records that fail a number of times
+// ("failTimes").
+var streamFailures = map[string]int{}
+
+// handleStream answers a DynamoDB stream event. A record whose NewImage
+// has the attribute "failBatch" fails the invocation; "fail" reports it
+// as a batch item failure; "failTimes" (a number) reports it that many
+// times, then lets it pass; "badItem" answers an itemIdentifier that is
+// no record's.
+func handleStream(ev events.DynamoDBEvent) (any, error) {
+	record("ddb", ev)
+	var resp events.DynamoDBEventResponse
+	for _, r := range ev.Records {
+		img := r.Change.NewImage
+		if _, ok := img["failBatch"]; ok {
+			return nil, errors.New("batch failure requested")
+		}
+		if _, ok := img["badItem"]; ok {
+			return events.DynamoDBEventResponse{BatchItemFailures: []events.DynamoDBBatchItemFailure{{ItemIdentifier: "no-such-record"}}}, nil
+		}
+		fail := false
+		if _, ok := img["fail"]; ok {
+			fail = true
+		}
+		if n, ok := img["failTimes"]; ok {
+			times, _ := n.Integer()
+			seq := r.Change.SequenceNumber
+			mu.Lock()
+			if int64(streamFailures[seq]) < times {
+				streamFailures[seq]++
+				fail = true
+			}
+			mu.Unlock()
+		}
+		if fail {
+			resp.BatchItemFailures = append(resp.BatchItemFailures, events.DynamoDBBatchItemFailure{ItemIdentifier: r.Change.SequenceNumber})
+		}
+	}
+	return resp, nil
+}
+
 func record(kind string, v any) {
 	dir := os.Getenv("ECHOFN_RECORD_DIR")
 	if dir == "" {
@@ -65,6 +108,12 @@ func handle(ctx context.Context, raw json.RawMessage) (any, error) {
 	var probe map[string]json.RawMessage
 	_ = json.Unmarshal(raw, &probe)
 	switch {
+	case probe["Records"] != nil && strings.Contains(string(probe["Records"]), `"eventSource":"aws:dynamodb"`):
+		var ev events.DynamoDBEvent
+		if err := json.Unmarshal(raw, &ev); err != nil {
+			return nil, err
+		}
+		return handleStream(ev)
 	case probe["Records"] != nil:
 		var ev events.SQSEvent
 		if err := json.Unmarshal(raw, &ev); err != nil {
