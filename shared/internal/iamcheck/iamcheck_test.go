@@ -58,7 +58,7 @@ func TestEvaluateSmallTemplate(t *testing.T) {
 	}
 	table := "arn:aws:dynamodb:eu-west-1:123456789012:table/t1"
 	queue := "arn:aws:sqs:eu-west-1:123456789012:q1"
-	bus := "arn:aws:events:eu-west-1:123456789012:Bus/Arn"
+	bus := "arn:aws:events:eu-west-1:123456789012:event-bus/Bus" // a bus without a Name: its logical id
 	for _, c := range []struct {
 		action, resource string
 		ctx              map[string][]string

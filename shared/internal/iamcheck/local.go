@@ -150,6 +150,9 @@ func (t *Template) ref(id string, l Local) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("Ref to %q: no such resource or pseudo parameter", id)
 	}
+	if r.Type == "AWS::Events::EventBus" {
+		return t.busName(id, l), nil
+	}
 	if r.Type == "AWS::ApiGatewayV2::Api" && l.APIID != "" {
 		return l.APIID, nil
 	}
@@ -182,7 +185,40 @@ func (t *Template) getAtt(id, attr string, l Local) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("Fn::GetAtt %s.%s: no such resource", id, attr)
 	}
+	if r.Type == "AWS::Events::EventBus" {
+		switch attr {
+		case "Arn":
+			return l.EventBusARN(t.busName(id, l)), nil
+		case "Name":
+			return t.busName(id, l), nil
+		}
+	}
 	return t.placeholder(id, r.Type, l) + "/" + attr, nil
+}
+
+// busName is the name of an event bus of the template: its Name, else
+// its logical id. Every bus is local: local-cloud's event sink takes
+// them all.
+func (t *Template) busName(id string, l Local) string {
+	if n, ok := t.Resources[id].Properties["Name"]; ok {
+		if s, err := t.resolveString(n, l); err == nil && s != "" {
+			return s
+		}
+	}
+	return id
+}
+
+// EventBusARN is the ARN of an event bus, from its name (an ARN is
+// returned as it is; "" is the default bus).
+func (l Local) EventBusARN(name string) string {
+	if strings.HasPrefix(name, "arn:") {
+		return name
+	}
+	if name == "" {
+		name = "default"
+	}
+	l = l.withDefaults()
+	return fmt.Sprintf("arn:%s:events:%s:%s:event-bus/%s", l.Partition, l.Region, l.AccountID, name)
 }
 
 // placeholder is the ARN-like value of a resource local-cloud does not

@@ -61,6 +61,9 @@ type ProxyOptions struct {
 	// the SQS server). A request for a service without one is denied.
 	DynamoDB string
 	SQS      string
+	// Events is the base URL EventBridge requests go to (local-cloud's
+	// event sink).
+	Events string
 	// Listen is the listen address; default 127.0.0.1:0 (a free port).
 	Listen string
 	// Logger receives iam_denied (warn) and iam_allowed (debug) events.
@@ -85,6 +88,7 @@ type Proxy struct {
 	srv     *http.Server
 	dynamo  *httputil.ReverseProxy
 	sqs     *httputil.ReverseProxy
+	events  *httputil.ReverseProxy
 	mu      sync.Mutex
 	denials []Denial
 	calls   map[[3]string]int // action, resource, statement
@@ -107,6 +111,9 @@ func NewProxy(opts ProxyOptions) (*Proxy, error) {
 		return nil, err
 	}
 	if p.sqs, err = reverse(opts.SQS); err != nil {
+		return nil, err
+	}
+	if p.events, err = reverse(opts.Events); err != nil {
 		return nil, err
 	}
 	ln, err := net.Listen("tcp", opts.Listen)
@@ -179,6 +186,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if svc == "SQS" || svc == "query" {
 		up = p.sqs
+	}
+	if svc == "AWSEvents" {
+		up = p.events
 	}
 	reqs, err := Requests(r, decoded(r, body), p.opts.Policy.local)
 	if err == nil && up == nil {
@@ -414,8 +424,23 @@ func Requests(r *http.Request, body []byte, l Local) ([]Request, error) {
 			return nil, fmt.Errorf("iamcheck: %s without QueueUrl", op)
 		}
 		return []Request{{Action: action, Resource: l.QueueARN(q)}}, nil
+	case "AWSEvents":
+		if name != "PutEvents" {
+			return nil, fmt.Errorf("iamcheck: %s: only PutEvents of EventBridge is served here", op)
+		}
+		var entries []struct{ EventBusName, Source, DetailType string }
+		_ = json.Unmarshal(fields["Entries"], &entries)
+		if len(entries) == 0 {
+			return nil, fmt.Errorf("iamcheck: %s without Entries", op)
+		}
+		out := make([]Request, 0, len(entries))
+		for _, e := range entries {
+			out = append(out, Request{Action: "events:PutEvents", Resource: l.EventBusARN(e.EventBusName),
+				Context: map[string][]string{"events:source": {e.Source}, "events:detail-type": {e.DetailType}}})
+		}
+		return out, nil
 	}
-	return nil, fmt.Errorf("iamcheck: %s is not a DynamoDB or SQS request", op)
+	return nil, fmt.Errorf("iamcheck: %s is not a DynamoDB, SQS or EventBridge request", op)
 }
 
 // StreamARN maps a stream ARN of DynamoDB Local (its own region and

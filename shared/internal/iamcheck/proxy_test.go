@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -234,5 +235,47 @@ func TestProxyDeniesQueryProtocol(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || len(sqsGot()) != 1 {
 		t.Errorf("allowed SendMessage: %d, upstream got %v", resp.StatusCode, sqsGot())
+	}
+}
+
+// PutEvents is authorized per entry on the bus's ARN with its source as
+// the events:source condition key: the dev stack's functions may put
+// events of source qasync on the lifecycle bus, and nothing else.
+func TestPutEventsNeedsTheBusAndTheSource(t *testing.T) {
+	tp, err := LoadTemplate("testdata/dev.template.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := tp.Policies(LocalNames(schema.Prefixed("p"), nil, "", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bus, err := tp.ResolveString(map[string]any{"Ref": "LifecycleEventBus"}, ps["WorkerFunction"].Local())
+	if err != nil || bus != "qasync-dev-lifecycle" {
+		t.Fatalf("Ref of the bus: %q, %v", bus, err)
+	}
+	put := func(busName, source string) []Request {
+		body := fmt.Sprintf(`{"Entries":[{"EventBusName":%q,"Source":%q,"DetailType":"Execution Succeeded","Detail":"{}"}]}`, busName, source)
+		r := httptest.NewRequest(http.MethodPost, "/", strings.NewReader(body))
+		r.Header.Set("X-Amz-Target", "AWSEvents.PutEvents")
+		reqs, err := Requests(r, []byte(body), ps["WorkerFunction"].Local())
+		if err != nil || len(reqs) != 1 {
+			t.Fatalf("Requests: %v %v", reqs, err)
+		}
+		return reqs
+	}
+	for _, c := range []struct {
+		fn, bus, source string
+		allowed         bool
+	}{
+		{"WorkerFunction", bus, "qasync", true},
+		{"WorkerFunction", "arn:aws:events:us-east-1:000000000000:event-bus/" + bus, "qasync", true},
+		{"WorkerFunction", bus, "someone-else", false},
+		{"WorkerFunction", "default", "qasync", false},
+		{"SubmitFunction", bus, "qasync", false},
+	} {
+		if got := ps[c.fn].Evaluate(put(c.bus, c.source)[0]).Allowed; got != c.allowed {
+			t.Errorf("%s PutEvents on %s from %s: allowed %v, want %v", c.fn, c.bus, c.source, got, c.allowed)
+		}
 	}
 }

@@ -293,7 +293,20 @@ func TestE2ESubmitOverHTTPSucceeds(t *testing.T) {
 	if status, body := a.do(t, http.MethodGet, "/v1/executions/"+id, "", nil, false); status != http.StatusForbidden {
 		t.Errorf("unsigned status read: %d %s, want 403", status, body)
 	}
-	a.wholeHistory(t, id, "reserve-stock", "charge-payment", "schedule-delivery")
+	a.wholeHistory(t, id, "validate", "reserve-inventory", "capture-payment", "schedule-delivery")
+	// The lifecycle event went to the stack's bus, allowed by the
+	// worker's role (events:source qasync), into the local sink.
+	eventually(t, 20*time.Second, "the lifecycle event of "+id, func() bool {
+		for _, e := range a.Events() {
+			if e.DetailType == "Execution Succeeded" && strings.Contains(string(e.Detail), id) {
+				if e.Function != localcloud.Worker || e.Source != "qasync" || e.Bus != "qasync-dev-lifecycle" {
+					t.Errorf("lifecycle event %+v", e)
+				}
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // wholeHistory waits until the history function, fed by the execution

@@ -85,14 +85,15 @@ func (c *Cloud) startIAM() error {
 		if p == nil {
 			return fmt.Errorf("localcloud: function %s: no function %q in the template (it has %v)", name, ids[name], o.Template.Functions())
 		}
-		px, err := iamcheck.NewProxy(iamcheck.ProxyOptions{Function: name, Policy: p, DynamoDB: o.DynamoDB, SQS: o.SQS, Logger: c.log})
+		px, err := iamcheck.NewProxy(iamcheck.ProxyOptions{Function: name, Policy: p, DynamoDB: o.DynamoDB, SQS: o.SQS,
+			Events: c.sink.URL + "/" + name, Logger: c.log})
 		if err != nil {
 			return fmt.Errorf("localcloud: %w", err)
 		}
 		c.policies[name], c.proxies[name] = p, px
 		f := c.fns[name]
 		f.opts.Env = append(slices.Clip(f.opts.Env), "AWS_ENDPOINT_URL_DYNAMODB="+px.URL, "AWS_ENDPOINT_URL_DYNAMODB_STREAMS="+px.URL,
-			"AWS_ENDPOINT_URL_SQS="+px.URL)
+			"AWS_ENDPOINT_URL_SQS="+px.URL, "AWS_ENDPOINT_URL_EVENTBRIDGE="+px.URL)
 	}
 	return nil
 }

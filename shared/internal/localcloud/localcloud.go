@@ -1,22 +1,32 @@
-// Package localcloud runs qasync's serverless topology on one machine: the
-// four real Lambda function binaries (submit, worker, sweeper, dlq), each
+// Package localcloud runs a serverless topology on one machine: the real
+// Lambda function binaries (submit, worker, sweeper, dlq, history), each
 // under the AWS Lambda Runtime Interface Emulator (RIE), and the managed
-// glue that AWS would otherwise provide around them:
+// glue that AWS would otherwise provide around them. TopologyOf reads that
+// topology from a synthesized CloudFormation template and Apply hands it
+// to Options, so that local-cloud runs what the stack declares and nothing
+// written a second time:
 //
 //   - an HTTP front emulating an API Gateway HTTP API (payload format 2.0,
 //     stage $default): its routes (Options.Routes; by default one
 //     $default route to submit) selected as API Gateway does, and the
 //     AWS_IAM routes' SigV4 authentication and execute-api:Invoke
 //     authorization of Options.Callers;
-//   - SQS event source mappings (work queue -> worker, DLQ queue and poison
-//     queue -> dlq) that long-poll, build an events.SQSEvent like Lambda
-//     does, and honour ReportBatchItemFailures;
+//   - SQS event source mappings (Options.Queues) that long-poll, gather a
+//     batch within its batching window, build an events.SQSEvent like
+//     Lambda does, and honour ReportBatchItemFailures when the mapping
+//     has it (and only then, as Lambda);
 //   - DynamoDB stream event source mappings (Options.Streams, e.g. the
 //     execution table's stream -> history) that read every shard in
 //     lineage order, build an events.DynamoDBEvent like Lambda does, and
 //     follow Lambda's retry, bisection, batch item failure and on-failure
 //     destination rules (see StreamMapping);
-//   - an EventBridge schedule that invokes sweeper every SweepEvery.
+//   - EventBridge scheduled rules (Options.Schedules) with their targets'
+//     retry policy;
+//   - an event sink standing for EventBridge's PutEvents (the functions'
+//     lifecycle events; Cloud.Events);
+//   - with Options.IAM, an enforcing proxy per function in front of
+//     DynamoDB Local, the SQS server and the event sink, which checks
+//     every call against the function's role in the template.
 //
 // Each function runs Concurrency RIE processes (RIE handles one invocation
 // at a time), each on free loopback ports. A supervisor restarts a process
@@ -27,14 +37,16 @@
 // Logged events (JSON, snake_case keys, an "event" key naming each):
 // cloud_started, cloud_stopped, function_started, function_exited (warn),
 // function_restarted, function_start_failed (error), function_not_ready
-// (warn), function_leftovers_killed, function_cold_start, function_init_reported,
-// invoke_failed (warn), http_request (debug), route_denied (warn), sqs_receive_failed (warn),
-// sqs_batch_handled, sqs_batch_failed (warn), sqs_delete_failed (warn),
-// stream_batch_handled, stream_batch_failed (warn), stream_batch_bisected
-// (warn), stream_batch_discarded (error), stream_read_failed (warn),
-// schedule_invoked (debug); with Options.IAM, iam_denied (warn) and
-// iam_allowed (debug) of package iamcheck. Message bodies, stream records
-// and HTTP bodies are never logged; the functions' own output goes to LogDir or Output.
+// (warn), function_leftovers_killed, function_cold_start,
+// function_init_reported, invoke_failed (warn), http_request (debug),
+// route_denied (warn), sqs_receive_failed (warn), sqs_batch_handled,
+// sqs_batch_failed (warn), sqs_delete_failed (warn), stream_batch_handled,
+// stream_batch_failed (warn), stream_batch_bisected (warn),
+// stream_batch_discarded (error), stream_read_failed (warn),
+// schedule_invoked (debug), schedule_dropped (warn), event_put (debug);
+// with Options.IAM, iam_denied (warn) and iam_allowed (debug) of package
+// iamcheck. Message bodies, stream records, event details and HTTP bodies
+// are never logged; the functions' own output goes to LogDir or Output.
 package localcloud
 
 import (
@@ -279,6 +291,7 @@ type Cloud struct {
 
 	policies map[string]*iamcheck.Policy // by function, with Options.IAM
 	proxies  map[string]*iamcheck.Proxy
+	sink     *eventSink // EventBridge's stand-in
 }
 
 // Start starts the emulator processes, waits until each accepts
@@ -320,6 +333,10 @@ func Start(ctx context.Context, opts Options) (*Cloud, error) {
 		return nil, errors.New("localcloud: every function is disabled")
 	}
 
+	var err error
+	if c.sink, err = startEventSink(c.log); err != nil {
+		return nil, fmt.Errorf("localcloud: event sink: %w", err)
+	}
 	if opts.IAM != nil {
 		if err := c.startIAM(); err != nil {
 			return nil, err
@@ -693,6 +710,9 @@ func (c *Cloud) Close() error {
 			_ = f.Close()
 		}
 		c.closeIAM()
+		if c.sink != nil {
+			c.sink.close()
+		}
 		c.log.LogAttrs(context.Background(), slog.LevelInfo, "cloud_stopped", slog.String("event", "cloud_stopped"))
 	})
 	return c.closeErr

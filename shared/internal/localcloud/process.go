@@ -150,7 +150,9 @@ func (f *function) env(marker string) []string {
 		// A development topology: the functions may take the tenant from
 		// X-Tenant-Id (lambdafn.Boot refuses it in Lambda otherwise).
 		// Options.Env can set it false.
-		config.EnvName(config.FullKey("http.allow-header-tenant")) + "=true"}
+		config.EnvName(config.FullKey("http.allow-header-tenant")) + "=true",
+		// There is no EventBridge here: the sink stands for it.
+		"AWS_ENDPOINT_URL_EVENTBRIDGE=" + f.c.sink.URL + "/" + f.name}
 	env = append(env, f.opts.TemplateEnv...)
 	env = append(env, f.c.opts.Env...)
 	env = append(env, f.opts.Env...)
