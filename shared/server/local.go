@@ -20,6 +20,7 @@ import (
 
 	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/internal/awsclient"
+	"github.com/qasync/qasync/shared/internal/devstack"
 	"github.com/qasync/qasync/shared/internal/iamcheck"
 	"github.com/qasync/qasync/shared/internal/localcloud"
 	"github.com/qasync/qasync/shared/internal/provision"
@@ -35,7 +36,11 @@ import (
 //
 //	qasync local [config flags] [--local-* flags]
 //
-// The functions' configuration is their environment in the template,
+// Without --local-template it runs the qasync construct's dev stack (the
+// template of package devstack, kept equal to a fresh synthesis by the
+// CDK app's tests), which fits a service built on the construct's
+// defaults. The functions' configuration is their environment in the
+// template,
 // resolved on the local tables and queues (named --local-prefix-*, as
 // qasync provision names them; created when missing). Config flags on
 // the command line override it for every function, and are listed at
@@ -71,7 +76,7 @@ func localCmd(args []string) int {
 		fmt.Fprintf(os.Stderr, "qasync local: %v\n", err)
 		return 2
 	}
-	tpl, err := iamcheck.LoadTemplate(lo.template)
+	tpl, err := localTemplate(&lo)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "qasync local: --local-template: %v\n", err)
 		return 2
@@ -204,6 +209,19 @@ func localCmd(args []string) int {
 // credentials: the tenant of what they submit is local-operator.
 const localCallerARN = "arn:aws:iam::000000000000:user/local-operator"
 
+// builtInTemplate names the dev stack's template built into qasync.
+const builtInTemplate = "the qasync construct's dev stack (built in)"
+
+// localTemplate reads --local-template, or takes the dev stack's built-in
+// template without one (the construct's default topology).
+func localTemplate(lo *localOptions) (*iamcheck.Template, error) {
+	if lo.template == "" {
+		lo.template = builtInTemplate
+		return iamcheck.ParseTemplate(devstack.Template)
+	}
+	return iamcheck.LoadTemplate(lo.template)
+}
+
 // awsEnv returns the AWS SDK settings of environ that the functions need
 // on this machine (endpoints, credentials, region), without the
 // AWS_LAMBDA_* variables the harness sets itself.
@@ -276,7 +294,7 @@ PREFIX-* (created when missing). Config flags override the template's
 environment for every function. 'make local-cloud' synthesizes the stack and
 does it all.
 
-  --local-template PATH          QASYNC_LOCAL_TEMPLATE           the synthesized template (make synth: infra/cdk/cdk.out/qasync-dev.template.json)
+  --local-template PATH          QASYNC_LOCAL_TEMPLATE           the synthesized template (make synth: infra/cdk/cdk.out/qasync-dev.template.json; default: the qasync construct's dev stack, built in)
   --local-prefix NAME            QASYNC_LOCAL_PREFIX             the local tables' and queues' prefix (default local)
   --local-iam true|false         QASYNC_LOCAL_IAM                check the functions' AWS calls against their roles (default true)
   --local-bin-dir DIR            QASYNC_LOCAL_BIN_DIR            the bootstraps (default .cache/local)
@@ -362,9 +380,6 @@ func loadLocalOptions(own map[string]string) (localOptions, error) {
 	}
 	lo.logDir = get("log-dir", filepath.Join(lo.binDir, "logs"))
 	var errs []error
-	if lo.template == "" {
-		errs = append(errs, errors.New("--local-template is required: the synthesized stack whose topology runs (make synth writes infra/cdk/cdk.out/qasync-dev.template.json)"))
-	}
 	boolean := func(name, def string) bool {
 		s := get(name, def)
 		b, err := strconv.ParseBool(s)

@@ -1,11 +1,11 @@
 package server
 
 import (
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/qasync/qasync/shared/internal/devstack"
 	"github.com/qasync/qasync/shared/internal/iamcheck"
 	"github.com/qasync/qasync/shared/internal/localcloud"
 	"github.com/qasync/qasync/shared/schema"
@@ -24,8 +24,12 @@ func TestLocalFlags(t *testing.T) {
 		t.Errorf("options %+v, %v", lo, err)
 	}
 	t.Setenv("QASYNC_LOCAL_TEMPLATE", "")
-	if _, err := loadLocalOptions(map[string]string{}); err == nil || !strings.Contains(err.Error(), "--local-template is required") {
-		t.Errorf("without a template: %v", err)
+	lo, err = loadLocalOptions(map[string]string{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tpl, err := localTemplate(&lo); err != nil || lo.template != builtInTemplate || len(tpl.Functions()) != 5 {
+		t.Errorf("without --local-template: %q, %v", lo.template, err)
 	}
 	if _, _, err := splitLocalFlags([]string{"--local-iam-template", "x"}); err == nil {
 		t.Error("an unknown --local- flag was accepted")
@@ -38,7 +42,7 @@ func TestLocalFlags(t *testing.T) {
 
 // What qasync local prints at start is the template's topology.
 func TestDescribeLocalTellsTheTopology(t *testing.T) {
-	tpl, err := iamcheck.LoadTemplate(filepath.Join("..", "internal", "iamcheck", "testdata", "dev.template.json"))
+	tpl, err := iamcheck.ParseTemplate(devstack.Template)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,13 +9,14 @@ import (
 )
 
 // goldenTemplate is the dev stack's template as synthesized by the tests
-// (placeholder bundles), committed for shared/internal/iamcheck, which
-// evaluates the functions' role policies against local-cloud's calls and
-// cannot synthesize (it is another module).
-var goldenTemplate = filepath.Join("..", "..", "..", "shared", "internal", "iamcheck", "testdata", "dev.template.json")
+// (placeholder bundles), committed as package devstack of the library,
+// which cannot synthesize (it is another module): the topology `qasync
+// local` runs by default, and the policies the IAM and local-cloud tests
+// enforce.
+var goldenTemplate = filepath.Join("..", "..", "..", "shared", "internal", "devstack", "dev.template.json")
 
 // The committed golden template is the fresh synthesis of the dev stack,
-// so the policies local-cloud enforces are the stack's own. Regenerate
+// so the topology and the policies local-cloud runs are the stack's own. Regenerate
 // with QASYNC_UPDATE_GOLDEN=1 go test ./stack/ -run TestGoldenTemplate.
 func TestGoldenTemplate(t *testing.T) {
 	v := synth(t, "dev")

@@ -136,7 +136,6 @@ func New(scope constructs.Construct, id string, props Props) (awscdk.Stack, erro
 	b := &builder{stack: stack, s: s, names: schema.Prefixed(s.Prefix), bundles: bundles}
 	b.tables()
 	b.queues()
-	b.historyFailureQueue()
 	b.bus = awsevents.NewEventBus(stack, jsii.String(EventBusID), &awsevents.EventBusProps{
 		EventBusName: jsii.String(s.Prefix + "-lifecycle"),
 		Description:  jsii.String("qasync terminal lifecycle events (source " + lifecycleEventSrc + ")"),
@@ -279,7 +278,7 @@ func QueueVisibility(q schema.Queue, consumerTimeout time.Duration) time.Duratio
 func (b *builder) queues() {
 	b.queue = map[string]awssqs.Queue{}
 	ids := map[string]string{b.names.WorkQueue: WorkQueueID, b.names.PoisonQueue: PoisonQueueID, b.names.DLQQueue: DLQQueueID,
-		b.names.RejectQueue: RejectQueueID}
+		b.names.RejectQueue: RejectQueueID, b.names.HistoryFailureQueue: HistoryFailureQueueID}
 	consumer := map[string]time.Duration{
 		b.names.WorkQueue: b.s.WorkerTimeout, b.names.PoisonQueue: b.s.DLQTimeout, b.names.DLQQueue: b.s.DLQTimeout,
 	}
@@ -311,24 +310,12 @@ func (b *builder) queues() {
 		byName[q.Name] = queue
 		b.queue[id] = queue
 	}
-}
-
-// historyFailureQueue creates the on-failure destination of the history
-// function's stream event source: a batch that still fails after the
-// mapping's retries (split in halves on each error) leaves a record there
-// naming its shard and sequence numbers, for an operator to replay, and
-// raises the HistoryFailuresAlarm. Encrypted and TLS-only like the
-// schema's queues; not in package schema because it exists only in AWS
-// (qasync serve's stream poller retries instead).
-func (b *builder) historyFailureQueue() {
-	b.historyFailures = awssqs.NewQueue(b.stack, jsii.String(HistoryFailureQueueID), &awssqs.QueueProps{
-		QueueName:       jsii.String(b.s.Prefix + "-history-failures"),
-		RetentionPeriod: seconds(schema.Retention),
-		Encryption:      awssqs.QueueEncryption_SQS_MANAGED,
-		EnforceSSL:      jsii.Bool(true),
-		RemovalPolicy:   b.removal(),
-	})
-	setLogicalID(b.historyFailures, HistoryFailureQueueID)
+	// The on-failure destination of the history function's stream event
+	// source: a batch that still fails after the mapping's retries (split
+	// in halves on each error) leaves a record there naming its shard and
+	// sequence numbers, for an operator to replay, and raises the
+	// HistoryFailuresAlarm.
+	b.historyFailures = b.queue[HistoryFailureQueueID]
 }
 
 // resumeSecret creates the HMAC key of await steps' resume tokens: a

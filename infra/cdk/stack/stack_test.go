@@ -203,7 +203,7 @@ func TestQueues(t *testing.T) {
 		v := synth(t, variant)
 		names := schema.Prefixed(v.settings.Prefix)
 		ids := map[string]string{names.WorkQueue: WorkQueueID, names.PoisonQueue: PoisonQueueID, names.DLQQueue: DLQQueueID,
-			names.RejectQueue: RejectQueueID}
+			names.RejectQueue: RejectQueueID, names.HistoryFailureQueue: HistoryFailureQueueID}
 		consumer := map[string]string{WorkQueueID: WorkerFunctionID, PoisonQueueID: DLQFunctionID, DLQQueueID: DLQFunctionID}
 		for _, q := range schema.Queues(names) {
 			id := ids[q.Name]

@@ -165,7 +165,7 @@ func TestTemplateErrors(t *testing.T) {
 // fresh by infra/cdk/stack's TestGoldenTemplate) on the local names.
 func devPolicies(t *testing.T, names schema.Names) (map[string]*Policy, Local) {
 	t.Helper()
-	tp, err := LoadTemplate("testdata/dev.template.json")
+	tp, err := LoadTemplate("../devstack/dev.template.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +215,7 @@ func TestSynthesizedTemplate(t *testing.T) {
 }
 
 func TestWithoutRemovesOneGrant(t *testing.T) {
-	tp, err := LoadTemplate("testdata/dev.template.json")
+	tp, err := LoadTemplate("../devstack/dev.template.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +247,7 @@ func TestWithoutRemovesOneGrant(t *testing.T) {
 }
 
 func TestManagedPolicyResolvesOneTemplatePolicy(t *testing.T) {
-	tp, err := LoadTemplate("testdata/dev.template.json")
+	tp, err := LoadTemplate("../devstack/dev.template.json")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -96,7 +96,7 @@ func TestRequests(t *testing.T) {
 // execution table removed.
 func workerProxy(t *testing.T) (*Proxy, schema.Names, string, func() []string, func() []string, *bytes.Buffer) {
 	t.Helper()
-	tp, err := LoadTemplate("testdata/dev.template.json")
+	tp, err := LoadTemplate("../devstack/dev.template.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +242,7 @@ func TestProxyDeniesQueryProtocol(t *testing.T) {
 // the events:source condition key: the dev stack's functions may put
 // events of source qasync on the lifecycle bus, and nothing else.
 func TestPutEventsNeedsTheBusAndTheSource(t *testing.T) {
-	tp, err := LoadTemplate("testdata/dev.template.json")
+	tp, err := LoadTemplate("../devstack/dev.template.json")
 	if err != nil {
 		t.Fatal(err)
 	}

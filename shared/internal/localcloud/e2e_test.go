@@ -26,6 +26,7 @@ import (
 	"github.com/qasync/qasync/shared/internal/awsclient"
 	"github.com/qasync/qasync/shared/internal/awstest"
 	"github.com/qasync/qasync/shared/internal/dynamo"
+	"github.com/qasync/qasync/shared/internal/devstack"
 	"github.com/qasync/qasync/shared/internal/iamcheck"
 	"github.com/qasync/qasync/shared/internal/localcloud"
 	"github.com/qasync/qasync/shared/schema"
@@ -36,7 +37,7 @@ import (
 // with its IAM policies enforced, as the functions' roles would in AWS.
 func devTemplate(t *testing.T) *iamcheck.Template {
 	t.Helper()
-	tpl, err := iamcheck.LoadTemplate(filepath.Join(repoRoot(t), "shared", "internal", "iamcheck", "testdata", "dev.template.json"))
+	tpl, err := iamcheck.ParseTemplate(devstack.Template)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 
+	"github.com/qasync/qasync/shared/internal/devstack"
 	"github.com/qasync/qasync/shared/internal/iamcheck"
 	"github.com/qasync/qasync/shared/internal/localcloud"
 )
@@ -27,7 +28,7 @@ import (
 // needs no signature.
 func TestHTTPFrontRoutesAndIAM(t *testing.T) {
 	t.Parallel()
-	tp, err := iamcheck.LoadTemplate("../iamcheck/testdata/dev.template.json")
+	tp, err := iamcheck.ParseTemplate(devstack.Template)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -240,7 +240,7 @@ func TestRoutesAreValidated(t *testing.T) {
 // devTemplate is the synthesized dev stack.
 func devTemplate(t *testing.T) (*iamcheck.Template, []byte) {
 	t.Helper()
-	b, err := os.ReadFile("../iamcheck/testdata/dev.template.json")
+	b, err := os.ReadFile("../devstack/dev.template.json")
 	if err != nil {
 		t.Fatal(err)
 	}
