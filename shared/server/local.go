@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -193,7 +194,7 @@ func localCmd(args []string) int {
 		fmt.Fprintf(os.Stderr, `try (signed with your AWS credentials, as API Gateway's IAM routes want):
   curl -si --aws-sigv4 aws:amz:%[2]s:execute-api --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" -X POST %[1]s/v1/pipelines/diag.drill/executions -H 'Content-Type: application/json' -H 'Idempotency-Key: try-1' -d '{"echo":"hello"}'
   qasync --url %[1]s --sigv4 always status <executionId>
-`, c.URL(), opts.Region)
+`, c.URL(), cmp.Or(clients.Config.Region, iamcheck.DefaultRegion))
 	}
 
 	<-ctx.Done()
