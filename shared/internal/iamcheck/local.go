@@ -282,7 +282,7 @@ func (t *Template) intrinsic(fn string, arg any, l Local) (any, error) {
 		}
 		return t.getAtt(id, attr, l)
 	case "Fn::Join":
-		a := list(arg)
+		a := List(arg)
 		if len(a) != 2 {
 			return nil, fmt.Errorf("Fn::Join %v: want [separator, list]", arg)
 		}
@@ -292,7 +292,7 @@ func (t *Template) intrinsic(fn string, arg any, l Local) (any, error) {
 			return nil, err
 		}
 		var ss []string
-		for _, p := range list(parts) {
+		for _, p := range List(parts) {
 			s, ok := p.(string)
 			if !ok {
 				return nil, fmt.Errorf("Fn::Join: part %v is not a string", p)
@@ -336,7 +336,7 @@ func (t *Template) intrinsic(fn string, arg any, l Local) (any, error) {
 		})
 		return strings.ReplaceAll(out, "${!", "${"), err
 	case "Fn::Select":
-		a := list(arg)
+		a := List(arg)
 		if len(a) != 2 {
 			return nil, fmt.Errorf("Fn::Select %v: want [index, list]", arg)
 		}
@@ -352,13 +352,13 @@ func (t *Template) intrinsic(fn string, arg any, l Local) (any, error) {
 		if _, err := fmt.Sscan(fmt.Sprint(idx), &i); err != nil {
 			return nil, fmt.Errorf("Fn::Select index %v", idx)
 		}
-		il := list(items)
+		il := List(items)
 		if i < 0 || i >= len(il) {
 			return nil, fmt.Errorf("Fn::Select index %d out of %d", i, len(il))
 		}
 		return il[i], nil
 	case "Fn::Split":
-		a := list(arg)
+		a := List(arg)
 		if len(a) != 2 {
 			return nil, fmt.Errorf("Fn::Split %v: want [separator, string]", arg)
 		}

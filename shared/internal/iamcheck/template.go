@@ -91,7 +91,7 @@ func (t *Template) Without(fnID, action, resourceID string) (*Template, int) {
 	role, _ := c.roleOf(fnID)
 	removed := 0
 	for _, doc := range c.policyDocs(role) {
-		stmts := list(doc.doc["Statement"])
+		stmts := List(doc.doc["Statement"])
 		var keep []any
 		for _, s := range stmts {
 			st, _ := s.(map[string]any)
@@ -100,7 +100,7 @@ func (t *Template) Without(fnID, action, resourceID string) (*Template, int) {
 				continue
 			}
 			var acts []any
-			for _, a := range list(st["Action"]) {
+			for _, a := range List(st["Action"]) {
 				if a == action {
 					removed++
 					continue
@@ -133,7 +133,7 @@ func mentions(v any, id string) bool {
 			return true
 		}
 		if ga, ok := x["Fn::GetAtt"]; ok {
-			if l := list(ga); len(l) > 0 && l[0] == id {
+			if l := List(ga); len(l) > 0 && l[0] == id {
 				return true
 			}
 			if s, ok := ga.(string); ok && strings.HasPrefix(s, id+".") {
@@ -159,7 +159,7 @@ func (t *Template) roleOf(fnID string) (string, error) {
 	role := r.Properties["Role"]
 	if m, ok := role.(map[string]any); ok {
 		if ga, ok := m["Fn::GetAtt"]; ok {
-			if l := list(ga); len(l) == 2 {
+			if l := List(ga); len(l) == 2 {
 				if id, ok := l[0].(string); ok {
 					return id, nil
 				}
@@ -196,7 +196,7 @@ func (t *Template) policyDocs(role string) []policyDoc {
 	sort.Strings(ids)
 	rr := t.Resources[role]
 	managed := map[string]bool{}
-	for _, a := range list(rr.Properties["ManagedPolicyArns"]) {
+	for _, a := range List(rr.Properties["ManagedPolicyArns"]) {
 		if m, ok := a.(map[string]any); ok {
 			if id, ok := m["Ref"].(string); ok {
 				managed[id] = true
@@ -209,7 +209,7 @@ func (t *Template) policyDocs(role string) []policyDoc {
 			continue
 		}
 		attached := managed[id]
-		for _, ref := range list(r.Properties["Roles"]) {
+		for _, ref := range List(r.Properties["Roles"]) {
 			if m, ok := ref.(map[string]any); ok && m["Ref"] == role {
 				attached = true
 			}
@@ -218,7 +218,7 @@ func (t *Template) policyDocs(role string) []policyDoc {
 			out = append(out, policyDoc{source: id, doc: doc})
 		}
 	}
-	for _, p := range list(rr.Properties["Policies"]) {
+	for _, p := range List(rr.Properties["Policies"]) {
 		pm, _ := p.(map[string]any)
 		if doc, ok := pm["PolicyDocument"].(map[string]any); ok {
 			out = append(out, policyDoc{source: fmt.Sprintf("%s.Policies[%v]", role, pm["PolicyName"]), doc: doc})
@@ -238,7 +238,7 @@ func (t *Template) Policies(local Local) (map[string]*Policy, error) {
 			return nil, err
 		}
 		p := &Policy{Function: fn, Role: role, local: local}
-		for _, a := range list(t.Resources[role].Properties["ManagedPolicyArns"]) {
+		for _, a := range List(t.Resources[role].Properties["ManagedPolicyArns"]) {
 			if m, ok := a.(map[string]any); ok {
 				if id, ok := m["Ref"].(string); ok && t.Resources[id].Type == "AWS::IAM::ManagedPolicy" {
 					continue // in the template: policyDocs reads it
@@ -287,7 +287,7 @@ func (t *Template) ManagedPolicy(id string, local Local) (*Policy, error) {
 // addStatements resolves the statements of one policy document into p,
 // each with its Source.
 func (t *Template) addStatements(p *Policy, d policyDoc, local Local) error {
-	for i, s := range list(d.doc["Statement"]) {
+	for i, s := range List(d.doc["Statement"]) {
 		st, err := t.statement(s, local)
 		if err != nil {
 			return fmt.Errorf("iamcheck: %s statement %d: %w", d.source, i, err)
@@ -319,7 +319,7 @@ func (t *Template) statement(raw any, local Local) (Statement, error) {
 		key string
 		dst *[]string
 	}{{"Action", &st.Action}, {"NotAction", &st.NotAction}, {"Resource", &st.Resource}, {"NotResource", &st.NotResource}} {
-		for _, v := range list(m[f.key]) {
+		for _, v := range List(m[f.key]) {
 			s, rerr := t.resolveString(v, local)
 			if rerr != nil {
 				return st, rerr
@@ -336,7 +336,7 @@ func (t *Template) statement(raw any, local Local) (Statement, error) {
 			}
 			st.Condition[op] = map[string][]string{}
 			for k, v := range km {
-				for _, e := range list(v) {
+				for _, e := range List(v) {
 					s, rerr := t.resolveString(e, local)
 					if rerr != nil {
 						return st, rerr
@@ -352,9 +352,10 @@ func (t *Template) statement(raw any, local Local) (Statement, error) {
 	return st, err
 }
 
-// list returns v as a list: itself if it is one, a one-element list
-// otherwise, nil for nil.
-func list(v any) []any {
+// List returns a template value as a list: itself if it is one, a
+// one-element list otherwise, nil for nil (CloudFormation takes a single
+// value where a list is expected, as in an Action or a Resource).
+func List(v any) []any {
 	switch x := v.(type) {
 	case nil:
 		return nil

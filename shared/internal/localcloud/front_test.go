@@ -13,7 +13,6 @@ import (
 	"os"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,41 +21,24 @@ import (
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 
 	"github.com/qasync/qasync/shared/internal/iamcheck"
+	"github.com/qasync/qasync/shared/internal/logtest"
 )
 
 // signedAt is the time the tests sign at, and the front's clock unless a
 // test moves it.
 var signedAt = time.Date(2026, 3, 14, 15, 9, 26, 0, time.UTC)
 
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // testFront is a front over routes and callers whose integration echoes
 // the event it gets (as a 200 JSON response) and records the function.
 type testFront struct {
 	*httpFront
-	logs    *syncBuffer
+	logs    *logtest.Buffer
 	invoked []string
 }
 
 func newTestFront(t *testing.T, routes []Route, callers []Caller) *testFront {
 	t.Helper()
-	tf := &testFront{logs: &syncBuffer{}}
+	tf := &testFront{logs: &logtest.Buffer{}}
 	opts := &Options{Routes: routes, Callers: callers, Region: "eu-west-1", AccountID: "111122223333", APIID: "api1",
 		MaxBodyBytes: DefaultMaxBodyBytes}
 	log := slog.New(slog.NewJSONHandler(tf.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))

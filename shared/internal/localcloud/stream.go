@@ -534,10 +534,10 @@ func (r *shardReader) firstFailed(out []byte, recs []st.Record) (int, error) {
 	return from, nil
 }
 
-// streamFailureRecord is the invocation record Lambda sends a stream
+// StreamFailureRecord is the invocation record Lambda sends a stream
 // source's on-failure destination (see "Retain discarded records for a
 // DynamoDB event source in Lambda" in the Lambda developer guide).
-type streamFailureRecord struct {
+type StreamFailureRecord struct {
 	RequestContext struct {
 		RequestID              string `json:"requestId"`
 		FunctionARN            string `json:"functionArn"`
@@ -571,7 +571,7 @@ func (r *shardReader) discard(ctx context.Context, a *batchAttempt) {
 		slog.String("first_sequence", aws.ToString(first.SequenceNumber)), slog.String("last_sequence", aws.ToString(last.SequenceNumber)),
 		slog.Int("invocations", a.invokes), slog.String("destination", m.OnFailureQueueURL)}
 	if m.OnFailureQueueURL != "" {
-		var rec streamFailureRecord
+		var rec StreamFailureRecord
 		rec.RequestContext.RequestID = uuid()
 		rec.RequestContext.FunctionARN = m.functionARN
 		rec.RequestContext.Condition = "RetryAttemptsExhausted"

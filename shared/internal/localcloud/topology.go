@@ -329,7 +329,7 @@ func (tp *Topology) addMapping(t *iamcheck.Template, id, fn string, p map[string
 	attr := getAttAttr(p["EventSourceArn"])
 	batch, _ := number(p["BatchSize"])
 	window, _ := number(p["MaximumBatchingWindowInSeconds"])
-	rbif := slices.ContainsFunc(list(p["FunctionResponseTypes"]), func(v any) bool { return v == "ReportBatchItemFailures" })
+	rbif := slices.ContainsFunc(iamcheck.List(p["FunctionResponseTypes"]), func(v any) bool { return v == "ReportBatchItemFailures" })
 	switch {
 	case attr == "Arn" && t.Resources[src].Type == "AWS::SQS::Queue":
 		u, ok := local.Queues[src]
@@ -385,7 +385,7 @@ func (tp *Topology) addRule(id string, p map[string]any, byID map[string]string)
 	if expr == "" || p["State"] == "DISABLED" {
 		return nil
 	}
-	for _, tg := range list(p["Targets"]) {
+	for _, tg := range iamcheck.List(p["Targets"]) {
 		target, _ := tg.(map[string]any)
 		fn := byID[refID(target["Arn"])]
 		if fn == "" {
@@ -429,8 +429,8 @@ func routeOf(t *iamcheck.Template, id string, p map[string]any, byID map[string]
 	// Target is "integrations/<integration id>", usually a Fn::Join.
 	integ := ""
 	if m, ok := p["Target"].(map[string]any); ok {
-		if j := list(m["Fn::Join"]); len(j) == 2 {
-			for _, part := range list(j[1]) {
+		if j := iamcheck.List(m["Fn::Join"]); len(j) == 2 {
+			for _, part := range iamcheck.List(j[1]) {
 				if ref := refID(part); ref != "" {
 					integ = ref
 				}
@@ -557,17 +557,6 @@ func number(v any) (int, bool) {
 		return n, err == nil
 	}
 	return 0, false
-}
-
-// list returns v as a list.
-func list(v any) []any {
-	switch x := v.(type) {
-	case nil:
-		return nil
-	case []any:
-		return x
-	}
-	return []any{v}
 }
 
 func sortedValues(m map[string]string) []string {
