@@ -123,9 +123,11 @@ func Step[I, O any](name string, spec Spec[I, O], fn func(ctx context.Context, i
 		panic(fmt.Sprintf("command: step %s: unknown policy %q", name, spec.Policy))
 	}
 	c := &cmd[I, O]{name: name, spec: spec, fn: fn}
-	// The typed step's encodings and submit check: the same decode as c.run.
-	typed := pipeline.NewStep(name, fn)
-	s := pipeline.Step{Name: name, Run: c.run, Accepts: typed.Accepts, CheckInput: typed.CheckInput}
+	// The typed step's encodings, submit check and input type (the
+	// pipelines route's JSON Schema), run by the command: the same decode
+	// as c.run.
+	s := pipeline.NewStep(name, fn)
+	s.Run = c.run
 	for _, o := range opts {
 		o(&s)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -396,5 +397,22 @@ func TestMisconfiguration(t *testing.T) {
 	}
 	if p.count("o-1") != 0 {
 		t.Fatal("charged")
+	}
+}
+
+// A command step keeps its input type, so that GET /v1/pipelines/{id}
+// describes a pipeline that starts with one (its first step's JSON
+// Schema), and its encodings and submit check are the typed step's.
+func TestCommandStepKnowsItsInputType(t *testing.T) {
+	type charge struct {
+		OrderID string `json:"orderId"`
+	}
+	s := command.Step("charge", command.Spec[charge, string]{Namespace: "payments", ID: func(in charge) string { return in.OrderID }},
+		func(context.Context, pipeline.StepInfo, charge) (string, error) { return "ok", nil })
+	if got := s.InputType(); got != reflect.TypeFor[charge]() {
+		t.Errorf("InputType %v, want charge", got)
+	}
+	if s.CheckInput == nil || len(s.Accepts) != 1 || s.Accepts[0] != payload.EncodingJSON {
+		t.Errorf("Accepts %v, CheckInput set %v", s.Accepts, s.CheckInput != nil)
 	}
 }

@@ -146,10 +146,11 @@ type Step struct {
 }
 
 // InputType is the Go type the step decodes its JSON input into: the I of
-// NewStep[I, O] and SleepUntil[I]. It is nil for a step that takes any
-// input (I is payload.Payload, json.RawMessage or an interface type) and
-// for steps built otherwise (Map, Child, Sleep, and steps assembled from
-// a Step literal, such as await, command and remote steps). The HTTP API
+// NewStep[I, O] and SleepUntil[I] (and of command.Step[I, O], built on
+// NewStep). It is nil for a step that takes any input (I is
+// payload.Payload, json.RawMessage or an interface type) and for steps
+// built otherwise (Map, Child, Sleep, and steps assembled from a Step
+// literal, such as await and remote steps). The HTTP API
 // describes a pipeline's input with the JSON Schema of its first step's
 // InputType.
 func (s *Step) InputType() reflect.Type { return s.inputType }
