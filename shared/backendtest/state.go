@@ -139,6 +139,17 @@ func runState(t *testing.T, f func(*testing.T, clock.Clock) store.Store) {
 			tc.fn(e, ms)
 		})
 	}
+	for _, tc := range slotCases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := setupState(t, f)
+			ss, ok := e.s.(store.SlotStore)
+			if !ok {
+				t.Fatalf("the state store keeps no concurrency keys (store.SlotStore)")
+			}
+			tc.fn(e, ss)
+		})
+	}
 	for _, tc := range jobCases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -768,6 +779,7 @@ func testRoundTrip(e *stateEnv) {
 		Digest: payload.Digest([]byte("done")), Late: true,
 		LatePayload: payload.Ref{Encoding: payload.EncodingJSON, ContentType: "application/json", Length: 4, SHA256: payload.Digest([]byte("done")), Inline: []byte("done")}}
 	next.Children = &store.Children{StepIndex: 3, Total: 250, MaxInFlight: 7, Done: true}
+	next.SlotHeld = true
 	if _, err := e.s.Update(e.ctx, store.Guard{Key: x.Key(), Version: held.Version, LeaseOwner: "w1"}, next); err != nil {
 		e.t.Fatalf("Update: %v", err)
 	}
