@@ -779,7 +779,6 @@ func testRoundTrip(e *stateEnv) {
 		Digest: payload.Digest([]byte("done")), Late: true,
 		LatePayload: payload.Ref{Encoding: payload.EncodingJSON, ContentType: "application/json", Length: 4, SHA256: payload.Digest([]byte("done")), Inline: []byte("done")}}
 	next.Children = &store.Children{StepIndex: 3, Total: 250, MaxInFlight: 7, Done: true}
-	next.SlotHeld = true
 	if _, err := e.s.Update(e.ctx, store.Guard{Key: x.Key(), Version: held.Version, LeaseOwner: "w1"}, next); err != nil {
 		e.t.Fatalf("Update: %v", err)
 	}
