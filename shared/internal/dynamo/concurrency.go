@@ -87,8 +87,8 @@ func (st *StateStore) AcquireSlot(ctx context.Context, sc store.SlotScope, h sto
 	for range 3 {
 		_, err := st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 			TableName: &st.opts.ExecutionTable, Key: slotItemKey(sc),
-			UpdateExpression:    aws.String("SET #h.#id = :life, #x = :x"),
-			ConditionExpression: aws.String("#x > :now AND (#h.#id = :life OR (attribute_not_exists(#h.#id) AND size(#h) < :limit))"),
+			UpdateExpression:         aws.String("SET #h.#id = :life, #x = :x"),
+			ConditionExpression:      aws.String("#x > :now AND (#h.#id = :life OR (attribute_not_exists(#h.#id) AND size(#h) < :limit))"),
 			ExpressionAttributeNames: map[string]string{"#h": AttrSlotHolders, "#id": h.ExecutionID, "#x": AttrTTL},
 			ExpressionAttributeValues: map[string]types.AttributeValue{":life": num(h.Life), ":x": seconds(expires),
 				":now": seconds(st.opts.Clock.Now()), ":limit": num(limit)},
