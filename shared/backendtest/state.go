@@ -139,6 +139,17 @@ func runState(t *testing.T, f func(*testing.T, clock.Clock) store.Store) {
 			tc.fn(e, ms)
 		})
 	}
+	for _, tc := range slotCases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := setupState(t, f)
+			ss, ok := e.s.(store.SlotStore)
+			if !ok {
+				t.Fatalf("the state store keeps no concurrency keys (store.SlotStore)")
+			}
+			tc.fn(e, ss)
+		})
+	}
 	for _, tc := range jobCases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -275,6 +275,9 @@ type Pipeline struct {
 	// output) to an object before the execution is marked SUCCEEDED
 	// (Terminal Object Publish).
 	Output *Output
+	// Concurrency, when set, limits how many of the pipeline's executions
+	// run at once per key taken from their input (ConcurrencyKey).
+	Concurrency *Concurrency
 
 	versionID string // set by NewRegistry
 }
@@ -426,6 +429,11 @@ func (p *Pipeline) Validate() error {
 	}
 	if p.Output != nil {
 		if err := p.Output.validate(); err != nil {
+			return fmt.Errorf("pipeline %s: %w", p.ID, err)
+		}
+	}
+	if p.Concurrency != nil {
+		if err := p.Concurrency.validate(); err != nil {
 			return fmt.Errorf("pipeline %s: %w", p.ID, err)
 		}
 	}

@@ -72,6 +72,7 @@ const (
 	keyCommandID      = "command_id"
 	keyCreated        = "c"
 	keyDueShard       = "ds"
+	keyIncarnation    = "ic"
 	keyListKey        = "lk"
 	keyPK             = "pk"
 	keyPage           = "pg"
@@ -85,6 +86,7 @@ const (
 	keyRecordedAt     = "recorded_ms"
 	keySweepAt        = "sw"
 	keyTTL            = "ttl"
+	keyWaitKey        = "wk"
 )
 
 // DueIndexName is the sparse sweep GSI: PK due_shard (fixed at submit),
@@ -101,6 +103,15 @@ const DueIndexName = "sweep"
 // takes one write per execution and none per step; listing reads the
 // rows it finds for their status.
 const ListIndexName = "list"
+
+// WaitIndexName is the sparse waiting GSI of concurrency keys: PK
+// wait_key (the key's scope: tenant, pipeline and key value), SK
+// created_at, present only on rows waiting for a slot of their key
+// (status WAITING_KEY). It projects the incarnation besides the keys, so
+// that an entry names the full execution id. A keyed execution that
+// waits writes it twice (in, out); one that never waits, and every
+// execution without a key, never.
+const WaitIndexName = "wait"
 
 // DefaultDueShards spreads the sweep index over this many partition key
 // values so that no single index partition takes every write (see
@@ -194,6 +205,11 @@ func ExecutionTable(name string) Table {
 			PartitionKey:     Attr{keyListKey, String},
 			SortKey:          Attr{keyCreated, Number},
 			NonKeyAttributes: []string{keyPipelineID},
+		}, {
+			Name:             WaitIndexName,
+			PartitionKey:     Attr{keyWaitKey, String},
+			SortKey:          Attr{keyCreated, Number},
+			NonKeyAttributes: []string{keyIncarnation},
 		}},
 		TTLAttribute: keyTTL,
 		Stream:       StreamNewAndOldImages,

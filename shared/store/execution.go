@@ -49,7 +49,8 @@ const (
 )
 
 // Statuses lists every status.
-var Statuses = []Status{Queued, Running, WaitRetry, WaitingExternal, RemoteOutcomeUnknown, Succeeded, Failed, DLQ, Cancelled, Pending, WaitingChildren}
+var Statuses = []Status{Queued, Running, WaitRetry, WaitingExternal, RemoteOutcomeUnknown, Succeeded, Failed, DLQ, Cancelled, Pending, WaitingChildren,
+	WaitingKey}
 
 // Terminal reports whether s ends the execution.
 func (s Status) Terminal() bool { return s == Succeeded || s == Failed || s == DLQ || s == Cancelled }
@@ -242,6 +243,17 @@ type Execution struct {
 	// Children is set on a parent once its map step has created its
 	// children (the row is then WAITING_CHILDREN until they have ended).
 	Children *Children // children (one map attribute)
+	// ConcurrencyKey is the value of the pipeline's concurrency key for
+	// this execution's input (pipeline.Concurrency), set at submit and
+	// never changed ("" when the pipeline has none): at most the
+	// pipeline's limit of a key's executions hold a slot (SlotStore);
+	// the others wait as WAITING_KEY.
+	ConcurrencyKey string // concurrency_key
+	// SlotHeld is set once the execution holds a slot of its key, from its
+	// first claim until a re-drive (a terminal execution's slot is
+	// released right after its terminal commit; a holder whose row is
+	// terminal is stale: SlotStale).
+	SlotHeld bool // slot_held
 }
 
 // AwaitStatus is the state of an external await.

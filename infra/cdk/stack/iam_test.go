@@ -37,13 +37,15 @@ func TestLeastPrivilegePerFunction(t *testing.T) {
 		SubmitFunctionID: concat(common(SubmitFunctionID),
 			grant(arn(ExecutionTableID), "dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
 			grant([]string{"<ExecutionTable.Arn>/index/list", "<DeadLetterTable.Arn>/index/tenant"}, "dynamodb:Query"),
+			grant([]string{"<ExecutionTable.Arn>/index/wait"}, "dynamodb:Query"), // concurrency keys: a cancel's hand-over
 			grant(arn(PayloadTableID), "dynamodb:GetItem", "dynamodb:PutItem"),
 			grant(arn(WorkQueueID), "sqs:SendMessage"),
 			grant(arn(DLQQueueID), "sqs:SendMessage"),
 			grant(arn(HistoryTableID), "dynamodb:Query"), // the history route
 			secret),
 		WorkerFunctionID: concat(common(WorkerFunctionID), secret,
-			grant(arn(ExecutionTableID), "dynamodb:GetItem", "dynamodb:UpdateItem"),
+			grant(arn(ExecutionTableID), "dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
+			grant([]string{"<ExecutionTable.Arn>/index/wait"}, "dynamodb:Query"), // concurrency keys
 			grant(arn(PayloadTableID), "dynamodb:GetItem", "dynamodb:PutItem"),
 			grant(arn(EffectTableID), "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
 			grant(arn(WorkQueueID), append(consume, "sqs:ChangeMessageVisibility")...),
@@ -52,7 +54,7 @@ func TestLeastPrivilegePerFunction(t *testing.T) {
 			grant(arn(RejectQueueID), "sqs:SendMessage"),
 			[]string{events}),
 		SweeperFunctionID: concat(common(SweeperFunctionID),
-			grant([]string{"<ExecutionTable.Arn>/index/sweep", "<ExecutionTable.Arn>/index/list"}, "dynamodb:Query"),
+			grant([]string{"<ExecutionTable.Arn>/index/sweep", "<ExecutionTable.Arn>/index/list", "<ExecutionTable.Arn>/index/wait"}, "dynamodb:Query"),
 			grant(arn(ExecutionTableID), "dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
 			grant(arn(WorkQueueID), "sqs:SendMessage"),
 			grant(arn(DLQQueueID), "sqs:SendMessage"),

@@ -151,7 +151,7 @@ func TestTablesFollowSchema(t *testing.T) {
 			}
 		}
 	}
-	// The two indexes, spelled out once more: their keys and their one
+	// The three indexes, spelled out once more: their keys and their one
 	// projected attribute never change on the happy path, so no claim,
 	// renewal, chained commit or hand-over writes them.
 	synth(t, "dev").tpl.HasResourceProperties(jsii.String("AWS::DynamoDB::Table"), map[string]any{
@@ -173,6 +173,14 @@ func TestTablesFollowSchema(t *testing.T) {
 			},
 			"Projection": map[string]any{"ProjectionType": "INCLUDE",
 				"NonKeyAttributes": []any{"p"}},
+		}, map[string]any{
+			"IndexName": "wait",
+			"KeySchema": []any{
+				map[string]any{"AttributeName": "wk", "KeyType": "HASH"},
+				map[string]any{"AttributeName": "c", "KeyType": "RANGE"},
+			},
+			"Projection": map[string]any{"ProjectionType": "INCLUDE",
+				"NonKeyAttributes": []any{"ic"}},
 		}},
 	})
 }

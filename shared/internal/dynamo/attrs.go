@@ -68,6 +68,19 @@ const (
 	// AttrListKey is the list index's partition key: the tenant and a
 	// bucket fixed at submit, "<tenant>#<bucket>".
 	AttrListKey = "lk"
+	// AttrConcurrencyKey is the row's concurrency key (written at create,
+	// never changed; absent on rows of pipelines without one).
+	AttrConcurrencyKey = "ck"
+	// AttrSlotHeld marks a keyed row that holds a slot of its key
+	// (store.Execution.SlotHeld; absent when false).
+	AttrSlotHeld = "sh"
+	// AttrWaitKey is the waiting index's partition key, the scope of the
+	// row's concurrency key (store.SlotScope.ID), present only while the
+	// row is WAITING_KEY.
+	AttrWaitKey = "wk"
+	// AttrSlotHolders is a concurrency key item's map of holders:
+	// execution id to the life (redrive count) it acquired in.
+	AttrSlotHolders = "kh"
 	// AttrShards is the meta item's record of the largest index shard
 	// count rows were written with.
 	AttrShards = "n"

@@ -163,6 +163,9 @@ func encode(e *store.Execution, shards int) map[string]types.AttributeValue {
 	if e.Parent != nil {
 		item[AttrParent] = parentAttr(e.Parent)
 	}
+	if e.ConcurrencyKey != "" {
+		item[AttrConcurrencyKey] = str(e.ConcurrencyKey)
+	}
 	u := newUpdate()
 	mutable(u, e, false)
 	for name, v := range u.setValues {
@@ -212,6 +215,11 @@ func mutable(u *update, e *store.Execution, keepSweep bool) {
 	u.setOrRemove(AttrCancelRequested, !e.CancelRequestedAt.IsZero(), millis(e.CancelRequestedAt))
 	u.setOrRemove(AttrAwait, e.Await != nil, awaitAttr(e.Await))
 	u.setOrRemove(AttrChildren, e.Children != nil, childrenAttr(e.Children))
+	if e.ConcurrencyKey != "" {
+		// Only keyed rows: a row without a key writes exactly what it did.
+		u.setOrRemove(AttrSlotHeld, e.SlotHeld, boolean(true))
+		u.setOrRemove(AttrWaitKey, e.Status == store.WaitingKey, str(e.SlotScope().ID()))
+	}
 }
 
 // Keys of the parent and children map attributes.
@@ -525,6 +533,8 @@ func decode(item map[string]types.AttributeValue) (store.Execution, error) {
 		Await:           r.await(AttrAwait),
 		Parent:          r.parent(AttrParent),
 		Children:        r.children(AttrChildren),
+		ConcurrencyKey:  r.str(AttrConcurrencyKey),
+		SlotHeld:        r.bool(AttrSlotHeld),
 	}
 	if _, ok := item[AttrErrorCode]; ok {
 		e.Error = &store.Failure{Code: r.str(AttrErrorCode), Message: r.str(AttrErrorMessage), TerminalReason: r.str(AttrTerminalReason)}

@@ -169,6 +169,8 @@ type rowRec struct {
 	Aw *awaitRec      `json:"aw,omitempty"`
 	Pa *parentRec     `json:"pa,omitempty"`
 	Ch *childrenRec   `json:"ch,omitempty"`
+	CK string         `json:"ck,omitempty"`
+	SH bool           `json:"sh,omitempty"`
 }
 
 // parentRec is a child's store.ParentRef.
@@ -230,7 +232,7 @@ func encodeRow(e *store.Execution) ([]byte, error) {
 		VW: ms(e.VersionWaitSince), LT: e.LastTransitionKey, IK: e.IdempotencyKey, FP: e.Fingerprint, CT: e.CreateToken,
 		In: refPtr(e.Input), Re: refPtr(e.Result), Er: e.Error, DP: e.DLQPending, N: e.Note, RD: e.RedriveCount,
 		CR: e.CancelReason, CQ: ms(e.CancelRequestedAt), C: ms(e.CreatedAt), U: ms(e.UpdatedAt), X: secs(e.ExpiresAt),
-		RX: secs(e.RecordsExpireAt),
+		RX: secs(e.RecordsExpireAt), CK: e.ConcurrencyKey, SH: e.SlotHeld,
 	}
 	if a := e.Await; a != nil {
 		r.Aw = &awaitRec{ID: a.ID, SI: a.StepIndex, S: a.Status, TO: ms(a.TimeoutAt), CA: ms(a.CompletedAt), D: a.Digest, L: a.Late, LP: refPtr(a.LatePayload)}
@@ -261,7 +263,7 @@ func decodeRow(body []byte) (store.Execution, error) {
 		VersionWaitSince: fromMs(r.VW), LastTransitionKey: r.LT, IdempotencyKey: r.IK, Fingerprint: r.FP, CreateToken: r.CT,
 		Input: refVal(r.In), Result: refVal(r.Re), Error: r.Er, DLQPending: r.DP, Note: r.N, RedriveCount: r.RD,
 		CancelReason: r.CR, CancelRequestedAt: fromMs(r.CQ), CreatedAt: fromMs(r.C), UpdatedAt: fromMs(r.U), ExpiresAt: fromSecs(r.X),
-		RecordsExpireAt: fromSecs(r.RX),
+		RecordsExpireAt: fromSecs(r.RX), ConcurrencyKey: r.CK, SlotHeld: r.SH,
 	}
 	if a := r.Aw; a != nil {
 		e.Await = &store.Await{ID: a.ID, StepIndex: a.SI, Status: a.S, TimeoutAt: fromMs(a.TO), CompletedAt: fromMs(a.CA),

@@ -25,9 +25,10 @@ import (
 // the file; Open refuses a file with a newer one (ErrNewerSchema).
 //
 // Version 2 added the operator jobs' buckets (jobs, jobpages,
-// jobsactive); version 3 the maps' count rows (maps). Open upgrades an
-// older file by creating the buckets it lacks.
-const SchemaVersion = 3
+// jobsactive); version 3 the maps' count rows (maps); version 4 the
+// concurrency keys' records and waiting index (slots, waitkey). Open
+// upgrades an older file by creating the buckets it lacks.
+const SchemaVersion = 4
 
 // FileName is the store's file inside its data directory.
 const FileName = "qasync.db"
@@ -75,14 +76,18 @@ var (
 	bJobPages   = []byte("jobpages")   // jobKey + page number -> ids
 	bJobsActive = []byte("jobsactive") // jobKey -> nothing (the active jobs)
 	bMaps       = []byte("maps")       // mapKey + group (or the finished set) -> indexes
+	// Since schema version 4:
+	bSlots   = []byte("slots")   // scope id -> a concurrency key's holders
+	bWaitKey = []byte("waitkey") // scope id + createdMs + execKey -> nothing (the waiting rows)
 
 	allBuckets = [][]byte{bMeta, bExec, bSweep, bList, bQueue, bHist, bParts, bEffects, bDead, bDeadIdx, bRejects,
-		bJobs, bJobPages, bJobsActive, bMaps}
+		bJobs, bJobPages, bJobsActive, bMaps, bSlots, bWaitKey}
 )
 
 // bucketSince is the schema version that added a bucket (absent: 1). A
 // file of an older version lacks the bucket until Open upgrades it.
-var bucketSince = map[string]int{string(bJobs): 2, string(bJobPages): 2, string(bJobsActive): 2, string(bMaps): 3}
+var bucketSince = map[string]int{string(bJobs): 2, string(bJobPages): 2, string(bJobsActive): 2, string(bMaps): 3,
+	string(bSlots): 4, string(bWaitKey): 4}
 
 // Options tune Open.
 type Options struct {
@@ -459,7 +464,7 @@ func (db *DB) verify() ([][]byte, error) {
 // values are short, unsealed hints).
 func isIndex(name []byte) bool {
 	switch string(name) {
-	case string(bSweep), string(bList), string(bDeadIdx), string(bJobsActive):
+	case string(bSweep), string(bList), string(bDeadIdx), string(bJobsActive), string(bWaitKey):
 		return true
 	}
 	return false

@@ -160,6 +160,12 @@ func (db *DB) Expire(ctx context.Context) (int, error) {
 		}); err != nil {
 			return err
 		}
+		if err := scan(bSlots, func(v []byte) bool {
+			var r slotRec
+			return openJSON(v, &r, "") == nil && expired(fromSecs(r.X), now)
+		}); err != nil {
+			return err
+		}
 		return scan(bRejects, func(v []byte) bool {
 			var env reject.Envelope
 			return openJSON(v, &env, "") == nil && now.Sub(env.RejectedAt) > rejectRetention
@@ -215,6 +221,14 @@ func (db *DB) Expire(ctx context.Context) (int, error) {
 						continue // rewritten since the scan
 					}
 					if err := t.bucket(bMaps).Delete(v.key); err != nil {
+						return err
+					}
+				case string(bSlots):
+					var r slotRec
+					if val := t.bucket(bSlots).Get(v.key); val == nil || openJSON(val, &r, "") != nil || !expired(fromSecs(r.X), now) {
+						continue // rewritten since the scan
+					}
+					if err := t.bucket(bSlots).Delete(v.key); err != nil {
 						return err
 					}
 				case string(bJobPages):

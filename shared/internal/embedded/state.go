@@ -88,6 +88,9 @@ func (t *txn) putRow(k []byte, old, next *store.Execution) error {
 			return err
 		}
 	}
+	if err := t.syncWaiting(k, old, next); err != nil {
+		return err
+	}
 	// The queue follows the committed transitions (a create, a claim, a
 	// commit: each moves the version). A renewal or a sweeper's reschedule
 	// moves no version and leaves the queue alone: an entry a Dispatch
@@ -114,6 +117,9 @@ func (t *txn) dropRow(k []byte, e *store.Execution) error {
 		}
 	}
 	if err := t.bucket(bList).Delete(listKey(e)); err != nil {
+		return err
+	}
+	if err := t.syncWaiting(k, e, nil); err != nil {
 		return err
 	}
 	if err := t.syncQueue(k, nil); err != nil {
@@ -295,6 +301,7 @@ func (s *State) Update(ctx context.Context, g store.Guard, next store.Execution)
 		u.TenantID, u.ExecutionID, u.PipelineID = row.TenantID, row.ExecutionID, row.PipelineID
 		u.PipelineVersion, u.IdempotencyKey, u.Input = row.PipelineVersion, row.IdempotencyKey, row.Input
 		u.Fingerprint, u.CreateToken, u.CreatedAt, u.Parent = row.Fingerprint, row.CreateToken, row.CreatedAt, row.Parent
+		u.ConcurrencyKey = row.ConcurrencyKey
 		if u.ExpiresAt.IsZero() {
 			u.ExpiresAt = row.ExpiresAt
 		}

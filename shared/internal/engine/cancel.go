@@ -144,6 +144,7 @@ func (r *Runtime) finishCancel(ctx context.Context, e store.Execution, by string
 		slog.String("reason", got.CancelReason), slog.String("from_status", string(e.Status)), slog.String("by", by),
 		slog.Time("cancel_requested_at", got.CancelRequestedAt), slog.Duration("latency", now.Sub(got.CreatedAt)))
 	r.notify(ctx, EventCancelled, got, SweepResult{})
+	r.keyEnded(ctx, got)
 	r.childEnded(ctx, got)
 	return got, nil
 }

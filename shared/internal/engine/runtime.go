@@ -152,6 +152,12 @@ type Config struct {
 	// woken at one virtual instant run in no set order, and its fault
 	// draws must come in one.
 	FanOutParallel int
+	// KeyWaitLook is how often the sweeper looks at an execution waiting
+	// for a slot of its concurrency key (WAITING_KEY) after its first look
+	// a grace after it began to wait: the look repairs a wake-up lost to
+	// a crash and evicts slots whose holders ended without releasing
+	// them. Default 5 minutes.
+	KeyWaitLook time.Duration
 }
 
 // DefaultConfig returns the runtime's defaults for every field.
@@ -161,7 +167,7 @@ func DefaultConfig() Config {
 		ClockSkewTolerance: 2 * time.Second, ExecutionTTL: 30 * 24 * time.Hour, InlineBudget: payload.DefaultInlineBudget,
 		IdempotencyPolicy: OptionalClientKey, PipelineVersionWait: time.Hour, DispatchTimeout: 2 * time.Second, ReleaseLimit: 10,
 		ChainMaxSteps: 16,
-		ChildrenLook:  5 * time.Minute, FanOutParallel: 25,
+		ChildrenLook:  5 * time.Minute, FanOutParallel: 25, KeyWaitLook: 5 * time.Minute,
 	}
 }
 
@@ -199,6 +205,9 @@ func (c *Config) defaults() error {
 	}
 	if c.FanOutParallel <= 0 {
 		c.FanOutParallel = def.FanOutParallel
+	}
+	if c.KeyWaitLook <= 0 {
+		c.KeyWaitLook = def.KeyWaitLook
 	}
 	switch {
 	case c.Lease < 3*time.Millisecond:
@@ -362,6 +371,10 @@ func (r *Runtime) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, 
 			return SubmitResult{}, fmt.Errorf("%w: %s", ErrInvalidInput, msg)
 		}
 	}
+	concurrencyKey, err := p.KeyOf(req.Input)
+	if err != nil {
+		return SubmitResult{}, fmt.Errorf("%w: %s", ErrInvalidInput, err.Error())
+	}
 	digest := requestDigest(req.Input)
 	key := req.IdempotencyKey
 	switch {
@@ -404,6 +417,7 @@ func (r *Runtime) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, 
 		NextDueAt: now, SweepAt: r.firstLook(now), IdempotencyKey: clientKey, Input: in,
 		Fingerprint: fingerprint, CreateToken: token,
 		CreatedAt: now, UpdatedAt: now, ExpiresAt: expires, RecordsExpireAt: records,
+		ConcurrencyKey: concurrencyKey,
 	}
 	got, created, err := r.deps.Store.CreateOrGet(ctx, store.CreateRequest{Execution: row})
 	if (err == nil && !created) || errors.Is(err, store.ErrKeyMismatch) {
@@ -542,6 +556,7 @@ func (r *Runtime) RedriveWith(ctx context.Context, key store.Key, opts RedriveOp
 	next.Error, next.DLQPending = nil, false
 	next.Note = store.Truncate(reason, store.MaxErrorMessage)
 	next.RedriveCount++
+	next.SlotHeld = false // a new life: it acquires a slot again (its old one is stale)
 	got, err := r.update(ctx, store.Guard{Key: key, Version: e.Version}, next)
 	if err != nil {
 		return e, err

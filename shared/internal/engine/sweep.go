@@ -132,6 +132,10 @@ func (r *Runtime) Sweep(ctx context.Context, pass *SweepPass) (SweepResult, erro
 			if r.renewMap(ctx, e, look) || r.reschedule(ctx, &e, look, 0) {
 				res.Rescheduled++
 			}
+		case sweepKeyWait:
+			if look := r.lookAtKeyWait(ctx, e); !look.IsZero() && r.reschedule(ctx, &e, look, 0) {
+				res.Rescheduled++
+			}
 		case sweepReschedule:
 			if r.reschedule(ctx, &e, at, e.Sweeps) {
 				res.Rescheduled++
@@ -179,6 +183,7 @@ const (
 	sweepForget                          // needs no look: leave the index
 	sweepCancel                          // cancelled, its worker gone: end it CANCELLED
 	sweepChildren                        // a parent waiting for its children: repair, carry a cancel on
+	sweepKeyWait                         // waiting for a slot of its key: repair a lost wake-up, evict stale slots
 )
 
 // sweepPlan decides, from the row alone, what the sweeper does with it at
@@ -197,6 +202,8 @@ func (r *Runtime) sweepPlan(e *store.Execution, now time.Time) (sweepAction, tim
 		return sweepReschedule, e.Await.TimeoutAt
 	case e.Status == store.WaitingChildren:
 		return sweepChildren, time.Time{}
+	case e.Status == store.WaitingKey:
+		return sweepKeyWait, time.Time{}
 	case cancelPending(e):
 		// Cancelled while running: its worker ends it, unless it died; no
 		// grace, since no work item has to come back for it.

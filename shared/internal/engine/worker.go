@@ -92,6 +92,10 @@ func (r *Runtime) Process(ctx context.Context, item dispatch.WorkItem) error {
 	if !ok {
 		return r.versionUnavailable(ctx, row, now)
 	}
+	slotOK, acquired, err := r.takeSlot(ctx, &row, p)
+	if err != nil || !slotOK {
+		return err // the key is full: the row waits (WAITING_KEY)
+	}
 	takeover := row.Status == store.Running
 	attempt, releases := row.Attempt, row.Releases
 	if takeover {
@@ -111,6 +115,9 @@ func (r *Runtime) Process(ctx context.Context, item dispatch.WorkItem) error {
 		return err
 	}
 	r.lookAfterClaim(ctx, &claimed)
+	if acquired {
+		claimed.SlotHeld = true // recorded by the step's commit
+	}
 	log := r.execLogger(&claimed).With(slog.String("transition_key", claimed.TransitionKey()))
 	log.LogAttrs(ctx, slog.LevelInfo, "lease_claimed", slog.String("event", "lease_claimed"),
 		slog.Int64("version", claimed.Version), slog.Bool("takeover", takeover))
@@ -779,6 +786,7 @@ func (t *transition) landedAs(ctx context.Context, got store.Execution, attrs []
 	if got.Parent != nil && got.Status.Terminal() {
 		t.r.childEnded(ctx, got)
 	}
+	t.r.keyEnded(ctx, got)
 	return &got
 }
 

@@ -196,7 +196,9 @@ func TestSynthesizedTemplate(t *testing.T) {
 		allowed              bool
 	}{
 		{"WorkerFunction", "dynamodb:UpdateItem", exec, true},
-		{"WorkerFunction", "dynamodb:PutItem", exec, false},
+		{"WorkerFunction", "dynamodb:PutItem", exec, true}, // a concurrency key's first item
+		{"WorkerFunction", "dynamodb:Query", exec + "/index/wait", true},
+		{"WorkerFunction", "dynamodb:Query", exec + "/index/sweep", false},
 		{"WorkerFunction", "dynamodb:DescribeTable", local.TableARN(names.HistoryTable), true},
 		{"WorkerFunction", "sqs:ChangeMessageVisibility", work, true},
 		{"SubmitFunction", "sqs:SendMessage", work, true},

@@ -31,6 +31,10 @@ type StateStore struct {
 	jobs memJobs
 	maps map[mapRecKey]*mapRec
 	reap reaper
+	// slots and wait are the concurrency keys' records and the set of
+	// waiting rows (concurrency.go).
+	slots map[string]*slotRec
+	wait  map[store.Key]struct{}
 }
 
 var (
@@ -47,6 +51,8 @@ func NewStateStore(c clock.Clock) *StateStore {
 		hist:  map[store.Key][]history.Event{},
 		jobs:  memJobs{jobs: map[store.JobKey]*store.Job{}, pages: map[jobPageKey]jobPage{}},
 		maps:  map[mapRecKey]*mapRec{},
+		slots: map[string]*slotRec{},
+		wait:  map[store.Key]struct{}{},
 	}
 }
 
@@ -182,7 +188,7 @@ func (s *StateStore) Update(ctx context.Context, g store.Guard, next store.Execu
 	updated.TenantID, updated.ExecutionID, updated.PipelineID = row.TenantID, row.ExecutionID, row.PipelineID
 	updated.PipelineVersion, updated.IdempotencyKey, updated.Input = row.PipelineVersion, row.IdempotencyKey, row.Input
 	updated.Fingerprint, updated.CreateToken = row.Fingerprint, row.CreateToken
-	updated.CreatedAt, updated.Parent = row.CreatedAt, row.Parent
+	updated.CreatedAt, updated.Parent, updated.ConcurrencyKey = row.CreatedAt, row.Parent, row.ConcurrencyKey
 	if updated.ExpiresAt.IsZero() {
 		updated.ExpiresAt = row.ExpiresAt
 	}
@@ -343,6 +349,7 @@ func (s *StateStore) live(key store.Key, now time.Time) *store.Execution {
 	if row.Expired(now) {
 		delete(s.rows, key)
 		delete(s.due, key)
+		delete(s.wait, key)
 		delete(s.hist, key)
 		return nil
 	}
@@ -355,6 +362,11 @@ func (s *StateStore) index(row *store.Execution) {
 		delete(s.due, slotKey(row.Key()))
 	} else {
 		s.due[slotKey(row.Key())] = struct{}{}
+	}
+	if waiting(row) {
+		s.wait[slotKey(row.Key())] = struct{}{}
+	} else {
+		delete(s.wait, slotKey(row.Key()))
 	}
 }
 
