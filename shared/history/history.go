@@ -53,9 +53,9 @@ const (
 	// Resumed: an operator resumed a PAUSED execution (Status: where it
 	// went back to), or withdrew a pause request that had not yet taken
 	// effect.
-	Resumed Type = "RESUMED"
-	DeadLettered     Type = "DEAD_LETTERED"
-	Succeeded        Type = "SUCCEEDED"
+	Resumed      Type = "RESUMED"
+	DeadLettered Type = "DEAD_LETTERED"
+	Succeeded    Type = "SUCCEEDED"
 )
 
 // Event is one entry of a history.

@@ -54,6 +54,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/qasync/qasync/shared/payload"
@@ -360,4 +361,111 @@ func (r *Runtime) completePausedAwait(ctx context.Context, e store.Execution, a 
 		slog.Int64("version", got.Version), slog.Int64("completion_bytes", ref.Length))
 	r.notify(ctx, EventTransitionCommitted, got, SweepResult{})
 	return got, false, nil
+}
+
+// BulkAction is what a bulk job (StartRedrivesWith) does to each
+// execution its filter matched: the bulk pause and resume are bulk
+// re-drive's jobs (the same durable record, scan, rate, progress,
+// idempotency key and driver) with another action.
+type BulkAction string
+
+// Bulk actions.
+const (
+	// BulkRedrive re-drives (RedriveWith): the default.
+	BulkRedrive BulkAction = ""
+	// BulkPause pauses (Pause): statuses QUEUED, WAIT_RETRY,
+	// WAITING_EXTERNAL, RUNNING and WAITING_CHILDREN (empty: all five).
+	BulkPause BulkAction = "pause"
+	// BulkResume resumes (Resume): status PAUSED.
+	BulkResume BulkAction = "resume"
+)
+
+// String names the action for logs.
+func (a BulkAction) String() string {
+	if a == BulkRedrive {
+		return "redrive"
+	}
+	return string(a)
+}
+
+// pausable are the statuses a pause takes.
+var pausable = []store.Status{store.Queued, store.WaitRetry, store.WaitingExternal, store.Running, store.WaitingChildren}
+
+// statuses checks a bulk job's status filter against what the action
+// takes and returns it sorted (defaulted when empty).
+func (a BulkAction) statuses(asked []store.Status) ([]store.Status, error) {
+	var allowed []store.Status
+	switch a {
+	case BulkRedrive:
+		allowed = []store.Status{store.DLQ, store.Failed}
+	case BulkPause:
+		allowed = pausable
+	case BulkResume:
+		allowed = []store.Status{store.Paused}
+	default:
+		return nil, fmt.Errorf("%w: unknown action %q", ErrInvalidRedrive, string(a))
+	}
+	out := slices.Clone(asked)
+	if len(out) == 0 {
+		out = slices.Clone(allowed)
+	}
+	for _, s := range out {
+		if !slices.Contains(allowed, s) {
+			return nil, fmt.Errorf("%w: status %q: a bulk %s takes %v executions", ErrInvalidRedrive, s, a, allowed)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// jobID is the id of the bulk job tenant starts under an idempotency
+// key: re-drive's, and apart from it one per other action.
+func (a BulkAction) jobID(tenant, key string) string {
+	if a == BulkRedrive {
+		return redriveJobID(tenant, key)
+	}
+	return hashParts("qasync-"+string(a), tenant, key)[:32]
+}
+
+// pauseOne pauses or resumes one execution of a bulk job, as the single
+// call does, its audit log naming the job: done when it is paused (or its
+// pause requested) or resumed now, skipped when it no longer matches or
+// the action does not apply to it any more.
+func (r *Runtime) pauseOne(ctx context.Context, job *redriveJob, id string) redriveOutcome {
+	key := store.Key{TenantID: job.rec.Key.TenantID, ExecutionID: id}
+	opts := PauseOptions{Reason: "bulk " + job.st.Action.String() + " " + job.rec.Key.ID + ": " + job.st.Reason, JobID: job.rec.Key.ID}
+	filter := job.st.filter()
+	for try := 1; ; try++ {
+		e, err := r.deps.Store.Get(ctx, key)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return redriveSkipped
+		case err != nil && try < redriveTries:
+			continue
+		case err != nil:
+			return redriveFailed
+		case job.st.Action == BulkPause && (e.Status == store.Paused || !e.PauseRequestedAt.IsZero()) &&
+			e.PauseReason == store.Truncate(opts.Reason, store.MaxErrorMessage):
+			return redriveDone // paused by this job before a restart
+		case !filter.matches(&e):
+			return redriveSkipped
+		}
+		version := e.Version
+		opts.ExpectedVersion = &version
+		if job.st.Action == BulkPause {
+			_, _, err = r.Pause(ctx, key, opts)
+		} else {
+			_, err = r.Resume(ctx, key, opts)
+		}
+		switch {
+		case err == nil:
+			return redriveDone
+		case errors.Is(err, ErrNotPausable), errors.Is(err, ErrNotPaused), errors.Is(err, store.ErrNotFound):
+			return redriveSkipped
+		case try >= redriveTries:
+			r.jobLogger(job).LogAttrs(ctx, slog.LevelWarn, "bulk_pause_execution_failed", slog.String("event", "bulk_pause_execution_failed"),
+				slog.String("execution_id", id), slog.String("error", err.Error()))
+			return redriveFailed
+		}
+	}
 }

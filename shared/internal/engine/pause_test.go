@@ -524,3 +524,79 @@ func TestPauseRefusalsAndWithdrawal(t *testing.T) {
 		}
 	})
 }
+
+// TestBulkPauseAndResumeByFilter: a bulk pause over one pipeline's queued
+// executions pauses each once at the job's rate (a dry run only counts),
+// leaves the other pipeline alone and the ended ones out; a bulk resume
+// lets every one of them go on, and they all finish.
+func TestBulkPauseAndResumeByFilter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		other := threeSteps()
+		other.ID = "p.other"
+		rt := c.worker("w", engine.Config{Retry: fastRetry, SweepGrace: time.Second}, nil, threeSteps(), other)
+		ctx := context.Background()
+		var mine []store.Execution
+		for i := range 6 {
+			mine = append(mine, submitTo(t, rt, "p.three", fmt.Sprint("m", i), map[string]any{}))
+		}
+		theirs := submitTo(t, rt, "p.other", "o", map[string]any{})
+		c.queue.take()
+		if _, err := rt.StartRedrivesWith(ctx, "t1", engine.RedrivesOptions{Action: engine.BulkPause,
+			Filter: engine.RedriveFilter{Statuses: []store.Status{store.DLQ}}, Reason: "r"}); !errors.Is(err, engine.ErrInvalidRedrive) {
+			t.Fatalf("a bulk pause of DLQ executions = %v, want ErrInvalidRedrive", err)
+		}
+		dry, err := rt.StartRedrivesWith(ctx, "t1", engine.RedrivesOptions{Action: engine.BulkPause,
+			Filter: engine.RedriveFilter{PipelineID: "p.three"}, Reason: "freeze", DryRun: true})
+		if err != nil || dry.Matched != 6 || !dry.Done || dry.Action != engine.BulkPause {
+			t.Fatalf("dry run = %+v, %v", dry, err)
+		}
+		job, err := rt.StartRedrivesWith(ctx, "t1", engine.RedrivesOptions{Action: engine.BulkPause,
+			Filter: engine.RedriveFilter{PipelineID: "p.three"}, Reason: "freeze, OPS-3", RatePerSecond: 2, IdempotencyKey: "freeze-1"})
+		if err != nil || job.Matched != 6 {
+			t.Fatalf("StartRedrivesWith(pause) = %+v, %v", job, err)
+		}
+		if again, err := rt.StartRedrivesWith(ctx, "t1", engine.RedrivesOptions{Action: engine.BulkPause,
+			Filter: engine.RedriveFilter{PipelineID: "p.three"}, Reason: "freeze, OPS-3", RatePerSecond: 2, IdempotencyKey: "freeze-1"}); err != nil || !again.Duplicate || again.ID != job.ID {
+			t.Fatalf("the keyed start again = %+v, %v; want the same job", again, err)
+		}
+		start := time.Now()
+		if _, err := rt.DriveRedrives(ctx, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(start); took < 2500*time.Millisecond {
+			t.Fatalf("6 pauses at 2/s took %s", took)
+		}
+		got, err := rt.RedriveJob(ctx, "t1", job.ID)
+		if err != nil || got.Redriven != 6 || !got.Done || got.Action != engine.BulkPause {
+			t.Fatalf("progress %+v, %v", got, err)
+		}
+		for _, e := range mine {
+			if p := checkPaused(t, c, rt, e.ExecutionID, store.Queued); !strings.Contains(p.PauseReason, job.ID) {
+				t.Fatalf("reason %q names no job", p.PauseReason)
+			}
+		}
+		if row := c.get(theirs.ExecutionID); row.Status != store.Queued {
+			t.Fatalf("the other pipeline's execution is %s", row.Status)
+		}
+		res, err := rt.StartRedrivesWith(ctx, "t1", engine.RedrivesOptions{Action: engine.BulkResume, Reason: "thaw", RatePerSecond: 100})
+		if err != nil || res.Matched != 6 {
+			t.Fatalf("StartRedrivesWith(resume) = %+v, %v", res, err)
+		}
+		if _, err := rt.DriveRedrives(ctx, time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := rt.RedriveJob(ctx, "t1", res.ID); got.Redriven != 6 || !got.Done {
+			t.Fatalf("resume progress %+v", got)
+		}
+		deliver(rt, c.queue)
+		for _, e := range mine {
+			if row := c.get(e.ExecutionID); row.Status != store.Succeeded {
+				t.Fatalf("%s after the bulk resume", row.Status)
+			}
+		}
+		if !strings.Contains(c.logs.String(), `"action":"pause"`) || !strings.Contains(c.logs.String(), `"job_id":"`+job.ID+`"`) {
+			t.Fatalf("the audit logs lack the action or the job")
+		}
+	})
+}
