@@ -116,6 +116,7 @@ func runState(t *testing.T, f func(*testing.T, clock.Clock) store.Store) {
 		{"ReadBySlotFindsTheLiveIncarnation", testReadBySlot},
 	}
 	tests = append(tests, listCases...)
+	tests = append(tests, pauseCases...)
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

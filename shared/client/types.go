@@ -89,6 +89,10 @@ type Execution struct {
 	CancelReason string `json:"cancelReason,omitempty"`
 	// CancelRequestedAt is when the cancel was requested (zero: never).
 	CancelRequestedAt time.Time `json:"cancelRequestedAt,omitzero"`
+	// Pause is the operator's pause in force: the execution is PAUSED, or
+	// its pause is requested (RUNNING or WAITING_CHILDREN until its next
+	// hand-over); nil otherwise.
+	Pause *PauseState `json:"pause,omitempty"`
 	// Parent links a map's child to its parent, nil for an execution
 	// submitted on its own.
 	Parent *ParentLink `json:"parent,omitempty"`

@@ -41,6 +41,13 @@ import (
 //     request (CancelRequestedAt set): CANCEL_REQUESTED; the row becoming
 //     CANCELLED: CANCELLED (a cancel of a row that is not running is one
 //     write: CANCEL_REQUESTED then CANCELLED);
+//   - an operator's pause: PAUSED when the row became PAUSED (at once, or
+//     by the commit of the attempt that was running, after that commit's
+//     own events), PAUSE_REQUESTED when it was asked of a RUNNING or
+//     WAITING_CHILDREN row; a resume: RESUMED (also the withdrawal of a
+//     request). A PAUSED row is read as the status it resumes to
+//     (PausedFrom) for every other event, so that an attempt that parks
+//     PAUSED reports its success or failure as any other;
 //   - a hand-back of an unfinished step (a release) and the record of a
 //     wait for a pipeline version: nothing (the next claim's STEP_STARTED,
 //     or the failure, shows what followed).
@@ -51,13 +58,24 @@ func Derive(old, new *store.Execution) []Event {
 	if new == nil {
 		return nil
 	}
-	d := deriver{old: old, new: new}
+	d := deriver{old: old, new: new, status: new.Status}
 	if old == nil || old.CreateToken != new.CreateToken || new.Version < old.Version {
 		d.add(Submitted, new, "")
 		return d.out
 	}
 	if new.Version == old.Version {
 		return nil
+	}
+	realOld, realNew := old, new
+	old, new = resumeView(old), resumeView(new)
+	d.old, d.new = old, new
+	switch {
+	case realOld.Status == store.Paused && realNew.Status != store.Paused:
+		d.add(Resumed, new, "resumed to "+string(realNew.Status))
+	case !realOld.PauseRequestedAt.IsZero() && realNew.PauseRequestedAt.IsZero() && realOld.Status == realNew.Status && !realNew.Status.Terminal():
+		d.add(Resumed, new, "pause request withdrawn")
+	case realNew.Status != store.Paused && !realNew.PauseRequestedAt.IsZero() && !realNew.PauseRequestedAt.Equal(realOld.PauseRequestedAt):
+		d.add(PauseRequested, new, realNew.PauseReason)
 	}
 	// What the write was asked to do by someone outside the step.
 	if !new.CancelRequestedAt.IsZero() && !new.CancelRequestedAt.Equal(old.CancelRequestedAt) {
@@ -130,13 +148,30 @@ func Derive(old, new *store.Execution) []Event {
 	if new.Status == store.Cancelled && old.Status != store.Cancelled {
 		d.add(Cancelled, new, new.CancelReason)
 	}
+	if realNew.Status == store.Paused && realOld.Status != store.Paused {
+		d.add(Paused, new, realNew.PauseReason)
+	}
 	return d.out
+}
+
+// resumeView is e as the status it resumes to when it is PAUSED (its
+// PausedFrom), else e itself.
+func resumeView(e *store.Execution) *store.Execution {
+	if e.Status != store.Paused || e.PausedFrom == "" {
+		return e
+	}
+	v := *e
+	v.Status = e.PausedFrom
+	return &v
 }
 
 // deriver collects the events of one write.
 type deriver struct {
 	old, new *store.Execution
-	out      []Event
+	// status is the row's status after the write (new may be a PAUSED
+	// row's resumeView).
+	status store.Status
+	out    []Event
 }
 
 // add appends an event about row's current step (the step before or
@@ -144,7 +179,7 @@ type deriver struct {
 func (d *deriver) add(t Type, row *store.Execution, reason string) *Event {
 	d.out = append(d.out, Event{
 		Type: t, At: d.new.UpdatedAt, StepIndex: row.StepIndex, StepName: row.StepName, Attempt: row.Attempt,
-		Status: d.new.Status, Reason: reason, Version: d.new.Version, Index: len(d.out),
+		Status: d.status, Reason: reason, Version: d.new.Version, Index: len(d.out),
 	})
 	return &d.out[len(d.out)-1]
 }

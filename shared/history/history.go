@@ -45,8 +45,17 @@ const (
 	Redriven         Type = "REDRIVEN"
 	CancelRequested  Type = "CANCEL_REQUESTED"
 	Cancelled        Type = "CANCELLED"
-	DeadLettered     Type = "DEAD_LETTERED"
-	Succeeded        Type = "SUCCEEDED"
+	// PauseRequested: an operator asked to pause a RUNNING (or
+	// WAITING_CHILDREN) execution; it parks PAUSED at its next hand-over.
+	PauseRequested Type = "PAUSE_REQUESTED"
+	// Paused: the execution became PAUSED (Reason: the operator's).
+	Paused Type = "PAUSED"
+	// Resumed: an operator resumed a PAUSED execution (Status: where it
+	// went back to), or withdrew a pause request that had not yet taken
+	// effect.
+	Resumed      Type = "RESUMED"
+	DeadLettered Type = "DEAD_LETTERED"
+	Succeeded    Type = "SUCCEEDED"
 )
 
 // Event is one entry of a history.

@@ -46,18 +46,25 @@ const (
 	// lost counts and releases), never claimed until the last group of
 	// children finishes and queues it.
 	WaitingChildren Status = "WAITING_CHILDREN"
+	// Paused: an operator paused the execution (its reason is
+	// Execution.PauseReason). It holds no lease, is not in the sweep
+	// index, and nothing claims it; PausedFrom is the status a resume
+	// puts it back in (NextDueAt kept: a retry or sleep keeps its time).
+	Paused Status = "PAUSED"
 )
 
 // Statuses lists every status.
 var Statuses = []Status{Queued, Running, WaitRetry, WaitingExternal, RemoteOutcomeUnknown, Succeeded, Failed, DLQ, Cancelled, Pending, WaitingChildren,
-	WaitingKey}
+	WaitingKey, Paused}
 
 // Terminal reports whether s ends the execution.
 func (s Status) Terminal() bool { return s == Succeeded || s == Failed || s == DLQ || s == Cancelled }
 
 // Parked reports whether s is excluded from claim and sweep until an
 // operator or an external completion acts.
-func (s Status) Parked() bool { return s == WaitingExternal || s == RemoteOutcomeUnknown }
+func (s Status) Parked() bool {
+	return s == WaitingExternal || s == RemoteOutcomeUnknown || s == Paused
+}
 
 // Claimable reports whether a worker may claim an execution in status s
 // (subject to its lease and next-due time).
@@ -214,6 +221,16 @@ type Execution struct {
 	CancelReason string // cancel_reason
 	// CancelRequestedAt is when the cancel was requested (zero: never).
 	CancelRequestedAt time.Time // cancel_requested_epoch_ms
+	// PauseReason is the operator's reason of the last pause (kept after
+	// a resume, for the audit trail, until the next pause).
+	PauseReason string // pause_reason
+	// PauseRequestedAt is when the pause in force was asked for: set on a
+	// PAUSED row, and on a RUNNING or WAITING_CHILDREN row whose pause is
+	// requested (it parks PAUSED at its next hand-over); zero otherwise.
+	PauseRequestedAt time.Time // pause_requested_epoch_ms
+	// PausedFrom is the status a PAUSED row resumes to: QUEUED,
+	// WAIT_RETRY or WAITING_EXTERNAL ("" on a row that is not PAUSED).
+	PausedFrom Status // paused_from
 	// CreatedAt is when the execution was accepted.
 	CreatedAt time.Time // created_epoch_ms
 	// UpdatedAt is when the row last changed.

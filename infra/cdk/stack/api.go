@@ -34,6 +34,13 @@ const (
 	pipelinesPath        = "/v1/pipelines"
 	pipelinePath         = "/v1/pipelines/{pipelineId}"
 	openAPIPath          = "/openapi.json"
+	// Pause and resume (operator routes).
+	pausePath      = "/v1/executions/{executionId}/pause"
+	resumePath     = "/v1/executions/{executionId}/resume"
+	bulkPausePath  = "/v1/pauses"
+	pauseJobPath   = "/v1/pauses/{jobId}"
+	bulkResumePath = "/v1/resumes"
+	resumeJobPath  = "/v1/resumes/{jobId}"
 )
 
 // Route is one route of the HTTP API.
@@ -94,7 +101,23 @@ var Routes = []Route{
 	{InputRouteID, "GET", inputPath, false, false},
 	{PipelinesRouteID, "GET", pipelinesPath, true, false},
 	{PipelineRouteID, "GET", pipelinePath, true, false},
+	{PauseRouteID, "POST", pausePath, false, false},
+	{ResumeRouteID, "POST", resumePath, false, false},
+	{BulkPauseRouteID, "POST", bulkPausePath, false, false},
+	{PauseJobRouteID, "GET", pauseJobPath, false, false},
+	{BulkResumeRouteID, "POST", bulkResumePath, false, false},
+	{ResumeJobRouteID, "GET", resumeJobPath, false, false},
 }
+
+// The route ids of pause and resume.
+const (
+	PauseRouteID      = "PauseRoute"
+	ResumeRouteID     = "ResumeRoute"
+	BulkPauseRouteID  = "BulkPauseRoute"
+	PauseJobRouteID   = "BulkPauseProgressRoute"
+	BulkResumeRouteID = "BulkResumeRoute"
+	ResumeJobRouteID  = "BulkResumeProgressRoute"
+)
 
 // Operator reports whether r is an operator route (OperatorRedrivePolicy;
 // under JWT its scope).

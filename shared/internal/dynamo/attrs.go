@@ -44,8 +44,14 @@ const (
 	AttrRedriveCount      = "rc"
 	AttrCancelReason      = "cx"
 	AttrCancelRequested   = "cq"
-	AttrCreated           = "c"
-	AttrUpdated           = "u"
+	// AttrPauseReason, AttrPauseRequested and AttrPausedFrom are an
+	// operator pause's (store.Execution.PauseReason, PauseRequestedAt,
+	// PausedFrom): absent from every row that was never paused.
+	AttrPauseReason    = "xr"
+	AttrPauseRequested = "xq"
+	AttrPausedFrom     = "xf"
+	AttrCreated        = "c"
+	AttrUpdated        = "u"
 	// AttrTTL is the expiry (epoch seconds) of every table's items.
 	AttrTTL = "ttl"
 	// AttrRecordsExpire is when the records written for the execution

@@ -213,6 +213,9 @@ func mutable(u *update, e *store.Execution, keepSweep bool) {
 	u.setOrRemove(AttrNote, e.Note != "", str(e.Note))
 	u.setOrRemove(AttrCancelReason, e.CancelReason != "", str(e.CancelReason))
 	u.setOrRemove(AttrCancelRequested, !e.CancelRequestedAt.IsZero(), millis(e.CancelRequestedAt))
+	u.setOrRemove(AttrPauseReason, e.PauseReason != "", str(e.PauseReason))
+	u.setOrRemove(AttrPauseRequested, !e.PauseRequestedAt.IsZero(), millis(e.PauseRequestedAt))
+	u.setOrRemove(AttrPausedFrom, e.PausedFrom != "", str(string(e.PausedFrom)))
 	u.setOrRemove(AttrAwait, e.Await != nil, awaitAttr(e.Await))
 	u.setOrRemove(AttrChildren, e.Children != nil, childrenAttr(e.Children))
 	if e.ConcurrencyKey != "" {
@@ -528,6 +531,7 @@ func decode(item map[string]types.AttributeValue) (store.Execution, error) {
 		Input: r.ref(AttrInput), Result: r.ref(AttrResult),
 		DLQPending: r.bool(AttrDLQPending), Note: r.str(AttrNote), RedriveCount: r.int(AttrRedriveCount),
 		CancelReason: r.str(AttrCancelReason), CancelRequestedAt: r.millis(AttrCancelRequested),
+		PauseReason: r.str(AttrPauseReason), PauseRequestedAt: r.millis(AttrPauseRequested), PausedFrom: store.Status(r.str(AttrPausedFrom)),
 		CreatedAt: r.millis(AttrCreated), UpdatedAt: r.millis(AttrUpdated), ExpiresAt: r.seconds(AttrTTL),
 		RecordsExpireAt: r.seconds(AttrRecordsExpire),
 		Await:           r.await(AttrAwait),

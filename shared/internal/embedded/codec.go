@@ -162,6 +162,9 @@ type rowRec struct {
 	RD int            `json:"rd,omitempty"`
 	CR string         `json:"cr,omitempty"`
 	CQ int64          `json:"cq,omitempty"`
+	PR string         `json:"pr,omitempty"`
+	PQ int64          `json:"pq,omitempty"`
+	PF store.Status   `json:"pf,omitempty"`
 	C  int64          `json:"c"`
 	U  int64          `json:"u"`
 	X  int64          `json:"x,omitempty"`
@@ -231,7 +234,7 @@ func encodeRow(e *store.Execution) ([]byte, error) {
 		ND: ms(e.NextDueAt), SW: ms(e.SweepAt), SC: e.Sweeps, PV: e.PipelineVersion, RL: e.Releases,
 		VW: ms(e.VersionWaitSince), LT: e.LastTransitionKey, IK: e.IdempotencyKey, FP: e.Fingerprint, CT: e.CreateToken,
 		In: refPtr(e.Input), Re: refPtr(e.Result), Er: e.Error, DP: e.DLQPending, N: e.Note, RD: e.RedriveCount,
-		CR: e.CancelReason, CQ: ms(e.CancelRequestedAt), C: ms(e.CreatedAt), U: ms(e.UpdatedAt), X: secs(e.ExpiresAt),
+		CR: e.CancelReason, CQ: ms(e.CancelRequestedAt), PR: e.PauseReason, PQ: ms(e.PauseRequestedAt), PF: e.PausedFrom, C: ms(e.CreatedAt), U: ms(e.UpdatedAt), X: secs(e.ExpiresAt),
 		RX: secs(e.RecordsExpireAt), CK: e.ConcurrencyKey, SH: e.SlotHeld,
 	}
 	if a := e.Await; a != nil {
@@ -262,7 +265,7 @@ func decodeRow(body []byte) (store.Execution, error) {
 		NextDueAt: fromMs(r.ND), SweepAt: fromMs(r.SW), Sweeps: r.SC, PipelineVersion: r.PV, Releases: r.RL,
 		VersionWaitSince: fromMs(r.VW), LastTransitionKey: r.LT, IdempotencyKey: r.IK, Fingerprint: r.FP, CreateToken: r.CT,
 		Input: refVal(r.In), Result: refVal(r.Re), Error: r.Er, DLQPending: r.DP, Note: r.N, RedriveCount: r.RD,
-		CancelReason: r.CR, CancelRequestedAt: fromMs(r.CQ), CreatedAt: fromMs(r.C), UpdatedAt: fromMs(r.U), ExpiresAt: fromSecs(r.X),
+		CancelReason: r.CR, CancelRequestedAt: fromMs(r.CQ), PauseReason: r.PR, PauseRequestedAt: fromMs(r.PQ), PausedFrom: r.PF, CreatedAt: fromMs(r.C), UpdatedAt: fromMs(r.U), ExpiresAt: fromSecs(r.X),
 		RecordsExpireAt: fromSecs(r.RX), ConcurrencyKey: r.CK, SlotHeld: r.SH,
 	}
 	if a := r.Aw; a != nil {

@@ -175,7 +175,7 @@ func (s *State) CreateOrGet(ctx context.Context, req store.CreateRequest) (store
 // later read returns and shares no memory with the caller.
 func normalize(e store.Execution) store.Execution {
 	for _, t := range []*time.Time{&e.LeaseExpiresAt, &e.NextDueAt, &e.SweepAt, &e.VersionWaitSince,
-		&e.CancelRequestedAt, &e.CreatedAt, &e.UpdatedAt} {
+		&e.CancelRequestedAt, &e.PauseRequestedAt, &e.CreatedAt, &e.UpdatedAt} {
 		*t = fromMs(ms(*t))
 	}
 	e.ExpiresAt = fromSecs(secs(e.ExpiresAt))

@@ -178,6 +178,8 @@ func (r *Runtime) completeAwait(ctx context.Context, executionID, awaitID, token
 		}
 		log.LogAttrs(ctx, slog.LevelWarn, "await_completed_late", slog.String("event", "await_completed_late"))
 		return got, false, nil
+	case e.Status == store.Paused && e.PausedFrom == store.WaitingExternal:
+		return r.completePausedAwait(ctx, e, a, in, slot)
 	case e.Status != store.WaitingExternal:
 		return e, false, ErrAwaitNotCurrent
 	}

@@ -126,6 +126,7 @@ func (r *Runtime) finishCancel(ctx context.Context, e store.Execution, by string
 	now := r.deps.Clock.Now()
 	next := e
 	next.Status, next.DLQPending = store.Cancelled, false
+	next.PausedFrom, next.PauseRequestedAt = "", time.Time{} // a pause ends with the execution
 	next.LeaseOwner, next.LeaseExpiresAt, next.NextDueAt = "", time.Time{}, time.Time{}
 	next.SweepAt, next.Sweeps = time.Time{}, 0
 	next.UpdatedAt, next.ExpiresAt = now, now.Add(r.cfg.ExecutionTTL)

@@ -395,6 +395,10 @@ func (r *Runtime) wakeParent(ctx context.Context, key store.Key, token string, s
 		next.Status, next.NextDueAt, next.UpdatedAt = store.Queued, now, now
 		next.SweepAt, next.Sweeps = r.firstLook(now), 0
 		next.ExpiresAt = r.keepAlive(&e, now)
+		if !e.PauseRequestedAt.IsZero() {
+			// Paused while its children ran: it parks PAUSED, to collect at resume.
+			next = r.pausedRow(next, store.Queued, now)
+		}
 		got, err := r.update(ctx, store.Guard{Key: e.Key(), Version: e.Version}, next)
 		if errors.Is(err, store.ErrConflict) {
 			continue // the parent moved meanwhile (a look, a cancel): decide again
@@ -404,6 +408,9 @@ func (r *Runtime) wakeParent(ctx context.Context, key store.Key, token string, s
 		}
 		r.execLogger(&got).LogAttrs(ctx, slog.LevelInfo, "children_finished", slog.String("event", "children_finished"),
 			slog.Int("children", c.Total))
+		if got.Status == store.Paused {
+			r.logPaused(ctx, got, "children", "")
+		}
 		r.handOver(ctx, &got, 0)
 		return nil
 	}

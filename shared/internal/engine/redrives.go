@@ -122,6 +122,9 @@ type RedriveJob struct {
 	// Duplicate: the start's idempotency key already named this job, so
 	// the start started nothing (RedrivesOptions.IdempotencyKey).
 	Duplicate bool
+	// Action is what the job does to each execution: BulkRedrive (""),
+	// BulkPause or BulkResume (pause.go).
+	Action BulkAction
 }
 
 // RedrivesOptions are the inputs of a bulk re-drive (StartRedrivesWith).
@@ -134,6 +137,9 @@ type RedrivesOptions struct {
 	RatePerSecond int
 	// DryRun only counts the matching executions.
 	DryRun bool
+	// Action is what the job does: BulkRedrive ("", the default),
+	// BulkPause or BulkResume.
+	Action BulkAction
 	// IdempotencyKey, when set, makes the start safe to retry: the job id
 	// derives from the tenant and the key, so a start with a key that
 	// already named a live job returns that job (Duplicate) and starts
@@ -154,6 +160,7 @@ type redriveState struct {
 	Reason     string         `json:"r"`
 	Rate       int            `json:"n"`
 	DryRun     bool           `json:"dry,omitempty"`
+	Action     BulkAction     `json:"act,omitempty"`
 	// Fingerprint identifies the request of a job started with an
 	// idempotency key (redrivesFingerprint), so that a retry of the start
 	// can tell its own request from another one under the same key.
@@ -201,7 +208,8 @@ func decodeRedriveJob(j store.Job) (*redriveJob, error) {
 func (j *redriveJob) view() RedriveJob {
 	st := &j.st
 	return RedriveJob{ID: j.rec.Key.ID, Matched: st.Matched, Redriven: st.Redriven, Skipped: st.Skipped, Failed: st.Failed,
-		Done: st.Done, DryRun: st.DryRun, Reason: st.Reason, RatePerSecond: st.Rate, Filter: st.filter(), CreatedAt: j.rec.CreatedAt}
+		Done: st.Done, DryRun: st.DryRun, Reason: st.Reason, RatePerSecond: st.Rate, Filter: st.filter(), CreatedAt: j.rec.CreatedAt,
+		Action: st.Action}
 }
 
 // StartRedrives starts a bulk re-drive of tenant's executions that match
@@ -238,14 +246,9 @@ func (r *Runtime) StartRedrivesWith(ctx context.Context, tenant string, opts Red
 	if ratePerSecond == 0 {
 		ratePerSecond = DefaultRedriveRate
 	}
-	statuses := slices.Clone(filter.Statuses)
-	if len(statuses) == 0 {
-		statuses = []store.Status{store.DLQ, store.Failed}
-	}
-	for _, s := range statuses {
-		if s != store.DLQ && s != store.Failed {
-			return RedriveJob{}, fmt.Errorf("%w: status %q: a bulk re-drive takes %s and %s executions", ErrInvalidRedrive, s, store.DLQ, store.Failed)
-		}
+	statuses, err := opts.Action.statuses(filter.Statuses)
+	if err != nil {
+		return RedriveJob{}, err
 	}
 	slices.Sort(statuses)
 	now := r.deps.Clock.Now()
@@ -255,19 +258,19 @@ func (r *Runtime) StartRedrivesWith(ctx context.Context, tenant string, opts Red
 	}
 	id, fingerprint := r.newJobID(), ""
 	if opts.IdempotencyKey != "" {
-		id = redriveJobID(tenant, opts.IdempotencyKey)
+		id = opts.Action.jobID(tenant, opts.IdempotencyKey)
 		fingerprint = redrivesFingerprint(filter, statuses, reason, ratePerSecond, dryRun)
 	}
 	job := &redriveJob{st: redriveState{
 		PipelineID: filter.PipelineID, Statuses: statuses, ErrorCode: filter.ErrorCode, After: filter.CreatedAfter, Before: before,
 		Reason: store.Truncate(reason, store.MaxErrorMessage-len(auditPrefix(id))), Rate: ratePerSecond, DryRun: dryRun, Fingerprint: fingerprint,
+		Action: opts.Action,
 		// The start's own hold, apart from this process's driver, which
 		// leaves the job alone until the start hands it over.
 		Owner: r.cfg.WorkerID + "/start", LeaseUntil: now.Add(redriveLease),
 	}}
 	job.rec = store.Job{Key: store.JobKey{TenantID: tenant, ID: id}, Active: true,
 		CreatedAt: now, UpdatedAt: now, ExpiresAt: now.Add(r.cfg.ExecutionTTL)}
-	var err error
 	if job.rec.State, err = json.Marshal(&job.st); err != nil {
 		return RedriveJob{}, err
 	}
@@ -296,7 +299,8 @@ func (r *Runtime) StartRedrivesWith(ctx context.Context, tenant string, opts Red
 	log := r.jobLogger(job)
 	log.LogAttrs(ctx, slog.LevelWarn, "bulk_redrive_started", slog.String("event", "bulk_redrive_started"),
 		slog.String("reason", job.st.Reason), slog.Int("rate_per_second", ratePerSecond), slog.Bool("dry_run", dryRun),
-		slog.String("pipeline", filter.PipelineID), slog.Any("statuses", statuses), slog.String("error_code", filter.ErrorCode))
+		slog.String("pipeline", filter.PipelineID), slog.Any("statuses", statuses), slog.String("error_code", filter.ErrorCode),
+		slog.String("action", opts.Action.String()))
 	deadline := time.Now().Add(redriveStartBudget)
 	if d, ok := ctx.Deadline(); ok && d.Add(-time.Second).Before(deadline) {
 		deadline = d.Add(-time.Second)
@@ -605,7 +609,8 @@ func (r *Runtime) jobDone(ctx context.Context, job *redriveJob) {
 }
 
 func (r *Runtime) jobLogger(job *redriveJob) *slog.Logger {
-	return r.deps.Logger.With(slog.String("redrive_id", job.rec.Key.ID), slog.String("tenant", job.rec.Key.TenantID))
+	return r.deps.Logger.With(slog.String("redrive_id", job.rec.Key.ID), slog.String("tenant", job.rec.Key.TenantID),
+		slog.String("action", job.st.Action.String()))
 }
 
 // redriveOutcome is what a job did with one execution.
@@ -621,6 +626,9 @@ const (
 // does, its audit note naming the job and reason; an execution whose note
 // already names the job was re-driven by it before a restart.
 func (r *Runtime) redriveOne(ctx context.Context, job *redriveJob, id string) redriveOutcome {
+	if job.st.Action != BulkRedrive {
+		return r.pauseOne(ctx, job, id)
+	}
 	key := store.Key{TenantID: job.rec.Key.TenantID, ExecutionID: id}
 	prefix := auditPrefix(job.rec.Key.ID)
 	filter := job.st.filter()

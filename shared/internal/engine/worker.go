@@ -85,8 +85,17 @@ func (r *Runtime) Process(ctx context.Context, item dispatch.WorkItem) error {
 			}
 			return nil
 		}
+		if pausePending(&row) {
+			// Its worker died after an operator asked to pause it: park it
+			// here instead of taking the step over.
+			if _, err := r.pauseLapsed(ctx, row, "takeover", ""); err != nil && !errors.Is(err, store.ErrConflict) &&
+				!errors.Is(err, store.ErrLeaseLost) && !errors.Is(err, store.ErrNotFound) {
+				return err
+			}
+			return nil
+		}
 	default:
-		return nil // finished, failed, parked
+		return nil // finished, failed, parked, paused
 	}
 	p, ok := r.deps.Registry.Version(row.PipelineID, row.PipelineVersion)
 	if !ok {
@@ -417,6 +426,15 @@ func (t *transition) renew(ctx context.Context, cancel context.CancelCauseFunc, 
 		case errors.Is(err, store.ErrLeaseLost) && t.cancelRequested(ctx):
 			cancel(ErrCancelled)
 			return
+		case errors.Is(err, store.ErrLeaseLost) && t.adoptPause(ctx):
+			// An operator's pause request moved the version: the step goes
+			// on under the new one (its commit parks it PAUSED).
+			if r.deps.Store.Renew(ctx, row.Key(), r.cfg.WorkerID, row.Version, until) == nil {
+				row.LeaseExpiresAt = until
+				if lapse.Stop() {
+					lapse.Reset(until.Sub(r.deps.Clock.Now()))
+				}
+			}
 		case errors.Is(err, store.ErrLeaseLost) || !now.Before(row.LeaseExpiresAt):
 			cancel(ErrLeaseLost)
 			return
@@ -490,7 +508,7 @@ func (t *transition) succeed(ctx context.Context, out payload.Payload, stored *p
 	if err != nil || got == nil {
 		return err
 	}
-	if chain {
+	if chain && got.Status == store.Running {
 		t.next = got
 		return nil
 	}
@@ -580,6 +598,9 @@ func (t *transition) mayChain(ctx context.Context) bool {
 // send fails, the sweeper's next look at the row is pulled in to a grace
 // from now (the hand-over itself left the sweep index alone).
 func (r *Runtime) handOver(ctx context.Context, e *store.Execution, delay time.Duration) {
+	if e.Status == store.Paused {
+		return // parked by a pause request: its resume dispatches it
+	}
 	if r.dispatch(ctx, e, delay) {
 		return
 	}
@@ -725,6 +746,10 @@ func (t *transition) commit(ctx context.Context, next store.Execution, keepSweep
 	// A wall-clock bound besides the attempts: a lease and some.
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.Lease+5*time.Second)
 	defer cancel()
+	outcome := next // before a pause request parks it (pauseOnCommit)
+	if !t.unleased && t.pauseOnCommit(&next) {
+		guard.KeepSweep = false
+	}
 	if err := r.keepRecords(cctx, &next, t.written); err != nil {
 		// Nothing is written: the step is tried again, as after a failed commit.
 		return nil, fmt.Errorf("engine: commit %s: %w", t.row.TransitionKey(), err)
@@ -757,6 +782,21 @@ func (t *transition) commit(ctx context.Context, next store.Execution, keepSweep
 				t.log.LogAttrs(ctx, slog.LevelWarn, "cancel_finish_failed", slog.String("event", "cancel_finish_failed"), slog.String("error", err.Error()))
 			}
 			return nil, nil
+		case gerr == nil && !t.unleased && adoptable(&row, &t.row, r.cfg.WorkerID):
+			// An operator asked to pause (or withdrew the ask) while the step
+			// ran: write the outcome again under the new version, parked
+			// PAUSED when asked.
+			t.row.Version, t.row.PauseReason, t.row.PauseRequestedAt = row.Version, row.PauseReason, row.PauseRequestedAt
+			guard.Version, guard.KeepSweep, next = row.Version, keepSweep, outcome
+			if t.pauseOnCommit(&next) {
+				guard.KeepSweep = false
+			}
+			if err := r.keepRecords(cctx, &next, t.written); err != nil {
+				return nil, fmt.Errorf("engine: commit %s: %w", t.row.TransitionKey(), err)
+			}
+			t.log.LogAttrs(ctx, slog.LevelInfo, "pause_request_seen", slog.String("event", "pause_request_seen"),
+				slog.String("phase", "commit"), slog.Int64("version", row.Version))
+			continue
 		case gerr == nil && (row.Version != guard.Version || row.LeaseOwner != guard.LeaseOwner):
 			t.log.LogAttrs(ctx, slog.LevelWarn, "lease_lost", slog.String("event", "lease_lost"), slog.String("phase", "commit"))
 			return nil, nil
@@ -783,6 +823,9 @@ func (t *transition) landedAs(ctx context.Context, got store.Execution, attrs []
 		slog.String("status", string(got.Status)), slog.Int64("version", got.Version)}, attrs...)...)
 	t.r.notify(ctx, EventTransitionCommitted, got, SweepResult{})
 	t.committed = &got
+	if got.Status == store.Paused {
+		t.r.logPaused(ctx, got, "worker", "")
+	}
 	if got.Parent != nil && got.Status.Terminal() {
 		t.r.childEnded(ctx, got)
 	}
@@ -840,7 +883,23 @@ func (t *transition) release(ctx context.Context, cause error, code string, poli
 	// The caller's context may be the one that ended; releasing must not.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if _, err := r.deps.Store.Update(rctx, store.Guard{Key: t.row.Key(), Version: t.row.Version, LeaseOwner: r.cfg.WorkerID, KeepSweep: true}, next); err != nil {
+	write := func() error {
+		// A pause requested of this attempt parks the handed-back step PAUSED.
+		n, keep := next, true
+		if t.pauseOnCommit(&n) {
+			keep = false
+		}
+		got, err := r.update(rctx, store.Guard{Key: t.row.Key(), Version: t.row.Version, LeaseOwner: r.cfg.WorkerID, KeepSweep: keep}, n)
+		if err == nil && got.Status == store.Paused {
+			r.logPaused(ctx, got, "worker", "")
+		}
+		return err
+	}
+	err := write()
+	if errors.Is(err, store.ErrLeaseLost) && t.adoptPause(ctx) {
+		err = write() // paused (or the pause withdrawn) meanwhile: hand back under the new version
+	}
+	if err != nil {
 		if errors.Is(err, store.ErrLeaseLost) && t.cancelRequested(ctx) {
 			return nil // cancelled meanwhile: ended CANCELLED, nothing to hand back
 		}

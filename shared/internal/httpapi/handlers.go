@@ -81,6 +81,9 @@ func statusDocument(e *store.Execution) client.Execution {
 	if !e.CancelRequestedAt.IsZero() {
 		d.CancelReason, d.CancelRequestedAt = e.CancelReason, utc(e.CancelRequestedAt)
 	}
+	if !e.PauseRequestedAt.IsZero() {
+		d.Pause = &client.PauseState{Reason: e.PauseReason, RequestedAt: utc(e.PauseRequestedAt), ResumesTo: e.PausedFrom}
+	}
 	if p := e.Parent; p != nil {
 		d.Parent = &client.ParentLink{ExecutionID: p.ExecutionID, StepIndex: p.StepIndex, Index: p.Element, Round: p.Round}
 	}

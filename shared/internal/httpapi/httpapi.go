@@ -249,6 +249,7 @@ func New(rt *engine.Runtime, opts Options) http.Handler {
 	a.route(routeCancel, a.cancel)
 	a.route(routeRedrives, a.startRedrives)
 	a.route(routeRedriveJob, a.redriveProgress)
+	a.routePauses()
 	a.route(routeInput, a.input)
 	// Everything else: a problem+json 404, never the mux's text/plain one.
 	a.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

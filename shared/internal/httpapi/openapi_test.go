@@ -164,6 +164,15 @@ func TestOpenAPIDocumentMatchesEveryResponse(t *testing.T) {
 	awaitPath := "/v1/executions/" + parked + "/awaits/" + st.Await.AwaitID + "/complete"
 	token := await.Sign([]byte(openapiSecret), "default", parked, st.Await.AwaitID)
 	job := decode[client.BulkRedrive](t, post(e, "/v1/redrives", `{"reason":"count","dryRun":true}`))
+	toPause := e.mustSubmit("echo", "to-pause", `{}`).ExecutionID
+	running := e.mustSubmit("echo", "running", `{}`)
+	now := time.Now()
+	if _, err := e.rt.Store().Claim(context.Background(), store.ClaimRequest{Key: store.Key{TenantID: "default", ExecutionID: running.ExecutionID},
+		ExpectVersion: 1, Owner: "elsewhere", Now: now, DueBy: now.Add(time.Hour), TakeoverBy: now, LeaseUntil: now.Add(time.Hour), Attempt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	pauseJob := decode[client.BulkJob](t, post(e, "/v1/pauses", `{"reason":"count","dryRun":true}`))
+	resumeJob := decode[client.BulkJob](t, post(e, "/v1/resumes", `{"reason":"count","dryRun":true}`))
 	bigInput, err := payload.JSON(map[string]string{"pad": strings.Repeat("p", httpapi.MaxInputViewBytes)})
 	if err != nil {
 		t.Fatal(err)
@@ -251,6 +260,22 @@ func TestOpenAPIDocumentMatchesEveryResponse(t *testing.T) {
 			{"POST", ex(succeeded) + "/cancel", `{"reason":"x"}`, admin(nil), 409, true},
 			{"POST", ex(queued) + "/cancel", big, admin(nil), 413, false},
 
+			{"POST", ex(toPause) + "/pause", `{"reason":"hold"}`, admin(nil), 200, true},
+			{"POST", ex(toPause) + "/pause", `{"reason":"again"}`, admin(nil), 200, true},
+			{"POST", ex(running.ExecutionID) + "/pause", `{"reason":"hold"}`, admin(nil), 202, true},
+			{"POST", ex(queued) + "/pause", `{}`, admin(nil), 400, false},
+			{"POST", ex(queued) + "/pause", `{"reason":"x"}`, js, 401, false},
+			{"POST", ex("nope") + "/pause", `{"reason":"x"}`, admin(nil), 404, true},
+			{"POST", ex(succeeded) + "/pause", `{"reason":"x"}`, admin(nil), 409, true},
+			{"POST", ex(queued) + "/pause", big, admin(nil), 413, false},
+			{"POST", ex(toPause) + "/resume", `{"reason":"go on","expectedVersion":0}`, admin(nil), 409, true},
+			{"POST", ex(toPause) + "/resume", `{"reason":"go on"}`, admin(nil), 200, true},
+			{"POST", ex(toPause) + "/resume", `{"reason":"again"}`, admin(nil), 409, true},
+			{"POST", ex(queued) + "/resume", `{}`, admin(nil), 400, false},
+			{"POST", ex(queued) + "/resume", `{"reason":"x"}`, js, 401, false},
+			{"POST", ex("nope") + "/resume", `{"reason":"x"}`, admin(nil), 404, true},
+			{"POST", ex(queued) + "/resume", big, admin(nil), 413, false},
+
 			{"POST", awaitPath, `{"approved":true}`, map[string]string{"Content-Type": "application/json", "X-Resume-Token": token}, 200, true},
 			{"POST", awaitPath, `{bad`, map[string]string{"Content-Type": "application/json", "X-Resume-Token": token}, 400, false},
 			{"POST", awaitPath, `{}`, js, 401, false},
@@ -272,6 +297,29 @@ func TestOpenAPIDocumentMatchesEveryResponse(t *testing.T) {
 			{"GET", "/v1/redrives/" + job.RedriveID, "", admin(badTenant), 400, false},
 			{"GET", "/v1/redrives/" + job.RedriveID, "", nil, 401, false},
 			{"GET", "/v1/redrives/0123456789abcdef0123456789abcdef", "", admin(nil), 404, true},
+
+			{"POST", "/v1/pauses", `{"filter":{"pipelineId":"greet","status":["QUEUED","RUNNING"],"createdAfter":"2020-01-01T00:00:00Z"},"reason":"freeze","ratePerSecond":5,"dryRun":true}`, admin(nil), 202, true},
+			{"POST", "/v1/pauses", `{"reason":"keyed","dryRun":true}`, admin(map[string]string{"Idempotency-Key": "pause-1"}), 202, true},
+			{"POST", "/v1/pauses", `{"reason":"keyed","dryRun":true}`, admin(map[string]string{"Idempotency-Key": "pause-1"}), 200, true},
+			{"POST", "/v1/pauses", `{"reason":"other","dryRun":true}`, admin(map[string]string{"Idempotency-Key": "pause-1"}), 422, true},
+			{"POST", "/v1/pauses", `{"reason":"x","filter":{"status":["DLQ"]}}`, admin(nil), 400, true},
+			{"POST", "/v1/pauses", `{"reason":"x"}`, js, 401, false},
+			{"POST", "/v1/pauses", big, admin(nil), 413, false},
+			{"POST", "/v1/resumes", `{"filter":{"pipelineId":"greet"},"reason":"thaw","dryRun":true}`, admin(nil), 202, true},
+			{"POST", "/v1/resumes", `{"reason":"keyed","dryRun":true}`, admin(map[string]string{"Idempotency-Key": "resume-1"}), 202, true},
+			{"POST", "/v1/resumes", `{"reason":"keyed","dryRun":true}`, admin(map[string]string{"Idempotency-Key": "resume-1"}), 200, true},
+			{"POST", "/v1/resumes", `{"reason":"other","dryRun":true}`, admin(map[string]string{"Idempotency-Key": "resume-1"}), 422, true},
+			{"POST", "/v1/resumes", `{"reason":"x","filter":{"status":["QUEUED"]}}`, admin(nil), 400, true},
+			{"POST", "/v1/resumes", `{"reason":"x"}`, js, 401, false},
+			{"POST", "/v1/resumes", big, admin(nil), 413, false},
+			{"GET", "/v1/pauses/" + pauseJob.JobID, "", admin(nil), 200, true},
+			{"GET", "/v1/pauses/" + pauseJob.JobID, "", admin(badTenant), 400, false},
+			{"GET", "/v1/pauses/" + pauseJob.JobID, "", nil, 401, false},
+			{"GET", "/v1/pauses/" + resumeJob.JobID, "", admin(nil), 404, true},
+			{"GET", "/v1/resumes/" + resumeJob.JobID, "", admin(nil), 200, true},
+			{"GET", "/v1/resumes/" + resumeJob.JobID, "", admin(badTenant), 400, false},
+			{"GET", "/v1/resumes/" + resumeJob.JobID, "", nil, 401, false},
+			{"GET", "/v1/resumes/" + job.RedriveID, "", admin(nil), 404, true},
 
 			{"GET", "/v1/dead-letters", "", nil, 200, true},
 			{"GET", "/v1/dead-letters?pipelineId=fail&limit=1", "", nil, 200, true},
@@ -298,6 +346,12 @@ func TestOpenAPIDocumentMatchesEveryResponse(t *testing.T) {
 			{"POST", ex("x") + "/cancel", `{"reason":"r"}`, admin(nil), 403, true},
 			{"POST", "/v1/redrives", `{"reason":"r"}`, admin(nil), 403, true},
 			{"GET", "/v1/redrives/x", "", admin(nil), 403, true},
+			{"POST", ex("x") + "/pause", `{"reason":"r"}`, admin(nil), 403, true},
+			{"POST", ex("x") + "/resume", `{"reason":"r"}`, admin(nil), 403, true},
+			{"POST", "/v1/pauses", `{"reason":"r"}`, admin(nil), 403, true},
+			{"POST", "/v1/resumes", `{"reason":"r"}`, admin(nil), 403, true},
+			{"GET", "/v1/pauses/x", "", admin(nil), 403, true},
+			{"GET", "/v1/resumes/x", "", admin(nil), 403, true},
 			{"GET", "/v1/inputs/x", "", admin(nil), 403, true},
 		},
 		throttled: {
@@ -305,6 +359,12 @@ func TestOpenAPIDocumentMatchesEveryResponse(t *testing.T) {
 			{"POST", ex("x") + "/cancel", `{"reason":"r"}`, admin(nil), 429, true},
 			{"POST", "/v1/redrives", `{"reason":"r"}`, admin(nil), 429, true},
 			{"GET", "/v1/redrives/x", "", admin(nil), 429, true},
+			{"POST", ex("x") + "/pause", `{"reason":"r"}`, admin(nil), 429, true},
+			{"POST", ex("x") + "/resume", `{"reason":"r"}`, admin(nil), 429, true},
+			{"POST", "/v1/pauses", `{"reason":"r"}`, admin(nil), 429, true},
+			{"POST", "/v1/resumes", `{"reason":"r"}`, admin(nil), 429, true},
+			{"GET", "/v1/pauses/x", "", admin(nil), 429, true},
+			{"GET", "/v1/resumes/x", "", admin(nil), 429, true},
 			{"GET", "/v1/inputs/x", "", admin(nil), 429, true},
 		},
 		anonymous: {
@@ -344,6 +404,12 @@ func TestOpenAPIDocumentMatchesEveryResponse(t *testing.T) {
 			{"POST", "/v1/executions/x/awaits/a/complete", `{}`, map[string]string{"Content-Type": "application/json", "X-Resume-Token": tok}, failing.want, true},
 			{"POST", "/v1/redrives", `{"reason":"r"}`, admin(nil), failing.want, true},
 			{"GET", "/v1/redrives/abc", "", admin(nil), failing.want, true},
+			{"POST", ex("x") + "/pause", `{"reason":"r"}`, admin(nil), failing.want, true},
+			{"POST", ex("x") + "/resume", `{"reason":"r"}`, admin(nil), failing.want, true},
+			{"POST", "/v1/pauses", `{"reason":"r"}`, admin(nil), failing.want, true},
+			{"POST", "/v1/resumes", `{"reason":"r"}`, admin(nil), failing.want, true},
+			{"GET", "/v1/pauses/abc", "", admin(nil), failing.want, true},
+			{"GET", "/v1/resumes/abc", "", admin(nil), failing.want, true},
 			{"GET", "/v1/dead-letters", "", nil, failing.want, true},
 			{"GET", "/v1/dead-letters/counts", "", nil, failing.want, true},
 			{"GET", "/v1/inputs/x", "", admin(nil), failing.want, true},
