@@ -31,6 +31,8 @@ type StateStore struct {
 	jobs memJobs
 	maps map[mapRecKey]*mapRec
 	reap reaper
+	// box is the lifecycle events' outbox (outbox.go).
+	box memOutbox
 }
 
 var (
@@ -83,6 +85,7 @@ func (s *StateStore) CreateOrGet(ctx context.Context, req store.CreateRequest) (
 	s.rows[k] = &row
 	s.index(&row)
 	s.hist[k] = history.Derive(nil, &row)
+	s.box.add(&row, s.hist[k])
 	return clone(row), true, nil
 }
 
@@ -305,6 +308,7 @@ func (s *StateStore) record(old, row *store.Execution) {
 	if evs := history.Derive(old, row); len(evs) > 0 {
 		k := slotKey(row.Key())
 		s.hist[k] = append(s.hist[k], evs...)
+		s.box.add(row, evs)
 	}
 }
 
