@@ -578,11 +578,11 @@ var EventTypeNames = []string{"SUBMITTED", "STEP_STARTED", "STEP_SUCCEEDED", "ST
 
 // eventTypes checks events.types: NONE, empty, or names of EventTypeNames.
 func eventTypes(_ Config, v string) error {
-	if v == "" || v == "NONE" {
+	if v == "" || strings.EqualFold(v, "none") {
 		return nil
 	}
 	for name := range strings.SplitSeq(v, ",") {
-		if !slices.Contains(EventTypeNames, strings.TrimSpace(name)) {
+		if !slices.Contains(EventTypeNames, strings.ToUpper(strings.TrimSpace(name))) {
 			return fmt.Errorf("unknown event type %q (known: %s, or none)", strings.TrimSpace(name), strings.Join(EventTypeNames, ", "))
 		}
 	}
