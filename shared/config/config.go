@@ -541,7 +541,7 @@ var entries = []entry{
 		func(c *Config) *bool { return &c.HistoryStreamPoller }, parseBool, nil),
 	field("history.poll-interval", "How long the history stream poller waits before reading again a shard that had no new records, and after a pass that applied records without a backlog: its batching window (one history page per execution rather than one per write) (duration); 100ms to 1m.",
 		func(c *Config) *time.Duration { return &c.HistoryPollInterval }, parseDuration, between(100*time.Millisecond, time.Minute)),
-	field("events.bus-name", "EventBridge bus for terminal lifecycle events (succeeded, dead-lettered, outcome unknown); empty: off.",
+	field("events.bus-name", "EventBridge bus of lifecycle events (the types of events.types, at least once; put by qasync serve and the history function); empty: off.",
 		func(c *Config) *string { return &c.EventsBusName }, verbatim, nil),
 	field("events.types", "Lifecycle event types published, at least once (a comma-separated list: SUBMITTED, STEP_STARTED, STEP_SUCCEEDED, STEP_FAILED, LEASE_TAKEN_OVER, AWAITING, AWAIT_COMPLETED, SLEEPING, CHILDREN_STARTED, CHILDREN_FINISHED, OUTCOME_UNKNOWN, REDRIVEN, CANCEL_REQUESTED, CANCELLED, DEAD_LETTERED, SUCCEEDED, REJECTED); none: no event is written or published.",
 		func(c *Config) *string { return &c.EventsTypes }, upper, eventTypes),
