@@ -39,7 +39,10 @@ var budget = map[string]struct{ bootstrap, zip float64 }{
 	"worker":  {11.25, 4.1},
 	"sweeper": {10.4, 3.85},
 	"dlq":     {10.2, 3.75},
-	"history": {9.95, 3.7},
+	// history: 10.25 MiB (3.76 zipped) since it puts the lifecycle events
+	// it derives from the stream (the EventBridge client, +0.3 MiB; the
+	// worker, sweeper and dlq functions no longer put them).
+	"history": {10.4, 3.85},
 }
 
 // forbidden are the packages no function imports, directly or not, and

@@ -24,6 +24,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -223,6 +224,15 @@ type Config struct {
 	// EventsBusName is key "events.bus-name", default empty (off): the
 	// EventBridge bus that receives terminal lifecycle events.
 	EventsBusName string
+	// EventsTypes is key "events.types", default
+	// SUCCEEDED,DEAD_LETTERED,REJECTED,OUTCOME_UNKNOWN,CANCELLED: the
+	// lifecycle event types published (a comma-separated list of history
+	// event types and REJECTED; none: none is written or published).
+	EventsTypes string
+	// EventsSink is key "events.sink", default eventbridge: where
+	// lifecycle events go, eventbridge (the bus of events.bus-name; off
+	// without one) or log (qasync serve's log, for local runs).
+	EventsSink string
 	// TenantClaim is key "http.tenant-claim", default tenant_id: the JWT
 	// claim naming the tenant when TenantSource is jwt.
 	TenantClaim string
@@ -318,6 +328,8 @@ func Default() Config {
 		HistoryTable:           schema.DefaultNames.HistoryTable,
 		HistoryStreamPoller:    true,
 		HistoryPollInterval:    time.Second,
+		EventsTypes:            DefaultEventsTypes,
+		EventsSink:             "eventbridge",
 		TenantClaim:            "tenant_id",
 		CapacityStepsPerSecond: 1000,
 		SQSWaitSeconds:         20,
@@ -529,8 +541,12 @@ var entries = []entry{
 		func(c *Config) *bool { return &c.HistoryStreamPoller }, parseBool, nil),
 	field("history.poll-interval", "How long the history stream poller waits before reading again a shard that had no new records, and after a pass that applied records without a backlog: its batching window (one history page per execution rather than one per write) (duration); 100ms to 1m.",
 		func(c *Config) *time.Duration { return &c.HistoryPollInterval }, parseDuration, between(100*time.Millisecond, time.Minute)),
-	field("events.bus-name", "EventBridge bus for terminal lifecycle events (succeeded, dead-lettered, outcome unknown); empty: off.",
+	field("events.bus-name", "EventBridge bus of lifecycle events (the types of events.types, at least once; put by qasync serve and the history function); empty: off.",
 		func(c *Config) *string { return &c.EventsBusName }, verbatim, nil),
+	field("events.types", "Lifecycle event types published, at least once (a comma-separated list: SUBMITTED, STEP_STARTED, STEP_SUCCEEDED, STEP_FAILED, LEASE_TAKEN_OVER, AWAITING, AWAIT_COMPLETED, SLEEPING, CHILDREN_STARTED, CHILDREN_FINISHED, OUTCOME_UNKNOWN, REDRIVEN, CANCEL_REQUESTED, CANCELLED, DEAD_LETTERED, SUCCEEDED, REJECTED); none: no event is written or published.",
+		func(c *Config) *string { return &c.EventsTypes }, upper, eventTypes),
+	field("events.sink", "Where lifecycle events go: eventbridge (the bus of events.bus-name; none without one) or log (qasync serve's log, event lifecycle_event, for local runs).",
+		func(c *Config) *string { return &c.EventsSink }, lower, oneOf("eventbridge", "log")),
 	field("metrics.namespace", "CloudWatch namespace of metrics written to stdout in Embedded Metric Format; empty: off.",
 		func(c *Config) *string { return &c.MetricsNamespace }, verbatim, nil),
 	field("sqs.wait-seconds", "Long-poll wait of the work queue poller in seconds; 1 to 20 (0, short polling, would send requests back to back on an idle queue).",
@@ -549,6 +565,39 @@ var entries = []entry{
 }
 
 func usesDynamo(c Config) bool { return c.StateProvider == "dynamo" }
+
+// DefaultEventsTypes is the default of events.types: the events that end
+// an execution or park it for an operator.
+const DefaultEventsTypes = "SUCCEEDED,DEAD_LETTERED,REJECTED,OUTCOME_UNKNOWN,CANCELLED"
+
+// EventTypeNames are the values events.types takes (besides none): the
+// history's event types and REJECTED (package outbox keeps the same list).
+var EventTypeNames = []string{"SUBMITTED", "STEP_STARTED", "STEP_SUCCEEDED", "STEP_FAILED", "LEASE_TAKEN_OVER",
+	"AWAITING", "AWAIT_COMPLETED", "SLEEPING", "CHILDREN_STARTED", "CHILDREN_FINISHED", "OUTCOME_UNKNOWN",
+	"REDRIVEN", "CANCEL_REQUESTED", "CANCELLED", "DEAD_LETTERED", "SUCCEEDED", "REJECTED"}
+
+// eventTypes checks events.types: NONE, empty, or names of EventTypeNames.
+func eventTypes(_ Config, v string) error {
+	if v == "" || strings.EqualFold(v, "none") {
+		return nil
+	}
+	for name := range strings.SplitSeq(v, ",") {
+		if !slices.Contains(EventTypeNames, strings.ToUpper(strings.TrimSpace(name))) {
+			return fmt.Errorf("unknown event type %q (known: %s, or none)", strings.TrimSpace(name), strings.Join(EventTypeNames, ", "))
+		}
+	}
+	return nil
+}
+
+// LifecycleEvents reports whether the process's lifecycle events go
+// anywhere: a type is opted into and the sink is log, or eventbridge with
+// a bus.
+func (c Config) LifecycleEvents() bool {
+	if c.EventsTypes == "" || strings.EqualFold(c.EventsTypes, "none") {
+		return false
+	}
+	return c.EventsSink == "log" || c.EventsBusName != ""
+}
 
 // embeddedOnly refuses a provider "embedded" without the embedded store.
 func embeddedOnly(c Config, v string) error {

@@ -35,8 +35,12 @@ const (
 	// keyEmbeddedDataDir is the embedded store's directory, which the
 	// functions never use (they refuse state-provider embedded): no
 	// function gets it either.
-	keyEmbeddedDataDir  = "embedded.data-dir"
-	keyEventsBus        = "events.bus-name"
+	keyEmbeddedDataDir = "embedded.data-dir"
+	keyEventsBus       = "events.bus-name"
+	// keyEventsTypes follows Settings.EventTypes; keyEventsSink is always
+	// eventbridge (the stack's bus).
+	keyEventsTypes      = "events.types"
+	keyEventsSink       = "events.sink"
 	keyMetricsNamespace = "metrics.namespace"
 	keyTenantSource     = "http.tenant-source"
 	keyTenantClaim      = "http.tenant-claim"
@@ -74,6 +78,7 @@ var derivedKeys = map[string]struct{}{
 	keyStateProvider: {}, keyDispatcherProvider: {}, keyDLQProvider: {}, keyIdempotencyPolicy: {},
 	keyStrictStartup: {}, keyLease: {}, keyQueueURL: {}, keyDLQURL: {}, keyExecutionTable: {},
 	keyPayloadTable: {}, keyDeadLetterTable: {}, keyEffectTable: {}, keyHistoryTable: {}, keyHistoryPoller: {}, keyHistoryPollInterval: {}, keyEmbeddedDataDir: {}, keyEventsBus: {}, keyMetricsNamespace: {},
+	keyEventsTypes: {}, keyEventsSink: {},
 	keyTenantSource: {}, keyTenantClaim: {}, keySQSVisibility: {}, keyLogLevel: {}, keySweepInterval: {},
 	keyAdminToken: {}, keyRejectProvider: {}, keyRejectQueueURL: {},
 	keyResumeTokenSecret: {}, keyResumeTokenSecretARN: {}, keyAllowHeaderTenant: {}, keyDiagEnabled: {},
@@ -84,7 +89,7 @@ var derivedKeys = map[string]struct{}{
 var derivedFromContext = map[string]string{
 	keyLease: CtxLeaseMs, keyMetricsNamespace: CtxMetricsNamespace, keyLogLevel: CtxLogLevel,
 	keySweepInterval: CtxSweeperRateMinutes, keyTenantSource: CtxTenantSource, keyTenantClaim: CtxJWTTenantClaim,
-	keyDiagEnabled: CtxDiagEnabled,
+	keyDiagEnabled: CtxDiagEnabled, keyEventsTypes: CtxEventTypes,
 }
 
 // ExcludedEnv lists the environment variables of configuration keys that
@@ -116,7 +121,8 @@ type Resources struct {
 	// RejectQueueURL is the item reject queue's URL.
 	RejectQueueURL string
 	// EventBus is the lifecycle bus name ("" for functions that publish no
-	// lifecycle events).
+	// lifecycle events: all but the history function, which derives them
+	// from the execution table's stream).
 	EventBus string
 	// ResumeTokenSecretARN is the ARN of the await resume-token secret
 	// ("" for functions that neither sign nor verify resume tokens).
@@ -163,6 +169,8 @@ func Environment(s Settings, r Resources) (map[string]string, error) {
 		keyEffectTable:        r.EffectTable,
 		keyHistoryTable:       r.HistoryTable,
 		keyEventsBus:          r.EventBus,
+		keyEventsTypes:        s.EventTypes,
+		keyEventsSink:         "eventbridge",
 		keyMetricsNamespace:   s.MetricsNamespace,
 		keyTenantSource:       tenantSource,
 		keyTenantClaim:        tenantClaim,

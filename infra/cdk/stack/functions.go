@@ -77,7 +77,7 @@ func (b *builder) functions() error {
 	}
 	for _, name := range FunctionNames {
 		r := res
-		if name != Submit && name != History { // neither publishes lifecycle events
+		if name == History { // it publishes the lifecycle events, from the stream
 			r.EventBus = *b.bus.EventBusName()
 		}
 		if usesResumeSecret(name) {
@@ -206,20 +206,21 @@ func (f *function) allow(sid string, actions []string, resources ...*string) {
 //     (PutItem), read and transitioned (UpdateItem); work queue consumed
 //     (and a record that is not due yet kept invisible until it is:
 //     ChangeMessageVisibility) and next steps sent; dead-letter envelopes
-//     and item rejects sent; lifecycle events put.
+//     and item rejects sent.
 //   - sweeper: the sweep index queried; rows read (BatchGetItem) and
-//     updated; work items and dead-letter envelopes sent; lifecycle events
-//     put. As the bulk re-drive jobs' driver: the active jobs and their
+//     updated; work items and dead-letter envelopes sent. As the bulk re-drive jobs' driver: the active jobs and their
 //     records read (GetItem, BatchGetItem) and checkpointed (UpdateItem),
 //     a scan the submit function did not finish continued (the list index
 //     queried, pages written: PutItem), executions re-driven.
 //   - dlq: DLQ and poison queues consumed; dead-letter records written
-//     and read; rows read and marked DLQ; lifecycle events put.
+//     and read; rows read and marked DLQ.
 //   - history: the execution table's stream read (its event source
 //     mapping polls with the function's role: the stream's four read
 //     actions, ListStreams on the table's streams); history pages written
 //     (PutItem); the failure records of batches it gives up on sent to the
-//     history failure queue (the mapping's on-failure destination).
+//     history failure queue (the mapping's on-failure destination);
+//     lifecycle events put (derived from the stream's row images: at
+//     least once, a batch is retried until EventBridge took every entry).
 //
 // Submit also reads the history table (Query): the history route reads
 // an execution's pages.
@@ -272,7 +273,6 @@ func (b *builder) grants(f *function) {
 		f.allow("DispatchWork", []string{"sqs:SendMessage"}, work.QueueArn())
 		f.allow("PublishDeadLetters", []string{"sqs:SendMessage"}, dlq.QueueArn())
 		f.allow("PublishItemRejects", []string{"sqs:SendMessage"}, rejects.QueueArn())
-		putEvents()
 	case Sweeper:
 		f.allow("QueryDueWork", []string{"dynamodb:Query"},
 			jsii.String(*exec.TableArn()+"/index/"+schema.DueIndexName))
@@ -281,17 +281,16 @@ func (b *builder) grants(f *function) {
 		f.allow("ExecutionRows", []string{"dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, exec.TableArn())
 		f.allow("DispatchWork", []string{"sqs:SendMessage"}, work.QueueArn())
 		f.allow("PublishDeadLetters", []string{"sqs:SendMessage"}, dlq.QueueArn())
-		putEvents()
 	case DLQ:
 		f.allow("DeadLetterRecords", []string{"dynamodb:GetItem", "dynamodb:PutItem"}, dead.TableArn())
 		f.allow("ExecutionRows", []string{"dynamodb:GetItem", "dynamodb:UpdateItem"}, exec.TableArn())
 		f.allow("ConsumeDeadLetters", consume, dlq.QueueArn(), poison.QueueArn())
-		putEvents()
 	case History:
 		f.allow("ReadExecutionStream", []string{"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator"}, exec.TableStreamArn())
 		f.allow("ListExecutionStreams", []string{"dynamodb:ListStreams"}, jsii.String(*exec.TableArn()+"/stream/*"))
 		f.allow("WriteHistory", []string{"dynamodb:PutItem"}, hist.TableArn())
 		f.allow("ReportHistoryFailures", []string{"sqs:SendMessage"}, b.historyFailures.QueueArn())
+		putEvents()
 	}
 }
 

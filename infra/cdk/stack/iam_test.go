@@ -51,28 +51,28 @@ func TestLeastPrivilegePerFunction(t *testing.T) {
 			grant(arn(WorkQueueID), append(consume, "sqs:ChangeMessageVisibility")...),
 			grant(arn(WorkQueueID), "sqs:SendMessage"),
 			grant(arn(DLQQueueID), "sqs:SendMessage"),
-			grant(arn(RejectQueueID), "sqs:SendMessage"),
-			[]string{events}),
+			grant(arn(RejectQueueID), "sqs:SendMessage")),
 		SweeperFunctionID: concat(common(SweeperFunctionID),
 			grant([]string{"<ExecutionTable.Arn>/index/sweep", "<ExecutionTable.Arn>/index/list", "<ExecutionTable.Arn>/index/wait"}, "dynamodb:Query"),
 			grant(arn(ExecutionTableID), "dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
 			grant(arn(WorkQueueID), "sqs:SendMessage"),
-			grant(arn(DLQQueueID), "sqs:SendMessage"),
-			[]string{events}),
+			grant(arn(DLQQueueID), "sqs:SendMessage")),
 		DLQFunctionID: concat(common(DLQFunctionID),
 			grant(arn(DeadLetterTableID), "dynamodb:GetItem", "dynamodb:PutItem"),
 			grant(arn(ExecutionTableID), "dynamodb:GetItem", "dynamodb:UpdateItem"),
-			grant([]string{"<DlqQueue.Arn>", "<PoisonQueue.Arn>"}, consume...),
-			[]string{events}),
+			grant([]string{"<DlqQueue.Arn>", "<PoisonQueue.Arn>"}, consume...)),
 		// The history function: its event source mapping reads the
 		// execution table's stream with this role and sends the failure
 		// records of batches it gives up on to the failure queue; the
-		// function writes pages. No lifecycle events, no secret, no row.
+		// function writes pages and puts the lifecycle events it derives
+		// from the stream (the only function that does). No secret, no
+		// row.
 		HistoryFunctionID: concat(common(HistoryFunctionID),
 			grant([]string{"<ExecutionTable.StreamArn>"}, "dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator"),
 			grant([]string{"<ExecutionTable.Arn>/stream/*"}, "dynamodb:ListStreams"),
 			grant(arn(HistoryTableID), "dynamodb:PutItem"),
-			grant(arn(HistoryFailureQueueID), "sqs:SendMessage")),
+			grant(arn(HistoryFailureQueueID), "sqs:SendMessage"),
+			[]string{events}),
 	}
 	for fnID, w := range want {
 		sort.Strings(w)

@@ -7,6 +7,7 @@ import (
 	"math"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -194,6 +195,11 @@ type Settings struct {
 	// MetricsNamespace is the EMF namespace, config key metrics.namespace
 	// (context "metricsNamespace", default <service>/<stage>).
 	MetricsNamespace string
+	// EventTypes are the lifecycle event types the history function puts
+	// on the stack's bus, at least once: config key events.types (context
+	// "eventTypes", a comma-separated list or "none"; default
+	// config.DefaultEventsTypes, the terminal ones).
+	EventTypes string
 	// LogLevel is the functions' log level (context "logLevel": debug,
 	// info, warn or error; default info). It sets both config key
 	// log-level and Lambda's application log level.
@@ -264,6 +270,7 @@ const (
 	CtxTenantSource          = "tenantSource"
 	CtxDiagEnabled           = "diagEnabled"
 	CtxMetricsNamespace      = "metricsNamespace"
+	CtxEventTypes            = "eventTypes"
 	CtxLogLevel              = "logLevel"
 	CtxRuntimeConfig         = "runtimeConfig"
 	CtxOutputBucket          = "outputBucket"
@@ -284,7 +291,7 @@ var ContextKeys = []string{
 	CtxThrottleRateLimit, CtxThrottleBurstLimit, CtxMetricsNamespace, CtxLogLevel, CtxRuntimeConfig,
 	CtxOutputBucket, CtxAwaitThrottleRate, CtxAwaitThrottleBurst, CtxTenantSource, CtxDiagEnabled,
 	CtxHistoryTimeout, CtxHistoryBatchSize, CtxHistoryBatchingWindow,
-	CtxAwaitWAF, CtxAwaitWAFRateLimit, CtxAwaitWAFWindow, CtxTenantStages,
+	CtxAwaitWAF, CtxAwaitWAFRateLimit, CtxAwaitWAFWindow, CtxTenantStages, CtxEventTypes,
 }
 
 // DefaultSettings returns the defaults of stage for this repository's
@@ -327,6 +334,7 @@ func DefaultServiceSettings(service, stage string) Settings {
 		ThrottleRateLimit:     100,
 		ThrottleBurstLimit:    200,
 		MetricsNamespace:      service + "/" + stage,
+		EventTypes:            config.DefaultEventsTypes,
 		LogLevel:              "info",
 		DiagEnabled:           !durable,
 		// The await completion route is the one route without an API
@@ -526,6 +534,7 @@ func settingsFrom(get func(string) (any, bool), baseDir string) (Settings, error
 	try(CtxTenantSource, func(v any) error { s.TenantSource = strings.ToLower(strings.TrimSpace(fmt.Sprint(v))); return nil })
 	try(CtxDiagEnabled, boolean(&s.DiagEnabled))
 	try(CtxMetricsNamespace, str(&s.MetricsNamespace))
+	try(CtxEventTypes, func(v any) error { s.EventTypes = strings.ToUpper(strings.TrimSpace(fmt.Sprint(v))); return nil })
 	try(CtxLogLevel, str(&s.LogLevel))
 	try(CtxOutputBucket, boolean(&s.OutputBucket))
 	try(CtxRuntimeConfig, func(v any) error {
@@ -744,6 +753,13 @@ func (s Settings) Validate() error {
 	}
 	if s.MetricsNamespace == "" {
 		bad(CtxMetricsNamespace, "must not be empty")
+	}
+	if s.EventTypes != "" && s.EventTypes != "NONE" {
+		for name := range strings.SplitSeq(s.EventTypes, ",") {
+			if !slices.Contains(config.EventTypeNames, strings.TrimSpace(name)) {
+				bad(CtxEventTypes, "%q is no lifecycle event type (%s, or none)", strings.TrimSpace(name), strings.Join(config.EventTypeNames, ", "))
+			}
+		}
 	}
 	if _, ok := lambdaLogLevels[s.LogLevel]; !ok {
 		bad(CtxLogLevel, "%q must be debug, info, warn or error", s.LogLevel)

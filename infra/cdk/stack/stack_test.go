@@ -341,9 +341,9 @@ func TestFunctionEnvironment(t *testing.T) {
 		if _, ok := got[env("diag.enabled")]; !ok || len(got) != len(config.Keys())-len(ExcludedEnv)+1 {
 			t.Errorf("%s: %d variables (diag.enabled set: %v), want %d (no strays)", id, len(got), ok, len(config.Keys())-len(ExcludedEnv)+1)
 		}
-		bus := "<" + EventBusID + ">"
-		if name == Submit || name == History {
-			bus = ""
+		bus := "" // only the history function publishes lifecycle events (from the stream)
+		if name == History {
+			bus = "<" + EventBusID + ">"
 		}
 		for key, want := range map[string]string{
 			"state-provider": "dynamo", "dispatcher-provider": "sqs", "dlq-provider": "sqs",
@@ -356,6 +356,7 @@ func TestFunctionEnvironment(t *testing.T) {
 			"http.tenant-claim": "tenant_id", "sqs.visibility-timeout": "6m0s", "log-level": "info",
 			"sweep-interval": "1m0s", "dynamo.capacity-steps-per-second": "1000", "mode": "QUEUE_ASYNC",
 			"item-reject.provider": "sqs", "item-reject.queue-url": "<ItemRejectQueue>",
+			"events.types": "SUCCEEDED,DEAD_LETTERED,REJECTED,OUTCOME_UNKNOWN,CANCELLED", "events.sink": "eventbridge",
 		} {
 			if got[env(key)] != want {
 				t.Errorf("%s: %s = %q, want %q", id, env(key), got[env(key)], want)

@@ -29,6 +29,7 @@ import (
 	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/internal/awsclient"
 	"github.com/qasync/qasync/shared/internal/dynamo"
+	"github.com/qasync/qasync/shared/internal/lifecycle"
 	"github.com/qasync/qasync/shared/internal/provision"
 	"github.com/qasync/qasync/shared/internal/sqsbackend"
 	"github.com/qasync/qasync/shared/schema"
@@ -74,6 +75,7 @@ func NewServing(sess *awsclient.Session, o ServingOptions) backend.Backend {
 	c.streams = func(ctx context.Context) (*dynamodbstreams.Client, error) {
 		return awsclient.DynamoDBStreams(ctx, sess)
 	}
+	c.events = func(ctx context.Context) (lifecycle.PutEventsAPI, error) { return awsclient.EventBridge(ctx, sess) }
 	return &provider{clients: c, loops: servingLoops, drain: o.DrainTimeout}
 }
 
@@ -85,6 +87,9 @@ type clients struct {
 	sqs      func(context.Context) (*sqs.Client, error)
 	// streams is NewServing's only (the stream feed).
 	streams func(context.Context) (*dynamodbstreams.Client, error)
+	// events is the EventBridge client of the stream feed's lifecycle
+	// events (NewServing only).
+	events func(context.Context) (lifecycle.PutEventsAPI, error)
 }
 
 func clientsOf(sess *awsclient.Session) clients {
@@ -252,9 +257,17 @@ func servingLoops(ctx context.Context, o *opened) error {
 		if err != nil {
 			return fmt.Errorf("awsbackend: AWS configuration: %w", err)
 		}
-		feed, err := dynamo.NewStreamFeed(streams, o.db, o.history, dynamo.StreamOptions{
-			ExecutionTable: c.ExecutionTable, Interval: c.HistoryPollInterval, Logger: log,
-		})
+		opts := dynamo.StreamOptions{ExecutionTable: c.ExecutionTable, Interval: c.HistoryPollInterval, Logger: log}
+		// The lifecycle events: derived from the stream's images after the
+		// history, at least once (the commit is the outbox).
+		sink, types, err := lifecycle.Configured(ctx, c, o.clients.events, log)
+		if err != nil {
+			return err
+		}
+		if sink != nil {
+			opts.Then = dynamo.NewEventPublisher(sink, types, log)
+		}
+		feed, err := dynamo.NewStreamFeed(streams, o.db, o.history, opts)
 		if err != nil {
 			return err
 		}

@@ -61,6 +61,10 @@ type StreamOptions struct {
 	// Clock tells the time of the shard list's age, of the positions'
 	// expiry and of a failed batch's next attempt. Default clock.System{}.
 	Clock clock.Clock
+	// Then is applied each batch after the history (an EventPublisher:
+	// the lifecycle events); its failure is the batch's, retried as the
+	// history's. Nil: nothing.
+	Then Applier
 }
 
 // StreamsAPI is what a StreamFeed calls of DynamoDB Streams:
@@ -462,7 +466,7 @@ func (f *StreamFeed) read(ctx context.Context, sh st.Shard) (n int, more bool, e
 		}
 		changes[i] = Change{Sequence: aws.ToString(r.Dynamodb.SequenceNumber), Old: FromStreamImage(r.Dynamodb.OldImage), New: FromStreamImage(r.Dynamodb.NewImage)}
 	}
-	if err := f.hist.Apply(ctx, changes); err != nil {
+	if err := Then(f.hist, f.opts.Then).Apply(ctx, changes); err != nil {
 		ss.iter = "" // read the batch again from the recorded position
 		if !f.failed(ctx, id, ss, changes, err) {
 			return 0, false, fmt.Errorf("dynamo: history: shard %s: %w", id, err)

@@ -9,6 +9,7 @@ import (
 	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/deadletter"
 	"github.com/qasync/qasync/shared/internal/memory"
+	"github.com/qasync/qasync/shared/internal/outbox"
 )
 
 // Backend is the embedded store as a backend.Backend (state-provider
@@ -24,7 +25,8 @@ func Backend() backend.Backend { return backend.Func(openBackend) }
 
 func openBackend(_ context.Context, env backend.Env) (*backend.Seams, error) {
 	c := env.Config
-	db, err := Open(c.EmbeddedDataDir, Options{Clock: env.Clock, Logger: env.Logger, BreakLeases: true})
+	db, err := Open(c.EmbeddedDataDir, Options{Clock: env.Clock, Logger: env.Logger, BreakLeases: true,
+		Events: outbox.Configured(c)})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", config.FullKey("embedded.data-dir"), err)
 	}

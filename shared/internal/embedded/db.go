@@ -18,6 +18,7 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/qasync/qasync/shared/clock"
+	"github.com/qasync/qasync/shared/internal/outbox"
 )
 
 // SchemaVersion is the version of the data layout this binary writes (the
@@ -112,6 +113,9 @@ type Options struct {
 	// it is for the simulator, whose crashes are of processes (the page
 	// cache survives them) and which commits millions of times.
 	NoSync bool
+	// Events are the lifecycle event types whose outbox records every
+	// write adds in its transaction (outbox.go); empty: none.
+	Events outbox.Types
 }
 
 // DB is one data directory: every seam of the runtime in one bbolt file,
@@ -132,6 +136,8 @@ type DB struct {
 	control *controlServer
 	jan     *janitor
 	stats   counters
+	// events are the types of Options.Events.
+	events outbox.Types
 }
 
 // Open opens (creating if needed, mode 0700) the store in dir. It refuses
@@ -179,7 +185,7 @@ func Open(dir string, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("embedded: open %s: %w", path, err)
 	}
 	db := &DB{dir: dir, path: path, bolt: bdb, log: opts.Logger, clock: opts.Clock,
-		writes: make(chan *writeOp, 4096), loopDone: make(chan struct{}), queue: newQueueMirror()}
+		writes: make(chan *writeOp, 4096), loopDone: make(chan struct{}), queue: newQueueMirror(), events: opts.Events}
 	running, err := db.init()
 	if err != nil {
 		_ = bdb.Close()

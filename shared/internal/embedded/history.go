@@ -44,6 +44,9 @@ func (t *txn) record(k []byte, old, next *store.Execution) error {
 	if len(events) == 0 {
 		return nil
 	}
+	if err := t.outbox(next, events); err != nil {
+		return err
+	}
 	b := t.bucket(bHist)
 	for _, ev := range events {
 		v, err := sealJSON(eventRec{T: ev.Type, At: ms(ev.At), SI: ev.StepIndex, SN: ev.StepName, A: ev.Attempt, S: ev.Status,

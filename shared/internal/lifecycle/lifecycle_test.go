@@ -2,10 +2,8 @@ package lifecycle_test
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -18,9 +16,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
 
-	"github.com/qasync/qasync/shared/internal/engine"
+	"github.com/qasync/qasync/shared/history"
 	"github.com/qasync/qasync/shared/internal/lifecycle"
-	"github.com/qasync/qasync/shared/internal/logtest"
+	"github.com/qasync/qasync/shared/internal/outbox"
 	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/store"
 )
@@ -77,7 +75,11 @@ func newServer(t *testing.T, respond func(w http.ResponseWriter, r *http.Request
 			return
 		}
 		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
-		_, _ = io.WriteString(w, `{"FailedEntryCount":0,"Entries":[{"EventId":"evt-0001"}]}`)
+		var out []string
+		for range in.Entries {
+			out = append(out, `{"EventId":"evt-0001"}`)
+		}
+		_, _ = io.WriteString(w, `{"FailedEntryCount":0,"Entries":[`+strings.Join(out, ",")+`]}`)
 	}))
 	t.Cleanup(s.Close)
 	return s
@@ -100,260 +102,147 @@ func (s *server) client() *eventbridge.Client {
 	})
 }
 
-var (
-	created = time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
-	at      = created.Add(1500 * time.Millisecond)
-)
+var created = time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
 
-// event is a terminal event whose row holds inline payload bytes with the
-// marker in both its input and result.
-func event(kind engine.EventKind, status store.Status, failure *store.Failure) engine.Event {
+// terminal returns the lifecycle event of a row that ended in status
+// (its history event typ), the row holding inline payload bytes with the
+// marker in its input and result.
+func terminal(t *testing.T, status store.Status, failure *store.Failure, typ history.Type) outbox.Event {
+	t.Helper()
 	inline := []byte(`{"secret":"` + marker + `"}`)
 	ref := payload.Ref{Encoding: "json", ContentType: "application/json", Length: int64(len(inline)), SHA256: "ab12", Inline: inline}
-	return engine.Event{
-		Kind: kind,
-		Execution: store.Execution{
-			TenantID: "tenant-a", ExecutionID: "exec-1", PipelineID: "orders.fulfil", Status: status, Version: 7,
-			StepIndex: 2, StepName: "charge", Attempt: 3, IdempotencyKey: "idem-" + marker,
-			Input: ref, Result: ref, Error: failure, Note: "note " + marker,
-			CreatedAt: created, UpdatedAt: at, ExpiresAt: created.Add(24 * time.Hour),
-		},
-		Latency: at.Sub(created),
-		At:      at,
+	old := store.Execution{
+		TenantID: "tenant-a", ExecutionID: "exec-1.inc", PipelineID: "orders.fulfil", Status: store.Running, Version: 6,
+		StepIndex: 2, StepName: "charge", Attempt: 3, IdempotencyKey: "idem-" + marker, CreateToken: "tok",
+		Input: ref, CreatedAt: created, UpdatedAt: created.Add(time.Second), ExpiresAt: created.Add(24 * time.Hour),
 	}
+	cur := old
+	cur.Status, cur.Version, cur.Error, cur.Result, cur.Note = status, 7, failure, ref, "note "+marker
+	cur.UpdatedAt = created.Add(1500 * time.Millisecond)
+	if status == store.Cancelled {
+		cur.CancelReason, cur.CancelRequestedAt = "duplicate order, OPS-7", cur.UpdatedAt
+	}
+	evs := outbox.Derive(&old, &cur, outbox.Types{typ: true})
+	if len(evs) != 1 {
+		t.Fatalf("%s: %d events, want 1", typ, len(evs))
+	}
+	return evs[0]
 }
 
-// logLines decodes the captured JSON log lines.
-func logLines(t *testing.T, b *logtest.Buffer) []map[string]any {
-	t.Helper()
-	var out []map[string]any
-	for _, line := range b.Lines() {
-		var m map[string]any
-		if err := json.Unmarshal([]byte(line), &m); err != nil {
-			t.Fatalf("log line %q: %v", line, err)
-		}
-		out = append(out, m)
-	}
-	return out
-}
-
-// findLog returns the first log line with msg.
-func findLog(t *testing.T, b *logtest.Buffer, msg string) map[string]any {
-	t.Helper()
-	for _, m := range logLines(t, b) {
-		if m["msg"] == msg {
-			return m
-		}
-	}
-	t.Fatalf("no %s log line in:\n%s", msg, b.String())
-	return nil
-}
-
-func TestTerminalEventsArePublished(t *testing.T) {
-	failure := &store.Failure{Code: "card_declined", Message: "declined — ünïcode", TerminalReason: store.ReasonNonRetryable}
+// TestSinkPutsEachEvent: each event is one entry on the bus, with the
+// source, the detail type of its type, its time, and a detail carrying
+// its id and no payload bytes.
+func TestSinkPutsEachEvent(t *testing.T) {
+	failure := &store.Failure{Code: "card_declined", Message: "declined — ünïcode", TerminalReason: store.ReasonRetryExhausted}
 	for _, tc := range []struct {
-		kind       engine.EventKind
 		status     store.Status
 		failure    *store.Failure
+		typ        history.Type
 		detailType string
 	}{
-		{engine.EventSucceeded, store.Succeeded, nil, lifecycle.DetailTypeSucceeded},
-		{engine.EventDeadLettered, store.DLQ, failure, lifecycle.DetailTypeDeadLettered},
-		{engine.EventOutcomeUnknown, store.RemoteOutcomeUnknown, &store.Failure{Code: "timeout", Message: "no answer"}, lifecycle.DetailTypeOutcomeUnknown},
-		{engine.EventCancelled, store.Cancelled, nil, lifecycle.DetailTypeCancelled},
+		{store.Succeeded, nil, history.Succeeded, lifecycle.DetailTypeSucceeded},
+		{store.DLQ, failure, history.DeadLettered, lifecycle.DetailTypeDeadLettered},
+		{store.Failed, &store.Failure{Code: "bad_item", Message: "no sku", TerminalReason: store.ReasonRejected}, outbox.Rejected, lifecycle.DetailTypeRejected},
+		{store.RemoteOutcomeUnknown, &store.Failure{Code: "timeout", Message: "no answer"}, history.OutcomeUnknown, lifecycle.DetailTypeOutcomeUnknown},
+		{store.Cancelled, nil, history.Cancelled, lifecycle.DetailTypeCancelled},
 	} {
-		t.Run(string(tc.kind), func(t *testing.T) {
+		t.Run(string(tc.typ), func(t *testing.T) {
 			t.Parallel()
 			srv := newServer(t, nil)
-			logs, log := logtest.New()
-			p := lifecycle.New(srv.client(), bus, lifecycle.WithLogger(log))
-			ev := event(tc.kind, tc.status, tc.failure)
-			if tc.kind == engine.EventCancelled {
-				ev.Execution.CancelReason = "duplicate order, OPS-7"
+			ev := terminal(t, tc.status, tc.failure, tc.typ)
+			if err := lifecycle.NewSink(srv.client(), bus).Send(context.Background(), []outbox.Event{ev}); err != nil {
+				t.Fatal(err)
 			}
-			p.Observe(context.Background(), ev)
-
 			reqs := srv.requests()
-			if len(reqs) != 1 {
-				t.Fatalf("%d PutEvents requests, want 1", len(reqs))
+			if len(reqs) != 1 || len(reqs[0].Entries) != 1 {
+				t.Fatalf("requests %+v, want one of one entry", reqs)
 			}
 			req := reqs[0]
-			if req.Target != "AWSEvents.PutEvents" {
-				t.Errorf("X-Amz-Target = %q", req.Target)
+			if req.Target != "AWSEvents.PutEvents" || req.ContentType != "application/x-amz-json-1.1" {
+				t.Errorf("X-Amz-Target %q, Content-Type %q", req.Target, req.ContentType)
 			}
-			if req.ContentType != "application/x-amz-json-1.1" {
-				t.Errorf("Content-Type = %q", req.ContentType)
-			}
-			for _, leak := range []string{marker, base64.StdEncoding.EncodeToString(ev.Execution.Input.Inline)} {
-				if strings.Contains(req.Body, leak) {
-					t.Errorf("request carries payload bytes (%q):\n%s", leak, req.Body)
-				}
-			}
-			if len(req.Entries) != 1 {
-				t.Fatalf("%d entries, want 1", len(req.Entries))
+			if strings.Contains(req.Body, marker) {
+				t.Errorf("request carries payload bytes:\n%s", req.Body)
 			}
 			e := req.Entries[0]
-			if e.EventBusName != bus || e.Source != "qasync" || e.DetailType != tc.detailType {
-				t.Errorf("entry bus=%q source=%q detail-type=%q, want %q %q %q", e.EventBusName, e.Source, e.DetailType, bus, "qasync", tc.detailType)
+			if e.EventBusName != bus || e.Source != lifecycle.Source || e.DetailType != tc.detailType {
+				t.Errorf("entry bus=%q source=%q detail-type=%q, want %q %q %q", e.EventBusName, e.Source, e.DetailType, bus, lifecycle.Source, tc.detailType)
 			}
-			if len(e.Resources) != 0 {
-				t.Errorf("Resources = %v, want none", e.Resources)
+			if sec, _ := e.Time.Float64(); int64(sec) != created.Add(1500*time.Millisecond).Unix() {
+				t.Errorf("Time = %s", e.Time)
 			}
-			if secs, err := e.Time.Float64(); err != nil || time.UnixMilli(int64(secs*1000)).UTC() != at {
-				t.Errorf("Time = %s, want %v", e.Time, at)
-			}
-
-			// The detail has exactly the documented keys.
-			var raw map[string]json.RawMessage
-			if err := json.Unmarshal([]byte(e.Detail), &raw); err != nil {
-				t.Fatalf("detail %q: %v", e.Detail, err)
-			}
-			keys := []string{"tenantId", "executionId", "pipelineId", "status", "stepIndex", "stepName", "attempt",
-				"version", "submittedAt", "finishedAt", "latencyMs"}
-			if tc.failure != nil {
-				keys = append(keys, "error")
-			}
-			if tc.kind == engine.EventCancelled {
-				keys = append(keys, "cancelReason")
-			}
-			var got []string
-			for k := range raw {
-				got = append(got, k)
-			}
-			slices.Sort(got)
-			slices.Sort(keys)
-			if !slices.Equal(got, keys) {
-				t.Errorf("detail keys %v, want %v", got, keys)
-			}
-
 			var d lifecycle.Detail
 			if err := json.Unmarshal([]byte(e.Detail), &d); err != nil {
 				t.Fatal(err)
 			}
-			want := lifecycle.Detail{
-				TenantID: "tenant-a", ExecutionID: "exec-1", PipelineID: "orders.fulfil", Status: string(tc.status),
-				StepIndex: 2, StepName: "charge", Attempt: 3, Version: 7,
-				SubmittedAt: created, FinishedAt: at, LatencyMs: 1500,
+			want := outbox.ID("tenant-a", "exec-1.inc", 7, tc.typ)
+			if d.EventID != want || d.EventID != ev.ID || d.EventType != tc.typ || d.Status != string(tc.status) ||
+				d.ExecutionID != "exec-1.inc" || d.Version != 7 || d.LatencyMs != 1500 || d.StepName != "charge" {
+				t.Errorf("detail %+v, want event id %s", d, want)
 			}
-			if tc.failure != nil {
-				want.Error = &lifecycle.ErrorDetail{Code: tc.failure.Code, Message: tc.failure.Message, TerminalReason: tc.failure.TerminalReason}
+			if (tc.failure == nil) != (d.Error == nil) || (d.Error != nil && (d.Error.Code != tc.failure.Code || d.Error.TerminalReason != tc.failure.TerminalReason)) {
+				t.Errorf("detail error %+v, want %+v", d.Error, tc.failure)
 			}
-			want.CancelReason = ev.Execution.CancelReason
-			if !d.SubmittedAt.Equal(want.SubmittedAt) || !d.FinishedAt.Equal(want.FinishedAt) {
-				t.Errorf("times submitted=%v finished=%v, want %v %v", d.SubmittedAt, d.FinishedAt, want.SubmittedAt, want.FinishedAt)
-			}
-			d.SubmittedAt, d.FinishedAt, want.SubmittedAt, want.FinishedAt = time.Time{}, time.Time{}, time.Time{}, time.Time{}
-			if (d.Error == nil) != (want.Error == nil) || (d.Error != nil && *d.Error != *want.Error) {
-				t.Errorf("error %+v, want %+v", d.Error, want.Error)
-			}
-			d.Error, want.Error = nil, nil
-			if d != want {
-				t.Errorf("detail\n got  %+v\n want %+v", d, want)
-			}
-			if tc.failure != nil && tc.failure.TerminalReason == "" && strings.Contains(e.Detail, "terminalReason") {
-				t.Errorf("empty terminalReason sent: %s", e.Detail)
-			}
-
-			line := findLog(t, logs, lifecycle.LogPublished)
-			if line["level"] != "DEBUG" || line["event"] != lifecycle.LogPublished || line["event_id"] != "evt-0001" ||
-				line["execution_id"] != "exec-1" || line["detail_type"] != tc.detailType {
-				t.Errorf("published log line %v", line)
+			if tc.status == store.Cancelled && d.CancelReason != "duplicate order, OPS-7" {
+				t.Errorf("cancel reason %q", d.CancelReason)
 			}
 		})
 	}
 }
 
-func TestNonTerminalEventsSendNothing(t *testing.T) {
+// TestSinkBatchesTenEntriesARequest: 23 events take three requests of
+// 10, 10 and 3 entries, in order.
+func TestSinkBatchesTenEntriesARequest(t *testing.T) {
+	t.Parallel()
 	srv := newServer(t, nil)
-	logs, log := logtest.New()
-	p := lifecycle.New(srv.client(), bus, lifecycle.WithLogger(log))
-	for _, kind := range []engine.EventKind{engine.EventTransitionCommitted, engine.EventRetryScheduled,
-		engine.EventLeaseTakeover, engine.EventSweepCompleted, "something_new"} {
-		p.Observe(context.Background(), event(kind, store.Running, nil))
+	var evs []outbox.Event
+	for i := range 23 {
+		ev := terminal(t, store.Succeeded, nil, history.Succeeded)
+		ev.ID = strings.Repeat("0", 30) + string(rune('a'+i))
+		evs = append(evs, ev)
 	}
-	if n := len(srv.requests()); n != 0 {
-		t.Fatalf("%d PutEvents requests for non-terminal events, want 0", n)
+	if err := lifecycle.NewSink(srv.client(), bus).Send(context.Background(), evs); err != nil {
+		t.Fatal(err)
 	}
-	if s := logs.String(); s != "" {
-		t.Fatalf("logged for non-terminal events:\n%s", s)
+	var sizes []int
+	for _, r := range srv.requests() {
+		sizes = append(sizes, len(r.Entries))
 	}
-}
-
-func TestCancelledContextStillPublishes(t *testing.T) {
-	srv := newServer(t, nil)
-	p := lifecycle.New(srv.client(), bus, lifecycle.WithLogger(slog.New(slog.DiscardHandler)))
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	p.Observe(ctx, event(engine.EventSucceeded, store.Succeeded, nil))
-	if n := len(srv.requests()); n != 1 {
-		t.Fatalf("%d PutEvents requests, want 1: the committed state is reported even when the caller's context ended", n)
+	if !slices.Equal(sizes, []int{10, 10, 3}) {
+		t.Errorf("entries per request %v, want [10 10 3]", sizes)
 	}
 }
 
-func TestFailuresAreLoggedNotReturned(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		timeout time.Duration
-		respond func(w http.ResponseWriter, r *http.Request)
-		attr    string
-		value   string
-	}{
-		{"failed entry", 0, func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "application/x-amz-json-1.1")
-			_, _ = io.WriteString(w, `{"FailedEntryCount":1,"Entries":[{"ErrorCode":"InternalFailure","ErrorMessage":"try later"}]}`)
-		}, "error_code", "InternalFailure"},
-		{"http 500", 0, func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "application/x-amz-json-1.1")
-			w.WriteHeader(http.StatusInternalServerError)
-			_, _ = io.WriteString(w, `{"__type":"InternalException","message":"boom"}`)
-		}, "error", "InternalException"},
-		{"slow server", 150 * time.Millisecond, func(w http.ResponseWriter, r *http.Request) {
-			select {
-			case <-r.Context().Done():
-			case <-time.After(10 * time.Second):
-			}
-		}, "error", "deadline exceeded"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			srv := newServer(t, tc.respond)
-			logs, log := logtest.New()
-			opts := []lifecycle.Option{lifecycle.WithLogger(log)}
-			if tc.timeout > 0 {
-				opts = append(opts, lifecycle.WithTimeout(tc.timeout))
-			}
-			p := lifecycle.New(srv.client(), bus, opts...)
-			// Observe returns; with the slow server, because its timeout
-			// cut the call (the log says deadline exceeded, not the
-			// server's answer 10 s later).
-			p.Observe(context.Background(), event(engine.EventDeadLettered, store.DLQ, nil))
-			if len(srv.requests()) == 0 && tc.timeout == 0 { // a loaded machine may time out before the request arrives
-				t.Fatal("no PutEvents request reached the server")
-			}
-			line := findLog(t, logs, lifecycle.LogPublishFailed)
-			if line["level"] != "WARN" || line["event"] != lifecycle.LogPublishFailed || line["execution_id"] != "exec-1" ||
-				line["detail_type"] != lifecycle.DetailTypeDeadLettered {
-				t.Errorf("failure log line %v", line)
-			}
-			if v, _ := line[tc.attr].(string); !strings.Contains(v, tc.value) {
-				t.Errorf("failure log %s = %q, want it to mention %q", tc.attr, v, tc.value)
-			}
-			for _, m := range logLines(t, logs) {
-				if m["msg"] == lifecycle.LogPublished {
-					t.Errorf("a failed publish logged %s", lifecycle.LogPublished)
-				}
-			}
-		})
+// TestSinkReportsTheEntriesNotTaken: an entry EventBridge failed
+// (FailedEntryCount) is reported, transient unless its code says it will
+// never be taken; the others are acknowledged.
+func TestSinkReportsTheEntriesNotTaken(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+		_, _ = io.WriteString(w, `{"FailedEntryCount":2,"Entries":[{"EventId":"e1"},{"ErrorCode":"ThrottlingException","ErrorMessage":"slow down"},{"ErrorCode":"MalformedDetail","ErrorMessage":"bad"}]}`)
+	})
+	ev := terminal(t, store.Succeeded, nil, history.Succeeded)
+	err := lifecycle.NewSink(srv.client(), bus).Send(context.Background(), []outbox.Event{ev, ev, ev})
+	acked, retry, dead := outbox.Outcome(3, err)
+	if !slices.Equal(acked, []int{0}) || !slices.Equal(retry, []int{1}) || len(dead) != 1 || dead[0].Index != 2 {
+		t.Errorf("acked %v, retry %v, dead %+v (error %v)", acked, retry, dead, err)
 	}
 }
 
-func TestSourceConstant(t *testing.T) {
-	if lifecycle.Source != "qasync" {
-		t.Fatalf("Source = %q", lifecycle.Source)
+// TestSinkReportsEveryEntryOfAFailedRequest: an unavailable EventBridge
+// fails every entry, for a retry.
+func TestSinkReportsEveryEntryOfAFailedRequest(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = io.WriteString(w, `{"__type":"ServiceUnavailable","message":"down"}`)
+	})
+	ev := terminal(t, store.Succeeded, nil, history.Succeeded)
+	err := lifecycle.NewSink(srv.client(), bus).Send(context.Background(), []outbox.Event{ev, ev})
+	acked, retry, dead := outbox.Outcome(2, err)
+	if len(acked) != 0 || !slices.Equal(retry, []int{0, 1}) || len(dead) != 0 {
+		t.Errorf("acked %v, retry %v, dead %+v (error %v)", acked, retry, dead, err)
 	}
-}
-
-func TestNilPublisherIgnoresEvents(t *testing.T) {
-	var p *lifecycle.Publisher
-	p.Observe(context.Background(), event(engine.EventSucceeded, store.Succeeded, nil))
 }

@@ -295,12 +295,13 @@ func TestE2ESubmitOverHTTPSucceeds(t *testing.T) {
 		t.Errorf("unsigned status read: %d %s, want 403", status, body)
 	}
 	a.wholeHistory(t, id, "validate", "reserve-inventory", "capture-payment", "schedule-delivery")
-	// The lifecycle event went to the stack's bus, allowed by the
-	// worker's role (events:source qasync), into the local sink.
+	// The lifecycle event went to the stack's bus, put by the history
+	// function from the stream (allowed by its role: events:source
+	// qasync), into the local sink, with its deterministic id.
 	eventually(t, 20*time.Second, "the lifecycle event of "+id, func() bool {
 		for _, e := range a.Events() {
 			if e.DetailType == "Execution Succeeded" && strings.Contains(string(e.Detail), id) {
-				if e.Function != localcloud.Worker || e.Source != "qasync" || e.Bus != "qasync-dev-lifecycle" {
+				if e.Function != localcloud.History || e.Source != "qasync" || e.Bus != "qasync-dev-lifecycle" || !strings.Contains(string(e.Detail), `"eventId":"`) {
 					t.Errorf("lifecycle event %+v", e)
 				}
 				return true

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/qasync/qasync/shared/backend"
+	"github.com/qasync/qasync/shared/internal/outbox"
 )
 
 // Backend is the memory provider as a backend.Backend (state-provider
@@ -16,6 +17,7 @@ func Backend() backend.Backend { return backend.Func(openBackend) }
 
 func openBackend(_ context.Context, env backend.Env) (*backend.Seams, error) {
 	state := NewStateStore(env.Clock)
+	state.EnableOutbox(outbox.Configured(env.Config))
 	return &backend.Seams{
 		State:    state,
 		Payloads: NewPayloadStore(env.Clock),

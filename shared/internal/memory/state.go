@@ -35,6 +35,8 @@ type StateStore struct {
 	// waiting rows (concurrency.go).
 	slots map[string]*slotRec
 	wait  map[store.Key]struct{}
+	// box is the lifecycle events' outbox (outbox.go).
+	box memOutbox
 }
 
 var (
@@ -89,6 +91,7 @@ func (s *StateStore) CreateOrGet(ctx context.Context, req store.CreateRequest) (
 	s.rows[k] = &row
 	s.index(&row)
 	s.hist[k] = history.Derive(nil, &row)
+	s.box.add(&row, s.hist[k])
 	return clone(row), true, nil
 }
 
@@ -311,6 +314,7 @@ func (s *StateStore) record(old, row *store.Execution) {
 	if evs := history.Derive(old, row); len(evs) > 0 {
 		k := slotKey(row.Key())
 		s.hist[k] = append(s.hist[k], evs...)
+		s.box.add(row, evs)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/qasync/qasync/shared/history"
 	"github.com/qasync/qasync/shared/internal/embedded"
 	"github.com/qasync/qasync/shared/internal/memory"
+	"github.com/qasync/qasync/shared/internal/outbox"
 	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/store"
 )
@@ -79,8 +80,11 @@ func newMemoryBackend(w *world) *memoryBackend {
 	w.work.handle = deliverWork
 	w.dlq = newQueue(w, "dlq", 30*time.Second, 0)
 	w.dlq.handle = deliverDLQ
-	return &memoryBackend{w: w, state: memory.NewStateStore(c), payloads: memory.NewPayloadStore(c),
+	b := &memoryBackend{w: w, state: memory.NewStateStore(c), payloads: memory.NewPayloadStore(c),
 		effects: memory.NewEffects(c), dead: memory.NewDeadLetters(c)}
+	b.state.EnableOutbox(simEventTypes)
+	w.drainOutbox(func() outbox.Source { return b.state })
+	return b
 }
 
 func (b *memoryBackend) providers(p *proc) (providers, error) {
@@ -115,11 +119,13 @@ type embeddedBackend struct {
 func newEmbeddedBackend(w *world) (*embeddedBackend, error) {
 	w.cfg.procs = 1
 	b := &embeddedBackend{w: w}
+	w.drainOutbox(func() outbox.Source { return b.db.State(systemClock) })
 	return b, b.open()
 }
 
 func (b *embeddedBackend) open() error {
-	db, err := embedded.Open(b.w.o.Dir, embedded.Options{Clock: clock.System{}, NoControl: true, BreakLeases: true, NoSync: true})
+	db, err := embedded.Open(b.w.o.Dir, embedded.Options{Clock: clock.System{}, NoControl: true, BreakLeases: true, NoSync: true,
+		Events: simEventTypes})
 	if err != nil {
 		return err
 	}

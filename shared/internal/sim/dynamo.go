@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"time"
@@ -63,7 +64,8 @@ func newDynamoBackend(w *world) (backend, error) {
 	}
 	b.god = view{state: god.state, payloads: god.payloads, recorder: god.recorder, history: god.history}
 	h := prov.history.(*dynamo.History)
-	if b.feed, err = dynamo.NewStreamFeed(b.clients.DynamoDBStreams, b.clients.DynamoDB, h, dynamo.StreamOptions{ExecutionTable: b.names.ExecutionTable}); err != nil {
+	if b.feed, err = dynamo.NewStreamFeed(b.clients.DynamoDBStreams, b.clients.DynamoDB, h, dynamo.StreamOptions{ExecutionTable: b.names.ExecutionTable,
+		Then: dynamo.NewEventPublisher(w.eventSink(), simEventTypes, slog.New(slog.DiscardHandler))}); err != nil {
 		return nil, err
 	}
 	// The history function, as its event source mapping invokes it: when

@@ -105,7 +105,7 @@ const (
 var invariantNames = []string{invSettles, invNoStall, invNoVanish, invExactlyOnce, invEffectIsolation, invDeadLetterIsolation,
 	invDeadLetterViews, invSignedOut, invAwaitIsolation, invCheckpointReadable, invHistory, invRefusedStoresNothing, invKeylessIsNew, invNoFalsePoison,
 	invBackupNoPin, invOneJobPerKey, invSleepOnTime, invJoinSawAll, invMapRerunsFailed, invMapInFlight, invParentWakes, invRejectedStays, invMapCounts,
-	invRejectsTolerated, invConfigRefused, invSetup}
+	invRejectsTolerated, invEvents, invConfigRefused, invSetup}
 
 // stallBound is how long an execution may stay claimable without a claim:
 // a lost lease lapses (lease + tolerance), the sweeper looks within its
@@ -521,8 +521,13 @@ func (w *world) finish() {
 	w.mu.Lock()
 	w.finishing = true
 	w.mu.Unlock()
-	if db, ok := w.back.(*dynamoBackend); ok {
-		db.catchUp()
+	switch b := w.back.(type) {
+	case *dynamoBackend:
+		b.catchUp()
+	case *memoryBackend:
+		drainAll(b.state, w.eventSink())
+	case *embeddedBackend:
+		drainAll(b.db.State(systemClock), w.eventSink())
 	}
 	w.audit()
 	ctx := context.Background()
@@ -558,6 +563,7 @@ func (w *world) finish() {
 		}
 		w.checkHistory(ctx, v, inc, last)
 	}
+	w.checkEvents(incs)
 	w.checkDeadLetterViews(ctx)
 }
 

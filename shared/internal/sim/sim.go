@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"fmt"
+	"github.com/qasync/qasync/shared/internal/outbox"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -207,6 +208,8 @@ type world struct {
 	t   *testing.T
 	o   Options
 	cfg settings
+	// sink receives the lifecycle events (events.go).
+	sink *outbox.MemorySink
 	// mu guards everything below that invocation goroutines touch (the
 	// rng, the trace, the queues, the models, the tracking). It is never
 	// held across a call into the runtime or a blocking operation.

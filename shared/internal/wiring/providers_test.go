@@ -7,11 +7,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
+	ebtypes "github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
+
 	"github.com/qasync/qasync/shared/backend"
 	"github.com/qasync/qasync/shared/config"
 	"github.com/qasync/qasync/shared/internal/awsclient"
 	"github.com/qasync/qasync/shared/internal/awstest"
 	"github.com/qasync/qasync/shared/internal/engine"
+	"github.com/qasync/qasync/shared/internal/lifecycle"
 	"github.com/qasync/qasync/shared/internal/logtest"
 	"github.com/qasync/qasync/shared/internal/memory"
 	"github.com/qasync/qasync/shared/internal/sqsbackend"
@@ -19,7 +24,6 @@ import (
 	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/pipeline"
 	"github.com/qasync/qasync/shared/schema"
-	"github.com/qasync/qasync/shared/store"
 )
 
 func TestOpenRefusesInvalidConfig(t *testing.T) {
@@ -212,9 +216,9 @@ func TestStrictStartupRefusesNonDurableRejectSink(t *testing.T) {
 }
 
 // TestLifecycleEventsArePublishedByTheProcessesThatOfferThem: with
-// events.bus-name set, a process assembled with a Lifecycle part
-// observes the runtime's events through it, and one without (the submit
-// and history functions) starts and logs lifecycle_events_not_published.
+// events.bus-name set, a process assembled with a Lifecycle part drains
+// its store's outbox to EventBridge through it (the lifecycle_outbox
+// loop), and one without starts and logs lifecycle_events_not_published.
 func TestLifecycleEventsArePublishedByTheProcessesThatOfferThem(t *testing.T) {
 	t.Parallel()
 	c := config.Default()
@@ -224,33 +228,30 @@ func TestLifecycleEventsArePublishedByTheProcessesThatOfferThem(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	events := make(chan engine.Event, 16)
-	var bus string
+	puts := make(chan *eventbridge.PutEventsInput, 16)
 	opts := wiring.Options{Backends: map[string]backend.Backend{"memory": memory.Backend()}, Logger: slog.New(slog.DiscardHandler),
-		Lifecycle: func(_ context.Context, b string, _ *slog.Logger) (engine.Observer, error) {
-			bus = b
-			return engine.ObserverFunc(func(_ context.Context, ev engine.Event) {
-				if ev.Terminal() {
-					events <- ev
-				}
-			}), nil
-		}}
+		Lifecycle: func(context.Context) (lifecycle.PutEventsAPI, error) { return putEventsFunc(puts), nil }}
 	proc, err := wiring.Assemble(context.Background(), c, reg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer proc.Close(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	loops := make(chan struct{})
+	go func() { defer close(loops); proc.RunLoops(ctx, wiring.LoopLifecycleOutbox) }()
+	defer func() { cancel(); <-loops }()
 	in, _ := payload.JSON(map[string]int{})
 	if _, err := proc.Runtime.Submit(context.Background(), engine.SubmitRequest{TenantID: "t", PipelineID: p.ID, IdempotencyKey: "k", Input: in}); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case ev := <-events:
-		if bus != "orders-bus" || ev.Execution.Status != store.Succeeded {
-			t.Errorf("bus %q, event %+v", bus, ev.Execution)
+	case put := <-puts:
+		e := put.Entries[0]
+		if aws.ToString(e.EventBusName) != "orders-bus" || aws.ToString(e.DetailType) != lifecycle.DetailTypeSucceeded {
+			t.Errorf("entry bus %q, detail type %q", aws.ToString(e.EventBusName), aws.ToString(e.DetailType))
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("no terminal event reached the lifecycle publisher")
+		t.Fatal("no terminal event reached EventBridge")
 	}
 
 	logs, log := logtest.New()
@@ -263,4 +264,17 @@ func TestLifecycleEventsArePublishedByTheProcessesThatOfferThem(t *testing.T) {
 	if !strings.Contains(logs.String(), `"event":"lifecycle_events_not_published"`) {
 		t.Errorf("no lifecycle_events_not_published warning:\n%s", logs.String())
 	}
+}
+
+// putEventsFunc is an EventBridge that takes every entry, handing each
+// request to puts.
+type putEventsFunc chan *eventbridge.PutEventsInput
+
+func (f putEventsFunc) PutEvents(_ context.Context, in *eventbridge.PutEventsInput, _ ...func(*eventbridge.Options)) (*eventbridge.PutEventsOutput, error) {
+	f <- in
+	out := &eventbridge.PutEventsOutput{}
+	for range in.Entries {
+		out.Entries = append(out.Entries, ebtypes.PutEventsResultEntry{EventId: aws.String("e")})
+	}
+	return out, nil
 }

@@ -39,6 +39,7 @@ import (
 	"github.com/qasync/qasync/shared/internal/lifecycle"
 	"github.com/qasync/qasync/shared/internal/memory"
 	"github.com/qasync/qasync/shared/internal/metrics"
+	"github.com/qasync/qasync/shared/internal/outbox"
 	"github.com/qasync/qasync/shared/pipeline"
 	"github.com/qasync/qasync/shared/reject"
 	"github.com/qasync/qasync/shared/store"
@@ -61,12 +62,13 @@ type Options struct {
 	// HTTP builds the process's HTTP handler once the runtime exists
 	// (nil: the process serves no HTTP).
 	HTTP func(rt *engine.Runtime, c config.Config, log *slog.Logger) http.Handler
-	// Lifecycle builds the publisher of terminal lifecycle events to the
-	// EventBridge bus of events.bus-name (LifecycleEvents). Nil: the
-	// process publishes none (the submit and history functions, whose
-	// commits are not the terminal ones the events report), and a
-	// configured bus is logged as lifecycle_events_not_published.
-	Lifecycle func(ctx context.Context, bus string, log *slog.Logger) (engine.Observer, error)
+	// Lifecycle builds the EventBridge client lifecycle events are sent
+	// with (LifecycleEvents) when events.sink is eventbridge with a bus:
+	// the processes that publish them offer it (qasync serve, which drains
+	// the embedded and memory stores' outboxes and feeds the DynamoDB
+	// stream, and the history function, which consumes the stream). Nil:
+	// the process sends none.
+	Lifecycle func(ctx context.Context) (lifecycle.PutEventsAPI, error)
 	// Objects is the object store of pipelines' Output, handed to the
 	// steps (nil: the process runs no step that publishes one).
 	Objects pipeline.ObjectStore
@@ -101,6 +103,10 @@ type Process struct {
 	Handler http.Handler
 	// Logger is the process's logger.
 	Logger *slog.Logger
+	// Events is the sink of lifecycle events (lifecycle.Configured) and
+	// EventTypes the types sent to it; nil when the process sends none.
+	Events     outbox.Sink
+	EventTypes outbox.Types
 
 	closeDefaults func(ctx context.Context) error
 	once          sync.Once
@@ -185,18 +191,9 @@ func Assemble(ctx context.Context, c config.Config, reg *pipeline.Registry, o Op
 		p.Metrics = metrics.New(os.Stdout, c.MetricsNamespace)
 		observers = append(observers, p.Metrics)
 	}
-	switch {
-	case c.EventsBusName == "":
-	case o.Lifecycle == nil:
-		log.LogAttrs(ctx, slog.LevelWarn, "lifecycle_events_not_published", slog.String("event", "lifecycle_events_not_published"),
-			slog.String("bus", c.EventsBusName), slog.String("reason", "this process does not publish lifecycle events (the worker, sweeper and dlq functions and qasync serve do)"))
-	default:
-		obs, err := o.Lifecycle(ctx, c.EventsBusName, log)
-		if err != nil {
-			_ = p.Close(context.Background())
-			return nil, fmt.Errorf("%s: %w", config.FullKey("events.bus-name"), err)
-		}
-		observers = append(observers, obs)
+	if err := p.lifecycleEvents(ctx, o.Lifecycle); err != nil {
+		_ = p.Close(context.Background())
+		return nil, err
 	}
 	deps := faultSeams(o.Faults, log, engine.Deps{
 		Registry: reg, Store: p.Seams.State, Payloads: p.Seams.Payloads, Dispatcher: p.Seams.Dispatcher,
@@ -405,13 +402,9 @@ func strictConfig(c config.Config) error {
 }
 
 // LifecycleEvents is the Options.Lifecycle of a process that publishes
-// lifecycle events: an EventBridge publisher on sess's client.
-func LifecycleEvents(sess *awsclient.Session) func(context.Context, string, *slog.Logger) (engine.Observer, error) {
-	return func(ctx context.Context, bus string, log *slog.Logger) (engine.Observer, error) {
-		eb, err := awsclient.EventBridge(ctx, sess)
-		if err != nil {
-			return nil, fmt.Errorf("AWS configuration: %w", err)
-		}
-		return lifecycle.New(eb, bus, lifecycle.WithLogger(log)), nil
+// lifecycle events: sess's EventBridge client.
+func LifecycleEvents(sess *awsclient.Session) func(context.Context) (lifecycle.PutEventsAPI, error) {
+	return func(ctx context.Context) (lifecycle.PutEventsAPI, error) {
+		return awsclient.EventBridge(ctx, sess)
 	}
 }

@@ -9,7 +9,6 @@
 package dlq
 
 import (
-	"github.com/qasync/qasync/shared/internal/awsclient"
 	"github.com/qasync/qasync/shared/internal/lambdahandlers"
 	"github.com/qasync/qasync/shared/internal/wiring"
 	"github.com/qasync/qasync/shared/lambdafn"
@@ -21,7 +20,6 @@ const Function lambdafn.Function = "dlq"
 
 func init() {
 	role.Register(string(Function), role.Role{
-		Parts: func(o *wiring.Options, sess *awsclient.Session) { o.Lifecycle = wiring.LifecycleEvents(sess) },
 		Handler: func(p *wiring.Process) (any, error) {
 			if p.Seams.Recorder == nil {
 				return nil, lambdafn.ErrNoRecorder

@@ -10,7 +10,6 @@
 package sweeper
 
 import (
-	"github.com/qasync/qasync/shared/internal/awsclient"
 	"github.com/qasync/qasync/shared/internal/lambdahandlers"
 	"github.com/qasync/qasync/shared/internal/wiring"
 	"github.com/qasync/qasync/shared/lambdafn"
@@ -22,7 +21,6 @@ const Function lambdafn.Function = "sweeper"
 
 func init() {
 	role.Register(string(Function), role.Role{
-		Parts: func(o *wiring.Options, sess *awsclient.Session) { o.Lifecycle = wiring.LifecycleEvents(sess) },
 		Handler: func(p *wiring.Process) (any, error) {
 			return lambdahandlers.Sweeper(p.Runtime, lambdahandlers.DefaultSweepMargin, p.Logger), nil
 		},

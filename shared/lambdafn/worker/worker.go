@@ -38,7 +38,6 @@ func init() {
 		Parts: func(o *wiring.Options, sess *awsclient.Session) {
 			// The S3 client is built on the first s3:// output only.
 			o.Objects = objects.Router{File: objects.File{}, S3: objects.S3{Connect: func(ctx context.Context) (*s3.Client, error) { return awsclient.S3(ctx, sess) }}}
-			o.Lifecycle = wiring.LifecycleEvents(sess)
 			// Await steps sign their resume tokens.
 			o.Secrets = wiring.Secrets(func(ctx context.Context) (wiring.SecretGetter, error) { return awsclient.SecretsManager(ctx, sess) })
 		},
