@@ -146,7 +146,8 @@ func runState(t *testing.T, f func(*testing.T, clock.Clock) store.Store) {
 			e := setupState(t, f)
 			ss, ok := e.s.(store.SlotStore)
 			if !ok {
-				t.Fatalf("the state store keeps no concurrency keys (store.SlotStore)")
+				// The engine refuses keyed pipelines on such a store.
+				t.Skip("the state store keeps no concurrency keys (store.SlotStore)")
 			}
 			tc.fn(e, ss)
 		})

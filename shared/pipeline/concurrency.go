@@ -80,11 +80,11 @@ func (p *Pipeline) KeyOf(in payload.Payload) (string, error) {
 func (c *Concurrency) validate() error {
 	switch {
 	case c.Name == "":
-		return fmt.Errorf("concurrency: no key name")
+		return fmt.Errorf("pipeline: concurrency: no key name")
 	case c.Key == nil:
-		return fmt.Errorf("concurrency %s: no key function", c.Name)
+		return fmt.Errorf("pipeline: concurrency %s: no key function", c.Name)
 	case c.Limit < 1 || c.Limit > MaxConcurrencyLimit:
-		return fmt.Errorf("concurrency %s: limit %d outside 1..%d", c.Name, c.Limit, MaxConcurrencyLimit)
+		return fmt.Errorf("pipeline: concurrency %s: limit %d outside 1..%d", c.Name, c.Limit, MaxConcurrencyLimit)
 	}
 	return nil
 }

@@ -532,8 +532,8 @@ func TestUnknownNamesSuggestTheNearest(t *testing.T) {
 		{[]string{"status", "x", "--tenat", "t"}, "unknown flag --tenat (did you mean --tenant?)"},
 		{[]string{"status", "x", "--admin-token-fil", "f"}, "unknown flag --admin-token-fil (did you mean --admin-token-file?)"},
 		{[]string{"--urll", "http://x", "status", "x"}, "qasync: unknown flag --urll (did you mean --url?)"},
-		{[]string{"--reason", "r", "cancel", "x"}, "unknown flag --reason (a flag of cancel, redrive: give it after the command name)"},
-		{[]string{"list", "--reason", "r"}, "unknown flag --reason (a flag of cancel, redrive, not of list)"},
+		{[]string{"--reason", "r", "cancel", "x"}, "unknown flag --reason (a flag of cancel, redrive, pause, resume: give it after the command name)"},
+		{[]string{"list", "--reason", "r"}, "unknown flag --reason (a flag of cancel, redrive, pause, resume, not of list)"},
 		{[]string{"--url", "http://x", "statsu", "x"}, `qasync: unknown command "statsu" (did you mean "status"?)`},
 		{[]string{"--url", "http://x", "dead-letter"}, `unknown command "dead-letter" (did you mean "dead-letters"?)`},
 		{[]string{"status", "x", "--bogus"}, "qasync status: unknown flag --bogus\n"},
@@ -544,7 +544,7 @@ func TestUnknownNamesSuggestTheNearest(t *testing.T) {
 		{[]string{"dead-letters", "--outstandin"}, "unknown flag --outstandin (did you mean --outstanding?)"},
 		{[]string{"dead-letters", "--count"}, "unknown flag --count (did you mean --counts?)"},
 		{[]string{"list", "--ky", "k"}, "unknown flag --ky (did you mean --key?)"},
-		{[]string{"status", "x", "--key", "k"}, "unknown flag --key (a flag of submit, list, redrive, not of status)"},
+		{[]string{"status", "x", "--key", "k"}, "unknown flag --key (a flag of submit, list, redrive, pause, resume, not of status)"},
 		{[]string{"list", "--counts"}, "unknown flag --counts (a flag of dead-letters, not of list)"},
 	} {
 		res := r.want(cli.ExitUsage, tc.args...)

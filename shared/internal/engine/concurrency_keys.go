@@ -28,11 +28,13 @@
 //     sweeper's look at a waiter: it wakes a waiter that holds a slot,
 //     evicts holders whose rows ended (or were re-driven: another life),
 //     and hands free slots to the oldest waiters.
+
 package engine
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"time"
@@ -41,9 +43,25 @@ import (
 	"github.com/qasync/qasync/shared/store"
 )
 
-// slotStore is the state store's concurrency keys (every state store
-// keeps them; nil for one that does not, whose keyed executions then run
-// unlimited).
+// checkKeys refuses a registry with a keyed pipeline on a state store
+// that keeps no concurrency keys (a user's backend without
+// store.SlotStore): its limit would not hold, and a limit that silently
+// does not hold is worse than none.
+func checkKeys(s store.Store, reg *pipeline.Registry) error {
+	if _, ok := s.(store.SlotStore); ok {
+		return nil
+	}
+	for _, p := range reg.All() {
+		if p.Concurrency != nil {
+			return fmt.Errorf("engine: pipeline %s declares the concurrency key %s, but the state store keeps no concurrency keys (store.SlotStore)", p.ID, p.Concurrency.Name)
+		}
+	}
+	return nil
+}
+
+// slotStore is the state store's concurrency keys (every state store of
+// this repository keeps them; nil for a user's backend that does not,
+// which New refuses for keyed pipelines: see checkKeys).
 func (r *Runtime) slotStore() store.SlotStore {
 	ss, _ := r.deps.Store.(store.SlotStore)
 	return ss

@@ -282,3 +282,35 @@ func TestConcurrencyKeyRefusals(t *testing.T) {
 		t.Fatalf("a keyless input: key %q held %v status %s", row.ConcurrencyKey, row.SlotHeld, row.Status)
 	}
 }
+
+// bareStore hides every optional seam of a state store, as a user's
+// backend that implements store.Store alone.
+type bareStore struct{ store.Store }
+
+// A keyed pipeline on a state store that keeps no concurrency keys is
+// refused at start, naming the pipeline and the key: its limit would not
+// hold.
+func TestKeyedPipelineNeedsASlotStore(t *testing.T) {
+	c := newCluster(t)
+	var mu sync.Mutex
+	var started []string
+	reg, err := pipeline.NewRegistry(keyedPipeline(1, &started, &mu))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = engine.New(engine.Config{}, engine.Deps{Registry: reg, Store: bareStore{c.store}, Payloads: c.payloads,
+		Dispatcher: c.queue, DeadLetter: c.dlq})
+	if err == nil || !strings.Contains(err.Error(), "p.keyed") || !strings.Contains(err.Error(), "store.SlotStore") {
+		t.Fatalf("New with a keyed pipeline on a store without keys: %v", err)
+	}
+	// Without a keyed pipeline the same store is fine.
+	plain, err := pipeline.NewRegistry(pipeline.Pipeline{ID: "p.plain", Steps: []pipeline.Step{pipeline.NewStep("a",
+		func(context.Context, pipeline.StepInfo, struct{}) (struct{}, error) { return struct{}{}, nil })}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := engine.New(engine.Config{}, engine.Deps{Registry: plain, Store: bareStore{c.store}, Payloads: c.payloads,
+		Dispatcher: c.queue, DeadLetter: c.dlq}); err != nil {
+		t.Fatalf("New without keyed pipelines: %v", err)
+	}
+}

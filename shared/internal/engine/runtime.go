@@ -302,6 +302,9 @@ func New(cfg Config, deps Deps) (*Runtime, error) {
 	if err := checkRetention(cfg, deps.Registry); err != nil {
 		return nil, err
 	}
+	if err := checkKeys(deps.Store, deps.Registry); err != nil {
+		return nil, err
+	}
 	if deps.Clock == nil {
 		deps.Clock = clock.System{}
 	}

@@ -240,7 +240,8 @@ func TestProxyDeniesQueryProtocol(t *testing.T) {
 
 // PutEvents is authorized per entry on the bus's ARN with its source as
 // the events:source condition key: the dev stack's functions may put
-// events of source qasync on the lifecycle bus, and nothing else.
+// events of source qasync on the lifecycle bus (the history function,
+// which publishes them from the stream), and nothing else.
 func TestPutEventsNeedsTheBusAndTheSource(t *testing.T) {
 	tp, err := LoadTemplate("../devstack/dev.template.json")
 	if err != nil {
@@ -268,10 +269,11 @@ func TestPutEventsNeedsTheBusAndTheSource(t *testing.T) {
 		fn, bus, source string
 		allowed         bool
 	}{
-		{"WorkerFunction", bus, "qasync", true},
-		{"WorkerFunction", "arn:aws:events:us-east-1:000000000000:event-bus/" + bus, "qasync", true},
-		{"WorkerFunction", bus, "someone-else", false},
-		{"WorkerFunction", "default", "qasync", false},
+		{"HistoryFunction", bus, "qasync", true},
+		{"HistoryFunction", "arn:aws:events:us-east-1:000000000000:event-bus/" + bus, "qasync", true},
+		{"HistoryFunction", bus, "someone-else", false},
+		{"HistoryFunction", "default", "qasync", false},
+		{"WorkerFunction", bus, "qasync", false},
 		{"SubmitFunction", bus, "qasync", false},
 	} {
 		if got := ps[c.fn].Evaluate(put(c.bus, c.source)[0]).Allowed; got != c.allowed {
