@@ -346,4 +346,3 @@ func mustDrive(t *testing.T, rt *engine.Runtime) engine.ScheduleReport {
 	}
 	return rep
 }
-
