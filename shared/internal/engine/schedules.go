@@ -27,6 +27,7 @@ package engine
 // execution.
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -106,7 +107,7 @@ type ScheduleSpec struct {
 	// CatchupLimit is how many missed fire times are started after an
 	// outage besides the newest (nil: DefaultScheduleCatchup).
 	CatchupLimit *int
-	// Input is the JSON input of every execution (nil: {}), at most
+	// Input is the JSON object every execution gets (nil: {}), at most
 	// MaxScheduleInput bytes.
 	Input json.RawMessage
 	// Paused creates the schedule paused.
@@ -206,8 +207,8 @@ func (r *Runtime) validateSchedule(spec ScheduleSpec) (*schedule.Cron, scheduleS
 	if len(in) == 0 {
 		in = json.RawMessage("{}")
 	}
-	if len(in) > MaxScheduleInput || !json.Valid(in) {
-		return nil, st, &ScheduleFieldError{"input", fmt.Sprintf("must be JSON of at most %d bytes", MaxScheduleInput)}
+	if len(in) > MaxScheduleInput || !json.Valid(in) || !bytes.HasPrefix(bytes.TrimSpace(in), []byte("{")) {
+		return nil, st, &ScheduleFieldError{"input", fmt.Sprintf("must be a JSON object of at most %d bytes", MaxScheduleInput)}
 	}
 	st.Input = in
 	return c, st, nil
