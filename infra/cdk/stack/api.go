@@ -96,6 +96,8 @@ var Routes = []Route{
 	{PipelineRouteID, "GET", pipelinePath, true, false},
 }
 
+func init() { Routes = append(Routes, scheduleRoutes...) }
+
 // Operator reports whether r is an operator route (OperatorRedrivePolicy;
 // under JWT its scope).
 func (r Route) Operator() bool { return !r.Client && !r.ResumeToken }

@@ -31,9 +31,9 @@ func TestResourceCounts(t *testing.T) {
 		"AWS::ApiGatewayV2::Api":          1,
 		"AWS::ApiGatewayV2::Stage":        1,
 		"AWS::ApiGatewayV2::Integration":  1,
-		"AWS::ApiGatewayV2::Route":        17, // sixteen IAM routes, the await completion route
+		"AWS::ApiGatewayV2::Route":        23, // twenty-two IAM routes, the await completion route
 		"AWS::ApiGatewayV2::Authorizer":   0,  // IAM needs none
-		"AWS::Lambda::Permission":         18, // seventeen routes, the schedule
+		"AWS::Lambda::Permission":         24, // twenty-three routes, the schedule
 		"AWS::Events::EventBus":           1,
 		"AWS::Events::Rule":               1,
 		"AWS::CloudWatch::Alarm":          8,
@@ -67,8 +67,8 @@ func TestResourceCounts(t *testing.T) {
 		"AWS::ApiGatewayV2::Api":            2, // the main API, the await origin
 		"AWS::ApiGatewayV2::Stage":          2,
 		"AWS::ApiGatewayV2::Integration":    2,
-		"AWS::ApiGatewayV2::Route":          17, // sixteen IAM routes on the main API, the await completion route on the origin
-		"AWS::Lambda::Permission":           18,
+		"AWS::ApiGatewayV2::Route":          23, // twenty-two IAM routes on the main API, the await completion route on the origin
+		"AWS::Lambda::Permission":           24,
 		"AWS::Logs::LogGroup":               8, // and the front's and the origin's access logs
 		"AWS::IAM::Role":                    5, // no CloudWatch role for API Gateway
 	} {
@@ -572,7 +572,10 @@ func TestHTTPAPIRoutesUseIAM(t *testing.T) {
 		"GET /v1/executions/{executionId}", "GET /v1/executions/{executionId}/history", "GET /v1/executions/{executionId}/result",
 		"GET /v1/inputs/{executionId}", "GET /v1/pipelines", "GET /v1/pipelines/{pipelineId}", "GET /v1/redrives/{redriveId}",
 		"POST /v1/executions/{executionId}/awaits/{awaitId}/complete", "POST /v1/executions/{executionId}/cancel",
-		"POST /v1/executions/{executionId}/redrive", "POST /v1/pipelines/{pipelineId}/executions", "POST /v1/redrives"}
+		"POST /v1/executions/{executionId}/redrive", "POST /v1/pipelines/{pipelineId}/executions", "POST /v1/redrives",
+		"GET /v1/schedules", "GET /v1/schedules/{scheduleId}", "DELETE /v1/schedules/{scheduleId}", "POST /v1/schedules",
+		"POST /v1/schedules/{scheduleId}/pause", "POST /v1/schedules/{scheduleId}/resume"}
+	sort.Strings(wantKeys)
 	if !reflect.DeepEqual(keys, wantKeys) {
 		t.Errorf("route keys %v, want %v", keys, wantKeys)
 	}
@@ -607,7 +610,9 @@ func TestHTTPAPIRoutesUseIAM(t *testing.T) {
 			arn("GET", "/v1/executions/*/history"), arn("GET", "/v1/dead-letters"), arn("GET", "/openapi.json"),
 			arn("GET", "/v1/dead-letters/counts"), arn("GET", "/v1/pipelines"), arn("GET", "/v1/pipelines/*")},
 		OperatorPolicyID: {arn("POST", "/v1/executions/*/redrive"), arn("POST", "/v1/executions/*/cancel"),
-			arn("POST", "/v1/redrives"), arn("GET", "/v1/redrives/*"), arn("GET", "/v1/inputs/*")},
+			arn("POST", "/v1/redrives"), arn("GET", "/v1/redrives/*"), arn("GET", "/v1/inputs/*"),
+			arn("POST", "/v1/schedules"), arn("GET", "/v1/schedules"), arn("GET", "/v1/schedules/*"), arn("DELETE", "/v1/schedules/*"),
+			arn("POST", "/v1/schedules/*/pause"), arn("POST", "/v1/schedules/*/resume")},
 	} {
 		sts := v.statements()[id]
 		if len(sts) != 1 || str(sts[0]["Action"]) != "execute-api:Invoke" {
@@ -716,7 +721,8 @@ func TestJWTAuthorizer(t *testing.T) {
 		}
 		var scopes any
 		switch r.ID {
-		case RedriveRouteID, CancelRouteID, BulkRedriveRouteID, RedriveJobRouteID, InputRouteID:
+		case RedriveRouteID, CancelRouteID, BulkRedriveRouteID, RedriveJobRouteID, InputRouteID,
+			SchedulesCreateRouteID, SchedulesListRouteID, ScheduleGetRouteID, ScheduleDeleteRouteID, SchedulePauseRouteID, ScheduleResumeRouteID:
 			scopes = []any{"qasync/redrive"} // the operator routes
 		}
 		if !reflect.DeepEqual(p["AuthorizationScopes"], scopes) {
