@@ -429,9 +429,15 @@ func (r *Runtime) DriveSchedules(ctx context.Context) (ScheduleReport, error) {
 	return rep, nil
 }
 
-// RunSchedules calls DriveSchedules every interval until ctx ends (the
-// driver of qasync serve; a schedule's precision is then the interval).
+// scheduleIdlePoll is the shortest wait of RunSchedules between passes
+// (each pass reads every schedule's record).
+const scheduleIdlePoll = 5 * time.Second
+
+// RunSchedules calls DriveSchedules every interval (at least
+// scheduleIdlePoll) until ctx ends: the driver of qasync serve, where a
+// schedule's precision is that interval.
 func (r *Runtime) RunSchedules(ctx context.Context, interval time.Duration) {
+	interval = max(interval, scheduleIdlePoll)
 	for ctx.Err() == nil {
 		if _, err := r.DriveSchedules(ctx); err != nil && ctx.Err() == nil {
 			r.deps.Logger.LogAttrs(ctx, slog.LevelWarn, "schedule_drive_failed", slog.String("event", "schedule_drive_failed"), slog.String("error", err.Error()))
