@@ -367,6 +367,9 @@ func TestClientTypesFollowTheOpenAPIDocument(t *testing.T) {
 		{client.Pipeline{}, s + "Pipeline"},
 		{client.PipelineVersion{}, s + "PipelineVersion"},
 		{client.PipelineStep{}, s + "PipelineStep"},
+		{client.ScheduleRequest{}, s + "ScheduleRequest"},
+		{client.Schedule{}, s + "Schedule"},
+		{client.ScheduleList{}, s + "ScheduleList"},
 	}
 	covered := map[string]bool{
 		"Status": true, // store.Status

@@ -119,6 +119,8 @@ const (
 	ResumeJobRouteID  = "BulkResumeProgressRoute"
 )
 
+func init() { Routes = append(Routes, scheduleRoutes...) }
+
 // Operator reports whether r is an operator route (OperatorRedrivePolicy;
 // under JWT its scope).
 func (r Route) Operator() bool { return !r.Client && !r.ResumeToken }

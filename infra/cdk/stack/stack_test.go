@@ -31,9 +31,9 @@ func TestResourceCounts(t *testing.T) {
 		"AWS::ApiGatewayV2::Api":          1,
 		"AWS::ApiGatewayV2::Stage":        1,
 		"AWS::ApiGatewayV2::Integration":  1,
-		"AWS::ApiGatewayV2::Route":        23, // twenty-two IAM routes, the await completion route
+		"AWS::ApiGatewayV2::Route":        29, // twenty-eight IAM routes, the await completion route
 		"AWS::ApiGatewayV2::Authorizer":   0,  // IAM needs none
-		"AWS::Lambda::Permission":         24, // twenty-three routes, the schedule
+		"AWS::Lambda::Permission":         30, // twenty-nine routes, the schedule
 		"AWS::Events::EventBus":           1,
 		"AWS::Events::Rule":               1,
 		"AWS::CloudWatch::Alarm":          8,
@@ -67,8 +67,8 @@ func TestResourceCounts(t *testing.T) {
 		"AWS::ApiGatewayV2::Api":            2, // the main API, the await origin
 		"AWS::ApiGatewayV2::Stage":          2,
 		"AWS::ApiGatewayV2::Integration":    2,
-		"AWS::ApiGatewayV2::Route":          23, // twenty-two IAM routes on the main API, the await completion route on the origin
-		"AWS::Lambda::Permission":           24,
+		"AWS::ApiGatewayV2::Route":          29, // twenty-eight IAM routes on the main API, the await completion route on the origin
+		"AWS::Lambda::Permission":           30,
 		"AWS::Logs::LogGroup":               8, // and the front's and the origin's access logs
 		"AWS::IAM::Role":                    5, // no CloudWatch role for API Gateway
 	} {
@@ -583,7 +583,10 @@ func TestHTTPAPIRoutesUseIAM(t *testing.T) {
 		"GET /v1/resumes/{jobId}",
 		"POST /v1/executions/{executionId}/awaits/{awaitId}/complete", "POST /v1/executions/{executionId}/cancel",
 		"POST /v1/executions/{executionId}/pause", "POST /v1/executions/{executionId}/redrive", "POST /v1/executions/{executionId}/resume",
-		"POST /v1/pauses", "POST /v1/pipelines/{pipelineId}/executions", "POST /v1/redrives", "POST /v1/resumes"}
+		"POST /v1/pauses", "POST /v1/pipelines/{pipelineId}/executions", "POST /v1/redrives", "POST /v1/resumes",
+		"GET /v1/schedules", "GET /v1/schedules/{scheduleId}", "DELETE /v1/schedules/{scheduleId}", "POST /v1/schedules",
+		"POST /v1/schedules/{scheduleId}/pause", "POST /v1/schedules/{scheduleId}/resume"}
+	sort.Strings(wantKeys)
 	if !reflect.DeepEqual(keys, wantKeys) {
 		t.Errorf("route keys %v, want %v", keys, wantKeys)
 	}
@@ -620,7 +623,9 @@ func TestHTTPAPIRoutesUseIAM(t *testing.T) {
 		OperatorPolicyID: {arn("POST", "/v1/executions/*/redrive"), arn("POST", "/v1/executions/*/cancel"),
 			arn("POST", "/v1/redrives"), arn("GET", "/v1/redrives/*"), arn("GET", "/v1/inputs/*"),
 			arn("POST", "/v1/executions/*/pause"), arn("POST", "/v1/executions/*/resume"), arn("POST", "/v1/pauses"),
-			arn("GET", "/v1/pauses/*"), arn("POST", "/v1/resumes"), arn("GET", "/v1/resumes/*")},
+			arn("GET", "/v1/pauses/*"), arn("POST", "/v1/resumes"), arn("GET", "/v1/resumes/*"),
+			arn("POST", "/v1/schedules"), arn("GET", "/v1/schedules"), arn("GET", "/v1/schedules/*"), arn("DELETE", "/v1/schedules/*"),
+			arn("POST", "/v1/schedules/*/pause"), arn("POST", "/v1/schedules/*/resume")},
 	} {
 		sts := v.statements()[id]
 		if len(sts) != 1 || str(sts[0]["Action"]) != "execute-api:Invoke" {
@@ -730,7 +735,8 @@ func TestJWTAuthorizer(t *testing.T) {
 		var scopes any
 		switch r.ID {
 		case RedriveRouteID, CancelRouteID, BulkRedriveRouteID, RedriveJobRouteID, InputRouteID,
-			PauseRouteID, ResumeRouteID, BulkPauseRouteID, PauseJobRouteID, BulkResumeRouteID, ResumeJobRouteID:
+			PauseRouteID, ResumeRouteID, BulkPauseRouteID, PauseJobRouteID, BulkResumeRouteID, ResumeJobRouteID,
+			SchedulesCreateRouteID, SchedulesListRouteID, ScheduleGetRouteID, ScheduleDeleteRouteID, SchedulePauseRouteID, ScheduleResumeRouteID:
 			scopes = []any{"qasync/redrive"} // the operator routes
 		}
 		if !reflect.DeepEqual(p["AuthorizationScopes"], scopes) {

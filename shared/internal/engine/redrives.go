@@ -410,6 +410,9 @@ func (r *Runtime) DriveRedrives(ctx context.Context, slice time.Duration) (int, 
 		held int
 	)
 	for _, j := range jobs {
+		if IsScheduleJob(j.Key) {
+			continue // DriveSchedules's
+		}
 		wg.Go(func() {
 			job, err := decodeRedriveJob(j)
 			if err != nil {

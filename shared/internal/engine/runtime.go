@@ -345,6 +345,9 @@ type SubmitRequest struct {
 	// IdempotencyKey is the client's key ("" when none was sent).
 	IdempotencyKey string
 	Input          payload.Payload
+	// scheduled: a schedule's fire (schedules.go), whose key is kept
+	// whatever the idempotency policy.
+	scheduled bool
 }
 
 // SubmitResult is the execution a submission created or resolved to.
@@ -381,7 +384,7 @@ func (r *Runtime) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, 
 	digest := requestDigest(req.Input)
 	key := req.IdempotencyKey
 	switch {
-	case r.cfg.IdempotencyPolicy == ServerKeyOnly:
+	case r.cfg.IdempotencyPolicy == ServerKeyOnly && !req.scheduled:
 		key = "derived:" + hashParts(req.TenantID, req.PipelineID, digest)
 	case key == "" && r.cfg.IdempotencyPolicy == ClientKeyRequired:
 		return SubmitResult{}, ErrKeyRequired

@@ -25,6 +25,8 @@
 //	POST /v1/redrives                            operator bulk re-drive (as re-drive): 202 new,
 //	                                             200 when its Idempotency-Key named the job
 //	GET  /v1/redrives/{redriveId}                its progress (as re-drive)
+//	POST/GET /v1/schedules, GET/DELETE /v1/schedules/{scheduleId},
+//	POST /v1/schedules/{scheduleId}/pause|resume schedules (as re-drive)
 //	GET  /v1/dead-letters                        the tenant's dead letters, newest first, each
 //	                                             with its execution's current status and
 //	                                             whether it is outstanding (outstanding=true)
@@ -53,16 +55,18 @@
 // refuses the input: a decode error, a map's limits) (400); unauthorized
 // (401); forbidden, operator-routes-disabled (403);
 // not-found, pipeline-not-found, execution-not-found, redrive-not-found,
-// history-unavailable (404); method-not-allowed (405, with Allow);
+// schedule-not-found, history-unavailable (404); method-not-allowed (405, with Allow);
 // execution-not-succeeded, execution-not-redrivable,
-// execution-not-cancellable, version-mismatch, await-conflict (409);
+// execution-not-cancellable, version-mismatch, await-conflict,
+// too-many-schedules (409);
 // payload-too-large, input-too-large (413); unsupported-media-type (415: a body whose
 // Content-Type the pipeline's first step does not take, such as
 // text/plain for a step that decodes JSON); idempotency-key-mismatch
 // (422); too-many-attempts (429, with Retry-After);
 // headers-too-large (431: the request line and headers over
 // Options.MaxHeaderBytes); internal (500); unavailable, awaits-disabled,
-// dead-letters-unavailable, redrives-unavailable (503).
+// dead-letters-unavailable, redrives-unavailable, schedules-unavailable
+// (503).
 //
 // A request is validated completely before the runtime is called, so a
 // rejected request stores nothing. Each request is logged once as event
@@ -251,6 +255,7 @@ func New(rt *engine.Runtime, opts Options) http.Handler {
 	a.route(routeRedriveJob, a.redriveProgress)
 	a.routePauses()
 	a.route(routeInput, a.input)
+	a.routeSchedules()
 	// Everything else: a problem+json 404, never the mux's text/plain one.
 	a.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, kindNotFound.problem("No route matches the request path."))

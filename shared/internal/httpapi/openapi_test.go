@@ -415,6 +415,7 @@ func TestOpenAPIDocumentMatchesEveryResponse(t *testing.T) {
 			{"GET", "/v1/inputs/x", "", admin(nil), failing.want, true},
 		}
 	}
+	addScheduleCases(t, cases, e, broken, down, closed, throttled, admin, badTenant, big)
 
 	provoked := map[string]bool{}
 	for env, list := range cases {

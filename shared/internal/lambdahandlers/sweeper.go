@@ -44,6 +44,11 @@ type SweepReport struct {
 	// RedriveJobs counts the bulk re-drive jobs the invocation advanced
 	// after its sweeps.
 	RedriveJobs int `json:"redriveJobs"`
+	// SchedulesStarted and SchedulesSkipped count the schedules' fire
+	// times the invocation started and counted skipped
+	// (Runtime.DriveSchedules, after the sweeps).
+	SchedulesStarted int `json:"schedulesStarted"`
+	SchedulesSkipped int `json:"schedulesSkipped"`
 }
 
 // redriveSliceWithoutDeadline is how long an invocation without a
@@ -56,7 +61,8 @@ const redriveSliceWithoutDeadline = 10 * time.Second
 // sweep skipping the rows the invocation already handled,
 // at most MaxSweeps times (the first sweep always runs), and returns and
 // logs (event "sweeper_completed") the totals. With the time left beyond
-// margin it then advances the active bulk re-drive jobs
+// margin it then passes over the schedules (Runtime.DriveSchedules: the
+// due ones start their executions) and advances the active bulk re-drive jobs
 // (Runtime.DriveRedrives): the sweeper is their driver, so a job goes on
 // at every schedule and resumes after an invocation that timed out. A
 // SweepOnce error is
@@ -100,6 +106,13 @@ func Sweeper(rt *engine.Runtime, margin time.Duration, log *slog.Logger) func(co
 				break
 			}
 		}
+		// The schedules' pass: a schedule's precision is this function's
+		// schedule (a minute by default).
+		sch, err := rt.DriveSchedules(ctx)
+		if err != nil {
+			log.LogAttrs(ctx, slog.LevelWarn, "schedule_drive_failed", slog.String("event", "schedule_drive_failed"), slog.String("error", err.Error()))
+		}
+		rep.SchedulesStarted, rep.SchedulesSkipped = sch.Started, sch.Skipped
 		slice := redriveSliceWithoutDeadline
 		if left, ok := timeLeft(ctx); ok {
 			slice = left - margin
@@ -119,7 +132,7 @@ func Sweeper(rt *engine.Runtime, margin time.Duration, log *slog.Logger) func(co
 			slog.Int("sweeps", rep.Sweeps), slog.Int("due", rep.Due), slog.Int("redispatched", rep.Redispatched),
 			slog.Int("dead_letters_published", rep.DeadLettersPublished), slog.Int("awaits_timed_out", rep.AwaitsTimedOut),
 			slog.Int("rescheduled", rep.Rescheduled), slog.Int("cancelled", rep.Cancelled), slog.Int("failed", rep.Failed),
-			slog.Int("redrive_jobs", rep.RedriveJobs),
+			slog.Int("redrive_jobs", rep.RedriveJobs), slog.Int("schedules_started", rep.SchedulesStarted), slog.Int("schedules_skipped", rep.SchedulesSkipped),
 			slog.Bool("more", rep.More), slog.String("stopped", stop),
 			slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000))
 		return rep, nil

@@ -9,8 +9,11 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/qasync/qasync/shared/clock"
 	"github.com/qasync/qasync/shared/internal/engine"
 	"github.com/qasync/qasync/shared/internal/lambdahandlers"
+	"github.com/qasync/qasync/shared/internal/logtest"
+	"github.com/qasync/qasync/shared/internal/memory"
 	"github.com/qasync/qasync/shared/store"
 )
 
@@ -143,5 +146,29 @@ func TestSweeperDrivesBulkRedrives(t *testing.T) {
 		if row := get(t, rt, fmt.Sprintf("dead-%d", i)); row.RedriveCount != 1 || row.Status == store.DLQ {
 			t.Fatalf("dead-%d: %s, re-driven %d times", i, row.Status, row.RedriveCount)
 		}
+	}
+}
+
+// TestSweeperDrivesSchedules: the sweeper function passes over the
+// schedules after its sweeps; a due one starts its execution.
+func TestSweeperDrivesSchedules(t *testing.T) {
+	clk := clock.NewFake(time.Now().UTC().Truncate(time.Hour).Add(30 * time.Second))
+	logs, log := logtest.New()
+	st := memory.NewStateStore(clk)
+	rt, err := engine.New(engine.Config{}, engine.Deps{
+		Registry: testRegistry(t), Store: st, Payloads: memory.NewPayloadStore(clk), Dispatcher: &recordingDispatcher{},
+		DeadLetter: memory.NewLogDLQ(log), Effects: memory.NewEffects(clk), Logger: log, Clock: clk,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.CreateSchedule(context.Background(), fixtureTenant, engine.ScheduleSpec{PipelineID: orderPipelineID, Spec: "@hourly", Input: []byte(orderInput)}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Hour)
+	var rep lambdahandlers.SweepReport
+	invoke(t, context.Background(), lambdahandlers.Sweeper(rt, lambdahandlers.DefaultSweepMargin, log), fixture(t, "sweeper-schedule.json"), &rep)
+	if rep.SchedulesStarted != 1 {
+		t.Fatalf("report %+v: want one scheduled execution started\n%s", rep, logs.String())
 	}
 }

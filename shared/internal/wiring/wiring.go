@@ -257,14 +257,15 @@ func (p *Process) defaults(env backend.Env) error {
 }
 
 // Run runs the loops of a long-running process until ctx ends: the
-// sweeper and, beside it, the bulk re-drive jobs' driver (both every
-// sweep-interval), and the backend's loops (a poller, consumers, a
+// sweeper and, beside it, the bulk re-drive jobs' and the schedules'
+// drivers (every sweep-interval), and the backend's loops (a poller, consumers, a
 // feed). When ctx ends the runtime drains (in-flight steps finish and
 // commit, none chains on) and Run returns once every loop has.
 func (p *Process) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	wg.Go(func() { p.Runtime.RunSweeper(ctx, p.Config.SweepInterval) })
 	wg.Go(func() { p.Runtime.RunRedrives(ctx, p.Config.SweepInterval) })
+	wg.Go(func() { p.Runtime.RunSchedules(ctx, p.Config.SweepInterval) })
 	wg.Go(func() { p.RunLoops(ctx) })
 	wg.Wait()
 }
