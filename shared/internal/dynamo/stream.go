@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -133,6 +134,9 @@ type StreamFeed struct {
 	// backlog: the last pass left a shard whose last read returned a
 	// full batch (Run reads on without a rest).
 	backlog bool
+	// retrying: the last pass left a shard's batch failed and waiting for
+	// its next attempt (Retrying; read from other goroutines).
+	retrying atomic.Bool
 }
 
 // shardState is what the feed knows of one shard.
@@ -238,6 +242,7 @@ func (f *StreamFeed) rest(n int, err error) time.Duration {
 // on; a failed batch's shard waits out its backoff. It returns how many
 // records it applied, and the failures of the pass.
 func (f *StreamFeed) Poll(ctx context.Context) (int, error) {
+	defer f.noteRetrying()
 	if f.arn == "" {
 		out, err := f.db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(f.opts.ExecutionTable)})
 		if err != nil {
@@ -492,6 +497,24 @@ func (f *StreamFeed) read(ctx context.Context, sh st.Shard) (n int, more bool, e
 		ss.iter = aws.ToString(out.NextShardIterator)
 	}
 	return len(changes), len(out.Records) >= int(f.opts.Limit) && !closed, nil
+}
+
+// Retrying reports whether the last Poll left a batch that failed waiting
+// for its next attempt: a caller that polls only when the stream has new
+// records (as the simulation's stand-in for the history function's event
+// source, which retries a failed batch on its own) must poll again until
+// it is false, or the batch's records (their history pages and lifecycle
+// events) wait for the next write to the table. Safe to call from any
+// goroutine.
+func (f *StreamFeed) Retrying() bool { return f.retrying.Load() }
+
+// noteRetrying records whether a shard's batch waits for a retry.
+func (f *StreamFeed) noteRetrying() {
+	waiting := false
+	for _, ss := range f.state {
+		waiting = waiting || (!ss.done && ss.tries > 0)
+	}
+	f.retrying.Store(waiting)
 }
 
 // failed counts a failed attempt of a batch of shard and sets when it may

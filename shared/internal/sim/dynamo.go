@@ -69,10 +69,12 @@ func newDynamoBackend(w *world) (backend, error) {
 		return nil, err
 	}
 	// The history function, as its event source mapping invokes it: when
-	// the stream has new records (looked at every minute).
+	// the stream has new records (looked at every minute), and again while
+	// a failed batch waits for its retry (the event source retries it on
+	// its own, new records or not).
 	var seen uint64
 	w.every(time.Minute, "history_feed", time.Time{}, func() {
-		if n := m.StreamRecords(); n != seen {
+		if n := m.StreamRecords(); n != seen || b.feed.Retrying() {
 			seen = n
 			w.async(func() { _, _ = b.feed.Poll(context.Background()) })
 		}
@@ -135,8 +137,16 @@ func (b *dynamoBackend) parts() int {
 // catchUp applies the stream until it holds nothing new (the end of a
 // run: the history is checked then).
 func (b *dynamoBackend) catchUp() {
-	for range 100 {
-		if n, err := b.feed.Poll(context.Background()); err != nil || n == 0 {
+	// A read can come back empty while the shard has records past it (a
+	// stream's GetRecords may, and a shard that rotated is listed at the
+	// next description): poll until a few passes in a row find nothing.
+	empty := 0
+	for range 200 {
+		if n, _ := b.feed.Poll(context.Background()); n > 0 {
+			empty = 0
+			continue
+		}
+		if empty++; empty >= 5 {
 			return
 		}
 	}

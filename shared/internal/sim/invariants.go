@@ -503,6 +503,11 @@ func (w *world) settled() bool {
 	if w.dlq != nil && len(w.dlq.msgs) > 0 {
 		return false
 	}
+	// A history batch that failed (its pages and lifecycle events) is
+	// retried before the run ends.
+	if b, ok := w.back.(*dynamoBackend); ok && b.feed.Retrying() {
+		return false
+	}
 	for _, inc := range w.incList {
 		if inc.gone {
 			continue
