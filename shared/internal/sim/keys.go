@@ -74,8 +74,8 @@ func (p *proc) keyedPipelines() []pipeline.Pipeline {
 }
 
 // drawKeyed turns about a fifth of the fresh submissions into keyed
-// ones: a tenant, one of three customers, a nap of a second to twenty
-// minutes (the slot is held through it), and most of them crowded into
+// ones: a tenant, one of two customers, a nap of a second to half an
+// hour (the slot is held through it), and most of them crowded into
 // bursts so that several executions of one key overlap.
 func (w *world) drawKeyed(s *submission) {
 	if !w.chance(0.2) {
@@ -83,12 +83,12 @@ func (w *world) drawKeyed(s *submission) {
 	}
 	s.pipeline = []string{pipeKey1, pipeKey2}[w.intn(2)]
 	s.tenant = keyTenants[w.intn(len(keyTenants))]
-	s.body.Customer = fmt.Sprintf("cust%d", w.intn(3))
-	s.body.Script.NapFor = w.between(time.Second, 20*time.Minute).Milliseconds()
+	s.body.Customer = fmt.Sprintf("cust%d", w.intn(2))
+	s.body.Script.NapFor = w.between(time.Second, 30*time.Minute).Milliseconds()
 	w.mu.Lock()
 	if w.keys.bursts == nil {
 		span := time.Duration(w.o.VirtualDays) * day
-		for range 1 + w.o.VirtualDays/2 {
+		for range 1 + w.o.VirtualDays/5 {
 			w.draws++
 			w.keys.bursts = append(w.keys.bursts, w.start.Add(time.Duration(w.rng.Int64N(int64(span*9/10)))+time.Minute))
 		}
@@ -96,7 +96,7 @@ func (w *world) drawKeyed(s *submission) {
 	bursts := w.keys.bursts
 	w.mu.Unlock()
 	if w.chance(0.75) {
-		s.at = bursts[w.intn(len(bursts))].Add(w.between(0, 15*time.Minute))
+		s.at = bursts[w.intn(len(bursts))].Add(w.between(0, 5*time.Minute))
 	}
 }
 
