@@ -367,6 +367,7 @@ func TestClientTypesFollowTheOpenAPIDocument(t *testing.T) {
 		{client.Pipeline{}, s + "Pipeline"},
 		{client.PipelineVersion{}, s + "PipelineVersion"},
 		{client.PipelineStep{}, s + "PipelineStep"},
+		{client.PipelineConcurrency{}, s + "PipelineConcurrency"},
 	}
 	covered := map[string]bool{
 		"Status": true, // store.Status
