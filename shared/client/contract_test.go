@@ -370,6 +370,7 @@ func TestClientTypesFollowTheOpenAPIDocument(t *testing.T) {
 		{client.ScheduleRequest{}, s + "ScheduleRequest"},
 		{client.Schedule{}, s + "Schedule"},
 		{client.ScheduleList{}, s + "ScheduleList"},
+		{client.PipelineConcurrency{}, s + "PipelineConcurrency"},
 	}
 	covered := map[string]bool{
 		"Status": true, // store.Status

@@ -37,8 +37,8 @@ type BulkFilter struct {
 	// PipelineID keeps one pipeline's executions ("" for all).
 	PipelineID string `json:"pipelineId,omitempty"`
 	// Statuses keeps these statuses: for a pause QUEUED, WAIT_RETRY,
-	// WAITING_EXTERNAL, RUNNING and WAITING_CHILDREN (none: all five);
-	// for a resume PAUSED (the default).
+	// WAITING_EXTERNAL, RUNNING, WAITING_CHILDREN and WAITING_KEY (none:
+	// all six); for a resume PAUSED (the default).
 	Statuses []store.Status `json:"status,omitempty"`
 	// CreatedAfter and CreatedBefore bound the creation time (exclusive;
 	// zero: no bound). A job never takes executions created after it

@@ -46,6 +46,20 @@ type PipelineVersion struct {
 	// only: the step's decoder ignores unknown members and requires none
 	// but those the type's jsonschema tags mark required.
 	InputSchema json.RawMessage `json:"inputSchema,omitempty"`
+	// Concurrency is the definition's concurrency key, nil when it has
+	// none.
+	Concurrency *PipelineConcurrency `json:"concurrency,omitempty"`
+}
+
+// PipelineConcurrency is a definition's concurrency key: at most Limit
+// executions of one key (taken from the input) hold a slot at once, from
+// their first step's claim until they end; the others wait as
+// WAITING_KEY and start in submission order.
+type PipelineConcurrency struct {
+	// Name is the key's name ("customerId").
+	Name string `json:"name"`
+	// Limit is how many executions of one key run at once (1 to 100).
+	Limit int `json:"limit"`
 }
 
 // PipelineStep is one step of a pipeline definition.

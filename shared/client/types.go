@@ -80,6 +80,14 @@ type Execution struct {
 	// VersionWaitSince is set while it waits for a worker serving its
 	// pipeline version.
 	VersionWaitSince time.Time `json:"versionWaitSince,omitzero"`
+	// ConcurrencyKey is the execution's concurrency key, computed from its
+	// input at submit ("" when its pipeline has none or the input gives
+	// none): at most its pipeline's limit of one key's executions run at
+	// once (client.PipelineConcurrency).
+	ConcurrencyKey string `json:"concurrencyKey,omitempty"`
+	// KeyWaitSince is set while the execution is WAITING_KEY: since when
+	// it waits for a slot of its concurrency key.
+	KeyWaitSince time.Time `json:"keyWaitSince,omitzero"`
 	// Error is the last failure, nil when there is none.
 	Error *ExecutionError `json:"error,omitempty"`
 	// Await is the current (or last) external await, nil when none.

@@ -88,7 +88,10 @@ type SlotStore interface {
 // life than h (re-driven since). A holder whose worker died keeps its
 // slot: its execution is taken over and goes on. So does a WAITING_KEY
 // row that holds a slot: a releaser handed it the slot and is about to
-// wake it (or the sweeper will).
+// wake it (or the sweeper will). A row paused while it waited
+// (PausedFrom WaitingKey) holds none: its resume queues it to acquire
+// again, so a slot handed to it as it was paused is taken back.
 func SlotStale(h SlotHolder, row *Execution) bool {
-	return row == nil || row.Status.Terminal() || row.RedriveCount != h.Life
+	return row == nil || row.Status.Terminal() || row.RedriveCount != h.Life ||
+		(row.Status == Paused && row.PausedFrom == WaitingKey)
 }

@@ -253,7 +253,10 @@ func printExecution(w io.Writer, e client.Execution) {
 			await += " (late)"
 		}
 	}
-	var nextDue, versionWait, cancel string
+	var nextDue, versionWait, keyWait, cancel string
+	if !e.KeyWaitSince.IsZero() {
+		keyWait = ts(e.KeyWaitSince)
+	}
 	if !e.NextDueAt.IsZero() {
 		nextDue = ts(e.NextDueAt)
 	}
@@ -276,6 +279,8 @@ func printExecution(w io.Writer, e client.Execution) {
 		"updated", ts(e.UpdatedAt),
 		"next due", nextDue,
 		"waiting for version since", versionWait,
+		"concurrency key", e.ConcurrencyKey,
+		"waiting for key since", keyWait,
 		"error", errorText(e.Error),
 		"await", await,
 		"cancel requested", cancel,

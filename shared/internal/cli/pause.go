@@ -24,8 +24,8 @@ var pauseCommands = []command{
     REMOTE_OUTCOME_UNKNOWN one exits 4 (conflict).
 pause --filter pipelineId=P,status=S,createdAfter=T,createdBefore=T --reason R [--rate N] [--dry-run] [--key K] [--wait]
     starts a durable bulk pause (as redrive --filter: rate, dry run, idempotency key,
-    progress); status may be QUEUED, WAIT_RETRY, WAITING_EXTERNAL, RUNNING and
-    WAITING_CHILDREN (default all five).
+    progress); status may be QUEUED, WAIT_RETRY, WAITING_EXTERNAL, RUNNING,
+    WAITING_CHILDREN and WAITING_KEY (default all six).
 pause --status JOB_ID
     prints a bulk pause's progress.
 An operator route: the admin token locally (QASYNC_ADMIN_TOKEN or --admin-token-file),

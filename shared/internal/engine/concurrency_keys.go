@@ -146,6 +146,30 @@ func (r *Runtime) keyEnded(ctx context.Context, e store.Execution) {
 	if e.ConcurrencyKey == "" || !e.SlotHeld || !e.Status.Terminal() || ss == nil {
 		return
 	}
+	r.passSlot(ctx, ss, e)
+}
+
+// waiterPaused is what a pause of a WAITING_KEY execution (e, now PAUSED)
+// does to its key: it left the waiting index with the pause's write; a
+// slot a releaser handed it just before is handed on to the key's next
+// waiter (one read when it holds none). A hand-over that lands after
+// this read is evicted by the sweeper's look at a waiter: a paused
+// waiter's slot is stale (store.SlotStale).
+func (r *Runtime) waiterPaused(ctx context.Context, e store.Execution) {
+	ss := r.slotStore()
+	if e.ConcurrencyKey == "" || ss == nil {
+		return
+	}
+	holders, err := ss.Slots(ctx, e.SlotScope())
+	if err != nil || !slices.Contains(holders, e.Holder()) {
+		return
+	}
+	r.passSlot(ctx, ss, e)
+}
+
+// passSlot releases e's slot, handing it to the key's oldest waiter
+// (woken at once) when one waits.
+func (r *Runtime) passSlot(ctx context.Context, ss store.SlotStore, e store.Execution) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.DispatchTimeout+5*time.Second)
 	defer cancel()
 	sc, now := e.SlotScope(), r.deps.Clock.Now()

@@ -12,6 +12,14 @@ package engine
 //     WAITING_EXTERNAL: PAUSED at once, in one version-guarded write that
 //     also takes it out of the sweep index. Its due time (a retry's, a
 //     sleep's wake-up) and its await are kept.
+//   - WAITING_KEY: PAUSED at once too, which takes it out of the key's
+//     waiting index (the others' turn comes meanwhile); a paused waiter
+//     holds no slot (concurrency_keys.go: waiterPaused). Resume queues
+//     it: it takes a free slot, or waits again in its submission order.
+//     An execution that holds its key's slot (started, not ended) keeps
+//     it while paused: its steps so far ran under the key, and a limit of
+//     1 is a promise that no other execution of the key runs in between.
+//     An operator who wants the slot freed cancels it.
 //   - RUNNING: a request (PauseRequestedAt, a new version; status, lease
 //     and sweep kept). The worker adopts the new version at its next lease
 //     renewal (or at its commit) and lets the step finish; the step's
@@ -120,10 +128,13 @@ func (r *Runtime) pauseOnce(ctx context.Context, e store.Execution, reason, jobI
 	switch e.Status {
 	case store.Paused:
 		return e, false, nil
-	case store.Queued, store.WaitRetry, store.WaitingExternal:
+	case store.Queued, store.WaitRetry, store.WaitingExternal, store.WaitingKey:
 		next := e
 		next.PauseReason, next.PauseRequestedAt = reason, now
 		got, err := r.parkPaused(ctx, store.Guard{Key: e.Key(), Version: e.Version}, next, e.Status, "requester", jobID)
+		if err == nil && e.Status == store.WaitingKey {
+			r.waiterPaused(ctx, got)
+		}
 		return got, err == nil, err
 	case store.Running, store.WaitingChildren:
 		if !e.PauseRequestedAt.IsZero() {
@@ -254,6 +265,11 @@ func (r *Runtime) resumeOnce(ctx context.Context, e store.Execution, reason, job
 		from = store.Queued
 	}
 	next.Status, next.PausedFrom, next.PauseRequestedAt, next.UpdatedAt = from, "", time.Time{}, now
+	if from == store.WaitingKey {
+		// Paused while waiting for its key: queued now, its claim takes a
+		// free slot or waits again (in submission order).
+		next.Status, next.NextDueAt = store.Queued, now
+	}
 	next.Sweeps = 0
 	live := now // what the row waits for: its expiry is a retention past it
 	delay := time.Duration(-1)
@@ -374,7 +390,8 @@ const (
 	// BulkRedrive re-drives (RedriveWith): the default.
 	BulkRedrive BulkAction = ""
 	// BulkPause pauses (Pause): statuses QUEUED, WAIT_RETRY,
-	// WAITING_EXTERNAL, RUNNING and WAITING_CHILDREN (empty: all five).
+	// WAITING_EXTERNAL, RUNNING, WAITING_CHILDREN and WAITING_KEY (empty:
+	// all six).
 	BulkPause BulkAction = "pause"
 	// BulkResume resumes (Resume): status PAUSED.
 	BulkResume BulkAction = "resume"
@@ -389,7 +406,7 @@ func (a BulkAction) String() string {
 }
 
 // pausable are the statuses a pause takes.
-var pausable = []store.Status{store.Queued, store.WaitRetry, store.WaitingExternal, store.Running, store.WaitingChildren}
+var pausable = []store.Status{store.Queued, store.WaitRetry, store.WaitingExternal, store.Running, store.WaitingChildren, store.WaitingKey}
 
 // statuses checks a bulk job's status filter against what the action
 // takes and returns it sorted (defaulted when empty).

@@ -75,6 +75,10 @@ func statusDocument(e *store.Execution) client.Execution {
 	if !e.VersionWaitSince.IsZero() {
 		d.VersionWaitSince = utc(e.VersionWaitSince)
 	}
+	d.ConcurrencyKey = e.ConcurrencyKey
+	if e.Status == store.WaitingKey {
+		d.KeyWaitSince = utc(e.UpdatedAt) // the wait's commit; the sweeper's looks leave the row's time alone
+	}
 	if e.Error != nil {
 		d.Error = &client.ExecutionError{Code: e.Error.Code, Message: e.Error.Message, TerminalReason: e.Error.TerminalReason}
 	}

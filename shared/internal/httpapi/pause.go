@@ -88,7 +88,7 @@ func (a *api) pauseOne(w http.ResponseWriter, r *http.Request, pause bool) {
 		writeProblem(w, kindExecutionNotFound.problem("No execution with this id exists for this tenant."))
 		return
 	case errors.Is(err, engine.ErrNotPausable):
-		prob = kindNotPausable.problem(fmt.Sprintf("The execution is %s: only QUEUED, WAIT_RETRY, WAITING_EXTERNAL, RUNNING and WAITING_CHILDREN executions can be paused.", e.Status))
+		prob = kindNotPausable.problem(fmt.Sprintf("The execution is %s: only QUEUED, WAIT_RETRY, WAITING_EXTERNAL, RUNNING, WAITING_CHILDREN and WAITING_KEY executions can be paused.", e.Status))
 	case errors.Is(err, engine.ErrNotPaused):
 		prob = kindNotPaused.problem(fmt.Sprintf("The execution is %s, not PAUSED, and has no pause request to withdraw.", e.Status))
 	case errors.Is(err, engine.ErrVersionMismatch):
@@ -162,7 +162,7 @@ func (a *api) startBulk(w http.ResponseWriter, r *http.Request, action engine.Bu
 		writeProblem(w, kindKeyMismatch.problem("This Idempotency-Key was already used for a bulk "+action.String()+" with another filter, reason, rate or dry run."))
 		return
 	case errors.Is(err, engine.ErrInvalidRedrive):
-		writeProblem(w, kindInvalidRequest.problem(fmt.Sprintf("The bulk %s is not valid: a pause takes QUEUED, WAIT_RETRY, WAITING_EXTERNAL, RUNNING and WAITING_CHILDREN executions, a resume PAUSED ones.", action)))
+		writeProblem(w, kindInvalidRequest.problem(fmt.Sprintf("The bulk %s is not valid: a pause takes QUEUED, WAIT_RETRY, WAITING_EXTERNAL, RUNNING, WAITING_CHILDREN and WAITING_KEY executions, a resume PAUSED ones.", action)))
 		return
 	case errors.Is(err, engine.ErrRedrivesUnavailable):
 		writeProblem(w, kindRedrivesUnavailable.problem("This deployment's state store keeps no bulk jobs."))

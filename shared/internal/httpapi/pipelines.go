@@ -61,6 +61,9 @@ func catalog(reg *pipeline.Registry, log *slog.Logger) []client.Pipeline {
 			for i := range p.Steps {
 				ver.Steps[i] = client.PipelineStep{Name: p.Steps[i].Name, Kind: p.Steps[i].Kind()}
 			}
+			if c := p.Concurrency; c != nil {
+				ver.Concurrency = &client.PipelineConcurrency{Name: c.Name, Limit: c.Limit}
+			}
 			if t := p.Steps[0].InputType(); t != nil {
 				s, err := inputSchema(t)
 				if err != nil {

@@ -105,7 +105,7 @@ const (
 var invariantNames = []string{invSettles, invNoStall, invNoVanish, invExactlyOnce, invEffectIsolation, invDeadLetterIsolation,
 	invDeadLetterViews, invSignedOut, invAwaitIsolation, invCheckpointReadable, invHistory, invRefusedStoresNothing, invKeylessIsNew, invNoFalsePoison,
 	invBackupNoPin, invOneJobPerKey, invSleepOnTime, invJoinSawAll, invMapRerunsFailed, invMapInFlight, invParentWakes, invRejectedStays, invMapCounts,
-	invRejectsTolerated, invEvents, invConfigRefused, invSetup}
+	invRejectsTolerated, invEvents, invKeyLimit, invKeyWaitersRun, invConfigRefused, invSetup}
 
 // stallBound is how long an execution may stay claimable without a claim:
 // a lost lease lapses (lease + tolerance), the sweeper looks within its
@@ -569,6 +569,7 @@ func (w *world) finish() {
 		w.checkHistory(ctx, v, inc, last)
 	}
 	w.checkEvents(incs)
+	w.checkKeyWaiters(incs)
 	w.checkDeadLetterViews(ctx)
 }
 

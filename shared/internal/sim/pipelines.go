@@ -44,10 +44,12 @@ func chainNames(prefix string, n int) []string {
 type doc struct {
 	// Nonce names the body: the submission that wrote it (identical
 	// bodies share it).
-	Nonce  string   `json:"nonce"`
-	Amount int      `json:"amount"`
-	Path   []string `json:"path"`
-	Script script   `json:"script"`
+	Nonce  string `json:"nonce"`
+	Amount int    `json:"amount"`
+	// Customer is a keyed pipeline's concurrency key (keys.go).
+	Customer string   `json:"customer,omitempty"`
+	Path     []string `json:"path"`
+	Script   script   `json:"script"`
 	// Pad makes some bodies larger than the inline budget (their input
 	// and results then live in the payload store).
 	Pad string `json:"pad,omitempty"`
@@ -130,6 +132,7 @@ func (p *proc) registry(version int, dropOld bool) (*pipeline.Registry, error) {
 		{ID: pipeKid, Steps: []pipeline.Step{p.kidStartStep(), napStep(), p.kidStep()}},
 		{ID: pipeMap, Steps: []pipeline.Step{p.spreadStep(), pipeline.Map("fan", pipeKid, s.mapOptions()), p.joinStep()}},
 	}
+	ps = append(ps, p.keyedPipelines()...)
 	switch {
 	case version == 1:
 		ps = append(ps, payV1)
@@ -338,6 +341,8 @@ func stepNames(pipelineID string, version string) []string {
 		return []string{"spread", "join"}
 	case pipeKid:
 		return []string{"k1", "k2"}
+	case pipeKey1, pipeKey2:
+		return []string{"doze", "rise", "kdone"}
 	}
 	return nil
 }

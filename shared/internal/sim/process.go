@@ -277,7 +277,12 @@ func (g *gatedStore) GetBatch(ctx context.Context, keys []store.Key) (out []stor
 
 func (g *gatedStore) Claim(ctx context.Context, req store.ClaimRequest) (e store.Execution, err error) {
 	before, berr := g.p.w.back.view().state.Get(ctx, req.Key)
-	err = g.p.do("claim", ioCommit, req.Key.ExecutionID, func() error { e, err = g.s.Claim(ctx, req); return err })
+	err = g.p.do("claim", ioCommit, req.Key.ExecutionID, func() error {
+		if e, err = g.s.Claim(ctx, req); err == nil {
+			g.p.w.keyClaimLanded(e)
+		}
+		return err
+	})
 	if err == nil && berr == nil && before.Version == req.ExpectVersion {
 		g.p.w.claimed(before)
 	}
@@ -289,7 +294,12 @@ func (g *gatedStore) Renew(ctx context.Context, key store.Key, owner string, ver
 }
 
 func (g *gatedStore) Update(ctx context.Context, guard store.Guard, next store.Execution) (e store.Execution, err error) {
-	err = g.p.do("commit", ioCommit, guard.Key.ExecutionID, func() error { e, err = g.s.Update(ctx, guard, next); return err })
+	err = g.p.do("commit", ioCommit, guard.Key.ExecutionID, func() error {
+		if e, err = g.s.Update(ctx, guard, next); err == nil {
+			g.p.w.keyWriteLanded(e)
+		}
+		return err
+	})
 	return e, err
 }
 

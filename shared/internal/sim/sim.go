@@ -249,7 +249,9 @@ type world struct {
 	// commits remembers (incarnation, transition key, status) of every
 	// logged commit, to find one committed twice.
 	commits map[string]string
-	ctx     context.Context
+	// keys is the record of the keyed executions (keys.go).
+	keys keyBook
+	ctx  context.Context
 	// wake tells the main loop, asleep until its next event, that an
 	// earlier one was scheduled (by an invocation running meanwhile).
 	wake          chan struct{}

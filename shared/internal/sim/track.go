@@ -16,7 +16,10 @@ type submission struct {
 	at       time.Time
 	pipeline string
 	key      string // the client's idempotency key ("" for none)
-	body     doc
+	// tenant submits it ("" for the default tenant; keyed submissions
+	// come from two).
+	tenant string
+	body   doc
 	// reuseOf is the earlier submission whose key (or, key-less, whose
 	// body) this one reuses.
 	reuseOf *submission

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -96,7 +97,7 @@ func (w *world) drawSubmission(s *submission, earlier []*submission) {
 	if len(earlier) > 0 && w.chance(r.keyReuse+r.bodyResubmit) {
 		old := earlier[w.intn(len(earlier))]
 		s.reuseOf, s.pipeline = old, old.pipeline
-		s.key, s.body = old.key, old.body
+		s.key, s.body, s.tenant = old.key, old.body, old.tenant
 		if old.key != "" && w.chance(0.5) {
 			s.body.Nonce = fmt.Sprintf("n%d", s.n)
 			s.body.Amount = old.body.Amount + 1 + w.intn(100)
@@ -116,6 +117,7 @@ func (w *world) drawSubmission(s *submission, earlier []*submission) {
 		s.key = fmt.Sprintf("key-%d", s.n)
 	}
 	s.body = doc{Nonce: fmt.Sprintf("n%d", s.n), Amount: 1 + w.intn(1000), Path: []string{}}
+	w.drawKeyed(s)
 	switch s.pipeline {
 	case pipeFlaky:
 		s.body.Script.FailFirst = w.intn(4)
@@ -181,7 +183,7 @@ func (w *world) submit(s *submission) {
 		return
 	}
 	partsBefore := w.back.parts()
-	res, err := p.rt.Submit(context.Background(), engine.SubmitRequest{TenantID: tenant, PipelineID: s.pipeline, IdempotencyKey: s.key, Input: in})
+	res, err := p.rt.Submit(context.Background(), engine.SubmitRequest{TenantID: cmp.Or(s.tenant, tenant), PipelineID: s.pipeline, IdempotencyKey: s.key, Input: in})
 	e := res.Execution
 	switch {
 	case p.isCrashed() || (err != nil && (errors.Is(err, store.ErrUnavailable) || errors.Is(err, errCrashed))):
