@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -34,7 +35,7 @@ func fakeBulkPause(e *store.Execution, a engine.BulkAction, reason string) {
 		e.PausedFrom, e.Status, e.PauseReason = e.Status, store.Paused, reason
 		return
 	}
-	e.Status, e.PausedFrom = e.PausedFrom, ""
+	e.Status, e.PausedFrom = cmp.Or(e.PausedFrom, store.Queued), ""
 }
 
 // Pause implements console.Backend as the engine does: QUEUED and the
@@ -71,7 +72,7 @@ func (f *fakeBackend) Resume(_ context.Context, key store.Key, _ engine.PauseOpt
 		return store.Execution{}, store.ErrNotFound
 	case e.Status == store.Paused:
 		e.Version++
-		e.Status, e.PausedFrom, e.PauseRequestedAt = e.PausedFrom, "", timeZero
+		e.Status, e.PausedFrom, e.PauseRequestedAt = cmp.Or(e.PausedFrom, store.Queued), "", timeZero
 		return *e, nil
 	case !e.PauseRequestedAt.IsZero():
 		e.Version++
