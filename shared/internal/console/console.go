@@ -18,7 +18,10 @@
 //	POST /console/redrives                     a bulk re-drive's dry run (operator), then GET /console/redrives/{id}
 //	POST /console/redrives/{id}/start          start the bulk re-drive a dry run counted (operator)
 //	GET  /console/redrives/{id}                a bulk re-drive's progress (operator)
+//	POST /console/pauses, /console/resumes     the same for a bulk pause and a bulk resume (and .../{id}/start, GET .../{id})
 //	POST /console/executions/{id}/cancel       cancel (operator; reason required)
+//	POST /console/executions/{id}/pause        pause (operator; reason required)
+//	POST /console/executions/{id}/resume       resume (operator; reason required)
 //	POST /console/executions/{id}/redrive      re-drive (operator; reason required)
 //	POST /console/login, /console/logout       operator sign-in with the admin token (a cookie); sign-out revokes the session
 //	POST /console/tenant                       the tenant to show (http.tenant-source=header only)
@@ -99,8 +102,15 @@ type Backend interface {
 	// RedriveWith re-drives a DLQ, FAILED (or, confirmed,
 	// REMOTE_OUTCOME_UNKNOWN) execution.
 	RedriveWith(ctx context.Context, key store.Key, opts engine.RedriveOptions) (store.Execution, error)
-	// StartRedrivesWith starts a bulk re-drive (or its dry run) of a
-	// tenant's executions that match a filter.
+	// Pause pauses an execution (engine.Runtime.Pause): at once when it
+	// is queued or waiting, as a request honoured at its next commit when
+	// it runs; changed is false when it was already paused or asked to be.
+	Pause(ctx context.Context, key store.Key, opts engine.PauseOptions) (e store.Execution, changed bool, err error)
+	// Resume resumes a PAUSED execution, or withdraws a pause request
+	// not yet honoured (engine.ErrNotPaused otherwise).
+	Resume(ctx context.Context, key store.Key, opts engine.PauseOptions) (store.Execution, error)
+	// StartRedrivesWith starts a bulk re-drive, pause or resume (or its
+	// dry run) of a tenant's executions that match a filter.
 	StartRedrivesWith(ctx context.Context, tenant string, opts engine.RedrivesOptions) (engine.RedriveJob, error)
 	// RedriveJob returns a tenant's bulk re-drive and its progress
 	// (store.ErrNotFound for another tenant's or an unknown id).
@@ -206,9 +216,13 @@ func New(b Backend, opts Options) *Console {
 	c.mux.HandleFunc("GET "+Prefix+"/executions/{id}/input", c.inputBytes)
 	c.mux.HandleFunc("GET "+Prefix+"/executions/{id}/result", c.resultBytes)
 	c.mux.HandleFunc("GET "+Prefix+"/dead-letters", c.deadLettersPage)
-	c.mux.HandleFunc("POST "+Prefix+"/redrives", c.bulkDryRun)
-	c.mux.HandleFunc("POST "+Prefix+"/redrives/{job}/start", c.bulkStart)
-	c.mux.HandleFunc("GET "+Prefix+"/redrives/{job}", c.bulkPage)
+	for _, k := range bulkKinds {
+		c.mux.HandleFunc("POST "+Prefix+k.Path, c.bulkDryRun(k))
+		c.mux.HandleFunc("POST "+Prefix+k.Path+"/{job}/start", c.bulkStart(k))
+		c.mux.HandleFunc("GET "+Prefix+k.Path+"/{job}", c.bulkPage(k))
+	}
+	c.mux.HandleFunc("POST "+Prefix+"/executions/{id}/pause", c.pause)
+	c.mux.HandleFunc("POST "+Prefix+"/executions/{id}/resume", c.resume)
 	c.mux.HandleFunc("POST "+Prefix+"/executions/{id}/cancel", c.cancel)
 	c.mux.HandleFunc("POST "+Prefix+"/executions/{id}/redrive", c.redrive)
 	c.mux.HandleFunc("POST "+Prefix+"/login", c.login)

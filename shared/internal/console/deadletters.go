@@ -62,15 +62,20 @@ type dlData struct {
 	Bulk bulkForm
 }
 
-// bulkForm is the bulk re-drive form's data.
+// bulkForm is a bulk form's data (re-drive, pause, resume: Kind).
 type bulkForm struct {
-	Pipeline   string
-	Codes      []string
-	ReasonMax  int
-	Rate       int
-	RateMax    int
-	Statuses   []store.Status
-	Redrivable []store.Status
+	Kind      bulkKind
+	Pipeline  string
+	Codes     []string // the re-drive's error codes offered
+	ReasonMax int
+	Rate      int
+	RateMax   int
+	Statuses  []store.Status // checked
+}
+
+// newBulkForm is kind k's form, for pipeline, with every status checked.
+func newBulkForm(k bulkKind, pipeline string) bulkForm {
+	return bulkForm{Kind: k, Pipeline: pipeline, ReasonMax: maxReasonLen, Rate: engine.DefaultRedriveRate, RateMax: engine.MaxRedriveRate, Statuses: k.Statuses}
 }
 
 // parseOutstanding reads the "outstanding only" filter: absent, or a
@@ -125,8 +130,7 @@ func (c *Console) deadLettersPage(w http.ResponseWriter, r *http.Request) {
 	}
 	d := dlData{base: c.base(w, r, "Dead letters", "dead-letters", tenant), Pipelines: c.pipelines, Pipeline: pipelineID,
 		OutstandingOnly: outstanding, Limit: limit, Limits: pageLimits, Page: 1,
-		Bulk: bulkForm{Pipeline: pipelineID, ReasonMax: maxReasonLen, Rate: engine.DefaultRedriveRate, RateMax: engine.MaxRedriveRate,
-			Redrivable: []store.Status{store.DLQ, store.Failed}, Statuses: []store.Status{store.DLQ, store.Failed}}}
+		Bulk: newBulkForm(bulkRedrive, pipelineID)}
 	for _, v := range page.DeadLetters {
 		rec := v.Record
 		row := dlRow{ID: rec.ID, ExecutionID: rec.ExecutionID, Kind: rec.Kind, RecordedAt: rec.RecordedAt, Outstanding: v.Outstanding}

@@ -514,22 +514,23 @@ func (f *fakeBackend) StartRedrivesWith(_ context.Context, tenant string, opts e
 		return engine.RedriveJob{}, engine.ErrInvalidRedrive
 	}
 	if len(filter.Statuses) == 0 {
-		filter.Statuses = []store.Status{store.DLQ, store.Failed}
+		filter.Statuses = fakeBulkStatuses(opts.Action)
 	}
 	slices.Sort(filter.Statuses)
 	if filter.CreatedBefore.IsZero() {
 		filter.CreatedBefore = f.now.Add(time.Millisecond)
 	}
 	rate := cmp.Or(opts.RatePerSecond, engine.DefaultRedriveRate)
+	idemKey := tenant + "/" + string(opts.Action) + "/" + opts.IdempotencyKey
 	if opts.IdempotencyKey != "" {
-		if id, ok := f.jobKeys[tenant+"/"+opts.IdempotencyKey]; ok {
+		if id, ok := f.jobKeys[idemKey]; ok {
 			j := f.jobs[tenant+"/"+id]
 			j.Duplicate = true
 			return j, nil
 		}
 	}
 	job := engine.RedriveJob{ID: fmt.Sprintf("%032x", len(f.jobs)+1), DryRun: opts.DryRun, Reason: opts.Reason, RatePerSecond: rate,
-		Filter: filter, CreatedAt: f.now, Done: true}
+		Filter: filter, CreatedAt: f.now, Done: true, Action: opts.Action}
 	for _, e := range f.execs {
 		if e.TenantID != tenant || !slices.Contains(filter.Statuses, e.Status) || (filter.PipelineID != "" && e.PipelineID != filter.PipelineID) ||
 			(filter.ErrorCode != "" && (e.Error == nil || e.Error.Code != filter.ErrorCode)) ||
@@ -537,7 +538,10 @@ func (f *fakeBackend) StartRedrivesWith(_ context.Context, tenant string, opts e
 			continue
 		}
 		job.Matched++
-		if !opts.DryRun {
+		if !opts.DryRun && opts.Action != engine.BulkRedrive {
+			fakeBulkPause(e, opts.Action, "bulk "+opts.Action.String()+" "+job.ID+": "+opts.Reason)
+			job.Redriven++
+		} else if !opts.DryRun {
 			e.Status, e.Attempt, e.Error, e.Version = store.Queued, e.Attempt+1, nil, e.Version+1
 			e.Note = "redrive " + job.ID + ": " + opts.Reason
 			e.RedriveCount++
@@ -546,7 +550,7 @@ func (f *fakeBackend) StartRedrivesWith(_ context.Context, tenant string, opts e
 	}
 	f.jobs[tenant+"/"+job.ID] = job
 	if opts.IdempotencyKey != "" {
-		f.jobKeys[tenant+"/"+opts.IdempotencyKey] = job.ID
+		f.jobKeys[idemKey] = job.ID
 	}
 	return job, nil
 }

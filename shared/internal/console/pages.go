@@ -172,6 +172,8 @@ type listData struct {
 	NextURL                     string
 	FirstURL                    string
 	Filtered                    bool
+	// Bulk are the bulk pause and resume forms (pause.go).
+	Bulk []bulkForm
 }
 
 // parseLimit reads the limit parameter (default store.DefaultListLimit).
@@ -245,6 +247,7 @@ func (c *Console) listPage(w http.ResponseWriter, r *http.Request) {
 		Limit: limit, Limits: pageLimits, Page: 1, Filtered: pipelineID != "" || len(statuses) > 0 || !after.IsZero() || !before.IsZero(),
 	}
 	d.Flash = flashMessage(q.Get("done"))
+	d.Bulk = []bulkForm{newBulkForm(bulkPause, pipelineID), newBulkForm(bulkResume, pipelineID)}
 	for _, s := range store.Statuses {
 		d.Statuses = append(d.Statuses, statusOption{Name: s, Checked: slices.Contains(statuses, s)})
 	}
@@ -482,7 +485,7 @@ func flashMessage(code string) string {
 	case "signed-in":
 		return "Signed in as operator."
 	}
-	return ""
+	return pauseFlash(code)
 }
 
 // historyPageSize is the most history events an execution's page
@@ -513,6 +516,8 @@ type execData struct {
 	FirstURL, NextURL string
 	CanCancel         bool
 	CanRedrive        bool
+	CanPause          bool // pause.go
+	CanResume         bool
 	NeedsConfirm      bool
 	HasResult         bool
 	ActionURL         string
@@ -550,7 +555,8 @@ func (c *Console) executionPage(w http.ResponseWriter, r *http.Request) {
 		base: c.base(w, r, "Execution "+e.ExecutionID, "executions", key.TenantID), E: e, Terminal: e.Status.Terminal(),
 		CanCancel:  !e.Status.Terminal(),
 		CanRedrive: e.Status == store.DLQ || e.Status == store.Failed || e.Status == store.RemoteOutcomeUnknown,
-		HasResult:  e.Status == store.Succeeded, ActionURL: executionURL(e.ExecutionID), ReasonMax: maxReasonLen,
+		CanPause:   pausable(&e), CanResume: resumable(&e),
+		HasResult: e.Status == store.Succeeded, ActionURL: executionURL(e.ExecutionID), ReasonMax: maxReasonLen,
 		ShowURL: executionURL(e.ExecutionID) + "?show=",
 	}
 	if d.Operator {

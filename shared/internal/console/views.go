@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/qasync/qasync/shared/internal/engine"
 	"github.com/qasync/qasync/shared/store"
 )
 
@@ -85,6 +86,7 @@ func (l *listData) content(d *doc) {
 </table>
 `)
 	d.pager(l.FirstURL, l.NextURL)
+	l.bulkPauseForms(d)
 }
 
 // fanOut writes a row's fan-out cell: a map parent's number of children
@@ -247,43 +249,53 @@ func (l *dlData) counts(d *doc) {
 }
 
 // bulk writes the bulk re-drive form (an operator's), or how to get it.
-func (l *dlData) bulk(d *doc) {
+func (l *dlData) bulk(d *doc) { l.Bulk.write(d, &l.base) }
+
+// write writes a bulk form (re-drive, pause or resume: its kind's
+// statuses, ids and words), or, to one who is not an operator, how to
+// get it.
+func (b *bulkForm) write(d *doc, x *base) {
+	k := b.Kind
 	d.raw(`
-<section class="actions" id="bulk" aria-labelledby="bulk-h">
-<h2 id="bulk-h">Re-drive in bulk</h2>`)
+<section class="actions" id="`).text(k.ID).raw(`" aria-labelledby="`).text(k.ID).raw(`-h">
+<h2 id="`).text(k.ID).raw(`-h">`).text(k.Verb).raw(` in bulk</h2>`)
 	switch {
-	case !l.ActionsEnabled:
+	case !x.ActionsEnabled:
 		d.raw(`
-<p class="muted">Bulk re-drive is disabled: this server has no operator token (admin.token).</p>
+<p class="muted">Bulk `).text(k.Noun).raw(` is disabled: this server has no operator token (admin.token).</p>
 </section>`)
 		return
-	case !l.Operator:
+	case !x.Operator:
 		d.raw(`
-<p class="muted" id="bulk-hint">Sign in with the operator token (top right) to re-drive the executions a filter matches.</p>
+<p class="muted" id="`).text(k.ID).raw(`-hint">Sign in with the operator token (top right) to `).text(k.Noun).raw(` the executions a filter matches.</p>
 </section>`)
 		return
 	}
-	b := &l.Bulk
+	id := func(s string) string { return k.ID + "-" + s }
 	d.raw(`
-<p class="muted">Re-drives every execution of this tenant that matches, at most the given number a second, each with the reason in its audit note. A dry run counts them first; the re-drive starts from its page.</p>
-<form method="post" action="` + Prefix + `/redrives" class="filters action" id="bulk-form">
-  <input type="hidden" name="csrf" value="`).text(l.CSRF).raw(`">
+<p class="muted">`).text(k.Verb).raw(`s every execution of this tenant that matches, at most the given number a second, each with the reason in its audit note. A dry run counts them first; the `).text(k.Noun).raw(` starts from its page.</p>
+<form method="post" action="`).text(Prefix + k.Path).raw(`" class="filters action" id="`).text(id("form")).raw(`">
+  <input type="hidden" name="csrf" value="`).text(x.CSRF).raw(`">
   <div class="field">
-    <label for="bulk-pipeline">Pipeline</label>
-    <input id="bulk-pipeline" name="pipeline" value="`).text(b.Pipeline).raw(`" list="pipeline-ids" placeholder="all pipelines" autocomplete="off">
-  </div>
+    <label for="`).text(id("pipeline")).raw(`">Pipeline</label>
+    <input id="`).text(id("pipeline")).raw(`" name="pipeline" value="`).text(b.Pipeline).raw(`" list="pipeline-ids" placeholder="all pipelines" autocomplete="off">
+  </div>`)
+	if k.Action == engine.BulkRedrive {
+		d.raw(`
   <div class="field">
     <label for="bulk-code">Error code</label>
     <input id="bulk-code" name="errorCode" list="error-codes" placeholder="any" maxlength="`).num(maxErrorCodeLen).raw(`" autocomplete="off">
     <datalist id="error-codes">`)
-	for _, code := range b.Codes {
-		d.raw(`<option value="`).text(code).raw(`">`)
+		for _, code := range b.Codes {
+			d.raw(`<option value="`).text(code).raw(`">`)
+		}
+		d.raw(`</datalist>
+  </div>`)
 	}
-	d.raw(`</datalist>
-  </div>
+	d.raw(`
   <fieldset>
     <legend>Status</legend>`)
-	for _, s := range b.Redrivable {
+	for _, s := range k.Statuses {
 		d.raw(`
     <label class="check"><input type="checkbox" name="status" value="`).text(string(s)).raw(`"`).rawIf(slices.Contains(b.Statuses, s), ` checked`).
 			raw(`> <span class="badge s-`).text(statusClass(s)).raw(`">`).text(string(s)).raw(`</span></label>`)
@@ -291,43 +303,43 @@ func (l *dlData) bulk(d *doc) {
 	d.raw(`
   </fieldset>
   <div class="field">
-    <label for="bulk-after">Created after (UTC)</label>
-    <input id="bulk-after" name="createdAfter" type="datetime-local" step="1">
+    <label for="`).text(id("after")).raw(`">Created after (UTC)</label>
+    <input id="`).text(id("after")).raw(`" name="createdAfter" type="datetime-local" step="1">
   </div>
   <div class="field">
-    <label for="bulk-before">Created before (UTC)</label>
-    <input id="bulk-before" name="createdBefore" type="datetime-local" step="1">
+    <label for="`).text(id("before")).raw(`">Created before (UTC)</label>
+    <input id="`).text(id("before")).raw(`" name="createdBefore" type="datetime-local" step="1">
   </div>
   <div class="field">
-    <label for="bulk-rate">Per second</label>
-    <input id="bulk-rate" name="rate" type="number" min="1" max="`).num(int64(b.RateMax)).raw(`" value="`).num(int64(b.Rate)).raw(`" required>
+    <label for="`).text(id("rate")).raw(`">Per second</label>
+    <input id="`).text(id("rate")).raw(`" name="rate" type="number" min="1" max="`).num(int64(b.RateMax)).raw(`" value="`).num(int64(b.Rate)).raw(`" required>
   </div>
   <div class="field wide">
-    <label for="bulk-reason">Reason</label>
-    <input id="bulk-reason" name="reason" required maxlength="`).num(int64(b.ReasonMax)).raw(`" size="40">
+    <label for="`).text(id("reason")).raw(`">Reason</label>
+    <input id="`).text(id("reason")).raw(`" name="reason" required maxlength="`).num(int64(b.ReasonMax)).raw(`" size="40">
   </div>
-  <div class="buttons"><button type="submit" id="bulk-dry-run">Count them (dry run)</button></div>
+  <div class="buttons"><button type="submit" id="`).text(id("dry-run")).raw(`">Count them (dry run)</button></div>
 </form>
 </section>`)
 }
 
-// content writes a bulk re-drive's page: its filter, then its dry run's
+// content writes a bulk job's page: its filter, then its dry run's
 // count and start form, or its progress.
 func (x *bulkData) content(d *doc) {
-	j := &x.Job
+	j, k := &x.Job, &x.Kind
 	d.raw(`
-<p class="crumbs"><a href="` + Prefix + `/dead-letters">Dead letters</a> › `)
+<p class="crumbs"><a href="`).text(k.Back).raw(`">`).text(k.BackName).raw(`</a> › `)
 	if j.DryRun {
 		d.raw(`Dry run`)
 	} else {
-		d.raw(`Bulk re-drive`)
+		d.raw(`Bulk `).text(k.Noun)
 	}
 	d.raw(`</p>
 <h1>`)
 	if j.DryRun {
 		d.raw(`Dry run `)
 	} else {
-		d.raw(`Bulk re-drive `)
+		d.raw(`Bulk `).text(k.Noun).raw(` `)
 	}
 	d.raw(`<span class="id">`).text(j.ID).raw(`</span></h1>
 <div class="summary">
@@ -380,12 +392,12 @@ func (x *bulkData) content(d *doc) {
 			d.raw(`
 <form method="post" action="`).text(x.StartURL).raw(`" class="action" id="bulk-start-form">
   <input type="hidden" name="csrf" value="`).text(x.CSRF).raw(`">
-  <button type="submit" class="danger" id="bulk-start">Re-drive these `).num(int64(j.Matched)).raw(` executions</button>
-  <p class="muted">The re-drive takes exactly this filter, reason and rate, and only executions created before the dry run started.</p>
+  <button type="submit" class="danger" id="bulk-start">`).text(k.Verb).raw(` these `).num(int64(j.Matched)).raw(` executions</button>
+  <p class="muted">The `).text(k.Noun).raw(` takes exactly this filter, reason and rate, and only executions created before the dry run started.</p>
 </form>`)
 		case j.Done:
 			d.raw(`
-<p class="muted" id="bulk-nothing">Nothing to re-drive. <a href="` + Prefix + `/dead-letters#bulk">Change the filter</a>.</p>`)
+<p class="muted" id="bulk-nothing">Nothing to `).text(k.Noun).raw(`. <a href="`).text(k.Back + "#" + k.ID).raw(`">Change the filter</a>.</p>`)
 		}
 		d.raw(`
 </section>`)
@@ -399,11 +411,11 @@ func (x *bulkData) content(d *doc) {
 	if j.Done {
 		d.raw(` <span class="badge s-succeeded" id="bulk-done">done</span>`)
 	} else {
-		d.raw(` <span class="muted" id="bulk-running">(the sweeper re-drives them)</span> <label class="check refresh"><input type="checkbox" id="auto-refresh"> refresh every 3 s</label>`)
+		d.raw(` <span class="muted" id="bulk-running">(the sweeper `).text(k.Doing).raw(` them)</span> <label class="check refresh"><input type="checkbox" id="auto-refresh"> refresh every 3 s</label>`)
 	}
 	d.raw(`</p>
 <table class="list counts" id="bulk-counts">
-  <thead><tr><th scope="col">Matched</th><th scope="col">Re-driven</th><th scope="col">Skipped</th><th scope="col">Failed</th></tr></thead>
+  <thead><tr><th scope="col">Matched</th><th scope="col">`).text(k.Done).raw(`</th><th scope="col">Skipped</th><th scope="col">Failed</th></tr></thead>
   <tbody><tr>
     <td class="num" data-count="matched">`).num(int64(j.Matched)).raw(`</td>
     <td class="num" data-count="redriven">`).num(int64(j.Redriven)).raw(`</td>
@@ -411,7 +423,11 @@ func (x *bulkData) content(d *doc) {
     <td class="num`).rawIf(j.Failed > 0, ` error`).raw(`" data-count="failed">`).num(int64(j.Failed)).raw(`</td>
   </tr></tbody>
 </table>
-<p class="muted">Skipped: no longer matching, or no longer re-drivable, when its turn came. <a href="` + Prefix + `/dead-letters?outstanding=1">The outstanding dead letters</a>.</p>
+<p class="muted">Skipped: no longer matching, or no longer one the `).text(k.Noun).raw(` takes, when its turn came.`)
+	if k.Action == engine.BulkRedrive {
+		d.raw(` <a href="` + Prefix + `/dead-letters?outstanding=1">The outstanding dead letters</a>.`)
+	}
+	d.raw(`</p>
 </section>`)
 }
 
@@ -671,10 +687,11 @@ func (x *execData) actions(d *doc) {
 	d.raw(`
 <section class="actions" aria-labelledby="actions-h">
 <h2 id="actions-h">Actions</h2>`)
+	x.pauseState(d)
 	switch {
 	case !x.ActionsEnabled:
 		d.raw(`
-<p class="muted">Cancel and re-drive are disabled: this server has no operator token (admin.token).</p>`)
+<p class="muted">Cancel, pause and re-drive are disabled: this server has no operator token (admin.token).</p>`)
 	case !x.Operator:
 		d.raw(`
 <p class="muted" id="sign-in-hint">Sign in with the operator token (top right) to `)
@@ -685,6 +702,7 @@ func (x *execData) actions(d *doc) {
 		}
 		d.raw(` this execution.</p>`)
 	default:
+		x.pauseForms(d)
 		if x.CanCancel {
 			d.raw(`
 <form method="post" action="`).text(x.ActionURL).raw(`/cancel" class="action" id="cancel-form">

@@ -34,7 +34,8 @@
 // whose lease lapses, then wakes), clock skew per worker, full disks
 // (embedded), stalled backup readers (embedded), rolling deploys of a
 // new pipeline version, and the operator and partner events: cancels,
-// single and bulk re-drives, await completions on time, late, repeated and
+// single and bulk re-drives, single and bulk pauses and resumes
+// (pause.go), await completions on time, late, repeated and
 // with another execution's token, and idempotency keys reused after the
 // retention, with and without a client key.
 //
@@ -46,6 +47,7 @@
 // committed twice; no effect, dead letter, await or token of one execution
 // satisfies another's; no checkpoint is unreadable while its row lives;
 // the history is complete and in order; nothing is stored for a refused
-// request; no work item is poisoned unless a worker crashed or failed on
+// request; a paused execution is never claimed, holds no lease, is not
+// swept and does not expire while paused; no work item is poisoned unless a worker crashed or failed on
 // it.
 package sim

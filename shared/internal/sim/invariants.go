@@ -105,7 +105,9 @@ const (
 var invariantNames = []string{invSettles, invNoStall, invNoVanish, invExactlyOnce, invEffectIsolation, invDeadLetterIsolation,
 	invDeadLetterViews, invSignedOut, invAwaitIsolation, invCheckpointReadable, invHistory, invRefusedStoresNothing, invKeylessIsNew, invNoFalsePoison,
 	invBackupNoPin, invOneJobPerKey, invSleepOnTime, invJoinSawAll, invMapRerunsFailed, invMapInFlight, invParentWakes, invRejectedStays, invMapCounts,
-	invRejectsTolerated, invEvents, invKeyLimit, invKeyWaitersRun, invConfigRefused, invSetup}
+	invRejectsTolerated, invEvents, invKeyLimit, invKeyWaitersRun,
+	invPausedNotClaimed, invPausedNotSwept, invPausedKept,
+	invConfigRefused, invSetup}
 
 // stallBound is how long an execution may stay claimable without a claim:
 // a lost lease lapses (lease + tolerance), the sweeper looks within its
@@ -258,6 +260,8 @@ func (w *world) vanished(inc *incarnation, last store.Execution, now time.Time) 
 	w.check(invNoVanish)
 	slack := time.Second + w.cfg.tolerance
 	switch {
+	case w.checkVanishedPaused(inc, last):
+		return
 	case !terminalAt.IsZero() && !now.Before(terminalAt.Add(ttl-slack)):
 		w.tracef(inc.exec, "expired %s after it ended (%s)", fmtDur(now.Sub(terminalAt)), last.Status)
 	case !parkedAt.IsZero() && !now.Before(parkedAt.Add(ttl-slack)):
@@ -294,6 +298,7 @@ func fmtTime(w *world, t time.Time) string {
 // been claimable.
 func (w *world) claimed(before store.Execution) {
 	if inc := w.incOf(&before); inc != nil {
+		w.checkClaimNotPaused(inc, before)
 		w.checkStall(inc, before, time.Now())
 		if wokenParent(before) {
 			w.checkParent(context.Background(), w.back.view(), inc, before, time.Now())
@@ -320,6 +325,9 @@ func (w *world) checkStall(inc *incarnation, e store.Execution, now time.Time) {
 	}
 	if since.IsZero() || since.After(now) {
 		return
+	}
+	if resumed := w.resumedAt(inc, e); resumed.After(since) {
+		since = resumed // not claimable while it was paused
 	}
 	if w.deployInProgress(e) {
 		return // no worker serves its definition yet: the version wait applies
@@ -508,6 +516,9 @@ func (w *world) settled() bool {
 	if b, ok := w.back.(*dynamoBackend); ok && b.feed.Retrying() {
 		return false
 	}
+	if w.pausedLeftLocked() {
+		return false // resumed at the settle phase (pause.go)
+	}
 	for _, inc := range w.incList {
 		if inc.gone {
 			continue
@@ -553,6 +564,9 @@ func (w *world) finish() {
 		if !last.Status.Terminal() && !last.Status.Parked() {
 			w.violate(invSettles, inc.exec, "still %s at step %d after the faults stopped %s ago (next due %s, sweep look %s, sweeps %d)",
 				last.Status, last.StepIndex, fmtDur(time.Since(w.stopLoad())), fmtTime(w, last.NextDueAt), fmtTime(w, last.SweepAt), last.Sweeps)
+		}
+		if last.Status == store.Paused {
+			w.violate(invSettles, inc.exec, "still PAUSED at the end, though every pause was resumed at the settle phase")
 		}
 		if cancelled && last.Status != store.Cancelled {
 			w.check(invSettles)

@@ -484,7 +484,8 @@ func (w *world) checkParent(ctx context.Context, v view, inc *incarnation, e sto
 	if waitAt.IsZero() || waitAttempt != e.Attempt {
 		return // its park at this attempt was never seen
 	}
-	since := maxT(last, waitAt).Add(w.cfg.rates.skew)
+	resumed := w.resumedAt(inc, e) // a parent paused meanwhile waits from its resume
+	since := maxT(maxT(last, waitAt), resumed).Add(w.cfg.rates.skew)
 	if !now.After(since) || w.deployInProgress(e) {
 		return
 	}

@@ -149,6 +149,7 @@ func (p *proc) registry(version int, dropOld bool) (*pipeline.Registry, error) {
 // process, maybe take long (renewing its lease meanwhile).
 func (p *proc) stepPrologue(ctx context.Context, info pipeline.StepInfo) error {
 	p.w.rejectedRan(info)
+	p.w.checkStepNotPaused(info)
 	if p.maybeCrash("step_start", info.ExecutionID) {
 		return errCrashed
 	}

@@ -290,7 +290,11 @@ func (g *gatedStore) Claim(ctx context.Context, req store.ClaimRequest) (e store
 }
 
 func (g *gatedStore) Renew(ctx context.Context, key store.Key, owner string, version int64, until time.Time) error {
-	return g.p.do("renew", ioWrite, key.ExecutionID, func() error { return g.s.Renew(ctx, key, owner, version, until) })
+	err := g.p.do("renew", ioWrite, key.ExecutionID, func() error { return g.s.Renew(ctx, key, owner, version, until) })
+	if err == nil {
+		g.p.w.checkNotPausedNow(key, "a lease renewal by "+owner+" landed")
+	}
+	return err
 }
 
 func (g *gatedStore) Update(ctx context.Context, guard store.Guard, next store.Execution) (e store.Execution, err error) {
@@ -309,6 +313,9 @@ func (g *gatedStore) Reschedule(ctx context.Context, key store.Key, from, to tim
 
 func (g *gatedStore) Due(ctx context.Context, q store.DueQuery) (page store.DuePage, err error) {
 	err = g.p.do("due", ioRead, "", func() error { page, err = g.s.Due(ctx, q); return err })
+	if err == nil {
+		g.p.w.checkDuePage(ctx, page)
+	}
 	return page, err
 }
 
@@ -421,6 +428,9 @@ func (g *gatedDispatcher) Dispatch(ctx context.Context, msgs ...dispatch.Message
 	exec := ""
 	if len(msgs) == 1 {
 		exec = msgs[0].Item.ExecutionID
+	}
+	for _, m := range msgs {
+		g.p.w.checkSweepDispatch(ctx, m.Item.ExecutionID)
 	}
 	return g.p.do("dispatch", ioWrite, exec, func() error { return g.d.Dispatch(ctx, msgs...) })
 }

@@ -210,6 +210,8 @@ type world struct {
 	cfg settings
 	// sink receives the lifecycle events (events.go).
 	sink *outbox.MemorySink
+	// pz follows the operators' pauses (pause.go).
+	pz *pauseState
 	// mu guards everything below that invocation goroutines touch (the
 	// rng, the trace, the queues, the models, the tracking). It is never
 	// held across a call into the runtime or a blocking operation.

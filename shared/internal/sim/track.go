@@ -160,6 +160,7 @@ func (w *world) saw(e store.Execution) {
 // settledState notes a terminal or parked state and runs the checks due
 // then.
 func (w *world) settledState(inc *incarnation, e store.Execution) {
+	w.notePause(inc, e)
 	w.mu.Lock()
 	first := false
 	switch {
@@ -187,6 +188,9 @@ func (w *world) settledState(inc *incarnation, e store.Execution) {
 // committed notes a commit: the same transition (key) committed twice
 // with the same outcome (status and step) is a transition committed twice.
 func (w *world) committed(p *proc, inc *incarnation, e store.Execution) {
+	if w.pauseCommit(inc, e) {
+		return // a pause or a resume: no step's transition
+	}
 	key := fmt.Sprintf("%s|%s|%s|%d", inc.key, e.LastTransitionKey, e.Status, e.StepIndex)
 	w.mu.Lock()
 	prev, dup := w.commits[key]

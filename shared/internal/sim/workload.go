@@ -55,6 +55,7 @@ func (w *world) plan() {
 		w.poisson(time.Duration(float64(day)/w.cfg.rates.bulkRedriveDay), "bulk_redrive", end, w.bulkRedrive)
 	}
 	w.poisson(6*time.Hour, "sign_out", end, w.signOut)
+	w.planPauses(end)
 	if w.o.Store == StoreEmbedded {
 		w.poisson(time.Duration(float64(time.Hour)/w.cfg.rates.diskFull), "disk_full", end, w.diskFull)
 		w.poisson(time.Duration(float64(time.Hour)/w.cfg.rates.backupStall), "backup_stall", end, w.backupStall)

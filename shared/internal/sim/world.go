@@ -191,7 +191,7 @@ func (w *world) sweep() {
 		return
 	}
 	w.async(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), sweepStarted{}, time.Now()), time.Minute)
 		defer cancel()
 		rep, err := p.sweeper(ctx, events.EventBridgeEvent{})
 		if err == nil && (rep.Redispatched > 0 || rep.AwaitsTimedOut > 0 || rep.DeadLettersPublished > 0 || rep.Cancelled > 0) {
