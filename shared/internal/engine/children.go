@@ -395,10 +395,10 @@ func (r *Runtime) wakeParent(ctx context.Context, key store.Key, token string, s
 		next.Status, next.NextDueAt, next.UpdatedAt = store.Queued, now, now
 		next.SweepAt, next.Sweeps = r.firstLook(now), 0
 		next.ExpiresAt = r.keepAlive(&e, now)
-		if !e.PauseRequestedAt.IsZero() {
-			// Paused while its children ran: it parks PAUSED, to collect at resume.
-			next = r.pausedRow(next, store.Queued, now)
-		}
+		// A pause requested while the children ran stays a request: the
+		// parent collects their outcomes first (the join reads the
+		// children's rows, which a paused parent does not keep alive), and
+		// parks at the join's hand-over (pauseOnCommit).
 		got, err := r.update(ctx, store.Guard{Key: e.Key(), Version: e.Version}, next)
 		if errors.Is(err, store.ErrConflict) {
 			continue // the parent moved meanwhile (a look, a cancel): decide again
@@ -408,9 +408,6 @@ func (r *Runtime) wakeParent(ctx context.Context, key store.Key, token string, s
 		}
 		r.execLogger(&got).LogAttrs(ctx, slog.LevelInfo, "children_finished", slog.String("event", "children_finished"),
 			slog.Int("children", c.Total))
-		if got.Status == store.Paused {
-			r.logPaused(ctx, got, "children", "")
-		}
 		r.handOver(ctx, &got, 0)
 		return nil
 	}

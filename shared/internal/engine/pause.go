@@ -304,11 +304,21 @@ func (r *Runtime) resumeOnce(ctx context.Context, e store.Execution, reason, job
 // pause was requested of the running attempt (t.row, as adopted): a
 // hand-over (the next step, a chained claim, a sleep), a retry or an
 // await park is parked PAUSED; an end (SUCCEEDED, FAILED, DLQ,
-// REMOTE_OUTCOME_UNKNOWN) drops the request; a map step's park keeps it
-// (the parent parks PAUSED when its children are done). It reports
-// whether next is now PAUSED.
+// REMOTE_OUTCOME_UNKNOWN) drops the request; a map step's park, and the
+// hand-over from a map step to the step after it (which reads the
+// children's outputs), keep it: the children run on, the parent collects
+// their outcomes, the next step consumes them, and that step's commit
+// parks it. A paused parent does not keep its children's rows and
+// payloads alive, so it never pauses between its children and the step
+// that reads them. It reports whether next is now PAUSED.
 func (t *transition) pauseOnCommit(next *store.Execution) bool {
 	if t.row.PauseRequestedAt.IsZero() {
+		return false
+	}
+	if i := t.row.StepIndex; i < len(t.p.Steps) && t.p.Steps[i].Map != nil && next.Status != store.WaitingChildren && !next.Status.Terminal() {
+		// The map step's collect hands over to the step reading its
+		// children's outputs: the request waits for that step's commit.
+		next.PauseReason, next.PauseRequestedAt = t.row.PauseReason, t.row.PauseRequestedAt
 		return false
 	}
 	next.PauseReason, next.PauseRequestedAt = t.row.PauseReason, t.row.PauseRequestedAt
@@ -322,6 +332,18 @@ func (t *transition) pauseOnCommit(next *store.Execution) bool {
 		next.PauseRequestedAt = time.Time{}
 		return false
 	}
+}
+
+// keptWritten is what keepRecords may leave alone of the payload this
+// transition wrote: it was written with the horizon of a live row, which
+// a row parked PAUSED outlives by far (PausedRetention), so a paused
+// commit extends it like the row's other payloads (one write per part,
+// on a pause only).
+func (t *transition) keptWritten(next *store.Execution) []payload.Ref {
+	if next.Status == store.Paused {
+		return nil
+	}
+	return []payload.Ref{t.written}
 }
 
 // adoptPause is a worker's check, after a renewal or a write under its

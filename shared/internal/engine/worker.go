@@ -750,7 +750,7 @@ func (t *transition) commit(ctx context.Context, next store.Execution, keepSweep
 	if !t.unleased && t.pauseOnCommit(&next) {
 		guard.KeepSweep = false
 	}
-	if err := r.keepRecords(cctx, &next, t.written); err != nil {
+	if err := r.keepRecords(cctx, &next, t.keptWritten(&next)...); err != nil {
 		// Nothing is written: the step is tried again, as after a failed commit.
 		return nil, fmt.Errorf("engine: commit %s: %w", t.row.TransitionKey(), err)
 	}
@@ -791,7 +791,7 @@ func (t *transition) commit(ctx context.Context, next store.Execution, keepSweep
 			if t.pauseOnCommit(&next) {
 				guard.KeepSweep = false
 			}
-			if err := r.keepRecords(cctx, &next, t.written); err != nil {
+			if err := r.keepRecords(cctx, &next, t.keptWritten(&next)...); err != nil {
 				return nil, fmt.Errorf("engine: commit %s: %w", t.row.TransitionKey(), err)
 			}
 			t.log.LogAttrs(ctx, slog.LevelInfo, "pause_request_seen", slog.String("event", "pause_request_seen"),
