@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/qasync/qasync/shared/clock"
 	"github.com/qasync/qasync/shared/deadletter"
@@ -327,4 +328,67 @@ func TestEngineBackendShowsAMap(t *testing.T) {
 	list := e.get("/console", http.StatusOK)
 	wantContains(t, list, `#children" title="the counts are on the execution's page">3 children</a> <span class="muted">all ended</span>`,
 		`child #2 of <a href="`+page+`" title="`+parent.ExecutionID+`" rel="up">its parent</a>`)
+}
+
+// TestExecutionPageShowsTheConcurrencyKey: with a key's one slot taken,
+// the second execution's page shows its key and that it waits for a
+// slot; the first one's that it holds the slot; the list offers the
+// WAITING_KEY filter and finds the waiter.
+func TestExecutionPageShowsTheConcurrencyKey(t *testing.T) {
+	t.Parallel()
+	type order struct {
+		Customer string `json:"customer"`
+	}
+	hold := pipeline.NewStep("hold", func(context.Context, pipeline.StepInfo, order) (order, error) { return order{}, nil })
+	wake := pipeline.NewStep("wake", func(context.Context, pipeline.StepInfo, order) (order, error) { return order{}, nil })
+	// The sleep keeps the first execution, and its slot, between steps.
+	keyed := pipeline.Pipeline{ID: "keyed", Steps: []pipeline.Step{hold, pipeline.Sleep("nap", time.Hour), wake},
+		Concurrency: pipeline.ConcurrencyKey("customer", 1, func(o order) string { return o.Customer })}
+	rt, q := newRuntime(t, keyed)
+	submitJSON := func(key string) store.Execution {
+		in, _ := payload.JSON(order{Customer: "c-42"})
+		res, err := rt.Submit(context.Background(), engine.SubmitRequest{TenantID: tenantAcme, PipelineID: "keyed", IdempotencyKey: key, Input: in})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Execution
+	}
+	first := submitJSON("k1")
+	// The first claim takes the slot; it runs its first step and sleeps.
+	q.mu.Lock()
+	items := q.items
+	q.items = nil
+	q.mu.Unlock()
+	for _, it := range items {
+		if err := rt.Process(context.Background(), it); err != nil {
+			t.Fatal(err)
+		}
+	}
+	second := submitJSON("k2")
+	q.mu.Lock()
+	items = q.items
+	q.items = nil
+	q.mu.Unlock()
+	for _, it := range items {
+		if it.ExecutionID == second.ExecutionID {
+			if err := rt.Process(context.Background(), it); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if got, err := rt.Status(context.Background(), second.Key()); err != nil || got.Status != store.WaitingKey {
+		t.Fatalf("the second execution is %s (%v), want WAITING_KEY", got.Status, err)
+	}
+	logs, log := logtest.New()
+	e := &env{t: t, h: console.New(console.Engine(rt), console.Options{AdminToken: operatorToken, TenantCookie: true, Logger: log}),
+		logs: logs, jar: map[string]string{console.TenantCookieName: tenantAcme}}
+	wantContains(t, e.get("/console/executions/"+second.ExecutionID, http.StatusOK),
+		`<code id="concurrency-key">c-42</code>`, `id="key-wait">waiting for a slot of its key since`)
+	wantContains(t, e.get("/console/executions/"+first.ExecutionID, http.StatusOK),
+		`<code id="concurrency-key">c-42</code>`, `id="key-wait">holds a slot of its key`)
+	list := e.get(console.Prefix+"?status=WAITING_KEY", http.StatusOK)
+	wantContains(t, list, `value="WAITING_KEY"`, second.ExecutionID)
+	if strings.Contains(list, first.ExecutionID) {
+		t.Error("the WAITING_KEY list shows the execution holding the slot")
+	}
 }

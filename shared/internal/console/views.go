@@ -499,7 +499,19 @@ func (x *execData) content(d *doc) {
 	} else {
 		d.raw(`<span class="muted" id="idempotency-key">none (submitted without one)</span>`)
 	}
-	d.raw(`</dd>
+	d.raw(`</dd>`)
+	if e.ConcurrencyKey != "" {
+		d.raw(`
+  <dt>Concurrency key</dt><dd><code id="concurrency-key">`).text(e.ConcurrencyKey).raw(`</code>`)
+		switch {
+		case e.Status == store.WaitingKey:
+			d.raw(` <span class="muted" id="key-wait">waiting for a slot of its key since `).when(e.UpdatedAt).raw(`</span>`)
+		case e.SlotHeld:
+			d.raw(` <span class="muted" id="key-wait">holds a slot of its key</span>`)
+		}
+		d.raw(`</dd>`)
+	}
+	d.raw(`
   <dt>Version</dt><dd>`).num(e.Version).raw(`</dd>`)
 	if f := e.Error; f != nil {
 		d.raw(`
