@@ -105,7 +105,7 @@ const (
 var invariantNames = []string{invSettles, invNoStall, invNoVanish, invExactlyOnce, invEffectIsolation, invDeadLetterIsolation,
 	invDeadLetterViews, invSignedOut, invAwaitIsolation, invCheckpointReadable, invHistory, invRefusedStoresNothing, invKeylessIsNew, invNoFalsePoison,
 	invBackupNoPin, invOneJobPerKey, invSleepOnTime, invJoinSawAll, invMapRerunsFailed, invMapInFlight, invParentWakes, invRejectedStays, invMapCounts,
-	invRejectsTolerated, invEvents, invConfigRefused, invSetup}
+	invRejectsTolerated, invEvents, invScheduleOnce, invConfigRefused, invSetup}
 
 // stallBound is how long an execution may stay claimable without a claim:
 // a lost lease lapses (lease + tolerance), the sweeper looks within its
@@ -129,6 +129,7 @@ func (w *world) stallBound(drops int) time.Duration {
 // sixth, and the last) at the finished ones too, which can only vanish
 // early or lose a checkpoint, both slower things.
 func (w *world) audit() {
+	w.scanSchedules()
 	ctx := context.Background()
 	v := w.back.view()
 	w.mu.Lock()
@@ -530,6 +531,7 @@ func (w *world) finish() {
 		drainAll(b.db.State(systemClock), w.eventSink())
 	}
 	w.audit()
+	w.checkSchedules()
 	ctx := context.Background()
 	v := w.back.view()
 	w.mu.Lock()
