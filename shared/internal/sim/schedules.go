@@ -28,7 +28,7 @@ import (
 
 	"github.com/qasync/qasync/shared/internal/engine"
 	"github.com/qasync/qasync/shared/internal/schedule"
-		"github.com/qasync/qasync/shared/store"
+	"github.com/qasync/qasync/shared/store"
 )
 
 // invScheduleOnce: a schedule fires once per time (see above).
