@@ -18,6 +18,9 @@
 //	POST /console/redrives                     a bulk re-drive's dry run (operator), then GET /console/redrives/{id}
 //	POST /console/redrives/{id}/start          start the bulk re-drive a dry run counted (operator)
 //	GET  /console/redrives/{id}                a bulk re-drive's progress (operator)
+//	GET  /console/schedules                    the tenant's schedules, and the create form (operator)
+//	POST /console/schedules                    create a schedule (operator)
+//	POST /console/schedules/{id}/{op}          pause, resume or delete a schedule (operator)
 //	POST /console/executions/{id}/cancel       cancel (operator; reason required)
 //	POST /console/executions/{id}/redrive      re-drive (operator; reason required)
 //	POST /console/login, /console/logout       operator sign-in with the admin token (a cookie); sign-out revokes the session
@@ -209,6 +212,7 @@ func New(b Backend, opts Options) *Console {
 	c.mux.HandleFunc("POST "+Prefix+"/redrives", c.bulkDryRun)
 	c.mux.HandleFunc("POST "+Prefix+"/redrives/{job}/start", c.bulkStart)
 	c.mux.HandleFunc("GET "+Prefix+"/redrives/{job}", c.bulkPage)
+	c.registerSchedules()
 	c.mux.HandleFunc("POST "+Prefix+"/executions/{id}/cancel", c.cancel)
 	c.mux.HandleFunc("POST "+Prefix+"/executions/{id}/redrive", c.redrive)
 	c.mux.HandleFunc("POST "+Prefix+"/login", c.login)
