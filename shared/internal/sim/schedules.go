@@ -50,8 +50,8 @@ type simSchedule struct {
 	deleted bool
 	// found are the fire times whose execution was seen, by fire time.
 	found map[time.Time]string
-	// scanned: fire times before it were looked up while their
-	// executions lived.
+	// scanned is when its fire times were last looked up (those not
+	// found are looked up again for scheduleLookback).
 	scanned time.Time
 }
 
@@ -178,7 +178,7 @@ func (w *world) scheduleOp(s *simSchedule, op string) {
 	case "delete":
 		err = p.rt.DeleteSchedule(ctx, tenant, s.id)
 		if err == nil {
-			w.scanSchedule(s) // the last look while it can be told apart
+			w.scanSchedule(s, true) // the last look while it can be told apart
 			s.deleted = true
 			if s.open() {
 				s.spans[len(s.spans)-1][1] = now
@@ -267,29 +267,36 @@ func (w *world) scheduleDueSoon(by time.Time) bool {
 func (w *world) scanSchedules() {
 	for _, s := range w.scheds {
 		if s.id != "" && !s.deleted {
-			w.scanSchedule(s)
+			w.scanSchedule(s, false)
 		}
 	}
 }
 
+// scheduleLookback is how long before its last look a schedule's fire
+// times without an execution are looked up again.
+const scheduleLookback = 2 * time.Hour
+
 // scanSchedule looks up, by fire key, the executions of s's fire times
-// from its last look to now, and registers each one found.
-func (w *world) scanSchedule(s *simSchedule) {
+// not found yet (since a while before its last look; full: all of them),
+// and registers each one found.
+func (w *world) scanSchedule(s *simSchedule, full bool) {
 	if len(s.spans) == 0 {
 		return
 	}
 	slack := w.scheduleSlack()
 	from := s.spans[0][0].Add(-slack)
-	if s.scanned.After(from) {
-		from = s.scanned
+	// A fire time not found yet is looked up again for a while: an
+	// outage (a full disk, every process down) may delay its submit
+	// well past the slack. The final check looks at every one.
+	if back := s.scanned.Add(-scheduleLookback); !full && back.After(from) {
+		from = back
 	}
-	// Fire times handled late are looked up again next time.
-	to := time.Now().Add(-slack)
+	to := time.Now()
 	if !to.After(from) {
 		return
 	}
 	v := w.back.view()
-	for _, t := range s.times(from, to.Add(slack)) {
+	for _, t := range s.times(from, to) {
 		if _, ok := s.found[t]; ok {
 			continue
 		}
@@ -311,7 +318,9 @@ func (w *world) checkSchedules() {
 		if s.id == "" {
 			continue
 		}
-		w.scanSchedule(s)
+		if !s.deleted {
+			w.scanSchedule(s, true)
+		}
 		w.check(invScheduleOnce)
 		// loose: the fire times it could fire; strict: those it must have
 		// handled (away from the edges of its active spans).
