@@ -108,9 +108,15 @@ func (w *world) planSchedules() {
 		w.scheds = append(w.scheds, s)
 		w.at(pl.at, "schedule_create", func() { w.scheduleOp(s, "create") })
 		for range w.intn(3) {
-			at := pl.at.Add(w.between(time.Hour, pl.until.Sub(pl.at)))
+			// A pause and its resume, both inside the schedule's life (a
+			// resume after its last pause would keep it firing to the end).
+			at := pl.at.Add(w.between(time.Hour, pl.until.Sub(pl.at)-20*time.Minute))
+			resume := at.Add(w.between(10*time.Minute, 6*time.Hour))
+			if !resume.Before(pl.until) {
+				resume = pl.until.Add(-time.Minute)
+			}
 			w.at(at, "schedule_pause", func() { w.scheduleOp(s, "pause") })
-			w.at(at.Add(w.between(10*time.Minute, 6*time.Hour)), "schedule_resume", func() { w.scheduleOp(s, "resume") })
+			w.at(resume, "schedule_resume", func() { w.scheduleOp(s, "resume") })
 		}
 		if w.chance(0.3) && pl.until.Before(end) {
 			w.at(pl.until, "schedule_delete", func() { w.scheduleOp(s, "delete") })
