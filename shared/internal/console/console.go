@@ -19,6 +19,9 @@
 //	POST /console/redrives/{id}/start          start the bulk re-drive a dry run counted (operator)
 //	GET  /console/redrives/{id}                a bulk re-drive's progress (operator)
 //	POST /console/pauses, /console/resumes     the same for a bulk pause and a bulk resume (and .../{id}/start, GET .../{id})
+//	GET  /console/schedules                    the tenant's schedules, and the create form (operator)
+//	POST /console/schedules                    create a schedule (operator)
+//	POST /console/schedules/{id}/{op}          pause, resume or delete a schedule (operator)
 //	POST /console/executions/{id}/cancel       cancel (operator; reason required)
 //	POST /console/executions/{id}/pause        pause (operator; reason required)
 //	POST /console/executions/{id}/resume       resume (operator; reason required)
@@ -223,6 +226,7 @@ func New(b Backend, opts Options) *Console {
 	}
 	c.mux.HandleFunc("POST "+Prefix+"/executions/{id}/pause", c.pause)
 	c.mux.HandleFunc("POST "+Prefix+"/executions/{id}/resume", c.resume)
+	c.registerSchedules()
 	c.mux.HandleFunc("POST "+Prefix+"/executions/{id}/cancel", c.cancel)
 	c.mux.HandleFunc("POST "+Prefix+"/executions/{id}/redrive", c.redrive)
 	c.mux.HandleFunc("POST "+Prefix+"/login", c.login)

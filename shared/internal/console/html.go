@@ -102,6 +102,7 @@ func writeLayout(d *doc, b *base, content func(*doc)) {
   <nav aria-label="Sections">
     <a href="`+Prefix+`"`).rawIf(b.Nav == "executions", ` aria-current="page"`).raw(`>Executions</a>
     <a href="`+Prefix+`/dead-letters"`).rawIf(b.Nav == "dead-letters", ` aria-current="page"`).raw(`>Dead letters</a>
+    <a href="`+Prefix+`/schedules"`).rawIf(b.Nav == "schedules", ` aria-current="page"`).raw(`>Schedules</a>
   </nav>
   <div class="who">`)
 	switch {

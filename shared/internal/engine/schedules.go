@@ -28,6 +28,7 @@ package engine
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -258,13 +259,19 @@ func (r *Runtime) CreateSchedule(ctx context.Context, tenant string, spec Schedu
 }
 
 // activeSchedules reads the job store's active set and keeps the
-// schedules.
+// schedules, by tenant and id: a pass drives them in one order whatever
+// order the store lists them in (the memory store's is a map's), so that
+// a simulation's seed repeats its run.
 func (r *Runtime) activeSchedules(ctx context.Context) ([]store.Job, error) {
 	jobs, err := r.deps.Jobs.ActiveJobs(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return slices.DeleteFunc(jobs, func(j store.Job) bool { return !IsScheduleJob(j.Key) }), nil
+	jobs = slices.DeleteFunc(jobs, func(j store.Job) bool { return !IsScheduleJob(j.Key) })
+	slices.SortFunc(jobs, func(a, b store.Job) int {
+		return cmp.Or(strings.Compare(a.Key.TenantID, b.Key.TenantID), strings.Compare(a.Key.ID, b.Key.ID))
+	})
+	return jobs, nil
 }
 
 // GetSchedule reads one of tenant's schedules (store.ErrNotFound when it

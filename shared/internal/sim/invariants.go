@@ -106,7 +106,7 @@ var invariantNames = []string{invSettles, invNoStall, invNoVanish, invExactlyOnc
 	invDeadLetterViews, invSignedOut, invAwaitIsolation, invCheckpointReadable, invHistory, invRefusedStoresNothing, invKeylessIsNew, invNoFalsePoison,
 	invBackupNoPin, invOneJobPerKey, invSleepOnTime, invJoinSawAll, invMapRerunsFailed, invMapInFlight, invParentWakes, invRejectedStays, invMapCounts,
 	invRejectsTolerated, invEvents, invKeyLimit, invKeyWaitersRun,
-	invPausedNotClaimed, invPausedNotSwept, invPausedKept,
+	invPausedNotClaimed, invPausedNotSwept, invPausedKept, invScheduleOnce,
 	invConfigRefused, invSetup}
 
 // stallBound is how long an execution may stay claimable without a claim:
@@ -131,6 +131,7 @@ func (w *world) stallBound(drops int) time.Duration {
 // sixth, and the last) at the finished ones too, which can only vanish
 // early or lose a checkpoint, both slower things.
 func (w *world) audit() {
+	w.scanSchedules()
 	ctx := context.Background()
 	v := w.back.view()
 	w.mu.Lock()
@@ -546,6 +547,7 @@ func (w *world) finish() {
 		drainAll(b.db.State(systemClock), w.eventSink())
 	}
 	w.audit()
+	w.checkSchedules()
 	ctx := context.Background()
 	v := w.back.view()
 	w.mu.Lock()

@@ -297,6 +297,8 @@ type world struct {
 	// spreads are the map pipeline's documents after their spread step,
 	// by execution id: the join step's output continues them.
 	spreads map[string]doc
+	// scheds are the schedules the operators made (schedules.go).
+	scheds []*simSchedule
 	// nextProgress is when the run next reports its progress.
 	nextProgress time.Duration
 }

@@ -60,6 +60,7 @@ func (w *world) plan() {
 		w.poisson(time.Duration(float64(time.Hour)/w.cfg.rates.diskFull), "disk_full", end, w.diskFull)
 		w.poisson(time.Duration(float64(time.Hour)/w.cfg.rates.backupStall), "backup_stall", end, w.backupStall)
 	}
+	w.planSchedules()
 	w.at(end, "settle", w.settle)
 }
 
@@ -390,6 +391,7 @@ func (w *world) settle() {
 	w.settling = true
 	w.mu.Unlock()
 	w.tracef("", "SETTLE: faults off")
+	w.pauseSchedulesAtSettle()
 	for _, p := range w.procs {
 		if p != nil {
 			p.mu.Lock()

@@ -186,7 +186,11 @@ func (w *world) sweep() {
 			return
 		}
 	}
-	p := w.liveProc()
+	w.runSweep(w.liveProc())
+}
+
+// runSweep invokes the sweeper function on p (nil: none).
+func (w *world) runSweep(p *proc) {
 	if p == nil {
 		return
 	}
@@ -212,7 +216,7 @@ func (w *world) quiet() bool {
 	known := !busy && now.Before(w.quietUntil)
 	w.mu.Unlock()
 	switch {
-	case busy:
+	case busy, w.scheduleDueSoon(now.Add(10 * w.cfg.sweepInterval)):
 		return false
 	case known:
 		return true
