@@ -152,6 +152,18 @@ func runState(t *testing.T, f func(*testing.T, clock.Clock) store.Store) {
 			tc.fn(e, ss)
 		})
 	}
+	for _, tc := range rateCases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := setupState(t, f)
+			rs, ok := e.s.(store.RateStore)
+			if !ok {
+				// The engine refuses rate-limited pipelines on such a store.
+				t.Skip("the state store keeps no rate limits (store.RateStore)")
+			}
+			tc.fn(e, rs)
+		})
+	}
 	for _, tc := range jobCases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

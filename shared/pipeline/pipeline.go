@@ -278,6 +278,9 @@ type Pipeline struct {
 	// Concurrency, when set, limits how many of the pipeline's executions
 	// run at once per key taken from their input (ConcurrencyKey).
 	Concurrency *Concurrency
+	// RateLimit, when set, limits how fast the pipeline's steps that call
+	// a downstream start, per key, across all workers (RateLimitKey).
+	RateLimit *RateLimit
 
 	versionID string // set by NewRegistry
 }
@@ -434,6 +437,11 @@ func (p *Pipeline) Validate() error {
 	}
 	if p.Concurrency != nil {
 		if err := p.Concurrency.validate(); err != nil {
+			return fmt.Errorf("pipeline %s: %w", p.ID, err)
+		}
+	}
+	if p.RateLimit != nil {
+		if err := p.RateLimit.validate(p.Steps); err != nil {
 			return fmt.Errorf("pipeline %s: %w", p.ID, err)
 		}
 	}

@@ -271,6 +271,20 @@ type Execution struct {
 	// released right after its terminal commit; a holder whose row is
 	// terminal is stale: SlotStale).
 	SlotHeld bool // slot_held
+	// RateLimit names the pipeline's rate limit (pipeline.RateLimit.Name)
+	// and RateKey its key's value for this execution's input, both set at
+	// submit and never changed ("" when the pipeline has none): the
+	// limit's steps take a token of the bucket (tenant, limit, key) before
+	// they run (RateStore).
+	RateLimit string // rate_limit
+	RateKey   string // rate_key
+	// RateReservedAt is the start time the current step reserved from its
+	// rate limit when it was released to wait for its turn (zero when it
+	// holds none), and RateReservedStep that step's index: the step runs
+	// on the reservation when the row comes back, without reserving again.
+	// Every commit of the step's outcome clears it.
+	RateReservedAt   time.Time // rate_reserved_at
+	RateReservedStep int       // rate_reserved_step
 }
 
 // AwaitStatus is the state of an external await.

@@ -87,6 +87,19 @@ const (
 	// AttrSlotHolders is a concurrency key item's map of holders:
 	// execution id to the life (redrive count) it acquired in.
 	AttrSlotHolders = "kh"
+	// AttrRateLimit and AttrRateKey are the row's rate limit name and key
+	// (written at create, never changed; absent on rows of pipelines
+	// without a rate limit).
+	AttrRateLimit = "rn"
+	AttrRateKey   = "rk"
+	// AttrRateReservedAt and AttrRateReservedStep are the start a waiting
+	// step reserved from its rate limit and that step's index (written
+	// only on rows with a rate limit; absent when the row holds none).
+	AttrRateReservedAt   = "ra"
+	AttrRateReservedStep = "rq"
+	// AttrRateTAT is a rate limit bucket item's theoretical arrival time
+	// (Unix nanoseconds).
+	AttrRateTAT = "tat"
 	// AttrShards is the meta item's record of the largest index shard
 	// count rows were written with.
 	AttrShards = "n"

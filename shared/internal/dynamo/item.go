@@ -166,6 +166,12 @@ func encode(e *store.Execution, shards int) map[string]types.AttributeValue {
 	if e.ConcurrencyKey != "" {
 		item[AttrConcurrencyKey] = str(e.ConcurrencyKey)
 	}
+	if e.RateLimit != "" {
+		item[AttrRateLimit] = str(e.RateLimit)
+		if e.RateKey != "" {
+			item[AttrRateKey] = str(e.RateKey)
+		}
+	}
 	u := newUpdate()
 	mutable(u, e, false)
 	for name, v := range u.setValues {
@@ -222,6 +228,11 @@ func mutable(u *update, e *store.Execution, keepSweep bool) {
 		// Only keyed rows: a row without a key writes exactly what it did.
 		u.setOrRemove(AttrSlotHeld, e.SlotHeld, boolean(true))
 		u.setOrRemove(AttrWaitKey, e.Status == store.WaitingKey, str(e.SlotScope().ID()))
+	}
+	if e.RateLimit != "" {
+		// Only rate-limited rows: a row without a limit writes exactly what it did.
+		u.setOrRemove(AttrRateReservedAt, !e.RateReservedAt.IsZero(), millis(e.RateReservedAt))
+		u.setOrRemove(AttrRateReservedStep, !e.RateReservedAt.IsZero(), num(e.RateReservedStep))
 	}
 }
 
@@ -533,12 +544,16 @@ func decode(item map[string]types.AttributeValue) (store.Execution, error) {
 		CancelReason: r.str(AttrCancelReason), CancelRequestedAt: r.millis(AttrCancelRequested),
 		PauseReason: r.str(AttrPauseReason), PauseRequestedAt: r.millis(AttrPauseRequested), PausedFrom: store.Status(r.str(AttrPausedFrom)),
 		CreatedAt: r.millis(AttrCreated), UpdatedAt: r.millis(AttrUpdated), ExpiresAt: r.seconds(AttrTTL),
-		RecordsExpireAt: r.seconds(AttrRecordsExpire),
-		Await:           r.await(AttrAwait),
-		Parent:          r.parent(AttrParent),
-		Children:        r.children(AttrChildren),
-		ConcurrencyKey:  r.str(AttrConcurrencyKey),
-		SlotHeld:        r.bool(AttrSlotHeld),
+		RecordsExpireAt:  r.seconds(AttrRecordsExpire),
+		Await:            r.await(AttrAwait),
+		Parent:           r.parent(AttrParent),
+		Children:         r.children(AttrChildren),
+		ConcurrencyKey:   r.str(AttrConcurrencyKey),
+		SlotHeld:         r.bool(AttrSlotHeld),
+		RateLimit:        r.str(AttrRateLimit),
+		RateKey:          r.str(AttrRateKey),
+		RateReservedAt:   r.millis(AttrRateReservedAt),
+		RateReservedStep: r.int(AttrRateReservedStep),
 	}
 	if _, ok := item[AttrErrorCode]; ok {
 		e.Error = &store.Failure{Code: r.str(AttrErrorCode), Message: r.str(AttrErrorMessage), TerminalReason: r.str(AttrTerminalReason)}

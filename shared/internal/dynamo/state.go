@@ -54,6 +54,9 @@ type StateStore struct {
 	shardsMu   sync.Mutex
 	shardsRead int
 	shardsAt   time.Time
+	// rates is the last tat this process saw per rate limit bucket
+	// (ratelimit.go).
+	rates rateCache
 }
 
 var _ store.Store = (*StateStore)(nil)

@@ -27,9 +27,10 @@ import (
 //
 // Version 2 added the operator jobs' buckets (jobs, jobpages,
 // jobsactive); version 3 the maps' count rows (maps); version 4 the
-// concurrency keys' records and waiting index (slots, waitkey). Open
+// concurrency keys' records and waiting index (slots, waitkey); version 5
+// the rate limits' buckets (rates) and the rows' rate limit fields. Open
 // upgrades an older file by creating the buckets it lacks.
-const SchemaVersion = 4
+const SchemaVersion = 5
 
 // FileName is the store's file inside its data directory.
 const FileName = "qasync.db"
@@ -80,15 +81,17 @@ var (
 	// Since schema version 4:
 	bSlots   = []byte("slots")   // scope id -> a concurrency key's holders
 	bWaitKey = []byte("waitkey") // scope id + createdMs + execKey -> nothing (the waiting rows)
+	// Since schema version 5:
+	bRates = []byte("rates") // rate scope id -> a rate limit bucket's theoretical arrival time
 
 	allBuckets = [][]byte{bMeta, bExec, bSweep, bList, bQueue, bHist, bParts, bEffects, bDead, bDeadIdx, bRejects,
-		bJobs, bJobPages, bJobsActive, bMaps, bSlots, bWaitKey}
+		bJobs, bJobPages, bJobsActive, bMaps, bSlots, bWaitKey, bRates}
 )
 
 // bucketSince is the schema version that added a bucket (absent: 1). A
 // file of an older version lacks the bucket until Open upgrades it.
 var bucketSince = map[string]int{string(bJobs): 2, string(bJobPages): 2, string(bJobsActive): 2, string(bMaps): 3,
-	string(bSlots): 4, string(bWaitKey): 4}
+	string(bSlots): 4, string(bWaitKey): 4, string(bRates): 5}
 
 // Options tune Open.
 type Options struct {

@@ -166,6 +166,12 @@ func (db *DB) Expire(ctx context.Context) (int, error) {
 		}); err != nil {
 			return err
 		}
+		if err := scan(bRates, func(v []byte) bool {
+			var r rateRec
+			return openJSON(v, &r, "") == nil && r.expired(now)
+		}); err != nil {
+			return err
+		}
 		return scan(bRejects, func(v []byte) bool {
 			var env reject.Envelope
 			return openJSON(v, &env, "") == nil && now.Sub(env.RejectedAt) > rejectRetention
@@ -229,6 +235,14 @@ func (db *DB) Expire(ctx context.Context) (int, error) {
 						continue // rewritten since the scan
 					}
 					if err := t.bucket(bSlots).Delete(v.key); err != nil {
+						return err
+					}
+				case string(bRates):
+					var r rateRec
+					if val := t.bucket(bRates).Get(v.key); val == nil || openJSON(val, &r, "") != nil || !r.expired(now) {
+						continue // rewritten since the scan
+					}
+					if err := t.bucket(bRates).Delete(v.key); err != nil {
 						return err
 					}
 				case string(bJobPages):

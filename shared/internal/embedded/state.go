@@ -301,7 +301,7 @@ func (s *State) Update(ctx context.Context, g store.Guard, next store.Execution)
 		u.TenantID, u.ExecutionID, u.PipelineID = row.TenantID, row.ExecutionID, row.PipelineID
 		u.PipelineVersion, u.IdempotencyKey, u.Input = row.PipelineVersion, row.IdempotencyKey, row.Input
 		u.Fingerprint, u.CreateToken, u.CreatedAt, u.Parent = row.Fingerprint, row.CreateToken, row.CreatedAt, row.Parent
-		u.ConcurrencyKey = row.ConcurrencyKey
+		u.ConcurrencyKey, u.RateLimit, u.RateKey = row.ConcurrencyKey, row.RateLimit, row.RateKey
 		if u.ExpiresAt.IsZero() {
 			u.ExpiresAt = row.ExpiresAt
 		}

@@ -35,6 +35,9 @@ type StateStore struct {
 	// waiting rows (concurrency.go).
 	slots map[string]*slotRec
 	wait  map[store.Key]struct{}
+	// rates are the rate limits' buckets: a bucket's theoretical arrival
+	// time by scope id (ratelimit.go).
+	rates map[string]time.Time
 	// box is the lifecycle events' outbox (outbox.go).
 	box memOutbox
 }
@@ -55,6 +58,7 @@ func NewStateStore(c clock.Clock) *StateStore {
 		maps:  map[mapRecKey]*mapRec{},
 		slots: map[string]*slotRec{},
 		wait:  map[store.Key]struct{}{},
+		rates: map[string]time.Time{},
 	}
 }
 
@@ -192,6 +196,7 @@ func (s *StateStore) Update(ctx context.Context, g store.Guard, next store.Execu
 	updated.PipelineVersion, updated.IdempotencyKey, updated.Input = row.PipelineVersion, row.IdempotencyKey, row.Input
 	updated.Fingerprint, updated.CreateToken = row.Fingerprint, row.CreateToken
 	updated.CreatedAt, updated.Parent, updated.ConcurrencyKey = row.CreatedAt, row.Parent, row.ConcurrencyKey
+	updated.RateLimit, updated.RateKey = row.RateLimit, row.RateKey
 	if updated.ExpiresAt.IsZero() {
 		updated.ExpiresAt = row.ExpiresAt
 	}
