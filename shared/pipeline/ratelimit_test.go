@@ -11,7 +11,9 @@ import (
 )
 
 func rlSteps() []pipeline.Step {
-	run := func(_ context.Context, _ pipeline.StepInfo, in payload.Payload) (payload.Payload, error) { return in, nil }
+	run := func(_ context.Context, _ pipeline.StepInfo, in payload.Payload) (payload.Payload, error) {
+		return in, nil
+	}
 	return []pipeline.Step{{Name: "fetch", Run: run}, {Name: "call", Run: run}}
 }
 

@@ -289,7 +289,14 @@ func (r *Runtime) createChild(ctx context.Context, tenant string, p *store.Paren
 	if err != nil {
 		return store.Execution{}, fmt.Errorf("engine: store child %d's input: %w", p.Element, err)
 	}
+	input := payload.Payload{Encoding: payload.EncodingJSON, ContentType: payload.ContentTypeJSON, Data: elem}
+	rateLimit, rateKey, err := rateOf(child, input)
+	if err != nil {
+		// An element whose key cannot be computed shares the limit's "" bucket.
+		rateKey = ""
+	}
 	row := store.Execution{
+		RateLimit: rateLimit, RateKey: rateKey,
 		TenantID: tenant, ExecutionID: id, PipelineID: child.ID, PipelineVersion: child.VersionID(),
 		Status: store.Pending, Version: 1, StepName: child.Steps[0].Name, Attempt: 1, Input: in,
 		Fingerprint: "child:" + token, CreateToken: token,

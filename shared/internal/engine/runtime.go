@@ -158,6 +158,15 @@ type Config struct {
 	// a crash and evicts slots whose holders ended without releasing
 	// them. Default 5 minutes.
 	KeyWaitLook time.Duration
+	// RateLimitHorizon is how far ahead a step of a rate-limited pipeline
+	// may reserve its start (pipeline.RateLimit): a step whose turn is
+	// further out reserves nothing and comes back (no attempt counted)
+	// about a horizon later to try again. Default 15 minutes.
+	RateLimitHorizon time.Duration
+	// RateLimitWait is how long a worker waits, holding its claim, for a
+	// reserved start that is near (a longer wait releases the step until
+	// its turn); bounded by a third of the lease. Default 1s.
+	RateLimitWait time.Duration
 }
 
 // DefaultConfig returns the runtime's defaults for every field.
@@ -168,6 +177,7 @@ func DefaultConfig() Config {
 		IdempotencyPolicy: OptionalClientKey, PipelineVersionWait: time.Hour, DispatchTimeout: 2 * time.Second, ReleaseLimit: 10,
 		ChainMaxSteps: 16,
 		ChildrenLook:  5 * time.Minute, FanOutParallel: 25, KeyWaitLook: 5 * time.Minute,
+		RateLimitHorizon: 15 * time.Minute, RateLimitWait: time.Second,
 	}
 }
 
@@ -208,6 +218,12 @@ func (c *Config) defaults() error {
 	}
 	if c.KeyWaitLook <= 0 {
 		c.KeyWaitLook = def.KeyWaitLook
+	}
+	if c.RateLimitHorizon <= 0 {
+		c.RateLimitHorizon = def.RateLimitHorizon
+	}
+	if c.RateLimitWait <= 0 {
+		c.RateLimitWait = def.RateLimitWait
 	}
 	switch {
 	case c.Lease < 3*time.Millisecond:
@@ -305,6 +321,9 @@ func New(cfg Config, deps Deps) (*Runtime, error) {
 	if err := checkKeys(deps.Store, deps.Registry); err != nil {
 		return nil, err
 	}
+	if err := checkRates(deps.Store, deps.Registry); err != nil {
+		return nil, err
+	}
 	if deps.Clock == nil {
 		deps.Clock = clock.System{}
 	}
@@ -381,6 +400,10 @@ func (r *Runtime) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, 
 	if err != nil {
 		return SubmitResult{}, fmt.Errorf("%w: %s", ErrInvalidInput, err.Error())
 	}
+	rateLimit, rateKey, err := rateOf(p, req.Input)
+	if err != nil {
+		return SubmitResult{}, fmt.Errorf("%w: %s", ErrInvalidInput, err.Error())
+	}
 	digest := requestDigest(req.Input)
 	key := req.IdempotencyKey
 	switch {
@@ -423,7 +446,7 @@ func (r *Runtime) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, 
 		NextDueAt: now, SweepAt: r.firstLook(now), IdempotencyKey: clientKey, Input: in,
 		Fingerprint: fingerprint, CreateToken: token,
 		CreatedAt: now, UpdatedAt: now, ExpiresAt: expires, RecordsExpireAt: records,
-		ConcurrencyKey: concurrencyKey,
+		ConcurrencyKey: concurrencyKey, RateLimit: rateLimit, RateKey: rateKey,
 	}
 	got, created, err := r.deps.Store.CreateOrGet(ctx, store.CreateRequest{Execution: row})
 	if (err == nil && !created) || errors.Is(err, store.ErrKeyMismatch) {

@@ -287,6 +287,9 @@ func (t *transition) run(ctx context.Context, takeover bool) error {
 		return t.mapStep(ctx, step, in, policy)
 	}
 
+	if ok, err := t.rateToken(ctx, step, takeover, policy); !ok {
+		return err // released until its turn (or a backend failed: released)
+	}
 	out, cause, stepErr := t.invoke(ctx, step, in)
 	switch {
 	case errors.Is(cause, ErrCancelled):
@@ -713,6 +716,7 @@ func (t *transition) base(now time.Time) store.Execution {
 	next.UpdatedAt = now
 	next.ExpiresAt = t.r.keepAlive(&t.row, now)
 	next.Releases, next.VersionWaitSince = 0, time.Time{}
+	next.RateReservedAt, next.RateReservedStep = time.Time{}, 0 // spent by the step
 	return next
 }
 
@@ -880,16 +884,38 @@ func (t *transition) release(ctx context.Context, cause error, code string, poli
 	next := t.row
 	next.Status, next.LeaseOwner, next.LeaseExpiresAt, next.NextDueAt, next.UpdatedAt = store.Queued, "", time.Time{}, now, now
 	next.Releases = t.row.Releases + 1
+	// The step may have called its downstream: a reservation is spent.
+	next.RateReservedAt, next.RateReservedStep = time.Time{}, 0
+	_, landed, cancelled := t.handBack(ctx, next, true)
+	if cancelled {
+		return nil // cancelled meanwhile: ended CANCELLED, nothing to hand back
+	}
+	if landed {
+		t.log.LogAttrs(ctx, slog.LevelInfo, "lease_released", slog.String("event", "lease_released"),
+			slog.String("cause", cause.Error()), slog.Int("releases", next.Releases))
+	}
+	return cause
+}
+
+// handBack writes next, the claimed row handed back unfinished (QUEUED),
+// under this worker's lease: parked PAUSED instead when a pause was
+// requested of this attempt; keepSweep leaves the sweep index as stored.
+// It reports the row written and whether the write landed, or that it
+// was refused because the execution was cancelled meanwhile (ended
+// CANCELLED: nothing to hand back).
+func (t *transition) handBack(ctx context.Context, next store.Execution, keepSweep bool) (got store.Execution, landed, cancelled bool) {
+	r := t.r
 	// The caller's context may be the one that ended; releasing must not.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	write := func() error {
 		// A pause requested of this attempt parks the handed-back step PAUSED.
-		n, keep := next, true
+		n, keep := next, keepSweep
 		if t.pauseOnCommit(&n) {
 			keep = false
 		}
-		got, err := r.update(rctx, store.Guard{Key: t.row.Key(), Version: t.row.Version, LeaseOwner: r.cfg.WorkerID, KeepSweep: keep}, n)
+		var err error
+		got, err = r.update(rctx, store.Guard{Key: t.row.Key(), Version: t.row.Version, LeaseOwner: r.cfg.WorkerID, KeepSweep: keep}, n)
 		if err == nil && got.Status == store.Paused {
 			r.logPaused(ctx, got, "worker", "")
 		}
@@ -901,14 +927,12 @@ func (t *transition) release(ctx context.Context, cause error, code string, poli
 	}
 	if err != nil {
 		if errors.Is(err, store.ErrLeaseLost) && t.cancelRequested(ctx) {
-			return nil // cancelled meanwhile: ended CANCELLED, nothing to hand back
+			return got, false, true
 		}
 		t.log.LogAttrs(ctx, slog.LevelWarn, "lease_release_failed", slog.String("event", "lease_release_failed"), slog.String("error", err.Error()))
-	} else {
-		t.log.LogAttrs(ctx, slog.LevelInfo, "lease_released", slog.String("event", "lease_released"),
-			slog.String("cause", cause.Error()), slog.Int("releases", next.Releases))
+		return got, false, false
 	}
-	return cause
+	return got, true, false
 }
 
 // deadLetter publishes the envelope of a FAILED execution and marks it

@@ -1,0 +1,171 @@
+// Rate limits: the steps of a pipeline's rate limit (pipeline.RateLimit)
+// take a token of their bucket (tenant, limit name, key) before they run,
+// shared by every worker through the state store (store.RateStore).
+//
+// The design, and what each part costs on DynamoDB (docs/cost.md):
+//
+//   - Reserve: right before a limited step runs (after its claim, or after
+//     the commit that claimed it as a chained step), one conditional write
+//     of the bucket's record reserves the step's start (GCRA: the bucket
+//     holds one time, its theoretical arrival time). A start that is now
+//     runs at once; one within RateLimitWait (at least the clock-skew
+//     tolerance, at most a third of the lease) is waited for in the
+//     worker, holding its claim.
+//   - Later: the row is handed back QUEUED, due at its reserved start, no
+//     attempt and no release counted, recording the reservation
+//     (RateReservedAt, RateReservedStep): one row write and a delayed work
+//     item. When it comes back the step runs on its reservation without
+//     reserving again (no double spend), and every waiting step holds a
+//     start of its own (no thundering herd when the bucket refills).
+//   - Beyond the horizon (RateLimitHorizon): nothing is reserved; the row
+//     is handed back to try again when its turn is within a horizon, with
+//     jitter (a row write, a work item and a refused bucket write per
+//     horizon waited).
+//   - A reservation is used only by the worker that finds it on the row it
+//     claimed from the queue, on time: a takeover after a crash, or a row
+//     back more than the wait bound after its start, reserves again (its
+//     old start is lost: the limit is never exceeded, a start may be
+//     wasted).
+
+package engine
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/qasync/qasync/shared/payload"
+	"github.com/qasync/qasync/shared/pipeline"
+	"github.com/qasync/qasync/shared/store"
+)
+
+// checkRates refuses a registry with a rate-limited pipeline on a state
+// store that keeps no rate limits (a user's backend without
+// store.RateStore): its limit would not hold.
+func checkRates(s store.Store, reg *pipeline.Registry) error {
+	if _, ok := s.(store.RateStore); ok {
+		return nil
+	}
+	for _, p := range reg.All() {
+		if p.RateLimit != nil {
+			return fmt.Errorf("engine: pipeline %s declares the rate limit %s, but the state store keeps no rate limits (store.RateStore)", p.ID, p.RateLimit.Name)
+		}
+	}
+	return nil
+}
+
+// rateOf is the rate limit name and key a new execution of p with input
+// in records ("" and "" when p has none).
+func rateOf(p *pipeline.Pipeline, in payload.Payload) (limit, key string, err error) {
+	if p.RateLimit == nil {
+		return "", "", nil
+	}
+	key, err = p.RateKeyOf(in)
+	return p.RateLimit.Name, key, err
+}
+
+// rateWait is the longest a worker waits for a reserved start holding its
+// claim: RateLimitWait, at least the clock-skew tolerance (a row is
+// claimed up to that much before it is due), at most a third of the lease.
+func (r *Runtime) rateWait() time.Duration {
+	return min(max(r.cfg.RateLimitWait, r.cfg.ClockSkewTolerance), r.cfg.Lease/3)
+}
+
+// ceilMilli rounds t up to the millisecond (rows keep milliseconds: a
+// reserved start stored rounded down would be used early).
+func ceilMilli(t time.Time) time.Time {
+	if tr := t.Truncate(time.Millisecond); tr.Before(t) {
+		return tr.Add(time.Millisecond)
+	}
+	return t
+}
+
+// rateToken gets the start of a step of the pipeline's rate limit: it
+// reports true when the step may run now (a start reserved now, or held
+// and due, or waited for), false when the row was handed back to wait for
+// its turn (err is then what Process returns).
+func (t *transition) rateToken(ctx context.Context, step pipeline.Step, takeover bool, policy pipeline.RetryPolicy) (bool, error) {
+	r, row, rl := t.r, &t.row, t.p.RateLimit
+	rs, _ := r.deps.Store.(store.RateStore)
+	if !rl.Limits(step.Name) || rs == nil {
+		return true, nil
+	}
+	now, wait := r.deps.Clock.Now(), r.rateWait()
+	if held := row.RateReservedAt; !held.IsZero() && row.RateLimit != "" && row.RateReservedStep == row.StepIndex && !takeover {
+		switch d := held.Sub(now); {
+		case d <= 0 && -d <= wait:
+			return true, nil // its reserved start
+		case d > 0 && d <= wait:
+			return t.rateWaitFor(ctx, held)
+		case d > 0:
+			// Back early (claimed ahead of a clock's skew, redelivered):
+			// wait for the same start again.
+			return false, t.rateDefer(ctx, held, held, row.StepIndex, "early")
+		}
+		// Back too late for its start (a lost work item, a paused
+		// execution): that start is gone, reserve another.
+	}
+	sc := store.RateScope{TenantID: row.TenantID, Limit: rl.Name, Key: row.RateKey}
+	at, ok, err := rs.Reserve(ctx, sc, rl.Interval(), rl.Burst, r.cfg.RateLimitHorizon, now)
+	switch {
+	case err != nil:
+		return false, t.release(ctx, fmt.Errorf("engine: rate limit %s: %w", rl.Name, err), "", policy)
+	case ok && !at.After(now):
+		return true, nil
+	case ok && at.Sub(now) <= wait:
+		return t.rateWaitFor(ctx, at)
+	case ok:
+		return false, t.rateDefer(ctx, at, at, row.StepIndex, "reserved")
+	}
+	// Beyond the horizon: come back when the turn is within a horizon,
+	// spread out so that the waiting steps do not all come back at once.
+	due := maxTime(now, at.Add(-r.jitter(r.cfg.RateLimitHorizon)))
+	return false, t.rateDefer(ctx, due, due, -1, "beyond_horizon")
+}
+
+// rateWaitFor waits in the worker until the reserved start at; a
+// shutdown meanwhile hands the row back holding the reservation.
+func (t *transition) rateWaitFor(ctx context.Context, at time.Time) (bool, error) {
+	if d := at.Sub(t.r.deps.Clock.Now()); d > 0 {
+		if err := sleepCtx(ctx, d); err != nil {
+			return false, t.rateDefer(ctx, at, at, t.row.StepIndex, "shutdown")
+		}
+	}
+	return true, nil
+}
+
+// rateDefer hands the claimed row back QUEUED, due at due, without
+// counting an attempt or a release, recording the start reserved for
+// step (step -1: none, the row only waits until due), and dispatches it
+// with that delay. A write that does not land (a lost lease, a cancel, a
+// backend failure) leaves the row to its new owner or to the sweeper.
+func (t *transition) rateDefer(ctx context.Context, due, reserved time.Time, step int, reason string) error {
+	r := t.r
+	now := r.deps.Clock.Now()
+	due = ceilMilli(due)
+	next := t.row
+	next.Status, next.LeaseOwner, next.LeaseExpiresAt = store.Queued, "", time.Time{}
+	next.NextDueAt, next.UpdatedAt = due, now
+	next.RateReservedAt, next.RateReservedStep = ceilMilli(reserved), step
+	next.SweepAt, next.Sweeps = r.firstLook(due), 0
+	got, landed, _ := t.handBack(ctx, next, false)
+	if !landed {
+		return nil
+	}
+	t.log.LogAttrs(ctx, slog.LevelInfo, "rate_limited", slog.String("event", "rate_limited"),
+		slog.String("rate_limit", t.p.RateLimit.Name), slog.String("reason", reason),
+		slog.Bool("reserved", step >= 0), slog.Time("due_at", due), slog.Duration("wait", due.Sub(now)))
+	r.handOver(ctx, &got, due.Sub(now))
+	return nil
+}
+
+// RateLimitedUntil is when an execution waiting for its rate limit's turn
+// is due (zero when it does not wait for one): a QUEUED row handed back
+// until its reserved start, or until its turn comes within the horizon.
+func RateLimitedUntil(e *store.Execution, now time.Time) time.Time {
+	if e.Status != store.Queued || e.RateReservedAt.IsZero() || !e.RateReservedAt.After(now) {
+		return time.Time{}
+	}
+	return e.RateReservedAt
+}
