@@ -371,6 +371,7 @@ func TestClientTypesFollowTheOpenAPIDocument(t *testing.T) {
 		{client.Schedule{}, s + "Schedule"},
 		{client.ScheduleList{}, s + "ScheduleList"},
 		{client.PipelineConcurrency{}, s + "PipelineConcurrency"},
+		{client.PipelineRateLimit{}, s + "PipelineRateLimit"},
 	}
 	covered := map[string]bool{
 		"Status": true, // store.Status

@@ -49,6 +49,28 @@ type PipelineVersion struct {
 	// Concurrency is the definition's concurrency key, nil when it has
 	// none.
 	Concurrency *PipelineConcurrency `json:"concurrency,omitempty"`
+	// RateLimit is the definition's rate limit, nil when it has none.
+	RateLimit *PipelineRateLimit `json:"rateLimit,omitempty"`
+}
+
+// PipelineRateLimit is a definition's rate limit: its steps (Steps, or
+// every step) start at most Burst at once, then Rate per Per, per key
+// (taken from the input), shared by all workers; a step waits for its
+// turn (QUEUED, rateLimitedUntil) without counting an attempt.
+type PipelineRateLimit struct {
+	// Name names the limit (the downstream); the pipelines of a tenant
+	// whose limits have the same name share its buckets.
+	Name string `json:"name"`
+	// Rate starts per Per (a Go duration: "1s").
+	Rate int    `json:"rate"`
+	Per  string `json:"per"`
+	// Burst is how many starts may come at once after a quiet while.
+	Burst int `json:"burst"`
+	// Keyed says whether each key of the input has its own bucket (false:
+	// one bucket for all executions).
+	Keyed bool `json:"keyed"`
+	// Steps are the limited steps; empty: every step that runs code.
+	Steps []string `json:"steps,omitempty"`
 }
 
 // PipelineConcurrency is a definition's concurrency key: at most Limit

@@ -88,6 +88,14 @@ type Execution struct {
 	// KeyWaitSince is set while the execution is WAITING_KEY: since when
 	// it waits for a slot of its concurrency key.
 	KeyWaitSince time.Time `json:"keyWaitSince,omitzero"`
+	// RateLimit names the rate limit of the execution's pipeline
+	// (client.PipelineRateLimit) and RateKey its bucket's key, computed
+	// from its input at submit ("" when its pipeline has none).
+	RateLimit string `json:"rateLimit,omitempty"`
+	RateKey   string `json:"rateKey,omitempty"`
+	// RateLimitedUntil is set while the execution (QUEUED) waits for its
+	// rate limit's turn: when its limited step is due to start.
+	RateLimitedUntil time.Time `json:"rateLimitedUntil,omitzero"`
 	// Error is the last failure, nil when there is none.
 	Error *ExecutionError `json:"error,omitempty"`
 	// Await is the current (or last) external await, nil when none.

@@ -163,8 +163,8 @@ func (t *transition) rateDefer(ctx context.Context, due, reserved time.Time, ste
 // RateLimitedUntil is when an execution waiting for its rate limit's turn
 // is due (zero when it does not wait for one): a QUEUED row handed back
 // until its reserved start, or until its turn comes within the horizon.
-func RateLimitedUntil(e *store.Execution, now time.Time) time.Time {
-	if e.Status != store.Queued || e.RateReservedAt.IsZero() || !e.RateReservedAt.After(now) {
+func RateLimitedUntil(e *store.Execution) time.Time {
+	if e.Status != store.Queued || e.RateReservedAt.IsZero() {
 		return time.Time{}
 	}
 	return e.RateReservedAt

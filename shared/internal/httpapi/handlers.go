@@ -79,6 +79,7 @@ func statusDocument(e *store.Execution) client.Execution {
 	if e.Status == store.WaitingKey {
 		d.KeyWaitSince = utc(e.UpdatedAt) // the wait's commit; the sweeper's looks leave the row's time alone
 	}
+	d.RateLimit, d.RateKey, d.RateLimitedUntil = e.RateLimit, e.RateKey, utc(engine.RateLimitedUntil(e))
 	if e.Error != nil {
 		d.Error = &client.ExecutionError{Code: e.Error.Code, Message: e.Error.Message, TerminalReason: e.Error.TerminalReason}
 	}

@@ -64,6 +64,10 @@ func catalog(reg *pipeline.Registry, log *slog.Logger) []client.Pipeline {
 			if c := p.Concurrency; c != nil {
 				ver.Concurrency = &client.PipelineConcurrency{Name: c.Name, Limit: c.Limit}
 			}
+			if l := p.RateLimit; l != nil {
+				ver.RateLimit = &client.PipelineRateLimit{Name: l.Name, Rate: l.N, Per: l.Per.String(), Burst: l.Burst,
+					Keyed: l.Key != nil, Steps: l.Steps}
+			}
 			if t := p.Steps[0].InputType(); t != nil {
 				s, err := inputSchema(t)
 				if err != nil {
