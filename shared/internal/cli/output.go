@@ -253,9 +253,18 @@ func printExecution(w io.Writer, e client.Execution) {
 			await += " (late)"
 		}
 	}
-	var nextDue, versionWait, keyWait, cancel string
+	var nextDue, versionWait, keyWait, cancel, rateLimit, rateWait string
 	if !e.KeyWaitSince.IsZero() {
 		keyWait = ts(e.KeyWaitSince)
+	}
+	if e.RateLimit != "" {
+		rateLimit = e.RateLimit
+		if e.RateKey != "" {
+			rateLimit += " (key " + e.RateKey + ")"
+		}
+	}
+	if !e.RateLimitedUntil.IsZero() {
+		rateWait = ts(e.RateLimitedUntil)
 	}
 	if !e.NextDueAt.IsZero() {
 		nextDue = ts(e.NextDueAt)
@@ -281,6 +290,8 @@ func printExecution(w io.Writer, e client.Execution) {
 		"waiting for version since", versionWait,
 		"concurrency key", e.ConcurrencyKey,
 		"waiting for key since", keyWait,
+		"rate limit", rateLimit,
+		"rate limited until", rateWait,
 		"error", errorText(e.Error),
 		"await", await,
 		"cancel requested", cancel,
