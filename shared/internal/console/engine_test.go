@@ -392,3 +392,45 @@ func TestExecutionPageShowsTheConcurrencyKey(t *testing.T) {
 		t.Error("the WAITING_KEY list shows the execution holding the slot")
 	}
 }
+
+// TestExecutionPageShowsTheRateLimit: with a limit of one start a minute,
+// the second execution's page shows its limit, its key and that its step
+// waits for its turn; the first one's (ended) only the limit and key.
+func TestExecutionPageShowsTheRateLimit(t *testing.T) {
+	t.Parallel()
+	type order struct {
+		Customer string `json:"customer"`
+	}
+	call := pipeline.NewStep("call", func(context.Context, pipeline.StepInfo, order) (order, error) { return order{}, nil })
+	limited := pipeline.Pipeline{ID: "limited", Steps: []pipeline.Step{call},
+		RateLimit: pipeline.RateLimitKey("carrier", 1, time.Minute, 1, func(o order) string { return o.Customer })}
+	rt, q := newRuntime(t, limited)
+	var ids []string
+	for _, key := range []string{"k1", "k2"} {
+		in, _ := payload.JSON(order{Customer: "c-42"})
+		res, err := rt.Submit(context.Background(), engine.SubmitRequest{TenantID: tenantAcme, PipelineID: "limited", IdempotencyKey: key, Input: in})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, res.Execution.ExecutionID)
+	}
+	q.mu.Lock()
+	items := q.items
+	q.items = nil
+	q.mu.Unlock()
+	for _, it := range items {
+		if err := rt.Process(context.Background(), it); err != nil {
+			t.Fatal(err)
+		}
+	}
+	logs, log := logtest.New()
+	e := &env{t: t, h: console.New(console.Engine(rt), console.Options{AdminToken: operatorToken, TenantCookie: true, Logger: log}),
+		logs: logs, jar: map[string]string{console.TenantCookieName: tenantAcme}}
+	wantContains(t, e.get("/console/executions/"+ids[1], http.StatusOK),
+		`<code id="rate-limit">carrier</code> key <code id="rate-key">c-42</code>`, `id="rate-wait">waiting for its turn: step call starts`)
+	first := e.get("/console/executions/"+ids[0], http.StatusOK)
+	wantContains(t, first, `<code id="rate-limit">carrier</code>`)
+	if strings.Contains(first, `id="rate-wait"`) {
+		t.Error("the execution that ran shows a wait for its turn")
+	}
+}

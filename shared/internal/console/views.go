@@ -511,6 +511,17 @@ func (x *execData) content(d *doc) {
 		}
 		d.raw(`</dd>`)
 	}
+	if e.RateLimit != "" {
+		d.raw(`
+  <dt>Rate limit</dt><dd><code id="rate-limit">`).text(e.RateLimit).raw(`</code>`)
+		if e.RateKey != "" {
+			d.raw(` key <code id="rate-key">`).text(e.RateKey).raw(`</code>`)
+		}
+		if until := engine.RateLimitedUntil(e); !until.IsZero() {
+			d.raw(` <span class="muted" id="rate-wait">waiting for its turn: step `).text(e.StepName).raw(` starts `).when(until).raw(`</span>`)
+		}
+		d.raw(`</dd>`)
+	}
 	d.raw(`
   <dt>Version</dt><dd>`).num(e.Version).raw(`</dd>`)
 	if f := e.Error; f != nil {
