@@ -107,21 +107,32 @@ func (t *transition) rateToken(ctx context.Context, step pipeline.Step, takeover
 		// execution): that start is gone, reserve another.
 	}
 	sc := store.RateScope{TenantID: row.TenantID, Limit: rl.Name, Key: row.RateKey}
-	at, ok, err := rs.Reserve(ctx, sc, rl.Interval(), rl.Burst, r.cfg.RateLimitHorizon, now)
-	switch {
-	case err != nil:
-		return false, t.release(ctx, fmt.Errorf("engine: rate limit %s: %w", rl.Name, err), "", policy)
-	case ok && !at.After(now):
-		return true, nil
-	case ok && at.Sub(now) <= wait:
-		return t.rateWaitFor(ctx, at)
-	case ok:
-		return false, t.rateDefer(ctx, at, at, row.StepIndex, "reserved")
+	for tries := 1; ; tries++ {
+		at, ok, err := rs.Reserve(ctx, sc, rl.Interval(), rl.Burst, r.cfg.RateLimitHorizon, now)
+		if err != nil {
+			return false, t.release(ctx, fmt.Errorf("engine: rate limit %s: %w", rl.Name, err), "", policy)
+		}
+		after := r.deps.Clock.Now()
+		switch {
+		case ok && after.Sub(at) > wait && tries < 3:
+			// The answer came too late for its start (a stalled call): that
+			// start is gone, reserve another.
+			now = after
+			continue
+		case ok && after.Sub(at) > wait:
+			return false, t.rateDefer(ctx, after, after, -1, "late")
+		case ok && !at.After(after):
+			return true, nil
+		case ok && at.Sub(after) <= wait:
+			return t.rateWaitFor(ctx, at)
+		case ok:
+			return false, t.rateDefer(ctx, at, at, row.StepIndex, "reserved")
+		}
+		// Beyond the horizon: come back when the turn is within a horizon,
+		// spread out so that the waiting steps do not all come back at once.
+		due := maxTime(after, at.Add(-r.jitter(r.cfg.RateLimitHorizon)))
+		return false, t.rateDefer(ctx, due, due, -1, "beyond_horizon")
 	}
-	// Beyond the horizon: come back when the turn is within a horizon,
-	// spread out so that the waiting steps do not all come back at once.
-	due := maxTime(now, at.Add(-r.jitter(r.cfg.RateLimitHorizon)))
-	return false, t.rateDefer(ctx, due, due, -1, "beyond_horizon")
 }
 
 // rateWaitFor waits in the worker until the reserved start at; a

@@ -133,6 +133,7 @@ func (p *proc) registry(version int, dropOld bool) (*pipeline.Registry, error) {
 		{ID: pipeMap, Steps: []pipeline.Step{p.spreadStep(), pipeline.Map("fan", pipeKid, s.mapOptions()), p.joinStep()}},
 	}
 	ps = append(ps, p.keyedPipelines()...)
+	ps = append(ps, p.ratedPipelines()...)
 	switch {
 	case version == 1:
 		ps = append(ps, payV1)
@@ -344,6 +345,8 @@ func stepNames(pipelineID string, version string) []string {
 		return []string{"k1", "k2"}
 	case pipeKey1, pipeKey2:
 		return []string{"doze", "rise", "kdone"}
+	case pipeRate:
+		return []string{"r1", "call", "r2"}
 	}
 	return nil
 }

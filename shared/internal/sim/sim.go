@@ -47,6 +47,10 @@ type Options struct {
 	// Progress, when set, is told every 30 virtual days how far the run
 	// is (a long run takes an hour); it changes nothing in the run.
 	Progress io.Writer
+	// skipRateReservation breaks the runtime's rate limits (every
+	// reservation granted at once, nothing written): the test that proves
+	// the rate limit invariant can fail sets it.
+	skipRateReservation bool
 }
 
 func (o *Options) defaults() {
@@ -253,6 +257,8 @@ type world struct {
 	commits map[string]string
 	// keys is the record of the keyed executions (keys.go).
 	keys keyBook
+	// rates is the record of the rate-limited steps' starts (ratelimits.go).
+	rates rateBook
 	ctx  context.Context
 	// wake tells the main loop, asleep until its next event, that an
 	// earlier one was scheduled (by an invocation running meanwhile).

@@ -120,6 +120,7 @@ func (w *world) drawSubmission(s *submission, earlier []*submission) {
 	}
 	s.body = doc{Nonce: fmt.Sprintf("n%d", s.n), Amount: 1 + w.intn(1000), Path: []string{}}
 	w.drawKeyed(s)
+	w.drawRated(s)
 	switch s.pipeline {
 	case pipeFlaky:
 		s.body.Script.FailFirst = w.intn(4)
