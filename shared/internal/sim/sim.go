@@ -259,7 +259,7 @@ type world struct {
 	keys keyBook
 	// rates is the record of the rate-limited steps' starts (ratelimits.go).
 	rates rateBook
-	ctx  context.Context
+	ctx   context.Context
 	// wake tells the main loop, asleep until its next event, that an
 	// earlier one was scheduled (by an invocation running meanwhile).
 	wake          chan struct{}
