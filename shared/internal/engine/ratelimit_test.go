@@ -223,3 +223,45 @@ func TestRateLimitNeedsARateStore(t *testing.T) {
 		t.Fatalf("New = %v; want the rate-limited pipeline refused", err)
 	}
 }
+
+// A worker that takes over a step whose worker died does not trust the
+// reservation on the row (the dead worker may have called the downstream
+// on it): it reserves again, a later start, so the limit holds at the
+// price of an unused start.
+func TestRateLimitTakeoverReservesAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		counting := &countingRates{Store: c.store}
+		rec := &rlStarts{at: map[string][]time.Time{}}
+		rt := c.workerOn("w", engine.Config{}, nil, counting, rlPipeline(1, 10*time.Minute, 1, rec))
+		first := submitTo(t, rt, "p.rl", "e1", rlOrder{Partner: "acme", Label: "e1"})
+		second := submitTo(t, rt, "p.rl", "e2", rlOrder{Partner: "acme", Label: "e2"})
+		deliver(rt, c.queue)
+		t0 := rec.at["acme"][0]
+		row := c.get(second.ExecutionID)
+		if !row.RateReservedAt.Equal(t0.Add(10*time.Minute)) || row.RateReservedStep != 1 {
+			t.Fatalf("the second execution reserved %s (step %d), want %s", row.RateReservedAt, row.RateReservedStep, t0.Add(10*time.Minute))
+		}
+		time.Sleep(10 * time.Minute)
+		// A worker claimed it on its reservation and died (its lease is
+		// already lapsed: the takeover comes within the reservation's wait).
+		dead := row
+		dead.Status, dead.LeaseOwner, dead.LeaseExpiresAt = store.Running, "dead-worker", time.Now().Add(-3*time.Second)
+		if _, err := c.store.Update(context.Background(), store.Guard{Key: row.Key(), Version: row.Version}, dead); err != nil {
+			t.Fatal(err)
+		}
+		if err := rt.Process(context.Background(), workItem(c.get(second.ExecutionID))); err != nil {
+			t.Fatal(err)
+		}
+		if n := counting.n.Load(); n != 3 {
+			t.Fatalf("%d reservations; the takeover must reserve again (3)", n)
+		}
+		got := c.get(second.ExecutionID)
+		if got.Status != store.Queued || got.Attempt != 2 || !got.RateReservedAt.Equal(t0.Add(20*time.Minute)) {
+			t.Fatalf("after the takeover: %s reserved %s", got.Status, got.RateReservedAt)
+		}
+		if len(rec.at["acme"]) != 1 || c.get(first.ExecutionID).Status != store.Succeeded {
+			t.Fatalf("starts %v", rec.at["acme"])
+		}
+	})
+}
