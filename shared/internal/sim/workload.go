@@ -42,6 +42,15 @@ func (w *world) plan() {
 	for i, s := range subs {
 		s.n = i + 1
 		w.drawSubmission(s, subs[:i])
+		if sc := s.body.Script; s.pipeline == pipeMap && sc.KidNap > 0 {
+			// Its children nap one round of in-flight children after another
+			// (and again after a re-drive): the hard stop leaves it time to
+			// end, or seeds whose maps run few at a time stop it mid-nap.
+			rounds := (sc.Kids + w.cfg.mapInFlight - 1) / w.cfg.mapInFlight
+			if need := s.at.Add(time.Duration(2*(rounds+1))*time.Duration(sc.KidNap)*time.Millisecond + 3*w.cfg.ttl + 10*day); need.After(w.stopAt) {
+				w.stopAt = need
+			}
+		}
 		w.subs = append(w.subs, s)
 		w.at(s.at, "submit", func() { w.submit(s) })
 	}
