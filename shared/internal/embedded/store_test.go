@@ -548,3 +548,34 @@ func TestCancelledRowLeavesTheQueueAndTheSweepSet(t *testing.T) {
 		t.Fatalf("delivered %+v, want only the other execution's item", items)
 	}
 }
+
+// TestExpireDeletesIdleRateBuckets: Expire deletes a rate limit bucket a
+// store.RateRecordTTL after its theoretical arrival time and keeps one in
+// use; a bucket deleted reads as unused (its burst whole again).
+func TestExpireDeletesIdleRateBuckets(t *testing.T) {
+	clk := clock.NewFake(epoch)
+	db := open(t, embedded.Options{Clock: clk})
+	st := db.State(nil)
+	ctx := context.Background()
+	reserve := func(key string) (time.Time, bool) {
+		at, ok, err := st.Reserve(ctx, store.RateScope{TenantID: "t1", Limit: "api", Key: key}, time.Minute, 1, time.Hour, clk.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return at, ok
+	}
+	reserve("idle")
+	reserve("idle") // tat two minutes out
+	clk.Advance(store.RateRecordTTL + 3*time.Minute)
+	reserve("busy")
+	n, err := db.Expire(ctx)
+	if err != nil || n != 1 {
+		t.Fatalf("Expire = %d, %v; want 1 (the idle bucket)", n, err)
+	}
+	if at, ok := reserve("idle"); !ok || !at.Equal(clk.Now()) {
+		t.Fatalf("the expired bucket reserved %s (ok %v), want now", at, ok)
+	}
+	if at, _ := reserve("busy"); !at.Equal(clk.Now().Add(time.Minute)) {
+		t.Fatalf("the kept bucket reserved %s, want a minute out", at)
+	}
+}

@@ -25,7 +25,7 @@ func (s *StateStore) Reserve(ctx context.Context, sc store.RateScope, interval t
 	if ok {
 		s.rates[sc.ID()] = next
 	}
-	if s.reap.due() {
+	if s.rateReap.due() {
 		for id, tat := range s.rates {
 			if tat.Add(store.RateRecordTTL).Before(now) {
 				delete(s.rates, id)

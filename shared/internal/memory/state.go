@@ -38,6 +38,8 @@ type StateStore struct {
 	// rates are the rate limits' buckets: a bucket's theoretical arrival
 	// time by scope id (ratelimit.go).
 	rates map[string]time.Time
+	// rateReap counts new reservations between passes over rates.
+	rateReap reaper
 	// box is the lifecycle events' outbox (outbox.go).
 	box memOutbox
 }
