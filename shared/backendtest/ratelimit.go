@@ -166,7 +166,7 @@ func testRateRow(e *stateEnv, _ store.RateStore) {
 	at := e.clock.Now().Add(1500 * time.Millisecond)
 	next := x
 	next.RateLimit, next.RateKey = "api", "changed"
-	next.RateReservedAt, next.RateReservedStep, next.NextDueAt = at, 2, at
+	next.RateReservedAt, next.RateReservedVersion, next.NextDueAt = at, x.Version+1, at
 	got, err := e.s.Update(e.ctx, store.Guard{Key: x.Key(), Version: x.Version}, next)
 	if err != nil {
 		e.t.Fatalf("Update: %v", err)
@@ -175,16 +175,16 @@ func testRateRow(e *stateEnv, _ store.RateStore) {
 	if err != nil || read.RateLimit != "api" || read.RateKey != "acct-7" || got.RateKey != "acct-7" {
 		e.e(err, "rate limit after an update = %q/%q (returned key %q), want api/acct-7 fixed at create", read.RateLimit, read.RateKey, got.RateKey)
 	}
-	if !read.RateReservedAt.Equal(at) || read.RateReservedStep != 2 {
-		e.t.Fatalf("reservation read back %s step %d, want %s step 2", read.RateReservedAt, read.RateReservedStep, at)
+	if !read.RateReservedAt.Equal(at) || read.RateReservedVersion != x.Version+1 {
+		e.t.Fatalf("reservation read back %s version %d, want %s version %d", read.RateReservedAt, read.RateReservedVersion, at, x.Version+1)
 	}
 	next = read
-	next.RateReservedAt, next.RateReservedStep = time.Time{}, 0
+	next.RateReservedAt, next.RateReservedVersion = time.Time{}, 0
 	if _, err := e.s.Update(e.ctx, store.Guard{Key: x.Key(), Version: read.Version}, next); err != nil {
 		e.t.Fatalf("Update: %v", err)
 	}
-	if read, err = e.s.Get(e.ctx, x.Key()); err != nil || !read.RateReservedAt.IsZero() || read.RateReservedStep != 0 {
-		e.e(err, "a cleared reservation reads %s step %d", read.RateReservedAt, read.RateReservedStep)
+	if read, err = e.s.Get(e.ctx, x.Key()); err != nil || !read.RateReservedAt.IsZero() || read.RateReservedVersion != 0 {
+		e.e(err, "a cleared reservation reads %s version %d", read.RateReservedAt, read.RateReservedVersion)
 	}
 	if plain := e.create("b.1"); plain.RateLimit != "" || plain.RateKey != "" || !plain.RateReservedAt.IsZero() {
 		e.t.Fatalf("a row without a rate limit reads %+v", plain)

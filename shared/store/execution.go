@@ -278,13 +278,16 @@ type Execution struct {
 	// they run (RateStore).
 	RateLimit string // rate_limit
 	RateKey   string // rate_key
-	// RateReservedAt is the start time the current step reserved from its
-	// rate limit when it was released to wait for its turn (zero when it
-	// holds none), and RateReservedStep that step's index: the step runs
-	// on the reservation when the row comes back, without reserving again.
-	// Every commit of the step's outcome clears it.
-	RateReservedAt   time.Time // rate_reserved_at
-	RateReservedStep int       // rate_reserved_step
+	// RateReservedAt is when the current step waits for its rate limit's
+	// turn, set when it was handed back to wait (zero when it does not
+	// wait), and RateReservedVersion the version of the row that hand-back
+	// wrote when the step holds a reservation of that start (0: it only
+	// waits, holding none). The step runs on the reservation, without
+	// reserving again, only when the row is claimed straight from that
+	// version (Version is RateReservedVersion+1): any other write in
+	// between voids it. A commit of the step's outcome clears both.
+	RateReservedAt      time.Time // rate_reserved_at
+	RateReservedVersion int64     // rate_reserved_version
 }
 
 // AwaitStatus is the state of an external await.

@@ -92,11 +92,11 @@ const (
 	// without a rate limit).
 	AttrRateLimit = "rn"
 	AttrRateKey   = "rk"
-	// AttrRateReservedAt and AttrRateReservedStep are the start a waiting
-	// step reserved from its rate limit and that step's index (written
-	// only on rows with a rate limit; absent when the row holds none).
-	AttrRateReservedAt   = "ra"
-	AttrRateReservedStep = "rq"
+	// AttrRateReservedAt and AttrRateReservedVersion are when a step waits
+	// for its rate limit's turn and the version that holds its reservation
+	// (written only on rows with a rate limit or a wait; absent when none).
+	AttrRateReservedAt      = "ra"
+	AttrRateReservedVersion = "rq"
 	// AttrRateTAT is a rate limit bucket item's theoretical arrival time
 	// (Unix nanoseconds).
 	AttrRateTAT = "tat"

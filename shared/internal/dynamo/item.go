@@ -229,10 +229,14 @@ func mutable(u *update, e *store.Execution, keepSweep bool) {
 		u.setOrRemove(AttrSlotHeld, e.SlotHeld, boolean(true))
 		u.setOrRemove(AttrWaitKey, e.Status == store.WaitingKey, str(e.SlotScope().ID()))
 	}
-	if e.RateLimit != "" {
-		// Only rate-limited rows: a row without a limit writes exactly what it did.
+	if e.RateLimit != "" || !e.RateReservedAt.IsZero() {
+		// Only rows with a rate limit (or a wait for one: an execution
+		// submitted before its definition declared the limit): a row
+		// without one writes exactly what it did. Such a row's wait is not
+		// removed once over: harmless, a reservation holds only for the
+		// version after the one that recorded it.
 		u.setOrRemove(AttrRateReservedAt, !e.RateReservedAt.IsZero(), millis(e.RateReservedAt))
-		u.setOrRemove(AttrRateReservedStep, !e.RateReservedAt.IsZero(), num(e.RateReservedStep))
+		u.setOrRemove(AttrRateReservedVersion, e.RateReservedVersion != 0, num(e.RateReservedVersion))
 	}
 }
 
@@ -544,16 +548,16 @@ func decode(item map[string]types.AttributeValue) (store.Execution, error) {
 		CancelReason: r.str(AttrCancelReason), CancelRequestedAt: r.millis(AttrCancelRequested),
 		PauseReason: r.str(AttrPauseReason), PauseRequestedAt: r.millis(AttrPauseRequested), PausedFrom: store.Status(r.str(AttrPausedFrom)),
 		CreatedAt: r.millis(AttrCreated), UpdatedAt: r.millis(AttrUpdated), ExpiresAt: r.seconds(AttrTTL),
-		RecordsExpireAt:  r.seconds(AttrRecordsExpire),
-		Await:            r.await(AttrAwait),
-		Parent:           r.parent(AttrParent),
-		Children:         r.children(AttrChildren),
-		ConcurrencyKey:   r.str(AttrConcurrencyKey),
-		SlotHeld:         r.bool(AttrSlotHeld),
-		RateLimit:        r.str(AttrRateLimit),
-		RateKey:          r.str(AttrRateKey),
-		RateReservedAt:   r.millis(AttrRateReservedAt),
-		RateReservedStep: r.int(AttrRateReservedStep),
+		RecordsExpireAt:     r.seconds(AttrRecordsExpire),
+		Await:               r.await(AttrAwait),
+		Parent:              r.parent(AttrParent),
+		Children:            r.children(AttrChildren),
+		ConcurrencyKey:      r.str(AttrConcurrencyKey),
+		SlotHeld:            r.bool(AttrSlotHeld),
+		RateLimit:           r.str(AttrRateLimit),
+		RateKey:             r.str(AttrRateKey),
+		RateReservedAt:      r.millis(AttrRateReservedAt),
+		RateReservedVersion: r.int64(AttrRateReservedVersion),
 	}
 	if _, ok := item[AttrErrorCode]; ok {
 		e.Error = &store.Failure{Code: r.str(AttrErrorCode), Message: r.str(AttrErrorMessage), TerminalReason: r.str(AttrTerminalReason)}

@@ -13,7 +13,7 @@
 //     worker, holding its claim.
 //   - Later: the row is handed back QUEUED, due at its reserved start, no
 //     attempt and no release counted, recording the reservation
-//     (RateReservedAt, RateReservedStep): one row write and a delayed work
+//     (RateReservedAt, RateReservedVersion): one row write and a delayed work
 //     item. When it comes back the step runs on its reservation without
 //     reserving again (no double spend), and every waiting step holds a
 //     start of its own (no thundering herd when the bucket refills).
@@ -21,11 +21,12 @@
 //     is handed back to try again when its turn is within a horizon, with
 //     jitter (a row write, a work item and a refused bucket write per
 //     horizon waited).
-//   - A reservation is used only by the worker that finds it on the row it
-//     claimed from the queue, on time: a takeover after a crash, or a row
-//     back more than the wait bound after its start, reserves again (its
-//     old start is lost: the limit is never exceeded, a start may be
-//     wasted).
+//   - A reservation is used only by the worker that claimed the row straight
+//     from the hand-back that recorded it (the row's version is the next
+//     one), on time: a takeover after a crash, a row written in between (a
+//     pause), or a row back more than the wait bound after its start (a
+//     lost work item) reserves again (its old start is lost: the limit is
+//     never exceeded, a start may be wasted).
 
 package engine
 
@@ -92,7 +93,7 @@ func (t *transition) rateToken(ctx context.Context, step pipeline.Step, takeover
 		return true, nil
 	}
 	now, wait := r.deps.Clock.Now(), r.rateWait()
-	if held := row.RateReservedAt; !held.IsZero() && row.RateLimit != "" && row.RateReservedStep == row.StepIndex && !takeover {
+	if held := row.RateReservedAt; !held.IsZero() && row.RateReservedVersion != 0 && row.Version == row.RateReservedVersion+1 && !takeover {
 		switch d := held.Sub(now); {
 		case d <= 0 && -d <= wait:
 			return true, nil // its reserved start
@@ -101,7 +102,7 @@ func (t *transition) rateToken(ctx context.Context, step pipeline.Step, takeover
 		case d > 0:
 			// Back early (claimed ahead of a clock's skew, redelivered):
 			// wait for the same start again.
-			return false, t.rateDefer(ctx, held, held, row.StepIndex, "early")
+			return false, t.rateDefer(ctx, held, true, "early")
 		}
 		// Back too late for its start (a lost work item, a paused
 		// execution): that start is gone, reserve another.
@@ -120,18 +121,18 @@ func (t *transition) rateToken(ctx context.Context, step pipeline.Step, takeover
 			now = after
 			continue
 		case ok && after.Sub(at) > wait:
-			return false, t.rateDefer(ctx, after, after, -1, "late")
+			return false, t.rateDefer(ctx, after, false, "late")
 		case ok && !at.After(after):
 			return true, nil
 		case ok && at.Sub(after) <= wait:
 			return t.rateWaitFor(ctx, at)
 		case ok:
-			return false, t.rateDefer(ctx, at, at, row.StepIndex, "reserved")
+			return false, t.rateDefer(ctx, at, true, "reserved")
 		}
 		// Beyond the horizon: come back when the turn is within a horizon,
 		// spread out so that the waiting steps do not all come back at once.
 		due := maxTime(after, at.Add(-r.jitter(r.cfg.RateLimitHorizon)))
-		return false, t.rateDefer(ctx, due, due, -1, "beyond_horizon")
+		return false, t.rateDefer(ctx, due, false, "beyond_horizon")
 	}
 }
 
@@ -140,25 +141,29 @@ func (t *transition) rateToken(ctx context.Context, step pipeline.Step, takeover
 func (t *transition) rateWaitFor(ctx context.Context, at time.Time) (bool, error) {
 	if d := at.Sub(t.r.deps.Clock.Now()); d > 0 {
 		if err := sleepCtx(ctx, d); err != nil {
-			return false, t.rateDefer(ctx, at, at, t.row.StepIndex, "shutdown")
+			return false, t.rateDefer(ctx, at, true, "shutdown")
 		}
 	}
 	return true, nil
 }
 
 // rateDefer hands the claimed row back QUEUED, due at due, without
-// counting an attempt or a release, recording the start reserved for
-// step (step -1: none, the row only waits until due), and dispatches it
-// with that delay. A write that does not land (a lost lease, a cancel, a
-// backend failure) leaves the row to its new owner or to the sweeper.
-func (t *transition) rateDefer(ctx context.Context, due, reserved time.Time, step int, reason string) error {
+// counting an attempt or a release, recording the wait and, when
+// reserved, that the step holds the start due (for the version this
+// write makes), and dispatches it with that delay. A write that does not
+// land (a lost lease, a cancel, a backend failure) leaves the row to its
+// new owner or to the sweeper.
+func (t *transition) rateDefer(ctx context.Context, due time.Time, reserved bool, reason string) error {
 	r := t.r
 	now := r.deps.Clock.Now()
 	due = ceilMilli(due)
 	next := t.row
 	next.Status, next.LeaseOwner, next.LeaseExpiresAt = store.Queued, "", time.Time{}
 	next.NextDueAt, next.UpdatedAt = due, now
-	next.RateReservedAt, next.RateReservedStep = ceilMilli(reserved), step
+	next.RateReservedAt, next.RateReservedVersion = due, 0
+	if reserved {
+		next.RateReservedVersion = t.row.Version + 1
+	}
 	next.SweepAt, next.Sweeps = r.firstLook(due), 0
 	got, landed, _ := t.handBack(ctx, next, false)
 	if !landed {
@@ -166,7 +171,7 @@ func (t *transition) rateDefer(ctx context.Context, due, reserved time.Time, ste
 	}
 	t.log.LogAttrs(ctx, slog.LevelInfo, "rate_limited", slog.String("event", "rate_limited"),
 		slog.String("rate_limit", t.p.RateLimit.Name), slog.String("reason", reason),
-		slog.Bool("reserved", step >= 0), slog.Time("due_at", due), slog.Duration("wait", due.Sub(now)))
+		slog.Bool("reserved", reserved), slog.Time("due_at", due), slog.Duration("wait", due.Sub(now)))
 	r.handOver(ctx, &got, due.Sub(now))
 	return nil
 }
@@ -175,7 +180,7 @@ func (t *transition) rateDefer(ctx context.Context, due, reserved time.Time, ste
 // is due (zero when it does not wait for one): a QUEUED row handed back
 // until its reserved start, or until its turn comes within the horizon.
 func RateLimitedUntil(e *store.Execution) time.Time {
-	if e.Status != store.Queued || e.RateReservedAt.IsZero() {
+	if e.Status != store.Queued || !e.RateReservedAt.After(e.UpdatedAt) {
 		return time.Time{}
 	}
 	return e.RateReservedAt

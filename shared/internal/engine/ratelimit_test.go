@@ -191,7 +191,7 @@ func TestRateLimitBeyondHorizon(t *testing.T) {
 		deliver(rt, c.queue)
 		beyond := 0
 		for _, id := range ids {
-			if row := c.get(id); row.RateReservedStep == -1 && !engine.RateLimitedUntil(&row).IsZero() {
+			if row := c.get(id); row.RateReservedVersion == 0 && !engine.RateLimitedUntil(&row).IsZero() {
 				beyond++
 			}
 		}
@@ -239,8 +239,8 @@ func TestRateLimitTakeoverReservesAgain(t *testing.T) {
 		deliver(rt, c.queue)
 		t0 := rec.at["acme"][0]
 		row := c.get(second.ExecutionID)
-		if !row.RateReservedAt.Equal(t0.Add(10*time.Minute)) || row.RateReservedStep != 1 {
-			t.Fatalf("the second execution reserved %s (step %d), want %s", row.RateReservedAt, row.RateReservedStep, t0.Add(10*time.Minute))
+		if !row.RateReservedAt.Equal(t0.Add(10*time.Minute)) || row.RateReservedVersion != row.Version {
+			t.Fatalf("the second execution reserved %s (version %d of %d), want %s", row.RateReservedAt, row.RateReservedVersion, row.Version, t0.Add(10*time.Minute))
 		}
 		time.Sleep(10 * time.Minute)
 		// A worker claimed it on its reservation and died (its lease is
@@ -261,6 +261,34 @@ func TestRateLimitTakeoverReservesAgain(t *testing.T) {
 			t.Fatalf("after the takeover: %s reserved %s", got.Status, got.RateReservedAt)
 		}
 		if len(rec.at["acme"]) != 1 || c.get(first.ExecutionID).Status != store.Succeeded {
+			t.Fatalf("starts %v", rec.at["acme"])
+		}
+	})
+}
+
+// Executions submitted before their definition declared a rate limit
+// (a deploy added it; the steps, hence the version, are the same) are
+// limited too: they share the limit's "" bucket, and the limit holds.
+func TestRateLimitAddedByADeploy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		rec := &rlStarts{at: map[string][]time.Time{}}
+		limited := rlPipeline(1, 10*time.Second, 1, rec)
+		before := limited
+		before.RateLimit = nil
+		old := c.worker("old", engine.Config{}, nil, before)
+		var ids []string
+		for _, label := range []string{"e1", "e2", "e3"} {
+			e := submitTo(t, old, "p.rl", label, rlOrder{Partner: "acme", Label: label})
+			if e.RateLimit != "" {
+				t.Fatalf("submitted without a limit, the row names %q", e.RateLimit)
+			}
+			ids = append(ids, e.ExecutionID)
+		}
+		rt := c.worker("new", engine.Config{}, nil, limited)
+		runQueue(t, c, rt, ids)
+		checkSpacing(t, rec.at["acme"], 10*time.Second, 1)
+		if len(rec.at["acme"]) != 3 {
 			t.Fatalf("starts %v", rec.at["acme"])
 		}
 	})

@@ -716,7 +716,7 @@ func (t *transition) base(now time.Time) store.Execution {
 	next.UpdatedAt = now
 	next.ExpiresAt = t.r.keepAlive(&t.row, now)
 	next.Releases, next.VersionWaitSince = 0, time.Time{}
-	next.RateReservedAt, next.RateReservedStep = time.Time{}, 0 // spent by the step
+	next.RateReservedAt, next.RateReservedVersion = time.Time{}, 0 // spent by the step
 	return next
 }
 
@@ -885,7 +885,7 @@ func (t *transition) release(ctx context.Context, cause error, code string, poli
 	next.Status, next.LeaseOwner, next.LeaseExpiresAt, next.NextDueAt, next.UpdatedAt = store.Queued, "", time.Time{}, now, now
 	next.Releases = t.row.Releases + 1
 	// The step may have called its downstream: a reservation is spent.
-	next.RateReservedAt, next.RateReservedStep = time.Time{}, 0
+	next.RateReservedAt, next.RateReservedVersion = time.Time{}, 0
 	_, landed, cancelled := t.handBack(ctx, next, true)
 	if cancelled {
 		return nil // cancelled meanwhile: ended CANCELLED, nothing to hand back
