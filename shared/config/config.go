@@ -276,6 +276,13 @@ type Config struct {
 	// next step, which runs without a queue round trip); 1 turns chaining
 	// off.
 	ChainMaxSteps int
+	// PriorityAging is key "priority.aging", default 1m, 1s to 24h: how
+	// much later an execution ranks than one of the priority one more
+	// urgent submitted at the same time; a less urgent execution is
+	// passed over only by more urgent ones submitted less than (the
+	// difference of priorities) times this after it (at most four
+	// agings).
+	PriorityAging time.Duration
 	// ItemRejectProvider is key pipeline.item-reject.provider: where
 	// steps' rejected items go: embedded (kept in the embedded store),
 	// log, memory or sqs; empty (default) means embedded with
@@ -339,6 +346,7 @@ func Default() Config {
 		DispatchTimeout:        2 * time.Second,
 		ReleaseLimit:           10,
 		ChainMaxSteps:          16,
+		PriorityAging:          time.Minute,
 
 		HTTPReadHeaderTimeout: 10 * time.Second,
 		HTTPReadTimeout:       time.Minute,
@@ -472,6 +480,8 @@ var entries = []entry{
 		func(c *Config) *int { return &c.ReleaseLimit }, parseInt[int], between(1, 1000)),
 	field("chain.max-steps", "Steps one work item may run in a row: when a step commits and the next can run, the worker commits it and claims the next in one conditional write and runs it without a queue round trip (each step still its own transition), within a Lambda invocation only while a lease of time is left; 1 turns chaining off; 1 to 1000.",
 		func(c *Config) *int { return &c.ChainMaxSteps }, parseInt[int], between(1, 1000)),
+	field("priority.aging", "How much later an execution ranks than one of the priority one more urgent (1 is the most urgent, 5 the least) submitted at the same time: where executions compete (a concurrency key's wait line, the local queue) the smaller rank goes first, so a less urgent execution is passed over only by more urgent ones submitted less than (the difference of priorities) times this after it (duration); 1s to 24h.",
+		func(c *Config) *time.Duration { return &c.PriorityAging }, parseDuration, between(time.Second, 24*time.Hour)),
 	field("worker-concurrency", "Workers of the in-process event dispatcher; 1 to 1024.",
 		func(c *Config) *int { return &c.WorkerConcurrency }, parseInt[int], between(1, 1024)),
 	field("payload.inline-budget-bytes", "Largest payload stored inline in the execution row; the default keeps a row with its input and latest step output under 1 KB (one write unit per step); larger payloads are written once to the payload table; 0 to 196608 (two must fit a 400 KiB DynamoDB row).",

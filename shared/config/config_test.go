@@ -159,6 +159,8 @@ func TestLoadErrors(t *testing.T) {
 		{"validation names source", map[string]string{"PIPELINE_ORCHESTRATOR_LEASE_MS": "50"}, []string{"--sweep-limit=0"},
 			[]string{"pipeline.orchestrator.lease-ms: must be at least 100, got 50 (from PIPELINE_ORCHESTRATOR_LEASE_MS)",
 				"pipeline.orchestrator.sweep-limit: must be between 1 and 10000, got 0 (from --sweep-limit)"}},
+		{"priority aging", map[string]string{"PIPELINE_ORCHESTRATOR_PRIORITY_AGING": "0s"}, nil,
+			[]string{"pipeline.orchestrator.priority.aging: must be between 1s and 24h0m0s, got 0s (from PIPELINE_ORCHESTRATOR_PRIORITY_AGING)"}},
 		{"mode sync", map[string]string{"PIPELINE_ORCHESTRATOR_MODE": "sync"}, nil,
 			[]string{"pipeline.orchestrator.mode: only QUEUE_ASYNC is supported"}},
 	}

@@ -278,6 +278,10 @@ type Pipeline struct {
 	// Concurrency, when set, limits how many of the pipeline's executions
 	// run at once per key taken from their input (ConcurrencyKey).
 	Concurrency *Concurrency
+	// Priority is the priority of the pipeline's executions submitted
+	// without one: HighestPriority (1, most urgent) to LowestPriority (5);
+	// 0 means DefaultPriority (3).
+	Priority int
 
 	versionID string // set by NewRegistry
 }
@@ -434,6 +438,11 @@ func (p *Pipeline) Validate() error {
 	}
 	if p.Concurrency != nil {
 		if err := p.Concurrency.validate(); err != nil {
+			return fmt.Errorf("pipeline %s: %w", p.ID, err)
+		}
+	}
+	if p.Priority != 0 {
+		if err := CheckPriority(p.Priority); err != nil {
 			return fmt.Errorf("pipeline %s: %w", p.ID, err)
 		}
 	}

@@ -271,6 +271,27 @@ type Execution struct {
 	// released right after its terminal commit; a holder whose row is
 	// terminal is stale: SlotStale).
 	SlotHeld bool // slot_held
+	// Priority is the execution's priority, 1 (most urgent) to 5, set at
+	// submit and never changed (0 on a row written before priorities:
+	// read as the rank's fallback, see WaitRank).
+	Priority int // priority
+	// Rank orders the execution among those competing with it (the wait
+	// line of its concurrency key, a local queue's due items): smaller
+	// goes first. Fixed at submit: CreatedAt plus (Priority-1) times the
+	// runtime's priority aging, so that a less urgent execution is passed
+	// over only by executions submitted less than that much after it
+	// (bounded starvation). Zero on a row written before priorities.
+	Rank time.Time // rank_epoch_ms
+}
+
+// WaitRank is the execution's rank, or its CreatedAt on a row written
+// before priorities (as if it had priority 1): the sort key of its
+// concurrency key's wait line.
+func (e *Execution) WaitRank() time.Time {
+	if e.Rank.IsZero() {
+		return e.CreatedAt
+	}
+	return e.Rank
 }
 
 // AwaitStatus is the state of an external await.

@@ -84,6 +84,15 @@ const (
 	// row's concurrency key (store.SlotScope.ID), present only while the
 	// row is WAITING_KEY.
 	AttrWaitKey = "wk"
+	// AttrPriority is the execution's priority (store.Execution.Priority),
+	// written at create, never changed.
+	AttrPriority = "py"
+	// AttrRank is the execution's rank (store.Execution.Rank, epoch ms),
+	// written at create, never changed; it is the waiting index's sort
+	// key. A keyed row written before priorities gets its CreatedAt here
+	// when it begins to wait (store.Execution.WaitRank), so that it is in
+	// the index too.
+	AttrRank = "rk"
 	// AttrSlotHolders is a concurrency key item's map of holders:
 	// execution id to the life (redrive count) it acquired in.
 	AttrSlotHolders = "kh"

@@ -174,6 +174,8 @@ type rowRec struct {
 	Ch *childrenRec   `json:"ch,omitempty"`
 	CK string         `json:"ck,omitempty"`
 	SH bool           `json:"sh,omitempty"`
+	PY int            `json:"py,omitempty"`
+	RK int64          `json:"rk,omitempty"`
 }
 
 // parentRec is a child's store.ParentRef.
@@ -235,7 +237,7 @@ func encodeRow(e *store.Execution) ([]byte, error) {
 		VW: ms(e.VersionWaitSince), LT: e.LastTransitionKey, IK: e.IdempotencyKey, FP: e.Fingerprint, CT: e.CreateToken,
 		In: refPtr(e.Input), Re: refPtr(e.Result), Er: e.Error, DP: e.DLQPending, N: e.Note, RD: e.RedriveCount,
 		CR: e.CancelReason, CQ: ms(e.CancelRequestedAt), PR: e.PauseReason, PQ: ms(e.PauseRequestedAt), PF: e.PausedFrom, C: ms(e.CreatedAt), U: ms(e.UpdatedAt), X: secs(e.ExpiresAt),
-		RX: secs(e.RecordsExpireAt), CK: e.ConcurrencyKey, SH: e.SlotHeld,
+		RX: secs(e.RecordsExpireAt), CK: e.ConcurrencyKey, SH: e.SlotHeld, PY: e.Priority, RK: ms(e.Rank),
 	}
 	if a := e.Await; a != nil {
 		r.Aw = &awaitRec{ID: a.ID, SI: a.StepIndex, S: a.Status, TO: ms(a.TimeoutAt), CA: ms(a.CompletedAt), D: a.Digest, L: a.Late, LP: refPtr(a.LatePayload)}
@@ -266,7 +268,7 @@ func decodeRow(body []byte) (store.Execution, error) {
 		VersionWaitSince: fromMs(r.VW), LastTransitionKey: r.LT, IdempotencyKey: r.IK, Fingerprint: r.FP, CreateToken: r.CT,
 		Input: refVal(r.In), Result: refVal(r.Re), Error: r.Er, DLQPending: r.DP, Note: r.N, RedriveCount: r.RD,
 		CancelReason: r.CR, CancelRequestedAt: fromMs(r.CQ), PauseReason: r.PR, PauseRequestedAt: fromMs(r.PQ), PausedFrom: r.PF, CreatedAt: fromMs(r.C), UpdatedAt: fromMs(r.U), ExpiresAt: fromSecs(r.X),
-		RecordsExpireAt: fromSecs(r.RX), ConcurrencyKey: r.CK, SlotHeld: r.SH,
+		RecordsExpireAt: fromSecs(r.RX), ConcurrencyKey: r.CK, SlotHeld: r.SH, Priority: r.PY, Rank: fromMs(r.RK),
 	}
 	if a := r.Aw; a != nil {
 		e.Await = &store.Await{ID: a.ID, StepIndex: a.SI, Status: a.S, TimeoutAt: fromMs(a.TO), CompletedAt: fromMs(a.CA),

@@ -192,6 +192,7 @@ func (s *StateStore) Update(ctx context.Context, g store.Guard, next store.Execu
 	updated.PipelineVersion, updated.IdempotencyKey, updated.Input = row.PipelineVersion, row.IdempotencyKey, row.Input
 	updated.Fingerprint, updated.CreateToken = row.Fingerprint, row.CreateToken
 	updated.CreatedAt, updated.Parent, updated.ConcurrencyKey = row.CreatedAt, row.Parent, row.ConcurrencyKey
+	updated.Priority, updated.Rank = row.Priority, row.Rank
 	if updated.ExpiresAt.IsZero() {
 		updated.ExpiresAt = row.ExpiresAt
 	}

@@ -327,6 +327,7 @@ func RuntimeConfig(c config.Config) engine.Config {
 		DispatchTimeout:     c.DispatchTimeout,
 		ReleaseLimit:        c.ReleaseLimit,
 		ChainMaxSteps:       c.ChainMaxSteps,
+		PriorityAging:       c.PriorityAging,
 		ExecutionTTL:        time.Duration(c.ExecutionTTLDays) * 24 * time.Hour,
 		InlineBudget:        c.InlineBudgetBytes,
 		IdempotencyPolicy:   engine.IdempotencyPolicy(c.IdempotencyPolicy),
