@@ -47,6 +47,10 @@ type Options struct {
 	// Progress, when set, is told every 30 virtual days how far the run
 	// is (a long run takes an hour); it changes nothing in the run.
 	Progress io.Writer
+	// ignoreRank is the broken variant of priorities (tests only): the
+	// wait line of a key is read in creation order, as by a store that
+	// ignores the rank; invKeyRankOrder must catch it.
+	ignoreRank bool
 }
 
 func (o *Options) defaults() {
