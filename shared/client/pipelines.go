@@ -49,6 +49,10 @@ type PipelineVersion struct {
 	// Concurrency is the definition's concurrency key, nil when it has
 	// none.
 	Concurrency *PipelineConcurrency `json:"concurrency,omitempty"`
+	// Priority is the priority of the definition's executions submitted
+	// without one: 1 (most urgent) to 5, 3 unless the pipeline declares
+	// another (pipeline.Pipeline.Priority).
+	Priority int `json:"priority"`
 }
 
 // PipelineConcurrency is a definition's concurrency key: at most Limit
