@@ -27,6 +27,7 @@ var slotCases = []struct {
 	{"SlotRecordExpires", testSlotsExpire},
 	{"WaitingIndexInSubmissionOrder", testWaitingIndex},
 	{"ConcurrencyKeyFixedAtCreate", testConcurrencyKeyFixed},
+	{"WaitingIndexInRankOrder", testWaitingRank},
 }
 
 func (e *stateEnv) scope(key string) store.SlotScope {
@@ -262,5 +263,56 @@ func testConcurrencyKeyFixed(e *stateEnv, _ store.SlotStore) {
 	plain := e.create("b.1")
 	if plain.ConcurrencyKey != "" || plain.SlotHeld {
 		e.t.Fatalf("a row without a key reads key %q held %v", plain.ConcurrencyKey, plain.SlotHeld)
+	}
+}
+
+// testWaitingRank: the wait line is in rank order (a more urgent row
+// submitted later goes before a less urgent one), a row written before
+// priorities (no rank) ranks by its creation, a row enters the line by
+// an update (as the runtime's waits do), and priority and rank are kept
+// as created whatever an update says.
+func testWaitingRank(e *stateEnv, ss store.SlotStore) {
+	ranked := func(id string, createdMs, prio, rankMs int) store.Execution {
+		e.t.Helper()
+		r := e.row(id)
+		r.CreatedAt = stateEpoch.Add(time.Duration(createdMs) * time.Millisecond)
+		r.ConcurrencyKey, r.Priority = "k", prio
+		if rankMs != 0 {
+			r.Rank = stateEpoch.Add(time.Duration(rankMs) * time.Millisecond)
+		}
+		got, created, err := e.s.CreateOrGet(e.ctx, store.CreateRequest{Execution: r})
+		if err != nil || !created {
+			e.e(err, "create %s: created %v", id, created)
+		}
+		if got.Priority != prio || !got.Rank.Equal(r.Rank) {
+			e.t.Fatalf("created %s: priority %d rank %v, want %d %v", id, got.Priority, got.Rank, prio, r.Rank)
+		}
+		next := got
+		next.Status, next.NextDueAt = store.WaitingKey, time.Time{}
+		next.Priority = 1 // an update changes neither
+		if rankMs != 0 {
+			// (A row without a rank is written as read: DynamoDB gives it
+			// its creation as the index's sort key when it begins to wait.)
+			next.Rank = stateEpoch
+		}
+		w, err := e.s.Update(e.ctx, store.Guard{Key: got.Key(), Version: got.Version}, next)
+		if err != nil {
+			e.t.Fatalf("Update %s: %v", id, err)
+		}
+		if w.Priority != prio || !w.WaitRank().Equal(got.WaitRank()) {
+			e.t.Fatalf("updated %s: priority %d rank %v, want them as created (%d %v)", id, w.Priority, w.WaitRank(), prio, got.WaitRank())
+		}
+		return w
+	}
+	ranked("low.1", 10, 5, 4010)
+	ranked("urgent.1", 20, 1, 20)
+	ranked("mid.1", 30, 3, 2030)
+	ranked("old.1", 15, 0, 0) // before priorities: ranks at its creation
+	if got, want := e.waitingIDs(ss, "k", 10), []string{"old.1", "urgent.1", "mid.1", "low.1"}; !reflect.DeepEqual(got, want) {
+		e.t.Fatalf("Waiting = %v, want %v (smallest rank first)", got, want)
+	}
+	if got, err := e.s.Get(e.ctx, store.Key{TenantID: e.tenant, ExecutionID: "low.1"}); err != nil || got.Priority != 5 ||
+		!got.Rank.Equal(stateEpoch.Add(4010*time.Millisecond)) {
+		e.e(err, "read back low.1: priority %d rank %v", got.Priority, got.Rank)
 	}
 }

@@ -46,6 +46,9 @@ func (c *Client) Submit(ctx context.Context, req SubmitRequest) (Submission, err
 	if req.MessageType != "" {
 		k.header.Set(MessageTypeHeader, req.MessageType)
 	}
+	if req.Priority != 0 {
+		k.query = url.Values{"priority": {strconv.Itoa(req.Priority)}}
+	}
 	var s Submission
 	_, err := c.doJSON(ctx, k, nil, &s)
 	return s, err

@@ -51,6 +51,10 @@ type PipelineVersion struct {
 	Concurrency *PipelineConcurrency `json:"concurrency,omitempty"`
 	// RateLimit is the definition's rate limit, nil when it has none.
 	RateLimit *PipelineRateLimit `json:"rateLimit,omitempty"`
+	// Priority is the priority of the definition's executions submitted
+	// without one: 1 (most urgent) to 5, 3 unless the pipeline declares
+	// another (pipeline.Pipeline.Priority).
+	Priority int `json:"priority"`
 }
 
 // PipelineRateLimit is a definition's rate limit: its steps (Steps, or

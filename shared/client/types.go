@@ -27,6 +27,10 @@ type SubmitRequest struct {
 	// MessageType names the protobuf message of an
 	// application/x-protobuf body.
 	MessageType string
+	// Priority is the execution's priority, 1 (most urgent) to 5 (least);
+	// 0 takes the pipeline's default (3 unless it declares one). Sent as
+	// the priority query parameter.
+	Priority int
 }
 
 // Submission is the answer to a submission.
@@ -85,6 +89,10 @@ type Execution struct {
 	// none): at most its pipeline's limit of one key's executions run at
 	// once (client.PipelineConcurrency).
 	ConcurrencyKey string `json:"concurrencyKey,omitempty"`
+	// Priority is the execution's priority, 1 (most urgent) to 5, given at
+	// submit (SubmitRequest.Priority) or its pipeline's default; 0 (absent)
+	// on an execution submitted before priorities.
+	Priority int `json:"priority,omitempty"`
 	// KeyWaitSince is set while the execution is WAITING_KEY: since when
 	// it waits for a slot of its concurrency key.
 	KeyWaitSince time.Time `json:"keyWaitSince,omitzero"`

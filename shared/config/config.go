@@ -281,6 +281,13 @@ type Config struct {
 	// start; a step whose turn is further out reserves nothing and tries
 	// again (no attempt counted) when its turn is within the horizon.
 	RateLimitHorizon time.Duration
+	// PriorityAging is key "priority.aging", default 1m, 1s to 24h: how
+	// much later an execution ranks than one of the priority one more
+	// urgent submitted at the same time; a less urgent execution is
+	// passed over only by more urgent ones submitted less than (the
+	// difference of priorities) times this after it (at most four
+	// agings).
+	PriorityAging time.Duration
 	// ItemRejectProvider is key pipeline.item-reject.provider: where
 	// steps' rejected items go: embedded (kept in the embedded store),
 	// log, memory or sqs; empty (default) means embedded with
@@ -345,6 +352,7 @@ func Default() Config {
 		ReleaseLimit:           10,
 		ChainMaxSteps:          16,
 		RateLimitHorizon:       15 * time.Minute,
+		PriorityAging:          time.Minute,
 
 		HTTPReadHeaderTimeout: 10 * time.Second,
 		HTTPReadTimeout:       time.Minute,
@@ -480,6 +488,8 @@ var entries = []entry{
 		func(c *Config) *int { return &c.ChainMaxSteps }, parseInt[int], between(1, 1000)),
 	field("rate-limit.horizon", "How far ahead a step of a rate-limited pipeline may reserve its start (duration); a step whose turn is further out reserves nothing, is handed back (no attempt counted) and tries again when its turn is within the horizon; 1s to 24h.",
 		func(c *Config) *time.Duration { return &c.RateLimitHorizon }, parseDuration, between(time.Second, 24*time.Hour)),
+	field("priority.aging", "How much later an execution ranks than one of the priority one more urgent (1 is the most urgent, 5 the least) submitted at the same time: where executions compete (a concurrency key's wait line, the local queue) the smaller rank goes first, so a less urgent execution is passed over only by more urgent ones submitted less than (the difference of priorities) times this after it (duration); 1s to 24h.",
+		func(c *Config) *time.Duration { return &c.PriorityAging }, parseDuration, between(time.Second, 24*time.Hour)),
 	field("worker-concurrency", "Workers of the in-process event dispatcher; 1 to 1024.",
 		func(c *Config) *int { return &c.WorkerConcurrency }, parseInt[int], between(1, 1024)),
 	field("payload.inline-budget-bytes", "Largest payload stored inline in the execution row; the default keeps a row with its input and latest step output under 1 KB (one write unit per step); larger payloads are written once to the payload table; 0 to 196608 (two must fit a 400 KiB DynamoDB row).",

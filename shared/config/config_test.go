@@ -161,6 +161,8 @@ func TestLoadErrors(t *testing.T) {
 				"pipeline.orchestrator.sweep-limit: must be between 1 and 10000, got 0 (from --sweep-limit)"}},
 		{"rate limit horizon", map[string]string{"PIPELINE_ORCHESTRATOR_RATE_LIMIT_HORIZON": "0s"}, nil,
 			[]string{"pipeline.orchestrator.rate-limit.horizon: must be between 1s and 24h0m0s, got 0s (from PIPELINE_ORCHESTRATOR_RATE_LIMIT_HORIZON)"}},
+		{"priority aging", map[string]string{"PIPELINE_ORCHESTRATOR_PRIORITY_AGING": "0s"}, nil,
+			[]string{"pipeline.orchestrator.priority.aging: must be between 1s and 24h0m0s, got 0s (from PIPELINE_ORCHESTRATOR_PRIORITY_AGING)"}},
 		{"mode sync", map[string]string{"PIPELINE_ORCHESTRATOR_MODE": "sync"}, nil,
 			[]string{"pipeline.orchestrator.mode: only QUEUE_ASYNC is supported"}},
 	}

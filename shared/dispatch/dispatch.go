@@ -18,6 +18,11 @@ type WorkItem struct {
 	ExecutionID string `json:"executionId"`
 	// PipelineID is routing information only.
 	PipelineID string `json:"pipelineId,omitempty"`
+	// Rank is the execution's rank (store.Execution.WaitRank, epoch
+	// milliseconds; 0 when unknown): a transport that orders its due
+	// items delivers the smaller rank first (the embedded and in-process
+	// queues do; SQS has no order).
+	Rank int64 `json:"rank,omitempty"`
 }
 
 // Message is a work item with its delivery delay.

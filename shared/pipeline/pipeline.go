@@ -281,6 +281,10 @@ type Pipeline struct {
 	// RateLimit, when set, limits how fast the pipeline's steps that call
 	// a downstream start, per key, across all workers (RateLimitKey).
 	RateLimit *RateLimit
+	// Priority is the priority of the pipeline's executions submitted
+	// without one: HighestPriority (1, most urgent) to LowestPriority (5);
+	// 0 means DefaultPriority (3).
+	Priority int
 
 	versionID string // set by NewRegistry
 }
@@ -442,6 +446,11 @@ func (p *Pipeline) Validate() error {
 	}
 	if p.RateLimit != nil {
 		if err := p.RateLimit.validate(p.Steps); err != nil {
+			return fmt.Errorf("pipeline %s: %w", p.ID, err)
+		}
+	}
+	if p.Priority != 0 {
+		if err := CheckPriority(p.Priority); err != nil {
 			return fmt.Errorf("pipeline %s: %w", p.ID, err)
 		}
 	}

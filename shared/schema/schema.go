@@ -79,6 +79,7 @@ const (
 	keyPayloadID      = "payload_id"
 	keyPayloadPart    = "payload_part"
 	keyPipelineID     = "p"
+	keyRank           = "rk"
 	keyRecord         = "record"
 	keyRecordID       = "record_id"
 	keyRecordPipeline = "pipeline_id"
@@ -105,8 +106,10 @@ const DueIndexName = "sweep"
 const ListIndexName = "list"
 
 // WaitIndexName is the sparse waiting GSI of concurrency keys: PK
-// wait_key (the key's scope: tenant, pipeline and key value), SK
-// created_at, present only on rows waiting for a slot of their key
+// wait_key (the key's scope: tenant, pipeline and key value), SK rank
+// (the execution's rank: its submission time aged by its priority, fixed
+// at submit, so that the index is the key's wait line in rank order),
+// present only on rows waiting for a slot of their key
 // (status WAITING_KEY). It projects the incarnation besides the keys, so
 // that an entry names the full execution id. A keyed execution that
 // waits writes it twice (in, out); one that never waits, and every
@@ -208,7 +211,7 @@ func ExecutionTable(name string) Table {
 		}, {
 			Name:             WaitIndexName,
 			PartitionKey:     Attr{keyWaitKey, String},
-			SortKey:          Attr{keyCreated, Number},
+			SortKey:          Attr{keyRank, Number},
 			NonKeyAttributes: []string{keyIncarnation},
 		}},
 		TTLAttribute: keyTTL,

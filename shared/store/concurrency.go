@@ -12,7 +12,7 @@ import (
 // (Execution.ConcurrencyKey) whose limit is reached; it waits, not
 // dispatched and not claimed, until a holder of the key ends and hands it
 // its slot (or the sweeper finds a slot free). Waiters are released in
-// submission order (CreatedAt).
+// rank order (Execution.WaitRank: submission order, aged by priority).
 const WaitingKey Status = "WAITING_KEY"
 
 // SlotScope names one concurrency key: a tenant's pipeline's key value.
@@ -53,8 +53,8 @@ func (e *Execution) Holder() SlotHolder {
 // SlotStore keeps the slots of concurrency keys beside the executions:
 // one record per key holding its holders (at most the limit), written
 // with one conditional write per acquire and one per release, and an
-// index of the executions waiting for a key (status WaitingKey), oldest
-// submission first, kept by the row writes themselves (a row is in it
+// index of the executions waiting for a key (status WaitingKey), lowest
+// rank (Execution.WaitRank) first, kept by the row writes themselves (a row is in it
 // exactly while its status is WaitingKey and it has a ConcurrencyKey).
 // Every state store keeps them (the conformance suite's concurrency file
 // checks the contract).
@@ -75,8 +75,8 @@ type SlotStore interface {
 	// Slots reads the key's holders, strongly consistent (none for a key
 	// never used or whose record expired).
 	Slots(ctx context.Context, s SlotScope) ([]SlotHolder, error)
-	// Waiting returns up to limit of the key's waiting executions, oldest
-	// CreatedAt first. It reads an index that may lag the rows a moment
+	// Waiting returns up to limit of the key's waiting executions, lowest
+	// rank (Execution.WaitRank) first (ties in an order of the store's choosing). It reads an index that may lag the rows a moment
 	// (DynamoDB's is eventually consistent): callers read the rows they
 	// act on. An entry's execution id may be a bare slot (GetBatch
 	// answers it with the slot's live row).

@@ -288,6 +288,27 @@ type Execution struct {
 	// between voids it. A commit of the step's outcome clears both.
 	RateReservedAt      time.Time // rate_reserved_at
 	RateReservedVersion int64     // rate_reserved_version
+	// Priority is the execution's priority, 1 (most urgent) to 5, set at
+	// submit and never changed (0 on a row written before priorities:
+	// read as the rank's fallback, see WaitRank).
+	Priority int // priority
+	// Rank orders the execution among those competing with it (the wait
+	// line of its concurrency key, a local queue's due items): smaller
+	// goes first. Fixed at submit: CreatedAt plus (Priority-1) times the
+	// runtime's priority aging, so that a less urgent execution is passed
+	// over only by executions submitted less than that much after it
+	// (bounded starvation). Zero on a row written before priorities.
+	Rank time.Time // rank_epoch_ms
+}
+
+// WaitRank is the execution's rank, or its CreatedAt on a row written
+// before priorities (as if it had priority 1): the sort key of its
+// concurrency key's wait line.
+func (e *Execution) WaitRank() time.Time {
+	if e.Rank.IsZero() {
+		return e.CreatedAt
+	}
+	return e.Rank
 }
 
 // AwaitStatus is the state of an external await.

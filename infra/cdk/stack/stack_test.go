@@ -177,7 +177,7 @@ func TestTablesFollowSchema(t *testing.T) {
 			"IndexName": "wait",
 			"KeySchema": []any{
 				map[string]any{"AttributeName": "wk", "KeyType": "HASH"},
-				map[string]any{"AttributeName": "c", "KeyType": "RANGE"},
+				map[string]any{"AttributeName": "rk", "KeyType": "RANGE"},
 			},
 			"Projection": map[string]any{"ProjectionType": "INCLUDE",
 				"NonKeyAttributes": []any{"ic"}},

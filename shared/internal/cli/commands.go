@@ -14,6 +14,7 @@ import (
 
 	"github.com/qasync/qasync/shared/client"
 	"github.com/qasync/qasync/shared/payload"
+	"github.com/qasync/qasync/shared/pipeline"
 	"github.com/qasync/qasync/shared/store"
 )
 
@@ -164,9 +165,17 @@ func submitCmd(fs *flag.FlagSet) runFunc {
 	data := fs.String("data", "", "the input: JSON text, @file, or @- for stdin (default {})")
 	contentType := fs.String("content-type", payload.ContentTypeJSON, "media type of the input")
 	messageType := fs.String("message-type", "", "protobuf message name of an application/x-protobuf input")
+	priority := fs.Int("priority", 0, "priority, 1 (most urgent) to 5 (least); default: the pipeline's (3 unless it declares one)")
 	return func(ctx context.Context, s *session, args []string) error {
 		if err := wantArgs(args, "PIPELINE"); err != nil {
 			return err
+		}
+		given := false
+		fs.Visit(func(f *flag.Flag) { given = given || f.Name == "priority" })
+		if given {
+			if pipeline.CheckPriority(*priority) != nil {
+				return usagef("--priority must be %d (most urgent) to %d (least urgent), got %d", pipeline.HighestPriority, pipeline.LowestPriority, *priority)
+			}
 		}
 		body, err := s.readData(*data)
 		if err != nil {
@@ -177,7 +186,7 @@ func submitCmd(fs *flag.FlagSet) runFunc {
 			return err
 		}
 		sub, err := c.Submit(ctx, client.SubmitRequest{PipelineID: args[0], IdempotencyKey: *key, Body: body,
-			ContentType: *contentType, MessageType: *messageType})
+			ContentType: *contentType, MessageType: *messageType, Priority: *priority})
 		if err != nil {
 			return err
 		}

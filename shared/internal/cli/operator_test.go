@@ -81,8 +81,8 @@ func TestListCommand(t *testing.T) {
 	listed(t, "list --pipeline --status", ok.Executions, oks...)
 	res := r.want(0, "list", "--status", "DLQ", "--limit", "1")
 	lines := strings.Split(strings.TrimSpace(res.stdout), "\n")
-	if len(lines) != 2 || !regexp.MustCompile(`^EXECUTION\s+PIPELINE\s+STATUS\s+STEP\s+ATTEMPT\s+CREATED\s+UPDATED\s+ERROR\s+FAN-OUT$`).MatchString(lines[0]) ||
-		!regexp.MustCompile(`^`+dlq.ExecutionID+`\s+t\.fail\s+DLQ\s+0 work\s+1\s+20\S+\s+20\S+\s+`+clitest.ErrorCodeFail+`\s+-$`).MatchString(lines[1]) {
+	if len(lines) != 2 || !regexp.MustCompile(`^EXECUTION\s+PIPELINE\s+STATUS\s+PRIORITY\s+STEP\s+ATTEMPT\s+CREATED\s+UPDATED\s+ERROR\s+FAN-OUT$`).MatchString(lines[0]) ||
+		!regexp.MustCompile(`^`+dlq.ExecutionID+`\s+t\.fail\s+DLQ\s+3\s+0 work\s+1\s+20\S+\s+20\S+\s+`+clitest.ErrorCodeFail+`\s+-$`).MatchString(lines[1]) {
 		t.Fatalf("list table:\n%s", res.stdout)
 	}
 }

@@ -281,6 +281,7 @@ func printExecution(w io.Writer, e client.Execution) {
 		"key", e.IdempotencyKey,
 		"parent", parentText(e.Parent),
 		"status", string(e.Status),
+		"priority", strings.TrimPrefix(priorityText(e.Priority), "-"),
 		"step", fmt.Sprintf("%s (attempt %d)", step(e.StepIndex, e.StepName), e.Attempt),
 		"children", childrenText(e.Children),
 		"version", strconv.FormatInt(e.Version, 10),
@@ -341,10 +342,19 @@ func printExecutions(w io.Writer, es []client.Execution) {
 		if e.Error != nil {
 			code = e.Error.Code
 		}
-		rows = append(rows, []string{e.ExecutionID, e.PipelineID, string(e.Status), step(e.StepIndex, e.StepName),
+		rows = append(rows, []string{e.ExecutionID, e.PipelineID, string(e.Status), priorityText(e.Priority), step(e.StepIndex, e.StepName),
 			strconv.Itoa(e.Attempt), ts(e.CreatedAt), ts(e.UpdatedAt), code, fanOut(e)})
 	}
-	table(w, []string{"EXECUTION", "PIPELINE", "STATUS", "STEP", "ATTEMPT", "CREATED", "UPDATED", "ERROR", "FAN-OUT"}, rows)
+	table(w, []string{"EXECUTION", "PIPELINE", "STATUS", "PRIORITY", "STEP", "ATTEMPT", "CREATED", "UPDATED", "ERROR", "FAN-OUT"}, rows)
+}
+
+// priorityText is an execution's priority ("-" for one submitted before
+// priorities).
+func priorityText(p int) string {
+	if p == 0 {
+		return "-"
+	}
+	return strconv.Itoa(p)
 }
 
 // eventDetail is the free-text column of a history event.

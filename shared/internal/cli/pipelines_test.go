@@ -165,7 +165,7 @@ func TestListByKeyCommand(t *testing.T) {
 			k = key
 		}
 		res := other.want(0, "list", "--key", k)
-		if !regexp.MustCompile(`^EXECUTION\s+PIPELINE\s+STATUS\s+STEP\s+ATTEMPT\s+CREATED\s+UPDATED\s+ERROR\s+FAN-OUT\n$`).MatchString(res.stdout) {
+		if !regexp.MustCompile(`^EXECUTION\s+PIPELINE\s+STATUS\s+PRIORITY\s+STEP\s+ATTEMPT\s+CREATED\s+UPDATED\s+ERROR\s+FAN-OUT\n$`).MatchString(res.stdout) {
 			t.Fatalf("list --key %s (tenant %s): %q", k, other.tenant, res.stdout)
 		}
 		if res.stderr != "(no execution under the key "+k+")\n" {

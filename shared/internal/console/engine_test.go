@@ -332,8 +332,9 @@ func TestEngineBackendShowsAMap(t *testing.T) {
 
 // TestExecutionPageShowsTheConcurrencyKey: with a key's one slot taken,
 // the second execution's page shows its key and that it waits for a
-// slot; the first one's that it holds the slot; the list offers the
-// WAITING_KEY filter and finds the waiter.
+// slot; the first one's that it holds the slot; each page shows the
+// execution's priority (given at submit, or the default); the list
+// offers the WAITING_KEY filter and finds the waiter.
 func TestExecutionPageShowsTheConcurrencyKey(t *testing.T) {
 	t.Parallel()
 	type order struct {
@@ -345,15 +346,15 @@ func TestExecutionPageShowsTheConcurrencyKey(t *testing.T) {
 	keyed := pipeline.Pipeline{ID: "keyed", Steps: []pipeline.Step{hold, pipeline.Sleep("nap", time.Hour), wake},
 		Concurrency: pipeline.ConcurrencyKey("customer", 1, func(o order) string { return o.Customer })}
 	rt, q := newRuntime(t, keyed)
-	submitJSON := func(key string) store.Execution {
+	submitJSON := func(key string, prio int) store.Execution {
 		in, _ := payload.JSON(order{Customer: "c-42"})
-		res, err := rt.Submit(context.Background(), engine.SubmitRequest{TenantID: tenantAcme, PipelineID: "keyed", IdempotencyKey: key, Input: in})
+		res, err := rt.Submit(context.Background(), engine.SubmitRequest{TenantID: tenantAcme, PipelineID: "keyed", IdempotencyKey: key, Input: in, Priority: prio})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return res.Execution
 	}
-	first := submitJSON("k1")
+	first := submitJSON("k1", 0)
 	// The first claim takes the slot; it runs its first step and sleeps.
 	q.mu.Lock()
 	items := q.items
@@ -364,7 +365,7 @@ func TestExecutionPageShowsTheConcurrencyKey(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	second := submitJSON("k2")
+	second := submitJSON("k2", 1)
 	q.mu.Lock()
 	items = q.items
 	q.items = nil
@@ -383,9 +384,9 @@ func TestExecutionPageShowsTheConcurrencyKey(t *testing.T) {
 	e := &env{t: t, h: console.New(console.Engine(rt), console.Options{AdminToken: operatorToken, TenantCookie: true, Logger: log}),
 		logs: logs, jar: map[string]string{console.TenantCookieName: tenantAcme}}
 	wantContains(t, e.get("/console/executions/"+second.ExecutionID, http.StatusOK),
-		`<code id="concurrency-key">c-42</code>`, `id="key-wait">waiting for a slot of its key since`)
+		`<code id="concurrency-key">c-42</code>`, `id="key-wait">waiting for a slot of its key since`, `<span id="priority">1</span>`)
 	wantContains(t, e.get("/console/executions/"+first.ExecutionID, http.StatusOK),
-		`<code id="concurrency-key">c-42</code>`, `id="key-wait">holds a slot of its key`)
+		`<code id="concurrency-key">c-42</code>`, `id="key-wait">holds a slot of its key`, `<span id="priority">3</span>`)
 	list := e.get(console.Prefix+"?status=WAITING_KEY", http.StatusOK)
 	wantContains(t, list, `value="WAITING_KEY"`, second.ExecutionID)
 	if strings.Contains(list, first.ExecutionID) {

@@ -2,6 +2,7 @@ package console
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/qasync/qasync/shared/internal/engine"
@@ -500,6 +501,10 @@ func (x *execData) content(d *doc) {
 		d.raw(`<span class="muted" id="idempotency-key">none (submitted without one)</span>`)
 	}
 	d.raw(`</dd>`)
+	if e.Priority != 0 {
+		d.raw(`
+  <dt>Priority</dt><dd><span id="priority">`).text(strconv.Itoa(e.Priority)).raw(`</span> <span class="muted">(1 most urgent, 5 least; ranks it in its concurrency key's wait line and the local queue)</span></dd>`)
+	}
 	if e.ConcurrencyKey != "" {
 		d.raw(`
   <dt>Concurrency key</dt><dd><code id="concurrency-key">`).text(e.ConcurrencyKey).raw(`</code>`)

@@ -84,6 +84,15 @@ const (
 	// row's concurrency key (store.SlotScope.ID), present only while the
 	// row is WAITING_KEY.
 	AttrWaitKey = "wk"
+	// AttrPriority is the execution's priority (store.Execution.Priority),
+	// written at create, never changed.
+	AttrPriority = "py"
+	// AttrRank is the execution's rank (store.Execution.Rank, epoch ms),
+	// written at create, never changed; it is the waiting index's sort
+	// key. A keyed row written before priorities gets its CreatedAt here
+	// when it begins to wait (store.Execution.WaitRank), so that it is in
+	// the index too.
+	AttrRank = "rk"
 	// AttrSlotHolders is a concurrency key item's map of holders:
 	// execution id to the life (redrive count) it acquired in.
 	AttrSlotHolders = "kh"
@@ -91,7 +100,7 @@ const (
 	// (written at create, never changed; absent on rows of pipelines
 	// without a rate limit).
 	AttrRateLimit = "rn"
-	AttrRateKey   = "rk"
+	AttrRateKey   = "rky"
 	// AttrRateReservedAt and AttrRateReservedVersion are when a step waits
 	// for its rate limit's turn and the version that holds its reservation
 	// (written only on rows with a rate limit or a wait; absent when none).

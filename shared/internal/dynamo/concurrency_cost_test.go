@@ -107,6 +107,13 @@ type costInput struct {
 // every step is its own work item, and returns the units they wrote.
 func measureUnits(t *testing.T, limit, n int) *writeUnits {
 	t.Helper()
+	return measurePriorityUnits(t, limit, n, func(int) int { return 0 })
+}
+
+// measurePriorityUnits is measureUnits with the i-th execution submitted
+// with priority prio(i) (0: none given).
+func measurePriorityUnits(t *testing.T, limit, n int, prio func(i int) int) *writeUnits {
+	t.Helper()
 	model := ddbmodel.New(ddbmodel.Options{Clock: clock.System{}})
 	w := &writeUnits{indexes: map[string]float64{}}
 	db := dynamodb.NewFromConfig(model.Config(), func(o *dynamodb.Options) { o.APIOptions = append(o.APIOptions, w.middleware) })
@@ -133,7 +140,7 @@ func measureUnits(t *testing.T, limit, n int) *writeUnits {
 	}
 	for i := range n {
 		in, _ := payload.JSON(costInput{Customer: "customer-0001"})
-		if _, err := rt.Submit(context.Background(), engine.SubmitRequest{TenantID: "tenant-1", PipelineID: "cost", IdempotencyKey: fmt.Sprintf("order-%04d", i), Input: in}); err != nil {
+		if _, err := rt.Submit(context.Background(), engine.SubmitRequest{TenantID: "tenant-1", PipelineID: "cost", IdempotencyKey: fmt.Sprintf("order-%04d", i), Input: in, Priority: prio(i)}); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(2 * time.Millisecond) // distinct submission times
@@ -178,5 +185,29 @@ func TestConcurrencyKeyWriteUnits(t *testing.T) {
 	// holder's release, the wake; the wait index in and out.
 	if got := waited.indexes[schema.WaitIndexName]; got != 2 {
 		t.Errorf("one wait wrote the wait index %.0f times, want 2 (in, out)", got)
+	}
+}
+
+// TestPriorityWriteUnits measures what a priority costs: nothing. The
+// priority and the rank are written with the row at submit (a few bytes
+// of an item far below a write unit), never again; the same executions
+// submitted with priorities write exactly the units they write without,
+// keyed or not, waiting or not (the wait index's sort key is the rank,
+// written with the row, not a write of its own). docs/cost.md quotes the
+// log.
+func TestPriorityWriteUnits(t *testing.T) {
+	none := func(int) int { return 0 }
+	urgentLast := func(i int) int { return 5 - 4*(i%2) } // 5, 1, 5, 1...
+	for _, c := range []struct {
+		name     string
+		limit, n int
+	}{{"3 steps, no key", 0, 1}, {"3 steps, key free", 5, 1}, {"3 x 3 steps, limit 1 (two wait)", 1, 3}} {
+		plain, prio := measurePriorityUnits(t, c.limit, c.n, none), measurePriorityUnits(t, c.limit, c.n, urgentLast)
+		t.Logf("%s: without priorities %d writes, table %.0f units, wait index %.0f; with priorities %d writes, table %.0f units, wait index %.0f",
+			c.name, plain.writes, plain.table, plain.indexes[schema.WaitIndexName], prio.writes, prio.table, prio.indexes[schema.WaitIndexName])
+		if plain.writes != prio.writes || plain.table != prio.table || fmt.Sprint(plain.indexes) != fmt.Sprint(prio.indexes) {
+			t.Errorf("%s: priorities changed the writes: %d writes %.0f units %v, without %d writes %.0f units %v",
+				c.name, prio.writes, prio.table, prio.indexes, plain.writes, plain.table, plain.indexes)
+		}
 	}
 }

@@ -172,6 +172,12 @@ func encode(e *store.Execution, shards int) map[string]types.AttributeValue {
 			item[AttrRateKey] = str(e.RateKey)
 		}
 	}
+	if e.Priority != 0 {
+		item[AttrPriority] = num(e.Priority)
+	}
+	if !e.Rank.IsZero() {
+		item[AttrRank] = millis(e.Rank)
+	}
 	u := newUpdate()
 	mutable(u, e, false)
 	for name, v := range u.setValues {
@@ -228,6 +234,11 @@ func mutable(u *update, e *store.Execution, keepSweep bool) {
 		// Only keyed rows: a row without a key writes exactly what it did.
 		u.setOrRemove(AttrSlotHeld, e.SlotHeld, boolean(true))
 		u.setOrRemove(AttrWaitKey, e.Status == store.WaitingKey, str(e.SlotScope().ID()))
+		if e.Status == store.WaitingKey && e.Rank.IsZero() {
+			// A row written before priorities: its rank, the index's
+			// sort key, is its creation (the row then reads it back).
+			u.set(AttrRank, millis(e.WaitRank()))
+		}
 	}
 	if e.RateLimit != "" || !e.RateReservedAt.IsZero() {
 		// Only rows with a rate limit (or a wait for one: an execution
@@ -558,6 +569,8 @@ func decode(item map[string]types.AttributeValue) (store.Execution, error) {
 		RateKey:             r.str(AttrRateKey),
 		RateReservedAt:      r.millis(AttrRateReservedAt),
 		RateReservedVersion: r.int64(AttrRateReservedVersion),
+		Priority:            r.int(AttrPriority),
+		Rank:                r.millis(AttrRank),
 	}
 	if _, ok := item[AttrErrorCode]; ok {
 		e.Error = &store.Failure{Code: r.str(AttrErrorCode), Message: r.str(AttrErrorMessage), TerminalReason: r.str(AttrTerminalReason)}

@@ -175,9 +175,11 @@ type rowRec struct {
 	CK string         `json:"ck,omitempty"`
 	SH bool           `json:"sh,omitempty"`
 	RN string         `json:"rn,omitempty"`
-	RK string         `json:"rk,omitempty"`
+	RY string         `json:"ry,omitempty"`
 	RA int64          `json:"ra,omitempty"`
 	RS int64          `json:"rs,omitempty"`
+	PY int            `json:"py,omitempty"`
+	RK int64          `json:"rk,omitempty"`
 }
 
 // parentRec is a child's store.ParentRef.
@@ -239,8 +241,8 @@ func encodeRow(e *store.Execution) ([]byte, error) {
 		VW: ms(e.VersionWaitSince), LT: e.LastTransitionKey, IK: e.IdempotencyKey, FP: e.Fingerprint, CT: e.CreateToken,
 		In: refPtr(e.Input), Re: refPtr(e.Result), Er: e.Error, DP: e.DLQPending, N: e.Note, RD: e.RedriveCount,
 		CR: e.CancelReason, CQ: ms(e.CancelRequestedAt), PR: e.PauseReason, PQ: ms(e.PauseRequestedAt), PF: e.PausedFrom, C: ms(e.CreatedAt), U: ms(e.UpdatedAt), X: secs(e.ExpiresAt),
-		RX: secs(e.RecordsExpireAt), CK: e.ConcurrencyKey, SH: e.SlotHeld,
-		RN: e.RateLimit, RK: e.RateKey, RA: ms(e.RateReservedAt), RS: e.RateReservedVersion,
+		RX: secs(e.RecordsExpireAt), CK: e.ConcurrencyKey, SH: e.SlotHeld, PY: e.Priority, RK: ms(e.Rank),
+		RN: e.RateLimit, RY: e.RateKey, RA: ms(e.RateReservedAt), RS: e.RateReservedVersion,
 	}
 	if a := e.Await; a != nil {
 		r.Aw = &awaitRec{ID: a.ID, SI: a.StepIndex, S: a.Status, TO: ms(a.TimeoutAt), CA: ms(a.CompletedAt), D: a.Digest, L: a.Late, LP: refPtr(a.LatePayload)}
@@ -271,8 +273,8 @@ func decodeRow(body []byte) (store.Execution, error) {
 		VersionWaitSince: fromMs(r.VW), LastTransitionKey: r.LT, IdempotencyKey: r.IK, Fingerprint: r.FP, CreateToken: r.CT,
 		Input: refVal(r.In), Result: refVal(r.Re), Error: r.Er, DLQPending: r.DP, Note: r.N, RedriveCount: r.RD,
 		CancelReason: r.CR, CancelRequestedAt: fromMs(r.CQ), PauseReason: r.PR, PauseRequestedAt: fromMs(r.PQ), PausedFrom: r.PF, CreatedAt: fromMs(r.C), UpdatedAt: fromMs(r.U), ExpiresAt: fromSecs(r.X),
-		RecordsExpireAt: fromSecs(r.RX), ConcurrencyKey: r.CK, SlotHeld: r.SH,
-		RateLimit: r.RN, RateKey: r.RK, RateReservedAt: fromMs(r.RA), RateReservedVersion: r.RS,
+		RecordsExpireAt: fromSecs(r.RX), ConcurrencyKey: r.CK, SlotHeld: r.SH, Priority: r.PY, Rank: fromMs(r.RK),
+		RateLimit: r.RN, RateKey: r.RY, RateReservedAt: fromMs(r.RA), RateReservedVersion: r.RS,
 	}
 	if a := r.Aw; a != nil {
 		e.Await = &store.Await{ID: a.ID, StepIndex: a.SI, Status: a.S, TimeoutAt: fromMs(a.TO), CompletedAt: fromMs(a.CA),

@@ -1,6 +1,6 @@
 // Concurrency keys (store.SlotStore) in the slots bucket (one record per
 // key: its holders) and the waitkey index (the waiting rows of a key,
-// oldest first), which putRow keeps in step with the rows.
+// lowest rank first), which putRow keeps in step with the rows.
 
 package embedded
 
@@ -58,11 +58,12 @@ func (t *txn) putSlotRec(sc store.SlotScope, r *slotRec) error {
 	return t.bucket(bSlots).Put([]byte(sc.ID()), v)
 }
 
-// waitKey is a waiting row's entry: its key's scope, its creation time,
-// its row key.
+// waitKey is a waiting row's entry: its key's scope, its rank
+// (Execution.WaitRank, fixed at submit, so the entry a row was put under
+// is the one its next write deletes), its row key.
 func waitKey(e *store.Execution, k []byte) []byte {
 	b := appendStr(nil, e.SlotScope().ID())
-	return append(append(b, be64(ms(e.CreatedAt))...), k...)
+	return append(append(b, be64(ms(e.WaitRank()))...), k...)
 }
 
 func waitingRow(e *store.Execution) bool {

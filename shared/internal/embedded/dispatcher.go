@@ -184,8 +184,8 @@ func (d *Dispatcher) work() {
 	}
 }
 
-// DeliverOne delivers the entry that is available earliest, if one is
-// available by the store's clock, synchronously and as a worker of Start
+// DeliverOne delivers the available entry of the smallest rank, if one
+// is available by the store's clock, synchronously and as a worker of Start
 // would (settling it the same way), and reports whether it did. It is
 // for a caller that drives the queue itself instead of Start's workers:
 // the deterministic simulator, which must choose when each delivery runs.
@@ -211,10 +211,13 @@ func (d *Dispatcher) NextAvailable() time.Time {
 	q := d.db.queue
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if len(q.h) == 0 {
-		return time.Time{}
+	switch {
+	case q.r.Len() > 0:
+		return q.r.es[0].availableAt() // available already
+	case q.h.Len() > 0:
+		return q.h.es[0].availableAt()
 	}
-	return q.h[0].availableAt()
+	return time.Time{}
 }
 
 // deliver calls the handler with e's item and settles the entry: a failed

@@ -36,7 +36,7 @@ func (db *DB) breakLeases(keys [][]byte) error {
 			if err := t.putRow(k, &row, &next); err != nil {
 				return err
 			}
-			item := dispatch.WorkItem{TenantID: row.TenantID, ExecutionID: row.ExecutionID, PipelineID: row.PipelineID}
+			item := dispatch.ItemOf(&row)
 			if err := t.putQueue(k, item, now); err != nil {
 				return err
 			}

@@ -48,7 +48,8 @@ type qentry struct {
 	redispatch bool
 	again      time.Time
 	settling   bool // its deletion is being committed
-	idx        int  // heap position, -1 outside the heap
+	idx        int  // heap position, -1 outside the heaps
+	ready      bool // idx is in the ready heap (else the waiting one)
 }
 
 func (e *qentry) availableAt() time.Time {
@@ -58,18 +59,29 @@ func (e *qentry) availableAt() time.Time {
 	return e.due
 }
 
-// qheap orders the entries available for delivery by the time they are.
-type qheap []*qentry
+// qheap orders entries: by the time they are available (the waiting
+// heap), or, once available, by rank (the ready heap: the smaller rank,
+// dispatch.WorkItem.Rank, is delivered first; ties by availability).
+type qheap struct {
+	es     []*qentry
+	byRank bool
+}
 
-func (h qheap) Len() int           { return len(h) }
-func (h qheap) Less(i, j int) bool { return h[i].availableAt().Before(h[j].availableAt()) }
-func (h qheap) Swap(i, j int)      { h[i], h[j] = h[j], h[i]; h[i].idx = i; h[j].idx = j }
-func (h *qheap) Push(x any)        { e := x.(*qentry); e.idx = len(*h); *h = append(*h, e) }
+func (h *qheap) Len() int { return len(h.es) }
+func (h *qheap) Less(i, j int) bool {
+	a, b := h.es[i], h.es[j]
+	if h.byRank && a.item.Rank != b.item.Rank {
+		return a.item.Rank < b.item.Rank
+	}
+	return a.availableAt().Before(b.availableAt())
+}
+func (h *qheap) Swap(i, j int) { h.es[i], h.es[j] = h.es[j], h.es[i]; h.es[i].idx = i; h.es[j].idx = j }
+func (h *qheap) Push(x any)    { e := x.(*qentry); e.idx = len(h.es); h.es = append(h.es, e) }
 func (h *qheap) Pop() any {
-	old := *h
+	old := h.es
 	e := old[len(old)-1]
 	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
+	h.es = old[:len(old)-1]
 	e.idx = -1
 	return e
 }
@@ -78,14 +90,33 @@ func (h *qheap) Pop() any {
 type queueMirror struct {
 	mu      sync.Mutex
 	entries map[string]*qentry
-	h       qheap
+	h       qheap // entries not yet seen available, by availability
+	r       qheap // entries available, by rank
 	wake    chan struct{}
 	done    chan struct{}
 	once    sync.Once
 }
 
 func newQueueMirror() *queueMirror {
-	return &queueMirror{entries: map[string]*qentry{}, wake: make(chan struct{}, 1024), done: make(chan struct{})}
+	return &queueMirror{entries: map[string]*qentry{}, r: qheap{byRank: true}, wake: make(chan struct{}, 1024), done: make(chan struct{})}
+}
+
+// push puts e in the waiting heap. Callers hold q.mu.
+func (q *queueMirror) push(e *qentry) {
+	e.ready = false
+	heap.Push(&q.h, e)
+}
+
+// unheap takes e out of whichever heap holds it. Callers hold q.mu.
+func (q *queueMirror) unheap(e *qentry) {
+	switch {
+	case e.idx < 0:
+	case e.ready:
+		heap.Remove(&q.r, e.idx)
+	default:
+		heap.Remove(&q.h, e.idx)
+	}
+	e.ready = false
 }
 
 func (q *queueMirror) close() { q.once.Do(func() { close(q.done) }) }
@@ -109,18 +140,18 @@ func (q *queueMirror) load(e *qentry) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.entries[e.key] = e
-	heap.Push(&q.h, e)
+	q.push(e)
 }
 
 // put installs e (written by a commit), replacing the key's entry.
 func (q *queueMirror) put(e *qentry) {
 	q.mu.Lock()
-	if old := q.entries[e.key]; old != nil && old.idx >= 0 {
-		heap.Remove(&q.h, old.idx)
+	if old := q.entries[e.key]; old != nil {
+		q.unheap(old)
 	}
 	e.idx = -1
 	q.entries[e.key] = e
-	heap.Push(&q.h, e)
+	q.push(e)
 	q.mu.Unlock()
 	q.signal()
 }
@@ -131,27 +162,31 @@ func (q *queueMirror) remove(key string, seq uint64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if e := q.entries[key]; e != nil && e.seq == seq {
-		if e.idx >= 0 {
-			heap.Remove(&q.h, e.idx)
-		}
+		q.unheap(e)
 		delete(q.entries, key)
 	}
 }
 
-// take returns an entry available at now and marks it in flight, or the
-// time the earliest entry becomes available (zero when none waits).
+// take returns the entry available at now of the smallest rank and
+// marks it in flight, or the time the earliest entry becomes available
+// (zero when none waits).
 func (q *queueMirror) take(now time.Time) (*qentry, time.Time) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if len(q.h) == 0 {
-		return nil, time.Time{}
+	for q.h.Len() > 0 && !q.h.es[0].availableAt().After(now) {
+		e := heap.Pop(&q.h).(*qentry)
+		e.ready = true
+		heap.Push(&q.r, e)
 	}
-	if at := q.h[0].availableAt(); at.After(now) {
-		return nil, at
+	if q.r.Len() == 0 {
+		if q.h.Len() == 0 {
+			return nil, time.Time{}
+		}
+		return nil, q.h.es[0].availableAt()
 	}
-	e := heap.Pop(&q.h).(*qentry)
-	e.inflight = true
-	if len(q.h) > 0 && !q.h[0].availableAt().After(now) {
+	e := heap.Pop(&q.r).(*qentry)
+	e.ready, e.inflight = false, true
+	if q.r.Len() > 0 || q.h.Len() > 0 && !q.h.es[0].availableAt().After(now) {
 		q.signal() // more due: let another worker take it
 	}
 	return e, time.Time{}
@@ -173,7 +208,7 @@ func (q *queueMirror) release(e *qentry, at time.Time) {
 		}
 	}
 	e.notBefore = at
-	heap.Push(&q.h, e)
+	q.push(e)
 	q.mu.Unlock()
 	q.signal()
 }
@@ -191,7 +226,7 @@ func (q *queueMirror) settle(e *qentry) (deleteIt bool) {
 	if e.redispatch {
 		e.inflight, e.redispatch = false, false
 		e.notBefore = e.again
-		heap.Push(&q.h, e)
+		q.push(e)
 		q.signal()
 		return false
 	}
@@ -273,7 +308,7 @@ func (t *txn) syncQueue(k []byte, row *store.Execution) error {
 	case want && old != nil && ms(old.due) == ms(due):
 		return nil // already there
 	case want:
-		return t.putQueue(k, dispatch.WorkItem{TenantID: row.TenantID, ExecutionID: row.ExecutionID, PipelineID: row.PipelineID}, due)
+		return t.putQueue(k, dispatch.ItemOf(row), due)
 	case old != nil:
 		if err := b.Delete(k); err != nil {
 			return err

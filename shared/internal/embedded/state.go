@@ -175,7 +175,7 @@ func (s *State) CreateOrGet(ctx context.Context, req store.CreateRequest) (store
 // later read returns and shares no memory with the caller.
 func normalize(e store.Execution) store.Execution {
 	for _, t := range []*time.Time{&e.LeaseExpiresAt, &e.NextDueAt, &e.SweepAt, &e.VersionWaitSince,
-		&e.CancelRequestedAt, &e.PauseRequestedAt, &e.CreatedAt, &e.UpdatedAt} {
+		&e.CancelRequestedAt, &e.PauseRequestedAt, &e.CreatedAt, &e.UpdatedAt, &e.Rank} {
 		*t = fromMs(ms(*t))
 	}
 	e.ExpiresAt = fromSecs(secs(e.ExpiresAt))
@@ -302,6 +302,7 @@ func (s *State) Update(ctx context.Context, g store.Guard, next store.Execution)
 		u.PipelineVersion, u.IdempotencyKey, u.Input = row.PipelineVersion, row.IdempotencyKey, row.Input
 		u.Fingerprint, u.CreateToken, u.CreatedAt, u.Parent = row.Fingerprint, row.CreateToken, row.CreatedAt, row.Parent
 		u.ConcurrencyKey, u.RateLimit, u.RateKey = row.ConcurrencyKey, row.RateLimit, row.RateKey
+		u.Priority, u.Rank = row.Priority, row.Rank
 		if u.ExpiresAt.IsZero() {
 			u.ExpiresAt = row.ExpiresAt
 		}

@@ -95,7 +95,7 @@ func TestCommitAndHandOverAreOneWrite(t *testing.T) {
 		t.Fatalf("create took %d commits, want 1", n)
 	}
 	d := db.NewDispatcher(newCollector().handle, embedded.DispatcherOptions{})
-	item := dispatch.WorkItem{TenantID: "t1", ExecutionID: "a", PipelineID: "p.one"}
+	item := dispatch.ItemOf(&e) // what the engine dispatches: the row's rank rides on it
 	if err := d.Dispatch(context.Background(), dispatch.Message{Item: item}); err != nil {
 		t.Fatal(err)
 	}

@@ -242,7 +242,7 @@ func (r *Runtime) createChildren(ctx context.Context, parent *store.Execution, p
 			for i := range jobs {
 				p := ref
 				p.Index, p.Element = i, members[i]
-				e, err := r.createChild(ctx, parent.TenantID, &p, child, elems[p.Element], now, expires, records)
+				e, err := r.createChild(ctx, parent, &p, child, elems[p.Element], now, expires, records)
 				mu.Lock()
 				if err != nil && firstErr == nil {
 					firstErr = err
@@ -281,8 +281,9 @@ func (r *Runtime) createChildren(ctx context.Context, parent *store.Execution, p
 }
 
 // createChild creates (or finds) the child p names, element elem.
-func (r *Runtime) createChild(ctx context.Context, tenant string, p *store.ParentRef, child *pipeline.Pipeline, elem json.RawMessage,
+func (r *Runtime) createChild(ctx context.Context, parent *store.Execution, p *store.ParentRef, child *pipeline.Pipeline, elem json.RawMessage,
 	now, expires, records time.Time) (store.Execution, error) {
+	tenant := parent.TenantID
 	id, token := RoundChildID(p.ExecutionID, p.CreateToken, p.StepIndex, p.Round, p.Index)
 	in, err := payload.Write(ctx, r.deps.Payloads, payload.Payload{Encoding: payload.EncodingJSON, ContentType: payload.ContentTypeJSON, Data: elem},
 		"input/"+store.KeyID(tenant, id), r.cfg.InlineBudget, records)
@@ -303,6 +304,13 @@ func (r *Runtime) createChild(ctx context.Context, tenant string, p *store.Paren
 		CreatedAt: now, UpdatedAt: now, ExpiresAt: expires, RecordsExpireAt: records,
 		Parent: p,
 	}
+	// The child inherits its parent's priority (a row written before
+	// priorities: the child pipeline's default), ranked as submitted now.
+	prio := parent.Priority
+	if prio == 0 {
+		prio = pipeline.PriorityOf(child, 0)
+	}
+	r.prioritize(&row, prio)
 	if p.Index < p.MaxInFlight {
 		row.Status, row.NextDueAt, row.SweepAt = store.Queued, now, r.firstLook(now)
 	}

@@ -1,6 +1,6 @@
 // Concurrency keys: at most a pipeline's limit of one key's executions
 // hold a slot (pipeline.Concurrency); the others wait as WAITING_KEY and
-// are woken in submission order.
+// are woken in rank order (submission order aged by priority: priority.go).
 //
 // The design, and what each part costs on DynamoDB (docs/cost.md):
 //
@@ -21,13 +21,13 @@
 //     every KeyWaitLook.
 //   - Release: right after the terminal commit, one conditional write of
 //     the key's record that removes the holder and, when a row waits,
-//     hands the slot to the oldest waiter in the same write (a newcomer
+//     hands the slot to the first waiter (smallest rank) in the same write (a newcomer
 //     cannot take it first); the waiter is then woken (one row write,
 //     QUEUED with SlotHeld) and dispatched. A crash between the terminal
 //     commit and the release, or a lost wake-up, is repaired by the
 //     sweeper's look at a waiter: it wakes a waiter that holds a slot,
 //     evicts holders whose rows ended (or were re-driven: another life),
-//     and hands free slots to the oldest waiters.
+//     and hands free slots to the first waiters.
 
 package engine
 
@@ -139,7 +139,7 @@ func (r *Runtime) waitForKey(ctx context.Context, row store.Execution, limit int
 }
 
 // keyEnded releases the slot of an execution that just ended, handing it
-// to the key's oldest waiter (woken at once). Failures are logged: the
+// to the key's first waiter (woken at once). Failures are logged: the
 // sweeper's look at a waiter evicts a holder whose row ended.
 func (r *Runtime) keyEnded(ctx context.Context, e store.Execution) {
 	ss := r.slotStore()
@@ -167,7 +167,7 @@ func (r *Runtime) waiterPaused(ctx context.Context, e store.Execution) {
 	r.passSlot(ctx, ss, e)
 }
 
-// passSlot releases e's slot, handing it to the key's oldest waiter
+// passSlot releases e's slot, handing it to the key's first waiter (smallest rank)
 // (woken at once) when one waits.
 func (r *Runtime) passSlot(ctx context.Context, ss store.SlotStore, e store.Execution) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.DispatchTimeout+5*time.Second)
@@ -195,7 +195,7 @@ func (r *Runtime) passSlot(ctx context.Context, ss store.SlotStore, e store.Exec
 	}
 }
 
-// waiters returns up to n of the key's waiting rows, oldest first,
+// waiters returns up to n of the key's waiting rows, smallest rank first,
 // leaving out those in skip.
 func (r *Runtime) waiters(ctx context.Context, ss store.SlotStore, sc store.SlotScope, n int, skip map[string]bool) ([]store.Execution, error) {
 	keys, err := ss.Waiting(ctx, sc, n+len(skip))
@@ -244,7 +244,7 @@ func (r *Runtime) wake(ctx context.Context, w store.Execution) bool {
 // lookAtKeyWait is the sweeper's look at a WAITING_KEY row: it repairs
 // what a crash or a lost message left (a waiter handed a slot but not
 // woken, a holder whose row ended without releasing, a slot freed while
-// no one was waiting yet) and hands free slots to the oldest waiters.
+// no one was waiting yet) and hands free slots to the first waiters.
 // It returns the row's next look (zero when it was woken).
 func (r *Runtime) lookAtKeyWait(ctx context.Context, e store.Execution) time.Time {
 	now := r.deps.Clock.Now()

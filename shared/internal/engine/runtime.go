@@ -152,6 +152,13 @@ type Config struct {
 	// woken at one virtual instant run in no set order, and its fault
 	// draws must come in one.
 	FanOutParallel int
+	// PriorityAging is how much later a priority's executions rank than
+	// those of the priority one more urgent submitted at the same time
+	// (store.Execution.Rank): an execution is passed over only by more
+	// urgent ones submitted less than (the difference of priorities)
+	// times PriorityAging after it, at most four agings. Default 1
+	// minute.
+	PriorityAging time.Duration
 	// KeyWaitLook is how often the sweeper looks at an execution waiting
 	// for a slot of its concurrency key (WAITING_KEY) after its first look
 	// a grace after it began to wait: the look repairs a wake-up lost to
@@ -178,6 +185,7 @@ func DefaultConfig() Config {
 		ChainMaxSteps: 16,
 		ChildrenLook:  5 * time.Minute, FanOutParallel: 25, KeyWaitLook: 5 * time.Minute,
 		RateLimitHorizon: 15 * time.Minute, RateLimitWait: time.Second,
+		PriorityAging: time.Minute,
 	}
 }
 
@@ -224,6 +232,9 @@ func (c *Config) defaults() error {
 	}
 	if c.RateLimitWait <= 0 {
 		c.RateLimitWait = def.RateLimitWait
+	}
+	if c.PriorityAging <= 0 {
+		c.PriorityAging = def.PriorityAging
 	}
 	switch {
 	case c.Lease < 3*time.Millisecond:
@@ -364,6 +375,10 @@ type SubmitRequest struct {
 	// IdempotencyKey is the client's key ("" when none was sent).
 	IdempotencyKey string
 	Input          payload.Payload
+	// Priority is the execution's priority, pipeline.HighestPriority (1)
+	// to pipeline.LowestPriority (5); 0 takes the pipeline's default
+	// (pipeline.PriorityOf). Out of range: ErrInvalidInput.
+	Priority int
 	// scheduled: a schedule's fire (schedules.go), whose key is kept
 	// whatever the idempotency policy.
 	scheduled bool
@@ -394,6 +409,11 @@ func (r *Runtime) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, 
 		if err := check(req.Input); err != nil {
 			_, msg, _ := pipeline.Classify(err)
 			return SubmitResult{}, fmt.Errorf("%w: %s", ErrInvalidInput, msg)
+		}
+	}
+	if req.Priority != 0 {
+		if err := pipeline.CheckPriority(req.Priority); err != nil {
+			return SubmitResult{}, fmt.Errorf("%w: %s", ErrInvalidInput, err.Error())
 		}
 	}
 	concurrencyKey, err := p.KeyOf(req.Input)
@@ -448,6 +468,7 @@ func (r *Runtime) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, 
 		CreatedAt: now, UpdatedAt: now, ExpiresAt: expires, RecordsExpireAt: records,
 		ConcurrencyKey: concurrencyKey, RateLimit: rateLimit, RateKey: rateKey,
 	}
+	r.prioritize(&row, pipeline.PriorityOf(p, req.Priority))
 	got, created, err := r.deps.Store.CreateOrGet(ctx, store.CreateRequest{Execution: row})
 	if (err == nil && !created) || errors.Is(err, store.ErrKeyMismatch) {
 		// Another create won the key meanwhile: the input just written
@@ -620,7 +641,7 @@ func requestDigest(in payload.Payload) string {
 func (r *Runtime) dispatch(ctx context.Context, e *store.Execution, delay time.Duration) bool {
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.DispatchTimeout)
 	defer cancel()
-	item := dispatch.WorkItem{TenantID: e.TenantID, ExecutionID: e.ExecutionID, PipelineID: e.PipelineID}
+	item := dispatch.ItemOf(e)
 	if err := r.deps.Dispatcher.Dispatch(dctx, dispatch.Message{Item: item, Delay: delay}); err != nil {
 		r.execLogger(e).LogAttrs(ctx, slog.LevelWarn, "dispatch_failed", slog.String("event", "dispatch_failed"),
 			slog.String("error", err.Error()))

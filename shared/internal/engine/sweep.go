@@ -104,7 +104,7 @@ func (r *Runtime) Sweep(ctx context.Context, pass *SweepPass) (SweepResult, erro
 	for _, e := range rows {
 		switch act, at := r.sweepPlan(&e, r.deps.Clock.Now()); act {
 		case sweepRedispatch:
-			msgs = append(msgs, dispatch.Message{Item: dispatch.WorkItem{TenantID: e.TenantID, ExecutionID: e.ExecutionID, PipelineID: e.PipelineID}})
+			msgs = append(msgs, dispatch.Message{Item: dispatch.ItemOf(&e)})
 			redispatched = append(redispatched, e)
 		case sweepPublish:
 			if r.deadLetter(ctx, e) {

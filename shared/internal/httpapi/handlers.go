@@ -11,7 +11,9 @@ import (
 	"log/slog"
 	"mime"
 	"net/http"
+	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -75,7 +77,7 @@ func statusDocument(e *store.Execution) client.Execution {
 	if !e.VersionWaitSince.IsZero() {
 		d.VersionWaitSince = utc(e.VersionWaitSince)
 	}
-	d.ConcurrencyKey = e.ConcurrencyKey
+	d.ConcurrencyKey, d.Priority = e.ConcurrencyKey, e.Priority
 	if e.Status == store.WaitingKey {
 		d.KeyWaitSince = utc(e.UpdatedAt) // the wait's commit; the sweeper's looks leave the row's time alone
 	}
@@ -337,12 +339,16 @@ func (a *api) submit(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, kindKeyRequired.problem("This service requires an Idempotency-Key header on every submission."))
 		return
 	}
+	prio, ok := priorityParam(w, r.URL.Query())
+	if !ok {
+		return
+	}
 	in, ok := a.readPayload(w, r, p)
 	if !ok {
 		return
 	}
 
-	res, err := a.rt.Submit(r.Context(), engine.SubmitRequest{TenantID: tenant, PipelineID: pid, IdempotencyKey: key, Input: in})
+	res, err := a.rt.Submit(r.Context(), engine.SubmitRequest{TenantID: tenant, PipelineID: pid, IdempotencyKey: key, Input: in, Priority: prio})
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -359,6 +365,24 @@ func (a *api) submit(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Location", doc.StatusURL)
 	writeJSON(w, code, doc)
+}
+
+// priorityParam reads a submit's priority query parameter (0 when absent:
+// the pipeline's default), or writes the 400 naming it and returns false.
+// It is a parameter, not a body field: the body is the pipeline's input
+// as it is (JSON or protobuf).
+func priorityParam(w http.ResponseWriter, q url.Values) (int, bool) {
+	vs, has := q["priority"]
+	if !has {
+		return 0, true
+	}
+	n, err := strconv.Atoi(vs[0])
+	if len(vs) != 1 || err != nil || pipeline.CheckPriority(n) != nil {
+		writeProblem(w, kindInvalidRequest.problem(fmt.Sprintf("priority must be given once, an integer from %d (most urgent) to %d (least urgent).",
+			pipeline.HighestPriority, pipeline.LowestPriority)))
+		return 0, false
+	}
+	return n, true
 }
 
 // executionKey returns the key of the execution the path names, or writes

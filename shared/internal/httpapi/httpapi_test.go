@@ -533,7 +533,7 @@ func TestStatus(t *testing.T) {
 	want := client.Execution{
 		ExecutionID: sub.ExecutionID, PipelineID: "greet", PipelineVersion: doc.PipelineVersion, IdempotencyKey: "k", Status: store.Queued, StepIndex: 0, StepName: "greet",
 		Attempt: 1, Version: 1, CreatedAt: epoch, UpdatedAt: epoch,
-		NextDueAt: epoch,
+		NextDueAt: epoch, Priority: pipeline.DefaultPriority,
 	}
 	if doc != want {
 		t.Errorf("status document\n got %+v\nwant %+v", doc, want)

@@ -26,7 +26,7 @@ func withKeyed(t *testing.T) envOption {
 			return pipeline.NewStep(name, func(_ context.Context, _ pipeline.StepInfo, in order) (order, error) { return in, nil })
 		}
 		keyed := pipeline.Pipeline{ID: "keyed", Steps: []pipeline.Step{step("pack"), pipeline.Sleep("nap", time.Hour), step("ship")},
-			Concurrency: pipeline.ConcurrencyKey("customer", 1, func(o order) string { return o.Customer })}
+			Concurrency: pipeline.ConcurrencyKey("customer", 1, func(o order) string { return o.Customer }), Priority: 2}
 		reg, err := pipeline.NewRegistry(append(testPipelines(), keyed)...)
 		if err != nil {
 			t.Fatal(err)
@@ -70,7 +70,10 @@ func TestStatusShowsTheConcurrencyKey(t *testing.T) {
 	if c := p.Versions[0].Concurrency; c == nil || c.Name != "customer" || c.Limit != 1 {
 		t.Errorf("the keyed pipeline's concurrency %+v", c)
 	}
-	if p := decode[client.Pipeline](t, get(e, "/v1/pipelines/echo")); p.Versions[0].Concurrency != nil {
-		t.Errorf("echo shows a concurrency %+v", p.Versions[0].Concurrency)
+	if p.Versions[0].Priority != 2 {
+		t.Errorf("the keyed pipeline's default priority %d, want its declared 2", p.Versions[0].Priority)
+	}
+	if p := decode[client.Pipeline](t, get(e, "/v1/pipelines/echo")); p.Versions[0].Concurrency != nil || p.Versions[0].Priority != 3 {
+		t.Errorf("echo shows a concurrency %+v or a default priority %d (want 3)", p.Versions[0].Concurrency, p.Versions[0].Priority)
 	}
 }

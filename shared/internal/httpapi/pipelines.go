@@ -57,7 +57,8 @@ func catalog(reg *pipeline.Registry, log *slog.Logger) []client.Pipeline {
 		doc := client.Pipeline{PipelineID: id, CurrentVersion: cur.VersionID()}
 		for _, v := range reg.Versions(id) {
 			p, _ := reg.Version(id, v)
-			ver := client.PipelineVersion{Version: v, Label: p.Version, Draining: p.Draining, Steps: make([]client.PipelineStep, len(p.Steps))}
+			ver := client.PipelineVersion{Version: v, Label: p.Version, Draining: p.Draining, Steps: make([]client.PipelineStep, len(p.Steps)),
+				Priority: pipeline.PriorityOf(p, 0)}
 			for i := range p.Steps {
 				ver.Steps[i] = client.PipelineStep{Name: p.Steps[i].Name, Kind: p.Steps[i].Kind()}
 			}

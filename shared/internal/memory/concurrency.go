@@ -108,7 +108,7 @@ func (s *StateStore) Waiting(ctx context.Context, sc store.SlotScope, limit int)
 	}
 	s.mu.Unlock()
 	sort.Slice(rows, func(i, j int) bool {
-		if a, b := rows[i].CreatedAt.UnixMilli(), rows[j].CreatedAt.UnixMilli(); a != b {
+		if a, b := rows[i].WaitRank().UnixMilli(), rows[j].WaitRank().UnixMilli(); a != b {
 			return a < b
 		}
 		return rows[i].ExecutionID < rows[j].ExecutionID

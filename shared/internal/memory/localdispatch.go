@@ -1,5 +1,5 @@
 // The dispatcher (NewDispatcher) is the in-process "event" work dispatcher: a
-// queue in memory drained by a pool of goroutines that call the runtime's
+// queue in memory, smallest rank first, drained by a pool of goroutines that call the runtime's
 // handler. It keeps the queue-async lifecycle while the process lives and
 // loses queued items when it exits (the sweeper re-dispatches them from a
 // durable store).
@@ -8,6 +8,7 @@ package memory
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -177,8 +178,16 @@ func (d *Dispatcher) pop() (dispatch.WorkItem, bool) {
 	if d.closed || len(d.queue) == 0 {
 		return dispatch.WorkItem{}, false
 	}
-	item := d.queue[0]
-	d.queue = d.queue[1:]
+	// The smallest rank first (dispatch.WorkItem.Rank), in arrival order
+	// among equal ranks.
+	i := 0
+	for j, it := range d.queue {
+		if it.Rank < d.queue[i].Rank {
+			i = j
+		}
+	}
+	item := d.queue[i]
+	d.queue = slices.Delete(d.queue, i, i+1)
 	if len(d.queue) > 0 {
 		d.signal() // let another worker pick up the rest
 	}

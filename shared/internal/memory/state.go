@@ -199,6 +199,7 @@ func (s *StateStore) Update(ctx context.Context, g store.Guard, next store.Execu
 	updated.Fingerprint, updated.CreateToken = row.Fingerprint, row.CreateToken
 	updated.CreatedAt, updated.Parent, updated.ConcurrencyKey = row.CreatedAt, row.Parent, row.ConcurrencyKey
 	updated.RateLimit, updated.RateKey = row.RateLimit, row.RateKey
+	updated.Priority, updated.Rank = row.Priority, row.Rank
 	if updated.ExpiresAt.IsZero() {
 		updated.ExpiresAt = row.ExpiresAt
 	}

@@ -62,6 +62,9 @@ type keyBook struct {
 	waited map[string]bool
 	// bursts are the instants keyed submissions crowd around.
 	bursts []time.Time
+	// line is the simulator's wait line of every key: the executions
+	// (by slot) whose last landed write is WAITING_KEY (priority.go).
+	line map[string]*waiter
 }
 
 // keyedPipelines are the keyed pipelines a process serves.
@@ -98,6 +101,7 @@ func (w *world) drawKeyed(s *submission) {
 	if w.chance(0.75) {
 		s.at = bursts[w.intn(len(bursts))].Add(w.between(0, 5*time.Minute))
 	}
+	w.drawPriority(s)
 }
 
 // keyScope names the key of a keyed row as the simulator knows it: the
@@ -226,6 +230,20 @@ func (g *gatedStore) Slots(ctx context.Context, s store.SlotScope) (holders []st
 
 // Waiting implements store.SlotStore behind the gate.
 func (g *gatedStore) Waiting(ctx context.Context, s store.SlotScope, limit int) (keys []store.Key, err error) {
-	err = g.p.do("waiting", ioRead, "", func() error { keys, err = g.slots().Waiting(ctx, s, limit); return err })
+	err = g.p.do("waiting", ioRead, "", func() error {
+		if g.p.w.o.ignoreRank {
+			// The broken variant: a store that ignores the rank.
+			if keys, err = g.slots().Waiting(ctx, s, 1000); err == nil {
+				keys = g.p.w.byCreation(keys)
+				keys = keys[:min(len(keys), max(limit, 1))]
+			}
+		} else {
+			keys, err = g.slots().Waiting(ctx, s, limit)
+		}
+		if err == nil {
+			g.p.w.checkWaitRead(s, limit, keys)
+		}
+		return err
+	})
 	return keys, err
 }

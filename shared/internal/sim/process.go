@@ -280,6 +280,7 @@ func (g *gatedStore) Claim(ctx context.Context, req store.ClaimRequest) (e store
 	err = g.p.do("claim", ioCommit, req.Key.ExecutionID, func() error {
 		if e, err = g.s.Claim(ctx, req); err == nil {
 			g.p.w.keyClaimLanded(e)
+			g.p.w.keyWaitLanded(e)
 		}
 		return err
 	})
@@ -301,6 +302,7 @@ func (g *gatedStore) Update(ctx context.Context, guard store.Guard, next store.E
 	err = g.p.do("commit", ioCommit, guard.Key.ExecutionID, func() error {
 		if e, err = g.s.Update(ctx, guard, next); err == nil {
 			g.p.w.keyWriteLanded(e)
+			g.p.w.keyWaitLanded(e)
 		}
 		return err
 	})

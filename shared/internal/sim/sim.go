@@ -51,6 +51,10 @@ type Options struct {
 	// reservation granted at once, nothing written): the test that proves
 	// the rate limit invariant can fail sets it.
 	skipRateReservation bool
+	// ignoreRank is the broken variant of priorities (tests only): the
+	// wait line of a key is read in creation order, as by a store that
+	// ignores the rank; invKeyRankOrder must catch it.
+	ignoreRank bool
 }
 
 func (o *Options) defaults() {

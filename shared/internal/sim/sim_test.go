@@ -149,3 +149,31 @@ func TestSimulateBudget(t *testing.T) {
 		})
 	}
 }
+
+// TestRankInvariantCatchesIgnoredRank: the invariant that no waiter is
+// passed over by one ranked after it holds on a run, and finds the
+// broken variant (a key's wait line read in creation order, ignoring the
+// priorities) on the same seed.
+func TestRankInvariantCatchesIgnoredRank(t *testing.T) {
+	o := Options{Seed: 20261203, Store: StoreMemory, Executions: 400, VirtualDays: 1}
+	good := Run(t, o)
+	if good.Checks[invKeyRankOrder] == 0 {
+		t.Fatalf("no read of a wait line was checked:\n%s", good.Table())
+	}
+	for _, v := range good.Violations {
+		if v.Invariant == invKeyRankOrder {
+			t.Fatalf("a violation on the correct runtime: %+v", v)
+		}
+	}
+	o.ignoreRank = true
+	bad := Run(t, o)
+	n := 0
+	for _, v := range bad.Violations {
+		if v.Invariant == invKeyRankOrder {
+			n++
+		}
+	}
+	if n == 0 {
+		t.Fatalf("the broken variant (wait line in creation order) broke no rank order:\n%s", bad.Table())
+	}
+}

@@ -20,6 +20,8 @@ type submission struct {
 	// come from two).
 	tenant string
 	body   doc
+	// priority is the priority it is submitted with (0: none given).
+	priority int
 	// reuseOf is the earlier submission whose key (or, key-less, whose
 	// body) this one reuses.
 	reuseOf *submission

@@ -195,7 +195,7 @@ func (w *world) submit(s *submission) {
 		return
 	}
 	partsBefore := w.back.parts()
-	res, err := p.rt.Submit(context.Background(), engine.SubmitRequest{TenantID: cmp.Or(s.tenant, tenant), PipelineID: s.pipeline, IdempotencyKey: s.key, Input: in})
+	res, err := p.rt.Submit(context.Background(), engine.SubmitRequest{TenantID: cmp.Or(s.tenant, tenant), PipelineID: s.pipeline, IdempotencyKey: s.key, Input: in, Priority: s.priority})
 	e := res.Execution
 	switch {
 	case p.isCrashed() || (err != nil && (errors.Is(err, store.ErrUnavailable) || errors.Is(err, errCrashed))):

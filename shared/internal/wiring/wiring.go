@@ -328,6 +328,7 @@ func RuntimeConfig(c config.Config) engine.Config {
 		ReleaseLimit:        c.ReleaseLimit,
 		ChainMaxSteps:       c.ChainMaxSteps,
 		RateLimitHorizon:    c.RateLimitHorizon,
+		PriorityAging:       c.PriorityAging,
 		ExecutionTTL:        time.Duration(c.ExecutionTTLDays) * 24 * time.Hour,
 		InlineBudget:        c.InlineBudgetBytes,
 		IdempotencyPolicy:   engine.IdempotencyPolicy(c.IdempotencyPolicy),
