@@ -1,7 +1,11 @@
 package dynamo
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/qasync/qasync/shared/schema"
@@ -42,5 +46,44 @@ func TestAttributesMatchTheSchema(t *testing.T) {
 			!slices.Equal(got.indexes, c.want.indexes) || !slices.Equal(got.projected, c.want.projected) {
 			t.Errorf("%s table: schema defines %+v, this package writes %+v", name, got, c.want)
 		}
+	}
+}
+
+// TestRowAttributeNamesAreDistinct: no two attributes of an execution
+// row (the first const block of attrs.go) share a name. Two features
+// built apart once both chose "rk" (the rank and the rate key): one
+// would have overwritten the other in every row.
+func TestRowAttributeNamesAreDistinct(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), "attrs.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var block *ast.GenDecl
+	for _, d := range f.Decls {
+		if g, ok := d.(*ast.GenDecl); ok && g.Tok == token.CONST {
+			block = g
+			break
+		}
+	}
+	if block == nil {
+		t.Fatal("attrs.go has no const block")
+	}
+	seen := map[string]string{}
+	for _, spec := range block.Specs {
+		vs := spec.(*ast.ValueSpec)
+		for i, name := range vs.Names {
+			lit, ok := vs.Values[i].(*ast.BasicLit)
+			if !ok || lit.Kind != token.STRING {
+				continue
+			}
+			v, _ := strconv.Unquote(lit.Value)
+			if other, dup := seen[v]; dup {
+				t.Errorf("%s and %s are both %q", other, name.Name, v)
+			}
+			seen[v] = name.Name
+		}
+	}
+	if len(seen) < 40 {
+		t.Errorf("read %d row attributes from attrs.go: the first const block is not the row's any more", len(seen))
 	}
 }
