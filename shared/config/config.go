@@ -240,6 +240,19 @@ type Config struct {
 	// set, metrics are written to stdout in CloudWatch Embedded Metric
 	// Format under this namespace.
 	MetricsNamespace string
+	// TracingExporter is key "tracing.exporter", default none (off): otlp
+	// sends OpenTelemetry spans of submits, queue hops, step attempts and
+	// commits to TracingEndpoint (docs/tracing.md).
+	TracingExporter string
+	// TracingEndpoint is key "tracing.endpoint", default empty: the
+	// OTLP/HTTP endpoint URL of tracing.exporter otlp; empty uses the
+	// OpenTelemetry environment (OTEL_EXPORTER_OTLP_ENDPOINT, else a
+	// collector on localhost:4318).
+	TracingEndpoint string
+	// TracingSampleRatio is key "tracing.sample-ratio", default 1, 0 to 1:
+	// the share of new traces recorded (a span with a parent follows its
+	// parent's decision).
+	TracingSampleRatio float64
 	// SQSVisibility is key "sqs.visibility-timeout", default 60s: how long
 	// a received work item stays hidden; the poller extends it while a
 	// transition runs.
@@ -334,6 +347,8 @@ func Default() Config {
 		CapacityStepsPerSecond: 1000,
 		SQSWaitSeconds:         20,
 		SQSVisibility:          schema.WorkVisibility,
+		TracingExporter:        "none",
+		TracingSampleRatio:     1,
 		ClockSkewTolerance:     2 * time.Second,
 		PipelineVersionWait:    time.Hour,
 		DispatchTimeout:        2 * time.Second,
@@ -549,6 +564,18 @@ var entries = []entry{
 		func(c *Config) *string { return &c.EventsSink }, lower, oneOf("eventbridge", "log")),
 	field("metrics.namespace", "CloudWatch namespace of metrics written to stdout in Embedded Metric Format; empty: off.",
 		func(c *Config) *string { return &c.MetricsNamespace }, verbatim, nil),
+	field("tracing.exporter", "OpenTelemetry traces of submits, queue hops, step attempts and commits (docs/tracing.md): none (off: no tracer, no trace context in work items) or otlp (OTLP/HTTP to tracing.endpoint; AWS X-Ray through an OpenTelemetry collector).",
+		func(c *Config) *string { return &c.TracingExporter }, lower, oneOf("none", "otlp")),
+	field("tracing.endpoint", "OTLP/HTTP endpoint URL of tracing.exporter otlp (http://collector:4318); empty: the OpenTelemetry environment (OTEL_EXPORTER_OTLP_ENDPOINT), else localhost:4318.",
+		func(c *Config) *string { return &c.TracingEndpoint }, verbatim,
+		func(_ Config, v string) error {
+			if v != "" && !strings.HasPrefix(v, "http://") && !strings.HasPrefix(v, "https://") {
+				return fmt.Errorf("must be an http:// or https:// URL, got %q", v)
+			}
+			return nil
+		}),
+	field("tracing.sample-ratio", "Share of new traces recorded by tracing.exporter otlp; a span with a parent follows its parent's decision; 0 to 1.",
+		func(c *Config) *float64 { return &c.TracingSampleRatio }, parseFloat, between(0.0, 1.0)),
 	field("sqs.wait-seconds", "Long-poll wait of the work queue poller in seconds; 1 to 20 (0, short polling, would send requests back to back on an idle queue).",
 		func(c *Config) *int { return &c.SQSWaitSeconds }, parseInt[int], between(1, 20)),
 	field("sqs.visibility-timeout", "Visibility timeout of a received work item (duration); the poller extends it while a transition runs; 1s to 12h.",

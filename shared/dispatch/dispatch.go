@@ -18,6 +18,11 @@ type WorkItem struct {
 	ExecutionID string `json:"executionId"`
 	// PipelineID is routing information only.
 	PipelineID string `json:"pipelineId,omitempty"`
+	// TraceParent is the W3C traceparent of the span that dispatched the
+	// item (package tracing), so that the worker's spans join the
+	// submitter's trace; empty when tracing is off. Transports carry it
+	// beside the body where they can (SQS: a message attribute).
+	TraceParent string `json:"traceParent,omitempty"`
 }
 
 // Message is a work item with its delivery delay.

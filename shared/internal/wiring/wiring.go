@@ -40,6 +40,7 @@ import (
 	"github.com/qasync/qasync/shared/internal/memory"
 	"github.com/qasync/qasync/shared/internal/metrics"
 	"github.com/qasync/qasync/shared/internal/outbox"
+	"github.com/qasync/qasync/shared/internal/tracing"
 	"github.com/qasync/qasync/shared/pipeline"
 	"github.com/qasync/qasync/shared/reject"
 	"github.com/qasync/qasync/shared/store"
@@ -109,8 +110,10 @@ type Process struct {
 	EventTypes outbox.Types
 
 	closeDefaults func(ctx context.Context) error
-	once          sync.Once
-	closeErr      error
+	// tracer is the tracer provider of tracing.exporter (nil: off).
+	tracer   *tracing.Provider
+	once     sync.Once
+	closeErr error
 }
 
 // Assemble validates c, opens the backend, fills in the defaults, and
@@ -195,6 +198,11 @@ func Assemble(ctx context.Context, c config.Config, reg *pipeline.Registry, o Op
 		_ = p.Close(context.Background())
 		return nil, err
 	}
+	if p.tracer, err = tracing.New(ctx, tracing.Options{Exporter: c.TracingExporter, Endpoint: c.TracingEndpoint,
+		SampleRatio: c.TracingSampleRatio, ServiceName: "qasync"}); err != nil {
+		_ = p.Close(context.Background())
+		return nil, fmt.Errorf("wiring: %s: %w", config.FullKey("tracing.exporter"), err)
+	}
 	deps := faultSeams(o.Faults, log, engine.Deps{
 		Registry: reg, Store: p.Seams.State, Payloads: p.Seams.Payloads, Dispatcher: p.Seams.Dispatcher,
 		DeadLetter: p.Seams.DeadLetters, Effects: p.Seams.Effects, Clock: clk, Logger: log, Observers: observers,
@@ -204,6 +212,9 @@ func Assemble(ctx context.Context, c config.Config, reg *pipeline.Registry, o Op
 	})
 	if lister, ok := p.Seams.Recorder.(deadletter.Lister); ok {
 		deps.DeadLetters = lister
+	}
+	if p.tracer != nil {
+		deps.TracerProvider = p.tracer
 	}
 	if js, ok := p.Seams.State.(store.JobStore); ok {
 		deps.Jobs = js // beside the rows (a fault wrapper of the store hides it)
@@ -308,6 +319,8 @@ func (p *Process) Close(ctx context.Context) error {
 		if p.Seams.Close != nil {
 			p.closeErr = errors.Join(p.closeErr, p.Seams.Close(ctx))
 		}
+		// Last: the spans of the work drained above are flushed.
+		p.closeErr = errors.Join(p.closeErr, p.tracer.Shutdown(ctx))
 	})
 	return p.closeErr
 }

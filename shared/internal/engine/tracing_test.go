@@ -1,0 +1,232 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/qasync/qasync/shared/internal/engine"
+	"github.com/qasync/qasync/shared/pipeline"
+	"github.com/qasync/qasync/shared/store"
+)
+
+// secret marks payload bytes: no span may carry it.
+const secret = "SECRET-PAYLOAD-7f3a"
+
+// TestTraceTreeAcrossRetryAndCrash: one execution of a three-step
+// pipeline, traced into an in-memory exporter. Step b fails once and is
+// retried; the worker running step c crashes (its store is gone, the
+// lease lapses) and another takes the redelivered work item over. The
+// spans form one trace rooted at the submit: every attempt (the failed
+// ones with an error status) under a receive span under a dispatch span,
+// every commit under its attempt, every span with the execution's ids,
+// none with payload bytes.
+func TestTraceTreeAcrossRetryAndCrash(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		exp := tracetest.NewInMemoryExporter()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+		c := newCluster(t)
+		c.tracer = tp
+
+		failed := false
+		crashing := true
+		steps := []pipeline.Step{
+			appendStep("a"),
+			step("b", func(_ context.Context, _ pipeline.StepInfo, in map[string]any) (map[string]any, error) {
+				if !failed {
+					failed = true
+					return nil, pipeline.Retryable("flaky", errors.New("b failed with "+secret))
+				}
+				in["b"] = secret
+				return in, nil
+			}),
+			step("c", func(ctx context.Context, _ pipeline.StepInfo, in map[string]any) (map[string]any, error) {
+				if crashing {
+					<-ctx.Done() // the worker "dies" here: nothing of it commits
+					return nil, ctx.Err()
+				}
+				in["c"] = secret
+				return in, nil
+			}),
+		}
+		p := pipeline.Pipeline{ID: "p.traced", Steps: steps}
+		cfg := engine.Config{Retry: fastRetry, Lease: 3 * time.Second, ChainMaxSteps: 1}
+		shared := c.store
+		crashed := &gone{Store: shared}
+		c.store = crashed
+		dead := c.worker("dead", cfg, nil, p)
+		c.store = shared
+		alive := c.worker("alive", cfg, nil, p)
+
+		e := submitTo(t, alive, "p.traced", "k1", map[string]any{"in": secret})
+		deliver(alive, c.queue) // a
+		deliver(alive, c.queue) // b fails: WAIT_RETRY
+		time.Sleep(time.Minute)
+		deliver(alive, c.queue) // b again
+		items := c.queue.take()
+		if len(items) != 1 {
+			t.Fatalf("%d items for step c", len(items))
+		}
+		// Step c's worker dies mid-step: its store is gone, its lease lapses.
+		crashed.dead.Store(true)
+		if err := dead.Process(context.Background(), items[0].Item); err != nil {
+			t.Fatal(err)
+		}
+		crashing = false
+		time.Sleep(10 * time.Second)
+		// The queue delivers the same message again (its visibility ended).
+		if err := alive.Process(context.Background(), items[0].Item); err != nil {
+			t.Fatal(err)
+		}
+		if got := c.get(e.ExecutionID); got.Status != store.Succeeded {
+			t.Fatalf("status %s", got.Status)
+		}
+
+		spans := exp.GetSpans()
+		byID := map[trace.SpanID]tracetest.SpanStub{}
+		for _, s := range spans {
+			byID[s.SpanContext.SpanID()] = s
+		}
+		parentOf := func(s tracetest.SpanStub) (tracetest.SpanStub, bool) {
+			p, ok := byID[s.Parent.SpanID()]
+			return p, ok
+		}
+		var roots, steps2, commits []tracetest.SpanStub
+		for _, s := range spans {
+			if s.SpanContext.TraceID() != spans[0].SpanContext.TraceID() {
+				t.Errorf("span %s in another trace", s.Name)
+			}
+			if !s.Parent.IsValid() {
+				roots = append(roots, s)
+				continue
+			}
+			if _, ok := parentOf(s); !ok {
+				t.Errorf("span %s has a parent not exported", s.Name)
+			}
+			switch s.Name {
+			case "qasync.step":
+				steps2 = append(steps2, s)
+			case "qasync.commit":
+				commits = append(commits, s)
+			}
+			attrs := attrMap(s.Attributes)
+			if attrs["qasync.execution_id"] != e.ExecutionID || attrs["qasync.tenant"] != "t1" || attrs["qasync.pipeline"] != "p.traced" {
+				t.Errorf("span %s attributes %v", s.Name, attrs)
+			}
+		}
+		if len(roots) != 1 || roots[0].Name != "qasync.submit" {
+			t.Fatalf("roots %v", names(roots))
+		}
+		if attrMap(roots[0].Attributes)["qasync.execution_id"] != e.ExecutionID {
+			t.Errorf("submit attributes %v", roots[0].Attributes)
+		}
+		// The attempts, in order: a, b (failed), b, c (crashed), c (takeover).
+		want := []struct {
+			step, attempt string
+			failed        bool
+			takeover      bool
+		}{{"a", "1", false, false}, {"b", "1", true, false}, {"b", "2", false, false}, {"c", "1", true, false}, {"c", "2", false, true}}
+		if len(steps2) != len(want) {
+			t.Fatalf("%d step spans, want %d", len(steps2), len(want))
+		}
+		for i, w := range want {
+			s := steps2[i]
+			a := attrMap(s.Attributes)
+			if a["qasync.step"] != w.step || a["qasync.attempt"] != w.attempt || a["qasync.transition_key"] == "" ||
+				a["qasync.takeover"] != fmt.Sprint(w.takeover) {
+				t.Errorf("attempt %d attributes %v", i, a)
+			}
+			if (s.Status.Code == codes.Error) != w.failed {
+				t.Errorf("attempt %d (%s#%s) status %v", i, w.step, w.attempt, s.Status)
+			}
+			recv, _ := parentOf(s)
+			disp, _ := parentOf(recv)
+			if recv.Name != "qasync.receive" || recv.SpanKind != trace.SpanKindConsumer ||
+				disp.Name != "qasync.dispatch" || disp.SpanKind != trace.SpanKindProducer {
+				t.Errorf("attempt %d under %s under %s", i, recv.Name, disp.Name)
+			}
+		}
+		if a := attrMap(steps2[1].Attributes); a["qasync.error_code"] != "flaky" {
+			t.Errorf("failed attempt's code %q", a["qasync.error_code"])
+		}
+		if a := attrMap(steps2[3].Attributes); a["qasync.error_code"] != "lease_lost" {
+			t.Errorf("crashed attempt's code %q", a["qasync.error_code"])
+		}
+		// The crash and its takeover received the same message: both
+		// receive spans are children of one dispatch span.
+		r3, _ := parentOf(steps2[3])
+		r4, _ := parentOf(steps2[4])
+		if r3.Parent.SpanID() != r4.Parent.SpanID() {
+			t.Error("the takeover's receive is not a child of the crashed attempt's dispatch")
+		}
+		// Commits: a, b's failure (WAIT_RETRY), b, c; each under its attempt.
+		wantStatus := []string{"QUEUED", "WAIT_RETRY", "QUEUED", "SUCCEEDED"}
+		if len(commits) != len(wantStatus) {
+			t.Fatalf("%d commits", len(commits))
+		}
+		for i, s := range commits {
+			if p, _ := parentOf(s); p.Name != "qasync.step" {
+				t.Errorf("commit %d under %s", i, p.Name)
+			}
+			if got := attrMap(s.Attributes)["qasync.status"]; got != wantStatus[i] {
+				t.Errorf("commit %d status %s, want %s", i, got, wantStatus[i])
+			}
+		}
+		// No payload bytes anywhere.
+		for _, s := range spans {
+			all := fmt.Sprint(s.Attributes, s.Status, s.Events, s.Links)
+			if strings.Contains(all, secret) {
+				t.Errorf("span %s carries payload bytes: %s", s.Name, all)
+			}
+		}
+	})
+}
+
+// TestNoTraceParentWhenTracingOff: without a tracer provider the runtime
+// writes no traceparent into its work items.
+func TestNoTraceParentWhenTracingOff(t *testing.T) {
+	c := newCluster(t)
+	rt := c.worker("w", engine.Config{ChainMaxSteps: 1}, nil, threeSteps())
+	submitTo(t, rt, "p.three", "", map[string]any{})
+	for range 3 {
+		msgs := c.queue.take()
+		if len(msgs) != 1 || msgs[0].Item.TraceParent != "" {
+			t.Fatalf("work items %+v", msgs)
+		}
+		c.queue.msgs = msgs
+		deliver(rt, c.queue)
+	}
+	// And with tracing on, it does (the check above is not vacuous).
+	c.tracer = sdktrace.NewTracerProvider()
+	traced := c.worker("traced", engine.Config{}, nil, threeSteps())
+	submitTo(t, traced, "p.three", "", map[string]any{})
+	if msgs := c.queue.take(); len(msgs) != 1 || !strings.HasPrefix(msgs[0].Item.TraceParent, "00-") {
+		t.Fatalf("traced work items %+v", msgs)
+	}
+}
+
+func attrMap(kv []attribute.KeyValue) map[string]string {
+	m := map[string]string{}
+	for _, a := range kv {
+		m[string(a.Key)] = a.Value.Emit()
+	}
+	return m
+}
+
+func names(ss []tracetest.SpanStub) []string {
+	var out []string
+	for _, s := range ss {
+		out = append(out, s.Name)
+	}
+	return out
+}
