@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -15,6 +16,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/qasync/qasync/shared/dispatch"
+	"github.com/qasync/qasync/shared/internal/embedded"
 	"github.com/qasync/qasync/shared/internal/engine"
 	"github.com/qasync/qasync/shared/pipeline"
 	"github.com/qasync/qasync/shared/store"
@@ -229,4 +232,107 @@ func names(ss []tracetest.SpanStub) []string {
 		out = append(out, s.Name)
 	}
 	return out
+}
+
+// TestSweeperRedispatchStartsANewTrace: a work item lost after the
+// submit is sent again by the sweeper, which has no live parent: its
+// redispatch span is the root of a new trace carrying the execution's
+// ids (how the two traces are found together), and the worker's spans
+// follow it.
+func TestSweeperRedispatchStartsANewTrace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		exp := tracetest.NewInMemoryExporter()
+		c := newCluster(t)
+		c.tracer = sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+		rt := c.worker("w", engine.Config{SweepGrace: time.Second}, nil, threeSteps())
+		e := submitTo(t, rt, "p.three", "", map[string]any{})
+		c.queue.take() // lost
+		time.Sleep(2 * time.Second)
+		if res := c.sweep(rt); res.Redispatched != 1 {
+			t.Fatalf("sweep %+v", res)
+		}
+		msgs := c.queue.take()
+		if len(msgs) != 1 || msgs[0].Item.TraceParent == "" {
+			t.Fatalf("redispatched %+v", msgs)
+		}
+		c.queue.msgs = msgs
+		deliver(rt, c.queue)
+		var submit, redispatch tracetest.SpanStub
+		for _, s := range exp.GetSpans() {
+			switch s.Name {
+			case "qasync.submit":
+				submit = s
+			case "qasync.redispatch":
+				redispatch = s
+			}
+		}
+		if redispatch.Parent.IsValid() || redispatch.SpanKind != trace.SpanKindProducer ||
+			redispatch.SpanContext.TraceID() == submit.SpanContext.TraceID() {
+			t.Fatalf("redispatch span %+v", redispatch)
+		}
+		if a := attrMap(redispatch.Attributes); a["qasync.execution_id"] != e.ExecutionID || a["qasync.tenant"] != "t1" {
+			t.Fatalf("redispatch attributes %v", a)
+		}
+		receives := 0
+		for _, s := range exp.GetSpans() {
+			if s.Name == "qasync.receive" && s.Parent.SpanID() == redispatch.SpanContext.SpanID() {
+				receives++
+			}
+		}
+		if receives != 1 {
+			t.Fatalf("%d receives under the redispatch", receives)
+		}
+	})
+}
+
+// TestTraceOverTheEmbeddedQueue: over the embedded store's queue, whose
+// commits write their hand-over's entry themselves (the dispatch that
+// follows finds it covered), an execution of three steps is one trace:
+// every receive span has a dispatch span as parent. Deliveries are driven
+// by hand (DeliverOne), after each dispatch call returned.
+func TestTraceOverTheEmbeddedQueue(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	reg, err := pipeline.NewRegistry(threeSteps())
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := embedded.Open(t.TempDir(), embedded.Options{NoControl: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	var rt *engine.Runtime
+	disp := db.NewDispatcher(func(ctx context.Context, item dispatch.WorkItem) error { return rt.Process(ctx, item) }, embedded.DispatcherOptions{Workers: 1})
+	rt, err = engine.New(engine.Config{ChainMaxSteps: 1, WorkerID: "w"}, engine.Deps{
+		Registry: reg, Store: db.State(nil), Payloads: db.Payloads(nil), Dispatcher: disp, DeadLetter: &recordingDLQ{},
+		Logger: slog.New(slog.DiscardHandler), TracerProvider: sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := submitTo(t, rt, "p.three", "", map[string]any{})
+	for disp.DeliverOne() {
+	}
+	if got, err := db.State(nil).Get(context.Background(), e.Key()); err != nil || got.Status != store.Succeeded {
+		t.Fatalf("not done: %s %v", got.Status, err)
+	}
+	traces := map[trace.TraceID]bool{}
+	byID := map[trace.SpanID]string{}
+	spans := exp.GetSpans()
+	for _, s := range spans {
+		traces[s.SpanContext.TraceID()] = true
+		byID[s.SpanContext.SpanID()] = s.Name
+	}
+	receives := 0
+	for _, s := range spans {
+		if s.Name == "qasync.receive" {
+			receives++
+			if byID[s.Parent.SpanID()] != "qasync.dispatch" {
+				t.Errorf("a receive span's parent is %q", byID[s.Parent.SpanID()])
+			}
+		}
+	}
+	if len(traces) != 1 || receives != 3 {
+		t.Fatalf("%d traces, %d receives", len(traces), receives)
+	}
 }

@@ -63,6 +63,10 @@ type Options struct {
 	SampleRatio float64
 	// ServiceName names the process in the traces (service.name).
 	ServiceName string
+	// Sync exports each span as it ends rather than in batches: for a
+	// process frozen between invocations (AWS Lambda), where a batch may
+	// wait for the next invocation or be lost.
+	Sync bool
 }
 
 // Provider is a tracer provider with its shutdown.
@@ -106,8 +110,12 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 	if name == "" {
 		name = "qasync"
 	}
+	export := sdktrace.WithBatcher(exp)
+	if opts.Sync {
+		export = sdktrace.WithSyncer(exp)
+	}
 	tp := sdktrace.NewTracerProvider(
-		sdktrace.WithBatcher(exp),
+		export,
 		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(opts.SampleRatio))),
 		sdktrace.WithResource(resource.NewSchemaless(attribute.String("service.name", name))),
 	)

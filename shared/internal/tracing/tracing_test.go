@@ -65,6 +65,27 @@ func TestOTLPExport(t *testing.T) {
 	}
 }
 
+// TestOTLPSyncExport: with Sync (Lambda functions), a span is exported
+// when it ends, with no flush.
+func TestOTLPSyncExport(t *testing.T) {
+	var posts atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		posts.Add(1)
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer srv.Close()
+	p, err := tracing.New(context.Background(), tracing.Options{Exporter: "otlp", Endpoint: srv.URL + "/v1/traces", SampleRatio: 1, Sync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Shutdown(context.Background())
+	_, sp := tracing.Tracer(p).Start(context.Background(), "x")
+	sp.End()
+	if posts.Load() != 1 {
+		t.Fatalf("%d exports after the span ended, want 1", posts.Load())
+	}
+}
+
 // TestTraceParentRoundTrip: Inject writes the W3C traceparent of ctx's
 // span, Extract makes it the parent of the next span; no span, no
 // traceparent.

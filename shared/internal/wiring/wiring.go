@@ -85,6 +85,10 @@ type Options struct {
 	// process's clock skewed, its DynamoDB calls, dispatches, commits and
 	// dead-letter publishes failed at the given rates. Zero: none.
 	Faults testkeys.Faults
+	// TracingSync exports each span as it ends instead of in batches
+	// (tracing.Options.Sync): for Lambda functions, whose process is frozen
+	// between invocations and may end without a flush.
+	TracingSync bool
 }
 
 // Process is an assembled process.
@@ -199,7 +203,7 @@ func Assemble(ctx context.Context, c config.Config, reg *pipeline.Registry, o Op
 		return nil, err
 	}
 	if p.tracer, err = tracing.New(ctx, tracing.Options{Exporter: c.TracingExporter, Endpoint: c.TracingEndpoint,
-		SampleRatio: c.TracingSampleRatio, ServiceName: "qasync"}); err != nil {
+		SampleRatio: c.TracingSampleRatio, ServiceName: "qasync", Sync: o.TracingSync}); err != nil {
 		_ = p.Close(context.Background())
 		return nil, fmt.Errorf("wiring: %s: %w", config.FullKey("tracing.exporter"), err)
 	}
