@@ -353,6 +353,11 @@ type SubmitRequest struct {
 	// IdempotencyKey is the client's key ("" when none was sent).
 	IdempotencyKey string
 	Input          payload.Payload
+	// TraceParent is the caller's W3C traceparent (the submit request's
+	// header), when it sent one: with tracing on, the submit span is its
+	// child, so that the execution's trace continues the caller's. Ignored
+	// when tracing is off, or when ctx carries a span already.
+	TraceParent string
 	// scheduled: a schedule's fire (schedules.go), whose key is kept
 	// whatever the idempotency policy.
 	scheduled bool

@@ -50,6 +50,9 @@ func endSpan(sp trace.Span, err error, code string) {
 // tracedSubmit is Submit under a submit span: the root of the execution's
 // trace, or a child of the caller's span.
 func (r *Runtime) tracedSubmit(ctx context.Context, req SubmitRequest) (SubmitResult, error) {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		ctx = tracing.Extract(ctx, req.TraceParent)
+	}
 	ctx, sp := r.tracer.Start(ctx, spanSubmit, trace.WithAttributes(
 		tracing.Execution("", req.TenantID, req.PipelineID, "", 0, "")...))
 	res, err := r.submit(ctx, req)

@@ -341,7 +341,8 @@ func (a *api) submit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	res, err := a.rt.Submit(r.Context(), engine.SubmitRequest{TenantID: tenant, PipelineID: pid, IdempotencyKey: key, Input: in})
+	res, err := a.rt.Submit(r.Context(), engine.SubmitRequest{TenantID: tenant, PipelineID: pid, IdempotencyKey: key, Input: in,
+		TraceParent: r.Header.Get("Traceparent")})
 	if err != nil {
 		a.fail(w, r, err)
 		return
