@@ -329,6 +329,40 @@ func (a *api) redriveJobURL(id string) string {
 // key with another body is 422; without one every request starts a new
 // job.
 func (a *api) startRedrives(w http.ResponseWriter, r *http.Request) {
+	a.startJob(w, r, bulkKind{
+		noun:        "bulk re-drive",
+		invalid:     "The bulk re-drive is not valid: check its filter, reason and rate.",
+		unavailable: "This deployment's state store keeps no bulk re-drive jobs.",
+		url:         a.redriveJobURL,
+		started: func(job engine.RedriveJob) any {
+			return client.BulkRedrive{RedriveID: job.ID, Matched: job.Matched, Duplicate: job.Duplicate}
+		},
+	}, func(body []byte, key string) (engine.RedrivesOptions, string) {
+		var req RedrivesRequest
+		detail := decodeBody(body, &req, `{"filter": {"pipelineId", "status", "errorCode", "createdAfter", "createdBefore"}, "reason": string, "ratePerSecond": integer, "dryRun": boolean}`)
+		filter, rate := engine.RedriveFilter{}, 0
+		if detail == "" {
+			filter, rate, detail = checkRedrives(&req)
+		}
+		return engine.RedrivesOptions{Filter: filter, Reason: req.Reason, RatePerSecond: rate, DryRun: req.DryRun, IdempotencyKey: key}, detail
+	})
+}
+
+// bulkKind is what the routes of one kind of bulk job (re-drive, pause,
+// resume) say: its name in problems, the problems' details, the job's
+// URL and the document a start answers.
+type bulkKind struct {
+	noun, invalid, unavailable string
+	url                        func(id string) string
+	started                    func(engine.RedriveJob) any
+}
+
+// startJob starts a bulk job (authorized as re-drive is): parse turns
+// the request's body into the job's options, or a detail of what is
+// wrong. With an Idempotency-Key the job id derives from the tenant and
+// the key: a retried request answers the job it started (200, the same
+// id), the key with another body is 422.
+func (a *api) startJob(w http.ResponseWriter, r *http.Request, k bulkKind, parse func(body []byte, key string) (engine.RedrivesOptions, string)) {
 	body, ok := a.operatorBody(w, r)
 	if !ok {
 		return
@@ -341,27 +375,21 @@ func (a *api) startRedrives(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var req RedrivesRequest
-	detail := decodeBody(body, &req, `{"filter": {"pipelineId", "status", "errorCode", "createdAfter", "createdBefore"}, "reason": string, "ratePerSecond": integer, "dryRun": boolean}`)
-	filter, rate := engine.RedriveFilter{}, 0
-	if detail == "" {
-		filter, rate, detail = checkRedrives(&req)
-	}
+	opts, detail := parse(body, key)
 	if detail != "" {
 		writeProblem(w, kindInvalidRequest.problem(detail))
 		return
 	}
-	job, err := a.rt.StartRedrivesWith(r.Context(), tenant, engine.RedrivesOptions{Filter: filter, Reason: req.Reason, RatePerSecond: rate,
-		DryRun: req.DryRun, IdempotencyKey: key})
+	job, err := a.rt.StartRedrivesWith(r.Context(), tenant, opts)
 	switch {
 	case errors.Is(err, store.ErrKeyMismatch):
-		writeProblem(w, kindKeyMismatch.problem("This Idempotency-Key was already used for a bulk re-drive with another filter, reason, rate or dry run."))
+		writeProblem(w, kindKeyMismatch.problem("This Idempotency-Key was already used for a "+k.noun+" with another filter, reason, rate or dry run."))
 		return
 	case errors.Is(err, engine.ErrInvalidRedrive):
-		writeProblem(w, kindInvalidRequest.problem("The bulk re-drive is not valid: check its filter, reason and rate."))
+		writeProblem(w, kindInvalidRequest.problem(k.invalid))
 		return
 	case errors.Is(err, engine.ErrRedrivesUnavailable):
-		writeProblem(w, kindRedrivesUnavailable.problem("This deployment's state store keeps no bulk re-drive jobs."))
+		writeProblem(w, kindRedrivesUnavailable.problem(k.unavailable))
 		return
 	case err != nil:
 		a.fail(w, r, err)
@@ -371,8 +399,40 @@ func (a *api) startRedrives(w http.ResponseWriter, r *http.Request) {
 	if job.Duplicate {
 		code = http.StatusOK
 	}
-	w.Header().Set("Location", a.redriveJobURL(job.ID))
-	writeJSON(w, code, client.BulkRedrive{RedriveID: job.ID, Matched: job.Matched, Duplicate: job.Duplicate})
+	w.Header().Set("Location", k.url(job.ID))
+	writeJSON(w, code, k.started(job))
+}
+
+// readJob reads the bulk job named by the path value name for a progress
+// route (authorized as re-drive is); accept says whether a job found is
+// one of the route's kind (another kind's is not found here). It writes
+// the problem and reports false when there is none to show.
+func (a *api) readJob(w http.ResponseWriter, r *http.Request, name string, notFound Problem, unavailable string, accept func(engine.RedriveJob) bool) (engine.RedriveJob, bool) {
+	if !a.authorized(w, r) {
+		return engine.RedriveJob{}, false
+	}
+	tenant, ok := a.tenant(w, r)
+	if !ok {
+		return engine.RedriveJob{}, false
+	}
+	id := r.PathValue(name)
+	if !validExecutionID(id) {
+		writeProblem(w, notFound)
+		return engine.RedriveJob{}, false
+	}
+	job, err := a.rt.RedriveJob(r.Context(), tenant, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound), err == nil && !accept(job):
+		writeProblem(w, notFound)
+		return job, false
+	case errors.Is(err, engine.ErrRedrivesUnavailable):
+		writeProblem(w, kindRedrivesUnavailable.problem(unavailable))
+		return job, false
+	case err != nil:
+		a.fail(w, r, err)
+		return job, false
+	}
+	return job, true
 }
 
 // checkRedrives turns a bulk re-drive request into the engine's filter
@@ -419,28 +479,9 @@ func checkRedrives(req *RedrivesRequest) (engine.RedriveFilter, int, string) {
 // redriveProgress handles GET /v1/redrives/{redriveId} (authorized as
 // re-drive is).
 func (a *api) redriveProgress(w http.ResponseWriter, r *http.Request) {
-	if !a.authorized(w, r) {
-		return
-	}
-	tenant, ok := a.tenant(w, r)
+	job, ok := a.readJob(w, r, "redriveId", kindRedriveNotFound.problem("No bulk re-drive with this id exists for this tenant."),
+		"This deployment's state store keeps no bulk re-drive jobs.", func(engine.RedriveJob) bool { return true })
 	if !ok {
-		return
-	}
-	id := r.PathValue("redriveId")
-	if !validExecutionID(id) {
-		writeProblem(w, kindRedriveNotFound.problem("No bulk re-drive with this id exists for this tenant."))
-		return
-	}
-	job, err := a.rt.RedriveJob(r.Context(), tenant, id)
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		writeProblem(w, kindRedriveNotFound.problem("No bulk re-drive with this id exists for this tenant."))
-		return
-	case errors.Is(err, engine.ErrRedrivesUnavailable):
-		writeProblem(w, kindRedrivesUnavailable.problem("This deployment's state store keeps no bulk re-drive jobs."))
-		return
-	case err != nil:
-		a.fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, client.RedriveProgress{RedriveID: job.ID, Matched: job.Matched, Redriven: job.Redriven, Skipped: job.Skipped,

@@ -123,88 +123,41 @@ func (a *api) bulkJobURL(action engine.BulkAction, id string) string {
 
 // startBulk handles POST /v1/pauses and /v1/resumes, as startRedrives.
 func (a *api) startBulk(w http.ResponseWriter, r *http.Request, action engine.BulkAction) {
-	body, ok := a.operatorBody(w, r)
-	if !ok {
-		return
-	}
-	tenant, ok := a.tenant(w, r)
-	if !ok {
-		return
-	}
-	key, ok := idempotencyKey(w, r)
-	if !ok {
-		return
-	}
-	var req bulkPauseRequest
-	detail := decodeBody(body, &req, `{"filter": {"pipelineId", "status", "createdAfter", "createdBefore"}, "reason": string, "ratePerSecond": integer, "dryRun": boolean}`)
-	// The re-drive request's checks (reason, pipeline, times, rate),
-	// with the statuses left to the engine's check for the action.
-	rr := RedrivesRequest{Filter: RedrivesFilter{PipelineID: req.Filter.PipelineID, CreatedAfter: req.Filter.CreatedAfter,
-		CreatedBefore: req.Filter.CreatedBefore}, Reason: req.Reason, RatePerSecond: req.RatePerSecond}
-	filter, rate := engine.RedriveFilter{}, 0
-	if detail == "" {
-		filter, rate, detail = checkRedrives(&rr)
-	}
-	for _, s := range req.Filter.Status {
-		if detail == "" && !s.Valid() {
-			detail = fmt.Sprintf(`"filter.status" holds %q, which is no status.`, store.Truncate(string(s), 64))
+	a.startJob(w, r, bulkKind{
+		noun:        "bulk " + action.String(),
+		invalid:     fmt.Sprintf("The bulk %s is not valid: a pause takes QUEUED, WAIT_RETRY, WAITING_EXTERNAL, RUNNING, WAITING_CHILDREN and WAITING_KEY executions, a resume PAUSED ones.", action),
+		unavailable: "This deployment's state store keeps no bulk jobs.",
+		url:         func(id string) string { return a.bulkJobURL(action, id) },
+		started: func(job engine.RedriveJob) any {
+			return client.BulkJob{JobID: job.ID, Action: action.String(), Matched: job.Matched, Duplicate: job.Duplicate}
+		},
+	}, func(body []byte, key string) (engine.RedrivesOptions, string) {
+		var req bulkPauseRequest
+		detail := decodeBody(body, &req, `{"filter": {"pipelineId", "status", "createdAfter", "createdBefore"}, "reason": string, "ratePerSecond": integer, "dryRun": boolean}`)
+		// The re-drive request's checks (reason, pipeline, times, rate),
+		// with the statuses left to the engine's check for the action.
+		rr := RedrivesRequest{Filter: RedrivesFilter{PipelineID: req.Filter.PipelineID, CreatedAfter: req.Filter.CreatedAfter,
+			CreatedBefore: req.Filter.CreatedBefore}, Reason: req.Reason, RatePerSecond: req.RatePerSecond}
+		filter, rate := engine.RedriveFilter{}, 0
+		if detail == "" {
+			filter, rate, detail = checkRedrives(&rr)
 		}
-	}
-	filter.Statuses = req.Filter.Status
-	if detail != "" {
-		writeProblem(w, kindInvalidRequest.problem(detail))
-		return
-	}
-	job, err := a.rt.StartRedrivesWith(r.Context(), tenant, engine.RedrivesOptions{Action: action, Filter: filter, Reason: req.Reason,
-		RatePerSecond: rate, DryRun: req.DryRun, IdempotencyKey: key})
-	switch {
-	case errors.Is(err, store.ErrKeyMismatch):
-		writeProblem(w, kindKeyMismatch.problem("This Idempotency-Key was already used for a bulk "+action.String()+" with another filter, reason, rate or dry run."))
-		return
-	case errors.Is(err, engine.ErrInvalidRedrive):
-		writeProblem(w, kindInvalidRequest.problem(fmt.Sprintf("The bulk %s is not valid: a pause takes QUEUED, WAIT_RETRY, WAITING_EXTERNAL, RUNNING, WAITING_CHILDREN and WAITING_KEY executions, a resume PAUSED ones.", action)))
-		return
-	case errors.Is(err, engine.ErrRedrivesUnavailable):
-		writeProblem(w, kindRedrivesUnavailable.problem("This deployment's state store keeps no bulk jobs."))
-		return
-	case err != nil:
-		a.fail(w, r, err)
-		return
-	}
-	code := http.StatusAccepted
-	if job.Duplicate {
-		code = http.StatusOK
-	}
-	w.Header().Set("Location", a.bulkJobURL(action, job.ID))
-	writeJSON(w, code, client.BulkJob{JobID: job.ID, Action: action.String(), Matched: job.Matched, Duplicate: job.Duplicate})
+		for _, s := range req.Filter.Status {
+			if detail == "" && !s.Valid() {
+				detail = fmt.Sprintf(`"filter.status" holds %q, which is no status.`, store.Truncate(string(s), 64))
+			}
+		}
+		filter.Statuses = req.Filter.Status
+		return engine.RedrivesOptions{Action: action, Filter: filter, Reason: req.Reason, RatePerSecond: rate, DryRun: req.DryRun, IdempotencyKey: key}, detail
+	})
 }
 
 // bulkProgress handles GET /v1/pauses/{jobId} and /v1/resumes/{jobId}: a
 // job of another action is not found here.
 func (a *api) bulkProgress(w http.ResponseWriter, r *http.Request, action engine.BulkAction) {
-	if !a.authorized(w, r) {
-		return
-	}
-	tenant, ok := a.tenant(w, r)
+	job, ok := a.readJob(w, r, "jobId", kindJobNotFound.problem("No bulk "+action.String()+" with this id exists for this tenant."),
+		"This deployment's state store keeps no bulk jobs.", func(j engine.RedriveJob) bool { return j.Action == action })
 	if !ok {
-		return
-	}
-	notFound := kindJobNotFound.problem("No bulk " + action.String() + " with this id exists for this tenant.")
-	id := r.PathValue("jobId")
-	if !validExecutionID(id) {
-		writeProblem(w, notFound)
-		return
-	}
-	job, err := a.rt.RedriveJob(r.Context(), tenant, id)
-	switch {
-	case errors.Is(err, store.ErrNotFound), err == nil && job.Action != action:
-		writeProblem(w, notFound)
-		return
-	case errors.Is(err, engine.ErrRedrivesUnavailable):
-		writeProblem(w, kindRedrivesUnavailable.problem("This deployment's state store keeps no bulk jobs."))
-		return
-	case err != nil:
-		a.fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, client.BulkProgress{JobID: job.ID, Action: action.String(), Matched: job.Matched, Applied: job.Redriven,
