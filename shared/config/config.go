@@ -242,13 +242,22 @@ type Config struct {
 	MetricsNamespace string
 	// TracingExporter is key "tracing.exporter", default none (off): otlp
 	// sends OpenTelemetry spans of submits, queue hops, step attempts and
-	// commits to TracingEndpoint (docs/tracing.md).
+	// commits to TracingEndpoint, xray to the region's AWS X-Ray OTLP
+	// endpoint, SigV4-signed (docs/tracing.md).
 	TracingExporter string
 	// TracingEndpoint is key "tracing.endpoint", default empty: the
 	// OTLP/HTTP endpoint URL of tracing.exporter otlp; empty uses the
 	// OpenTelemetry environment (OTEL_EXPORTER_OTLP_ENDPOINT, else a
-	// collector on localhost:4318).
+	// collector on localhost:4318); with xray, empty is the region's X-Ray
+	// endpoint.
 	TracingEndpoint string
+	// TracingHeaders is key "tracing.headers", default empty: headers
+	// sent with every export (key1=value1,key2=value2, values
+	// URL-encoded), a vendor's API key. A secret: never printed.
+	TracingHeaders string `json:"-"`
+	// TracingCompression is key "tracing.compression", default none: gzip
+	// compresses the export requests.
+	TracingCompression string
 	// TracingSampleRatio is key "tracing.sample-ratio", default 1, 0 to 1:
 	// the share of new traces recorded (a span with a parent follows its
 	// parent's decision).
@@ -348,6 +357,7 @@ func Default() Config {
 		SQSWaitSeconds:         20,
 		SQSVisibility:          schema.WorkVisibility,
 		TracingExporter:        "none",
+		TracingCompression:     "none",
 		TracingSampleRatio:     1,
 		ClockSkewTolerance:     2 * time.Second,
 		PipelineVersionWait:    time.Hour,
@@ -564,9 +574,9 @@ var entries = []entry{
 		func(c *Config) *string { return &c.EventsSink }, lower, oneOf("eventbridge", "log")),
 	field("metrics.namespace", "CloudWatch namespace of metrics written to stdout in Embedded Metric Format; empty: off.",
 		func(c *Config) *string { return &c.MetricsNamespace }, verbatim, nil),
-	field("tracing.exporter", "OpenTelemetry traces of submits, queue hops, step attempts and commits (docs/tracing.md): none (off: no tracer, no trace context in work items) or otlp (OTLP/HTTP to tracing.endpoint; AWS X-Ray through an OpenTelemetry collector).",
-		func(c *Config) *string { return &c.TracingExporter }, lower, oneOf("none", "otlp")),
-	field("tracing.endpoint", "OTLP/HTTP endpoint URL of tracing.exporter otlp (http://collector:4318); empty: the OpenTelemetry environment (OTEL_EXPORTER_OTLP_ENDPOINT), else localhost:4318.",
+	field("tracing.exporter", "OpenTelemetry traces of submits, queue hops, step attempts and commits (docs/tracing.md): none (off: no tracer, no trace context in work items), otlp (OTLP/HTTP to tracing.endpoint) or xray (the region's AWS X-Ray OTLP endpoint, SigV4-signed with the process's AWS credentials; needs CloudWatch Transaction Search).",
+		func(c *Config) *string { return &c.TracingExporter }, lower, oneOf("none", "otlp", "xray")),
+	field("tracing.endpoint", "OTLP/HTTP endpoint URL of tracing.exporter otlp (http://collector:4318; /v1/traces is added to a URL with no path); empty: the OpenTelemetry environment (OTEL_EXPORTER_OTLP_ENDPOINT), else localhost:4318. With xray, empty is https://xray.<region>.amazonaws.com/v1/traces.",
 		func(c *Config) *string { return &c.TracingEndpoint }, verbatim,
 		func(_ Config, v string) error {
 			if v != "" && !strings.HasPrefix(v, "http://") && !strings.HasPrefix(v, "https://") {
@@ -574,7 +584,11 @@ var entries = []entry{
 			}
 			return nil
 		}),
-	field("tracing.sample-ratio", "Share of new traces recorded by tracing.exporter otlp; a span with a parent follows its parent's decision; 0 to 1.",
+	secret(field("tracing.headers", "Headers sent with every span export (key1=value1,key2=value2, values URL-encoded, as OTEL_EXPORTER_OTLP_HEADERS, which is read too): a vendor's API key. Never printed nor logged.",
+		func(c *Config) *string { return &c.TracingHeaders }, verbatim, nil)),
+	field("tracing.compression", "Compression of span exports: none or gzip.",
+		func(c *Config) *string { return &c.TracingCompression }, lower, oneOf("none", "gzip")),
+	field("tracing.sample-ratio", "Share of new traces recorded when tracing.exporter is on; a span with a parent follows its parent's decision; 0 to 1.",
 		func(c *Config) *float64 { return &c.TracingSampleRatio }, parseFloat, between(0.0, 1.0)),
 	field("sqs.wait-seconds", "Long-poll wait of the work queue poller in seconds; 1 to 20 (0, short polling, would send requests back to back on an idle queue).",
 		func(c *Config) *int { return &c.SQSWaitSeconds }, parseInt[int], between(1, 20)),

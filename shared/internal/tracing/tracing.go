@@ -1,5 +1,6 @@
 // Package tracing holds qasync's OpenTelemetry tracing: the tracer
-// provider an OTLP endpoint receives spans from, the W3C traceparent a work
+// provider an OTLP endpoint (or AWS X-Ray's) receives spans from, its
+// hand-written OTLP/HTTP exporter (otlp.go), the W3C traceparent a work
 // item carries across the queue hop, and the attribute set every span
 // of an execution has. Tracing is off by default: the runtime then holds
 // no tracer and does nothing beyond a nil check.
@@ -12,10 +13,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
+	"os"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -30,8 +33,12 @@ const (
 	// ExporterNone turns tracing off (the default).
 	ExporterNone = "none"
 	// ExporterOTLP sends spans to an OTLP/HTTP endpoint (an OpenTelemetry
-	// collector, which may forward them to AWS X-Ray).
+	// collector, a vendor's OTLP endpoint).
 	ExporterOTLP = "otlp"
+	// ExporterXRay sends spans to the AWS X-Ray OTLP endpoint of the
+	// region, signed with SigV4 (service "xray") with the process's AWS
+	// credentials.
+	ExporterXRay = "xray"
 )
 
 // Attribute keys every span of an execution carries (when known).
@@ -54,10 +61,24 @@ const (
 type Options struct {
 	// Exporter is ExporterNone (or empty) or ExporterOTLP.
 	Exporter string
-	// Endpoint is the OTLP/HTTP endpoint URL (http://collector:4318);
-	// empty uses the OpenTelemetry environment variables
-	// (OTEL_EXPORTER_OTLP_ENDPOINT) or their default.
+	// Endpoint is the OTLP/HTTP endpoint URL (http://collector:4318, to
+	// which /v1/traces is added when it has no path); empty uses the
+	// OpenTelemetry environment (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as it
+	// is, else OTEL_EXPORTER_OTLP_ENDPOINT with /v1/traces), else
+	// http://localhost:4318/v1/traces; for ExporterXRay, empty is the
+	// region's X-Ray endpoint (XRayEndpoint).
 	Endpoint string
+	// Headers are added to every export request (a vendor's API key),
+	// after those of OTEL_EXPORTER_OTLP_HEADERS. Never logged.
+	Headers map[string]string
+	// Gzip compresses the export requests.
+	Gzip bool
+	// Timeout bounds one export, retries included; 0 is
+	// DefaultExportTimeout.
+	Timeout time.Duration
+	// AWS is the signer's credentials and region of ExporterXRay (the
+	// function's execution role); Service is set by New.
+	AWS *SigV4
 	// SampleRatio is the share of new traces sampled (0..1); a span with
 	// a parent follows its parent's decision.
 	SampleRatio float64
@@ -88,23 +109,35 @@ func (p *Provider) Shutdown(ctx context.Context) error {
 // (ExporterNone), an SDK provider batching spans to the OTLP endpoint
 // otherwise.
 func New(ctx context.Context, opts Options) (*Provider, error) {
+	eo := ExporterOptions{Endpoint: opts.Endpoint, Gzip: opts.Gzip, Timeout: opts.Timeout,
+		Headers: ParseHeaders(os.Getenv("OTEL_EXPORTER_OTLP_HEADERS"))}
+	for k, v := range opts.Headers {
+		eo.Headers[k] = v
+	}
 	switch strings.ToLower(opts.Exporter) {
 	case "", ExporterNone:
 		return nil, nil
 	case ExporterOTLP:
+		eo.Endpoint = otlpEndpoint(opts.Endpoint)
+	case ExporterXRay:
+		if opts.AWS == nil || opts.AWS.Credentials == nil || opts.AWS.Region == "" {
+			return nil, errors.New("tracing: exporter xray needs AWS credentials and a region")
+		}
+		signing := *opts.AWS
+		signing.Service = XRayService
+		eo.SigV4 = &signing
+		if eo.Endpoint == "" {
+			eo.Endpoint = XRayEndpoint(signing.Region)
+		}
 	default:
-		return nil, fmt.Errorf("tracing: unknown exporter %q (want %s or %s)", opts.Exporter, ExporterNone, ExporterOTLP)
+		return nil, fmt.Errorf("tracing: unknown exporter %q (want %s, %s or %s)", opts.Exporter, ExporterNone, ExporterOTLP, ExporterXRay)
 	}
 	if opts.SampleRatio < 0 || opts.SampleRatio > 1 {
 		return nil, errors.New("tracing: sample ratio must be between 0 and 1")
 	}
-	var eopts []otlptracehttp.Option
-	if opts.Endpoint != "" {
-		eopts = append(eopts, otlptracehttp.WithEndpointURL(opts.Endpoint))
-	}
-	exp, err := otlptracehttp.New(ctx, eopts...)
+	exp, err := NewOTLPExporter(eo)
 	if err != nil {
-		return nil, fmt.Errorf("tracing: otlp exporter: %w", err)
+		return nil, err
 	}
 	name := opts.ServiceName
 	if name == "" {
@@ -120,6 +153,43 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 		sdktrace.WithResource(resource.NewSchemaless(attribute.String("service.name", name))),
 	)
 	return &Provider{TracerProvider: tp, shutdown: tp.Shutdown}, nil
+}
+
+// otlpEndpoint is the export URL of exporter otlp: endpoint, with
+// /v1/traces when it has no path, else the OpenTelemetry environment's,
+// else the local collector's.
+func otlpEndpoint(endpoint string) string {
+	if endpoint == "" {
+		if v := os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"); v != "" {
+			return v
+		}
+		endpoint = os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
+	}
+	if endpoint == "" {
+		return "http://localhost:4318/v1/traces"
+	}
+	if u, err := url.Parse(endpoint); err == nil && (u.Path == "" || u.Path == "/") {
+		return strings.TrimSuffix(endpoint, "/") + "/v1/traces"
+	}
+	return endpoint
+}
+
+// ParseHeaders reads headers written as OTEL_EXPORTER_OTLP_HEADERS is
+// (key1=value1,key2=value2, values URL-encoded); a malformed pair is
+// left out. It never returns nil.
+func ParseHeaders(s string) map[string]string {
+	h := map[string]string{}
+	for _, pair := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(pair, "=")
+		k = strings.TrimSpace(k)
+		if !ok || k == "" {
+			continue
+		}
+		if dv, err := url.QueryUnescape(strings.TrimSpace(v)); err == nil {
+			h[k] = dv
+		}
+	}
+	return h
 }
 
 // Tracer returns qasync's tracer of tp; nil when tp is nil (tracing off).

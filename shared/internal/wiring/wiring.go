@@ -202,8 +202,12 @@ func Assemble(ctx context.Context, c config.Config, reg *pipeline.Registry, o Op
 		_ = p.Close(context.Background())
 		return nil, err
 	}
-	if p.tracer, err = tracing.New(ctx, tracing.Options{Exporter: c.TracingExporter, Endpoint: c.TracingEndpoint,
-		SampleRatio: c.TracingSampleRatio, ServiceName: "qasync", Sync: o.TracingSync}); err != nil {
+	topts, err := tracingOptions(ctx, c, o)
+	if err != nil {
+		_ = p.Close(context.Background())
+		return nil, err
+	}
+	if p.tracer, err = tracing.New(ctx, topts); err != nil {
 		_ = p.Close(context.Background())
 		return nil, fmt.Errorf("wiring: %s: %w", config.FullKey("tracing.exporter"), err)
 	}
@@ -234,6 +238,31 @@ func Assemble(ctx context.Context, c config.Config, reg *pipeline.Registry, o Op
 		p.Handler = o.HTTP(rt, c, log)
 	}
 	return p, nil
+}
+
+// tracingOptions are the tracer provider's options of c's tracing.*
+// keys. Exporter xray signs with the credentials and region of the
+// process's AWS session (the Lambda function's execution role), loaded
+// here, once, only then.
+func tracingOptions(ctx context.Context, c config.Config, o Options) (tracing.Options, error) {
+	topts := tracing.Options{Exporter: c.TracingExporter, Endpoint: c.TracingEndpoint,
+		Headers: tracing.ParseHeaders(c.TracingHeaders), Gzip: c.TracingCompression == "gzip",
+		SampleRatio: c.TracingSampleRatio, ServiceName: "qasync", Sync: o.TracingSync}
+	if !strings.EqualFold(c.TracingExporter, tracing.ExporterXRay) {
+		return topts, nil
+	}
+	if o.AWS == nil {
+		return topts, fmt.Errorf("wiring: %s xray: this process has no AWS session", config.FullKey("tracing.exporter"))
+	}
+	cfg, err := o.AWS.Config(ctx)
+	if err != nil {
+		return topts, fmt.Errorf("wiring: %s xray: %w", config.FullKey("tracing.exporter"), err)
+	}
+	if cfg.Credentials == nil || cfg.Region == "" {
+		return topts, fmt.Errorf("wiring: %s xray: the AWS configuration has no credentials or no region", config.FullKey("tracing.exporter"))
+	}
+	topts.AWS = &tracing.SigV4{Credentials: cfg.Credentials, Region: cfg.Region}
+	return topts, nil
 }
 
 // defaults fills in what the backend left nil, refusing a provider key
