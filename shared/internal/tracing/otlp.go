@@ -33,9 +33,6 @@ import (
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/sdk/instrumentation"
-	"go.opentelemetry.io/otel/sdk/resource"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/protobuf/encoding/protowire"
 )
@@ -105,7 +102,7 @@ type SigV4 struct {
 // specification calls retryable (429, 502, 503 and 504, after the
 // server's Retry-After when it gives one, and transport errors) within
 // its bounds.
-func NewOTLPExporter(o ExporterOptions) (sdktrace.SpanExporter, error) {
+func NewOTLPExporter(o ExporterOptions) (*OTLPExporter, error) {
 	if o.Endpoint == "" {
 		return nil, errors.New("tracing: the OTLP exporter has no endpoint")
 	}
@@ -124,23 +121,24 @@ func NewOTLPExporter(o ExporterOptions) (sdktrace.SpanExporter, error) {
 	if o.SigV4 != nil && o.SigV4.Now == nil {
 		o.SigV4.Now = time.Now
 	}
-	return &otlpExporter{o: o, signer: v4.NewSigner()}, nil
+	return &OTLPExporter{o: o, signer: v4.NewSigner()}, nil
 }
 
-// otlpExporter is NewOTLPExporter's exporter.
-type otlpExporter struct {
+// OTLPExporter is NewOTLPExporter's exporter.
+type OTLPExporter struct {
 	o      ExporterOptions
 	signer *v4.Signer
 	// closed is set by Shutdown: later exports are dropped.
 	closed atomic.Bool
 }
 
-// ExportSpans sends spans in one request (with its retries).
-func (e *otlpExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+// Export sends spans, of a process whose resource attributes are
+// resource, in one request (with its retries).
+func (e *OTLPExporter) Export(ctx context.Context, resource []attribute.KeyValue, spans []*SpanData) error {
 	if e.closed.Load() || len(spans) == 0 {
 		return nil
 	}
-	body := EncodeSpans(spans)
+	body := EncodeSpans(resource, spans)
 	if e.o.Gzip {
 		var b bytes.Buffer
 		zw := gzip.NewWriter(&b)
@@ -185,7 +183,7 @@ type permanent struct{ error }
 
 // send POSTs body once. It returns the server's Retry-After (0 when it
 // gave none) and an error, permanent when a retry would not help.
-func (e *otlpExporter) send(ctx context.Context, body []byte) (time.Duration, error) {
+func (e *OTLPExporter) send(ctx context.Context, body []byte) (time.Duration, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, e.o.Endpoint, bytes.NewReader(body))
 	if err != nil {
 		return 0, permanent{err}
@@ -243,10 +241,14 @@ func RetryAfter(h string, now time.Time) time.Duration {
 	return 0
 }
 
+// export is Export for a provider.
+func (e *OTLPExporter) export(ctx context.Context, resource []attribute.KeyValue, spans []*SpanData) error {
+	return e.Export(ctx, resource, spans)
+}
+
 // Shutdown stops the exporter: later exports are dropped.
-func (e *otlpExporter) Shutdown(context.Context) error {
+func (e *OTLPExporter) Shutdown() {
 	e.closed.Store(true)
-	return nil
 }
 
 // sleep waits d or until ctx is done.
@@ -268,17 +270,13 @@ const (
 	// ResourceSpans
 	fResourceSpansResource   = 1
 	fResourceSpansScopeSpans = 2
-	fResourceSpansSchemaURL  = 3
 	// Resource
 	fResourceAttributes = 1
 	// ScopeSpans
-	fScopeSpansScope     = 1
-	fScopeSpansSpans     = 2
-	fScopeSpansSchemaURL = 3
+	fScopeSpansScope = 1
+	fScopeSpansSpans = 2
 	// InstrumentationScope
-	fScopeName       = 1
-	fScopeVersion    = 2
-	fScopeAttributes = 3
+	fScopeName = 1
 	// Span
 	fSpanTraceID           = 1
 	fSpanSpanID            = 2
@@ -300,13 +298,11 @@ const (
 	fEventTime       = 1
 	fEventName       = 2
 	fEventAttributes = 3
-	fEventDropped    = 4
 	// Span.Link
 	fLinkTraceID    = 1
 	fLinkSpanID     = 2
 	fLinkTraceState = 3
 	fLinkAttributes = 4
-	fLinkDropped    = 5
 	fLinkFlags      = 6
 	// Status
 	fStatusMessage = 2
@@ -334,75 +330,34 @@ const (
 )
 
 // EncodeSpans returns the OTLP ExportTraceServiceRequest of spans as
-// binary protobuf: one ResourceSpans per resource, one ScopeSpans per
-// instrumentation scope within it, in the order spans come.
-func EncodeSpans(spans []sdktrace.ReadOnlySpan) []byte {
-	type scopeGroup struct {
-		scope instrumentation.Scope
-		spans []sdktrace.ReadOnlySpan
-	}
-	type resourceGroup struct {
-		res    *resource.Resource
-		scopes []*scopeGroup
-	}
-	var groups []*resourceGroup
+// binary protobuf: one ResourceSpans (resource's attributes), one
+// ScopeSpans per instrumentation scope within it, in the order spans
+// come.
+func EncodeSpans(resource []attribute.KeyValue, spans []*SpanData) []byte {
+	var scopes []string
+	byScope := map[string][]*SpanData{}
 	for _, s := range spans {
-		var rg *resourceGroup
-		for _, g := range groups {
-			if g.res == s.Resource() || g.res.Equal(s.Resource()) {
-				rg = g
-				break
-			}
+		if _, ok := byScope[s.Scope]; !ok {
+			scopes = append(scopes, s.Scope)
 		}
-		if rg == nil {
-			rg = &resourceGroup{res: s.Resource()}
-			groups = append(groups, rg)
-		}
-		sc := s.InstrumentationScope()
-		var sg *scopeGroup
-		for _, g := range rg.scopes {
-			if g.scope.Name == sc.Name && g.scope.Version == sc.Version && g.scope.SchemaURL == sc.SchemaURL {
-				sg = g
-				break
-			}
-		}
-		if sg == nil {
-			sg = &scopeGroup{scope: sc}
-			rg.scopes = append(rg.scopes, sg)
-		}
-		sg.spans = append(sg.spans, s)
+		byScope[s.Scope] = append(byScope[s.Scope], s)
 	}
-	var out []byte
-	for _, rg := range groups {
-		var rs []byte
-		var res []byte
-		if rg.res != nil {
-			res = appendAttributes(res, fResourceAttributes, rg.res.Attributes())
+	var rs []byte
+	rs = appendMessage(rs, fResourceSpansResource, appendAttributes(nil, fResourceAttributes, resource))
+	for _, name := range scopes {
+		var ss []byte
+		ss = appendMessage(ss, fScopeSpansScope, appendString(nil, fScopeName, name))
+		for _, s := range byScope[name] {
+			ss = appendMessage(ss, fScopeSpansSpans, encodeSpan(s))
 		}
-		rs = appendMessage(rs, fResourceSpansResource, res)
-		for _, sg := range rg.scopes {
-			var ss, scope []byte
-			scope = appendString(scope, fScopeName, sg.scope.Name)
-			scope = appendString(scope, fScopeVersion, sg.scope.Version)
-			scope = appendAttributes(scope, fScopeAttributes, sg.scope.Attributes.ToSlice())
-			ss = appendMessage(ss, fScopeSpansScope, scope)
-			for _, s := range sg.spans {
-				ss = appendMessage(ss, fScopeSpansSpans, encodeSpan(s))
-			}
-			ss = appendString(ss, fScopeSpansSchemaURL, sg.scope.SchemaURL)
-			rs = appendMessage(rs, fResourceSpansScopeSpans, ss)
-		}
-		if rg.res != nil {
-			rs = appendString(rs, fResourceSpansSchemaURL, rg.res.SchemaURL())
-		}
-		out = appendMessage(out, fRequestResourceSpans, rs)
+		rs = appendMessage(rs, fResourceSpansScopeSpans, ss)
 	}
-	return out
+	return appendMessage(nil, fRequestResourceSpans, rs)
 }
 
 // encodeSpan is one Span message.
-func encodeSpan(s sdktrace.ReadOnlySpan) []byte {
-	sc := s.SpanContext()
+func encodeSpan(s *SpanData) []byte {
+	sc := s.Context
 	tid, sid := sc.TraceID(), sc.SpanID()
 	var b []byte
 	b = protowire.AppendTag(b, fSpanTraceID, protowire.BytesType)
@@ -411,7 +366,7 @@ func encodeSpan(s sdktrace.ReadOnlySpan) []byte {
 	b = protowire.AppendBytes(b, sid[:])
 	b = appendString(b, fSpanTraceState, sc.TraceState().String())
 	flags := uint32(sc.TraceFlags())
-	if p := s.Parent(); p.SpanID().IsValid() {
+	if p := s.Parent; p.SpanID().IsValid() {
 		psid := p.SpanID()
 		b = protowire.AppendTag(b, fSpanParentSpanID, protowire.BytesType)
 		b = protowire.AppendBytes(b, psid[:])
@@ -420,26 +375,25 @@ func encodeSpan(s sdktrace.ReadOnlySpan) []byte {
 			flags |= flagsContextIsRemote
 		}
 	}
-	b = appendString(b, fSpanName, s.Name())
-	if k := s.SpanKind(); k != trace.SpanKindUnspecified {
+	b = appendString(b, fSpanName, s.Name)
+	if k := s.Kind; k != trace.SpanKindUnspecified {
 		// trace.SpanKind's values are OTLP's (internal 1 … consumer 5).
 		b = protowire.AppendTag(b, fSpanKind, protowire.VarintType)
 		b = protowire.AppendVarint(b, uint64(k))
 	}
-	b = appendTime(b, fSpanStart, s.StartTime())
-	b = appendTime(b, fSpanEnd, s.EndTime())
-	b = appendAttributes(b, fSpanAttributes, s.Attributes())
-	b = appendCount(b, fSpanDroppedAttributes, s.DroppedAttributes())
-	for _, ev := range s.Events() {
+	b = appendTime(b, fSpanStart, s.Start)
+	b = appendTime(b, fSpanEnd, s.End)
+	b = appendAttributes(b, fSpanAttributes, s.Attributes)
+	b = appendCount(b, fSpanDroppedAttributes, s.DroppedAttributes)
+	for _, ev := range s.Events {
 		var e []byte
 		e = appendTime(e, fEventTime, ev.Time)
 		e = appendString(e, fEventName, ev.Name)
 		e = appendAttributes(e, fEventAttributes, ev.Attributes)
-		e = appendCount(e, fEventDropped, ev.DroppedAttributeCount)
 		b = appendMessage(b, fSpanEvents, e)
 	}
-	b = appendCount(b, fSpanDroppedEvents, s.DroppedEvents())
-	for _, l := range s.Links() {
+	b = appendCount(b, fSpanDroppedEvents, s.DroppedEvents)
+	for _, l := range s.Links {
 		ltid, lsid := l.SpanContext.TraceID(), l.SpanContext.SpanID()
 		var e []byte
 		e = protowire.AppendTag(e, fLinkTraceID, protowire.BytesType)
@@ -448,7 +402,6 @@ func encodeSpan(s sdktrace.ReadOnlySpan) []byte {
 		e = protowire.AppendBytes(e, lsid[:])
 		e = appendString(e, fLinkTraceState, l.SpanContext.TraceState().String())
 		e = appendAttributes(e, fLinkAttributes, l.Attributes)
-		e = appendCount(e, fLinkDropped, l.DroppedAttributeCount)
 		lflags := uint32(l.SpanContext.TraceFlags()) | flagsContextHasIsRemote
 		if l.SpanContext.IsRemote() {
 			lflags |= flagsContextIsRemote
@@ -457,8 +410,8 @@ func encodeSpan(s sdktrace.ReadOnlySpan) []byte {
 		e = protowire.AppendFixed32(e, lflags)
 		b = appendMessage(b, fSpanLinks, e)
 	}
-	b = appendCount(b, fSpanDroppedLinks, s.DroppedLinks())
-	if st := s.Status(); st.Code != 0 || st.Description != "" {
+	b = appendCount(b, fSpanDroppedLinks, s.DroppedLinks)
+	if st := s.Status; st.Code != 0 || st.Description != "" {
 		var e []byte
 		e = appendString(e, fStatusMessage, st.Description)
 		// OTLP's StatusCode is Unset 0, Ok 1, Error 2 (codes.Code

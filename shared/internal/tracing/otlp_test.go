@@ -19,8 +19,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/sdk/resource"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	// The generated OTLP types decode what the hand-written encoder
 	// sent: test-only, never linked into a bundle. TracesData has the
@@ -80,31 +78,29 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 }
 
-// provider is a synchronous tracer provider exporting to exp, with
-// resource service.name "svc".
-func provider(exp sdktrace.SpanExporter) *sdktrace.TracerProvider {
-	return sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp),
-		sdktrace.WithResource(resource.NewSchemaless(attribute.String("service.name", "svc"))))
+// syncProvider is New's provider exporting each span as it ends to
+// endpoint, with headers.
+func syncProvider(t *testing.T, endpoint string, headers map[string]string) *tracing.Provider {
+	t.Helper()
+	p, err := tracing.New(context.Background(), tracing.Options{Exporter: "otlp", Endpoint: endpoint, Headers: headers,
+		SampleRatio: 1, Sync: true, ServiceName: "svc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Shutdown(context.Background()) })
+	return p
 }
 
-// TestOTLPExporterEncodesTheSpans: what the hand-written encoder sends
-// decodes, with the generated OTLP types, to the spans as the SDK holds
-// them: ids, parent, name, kind, times, attributes of every type, an
+// TestOTLPExporterEncodesTheSpans: what the hand-written provider and
+// encoder send decodes, with the generated OTLP types, to the spans as
+// they were made: ids, parent, name, kind, times, attributes of every type, an
 // event, a link, the status, the scope and the resource's service.name;
 // the content type is protobuf and the configured headers are sent.
 func TestOTLPExporterEncodesTheSpans(t *testing.T) {
 	rc := &receiver{t: t}
 	srv := httptest.NewServer(rc)
 	defer srv.Close()
-	exp, err := tracing.NewOTLPExporter(tracing.ExporterOptions{Endpoint: srv.URL + "/v1/traces",
-		Headers: map[string]string{"X-Api-Key": "k1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rec recorder
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithSpanProcessor(&rec),
-		sdktrace.WithResource(resource.NewSchemaless(attribute.String("service.name", "svc"))))
-	tr := tp.Tracer(tracing.ScopeName)
+	tr := tracing.Tracer(syncProvider(t, srv.URL+"/v1/traces", map[string]string{"X-Api-Key": "k1"}))
 	start := time.Unix(1700000000, 123456789)
 	ctx, parent := tr.Start(context.Background(), "qasync.receive", trace.WithSpanKind(trace.SpanKindConsumer), trace.WithTimestamp(start))
 	linked := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{9}, SpanID: trace.SpanID{8}, Remote: true})
@@ -144,8 +140,7 @@ func TestOTLPExporterEncodesTheSpans(t *testing.T) {
 	if ps == nil || cs == nil {
 		t.Fatalf("spans %v", byName)
 	}
-	want := rec.spans["qasync.step"]
-	wantTID, wantSID := want.SpanContext().TraceID(), want.SpanContext().SpanID()
+	wantTID, wantSID := child.SpanContext().TraceID(), child.SpanContext().SpanID()
 	wantPID := parent.SpanContext().SpanID()
 	if !bytes.Equal(cs.TraceId, wantTID[:]) || !bytes.Equal(cs.SpanId, wantSID[:]) || !bytes.Equal(cs.ParentSpanId, wantPID[:]) {
 		t.Fatalf("ids %x %x %x, want %x %x %x", cs.TraceId, cs.SpanId, cs.ParentSpanId, wantTID, wantSID, wantPID)
@@ -200,24 +195,6 @@ func TestOTLPExporterEncodesTheSpans(t *testing.T) {
 	}
 }
 
-// recorder is a span processor keeping the ended spans by name.
-type recorder struct {
-	mu    sync.Mutex
-	spans map[string]sdktrace.ReadOnlySpan
-}
-
-func (r *recorder) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
-func (r *recorder) OnEnd(s sdktrace.ReadOnlySpan) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.spans == nil {
-		r.spans = map[string]sdktrace.ReadOnlySpan{}
-	}
-	r.spans[s.Name()] = s
-}
-func (r *recorder) Shutdown(context.Context) error   { return nil }
-func (r *recorder) ForceFlush(context.Context) error { return nil }
-
 // delays is a Sleep that records the waits and returns at once.
 type delays struct {
 	mu sync.Mutex
@@ -229,14 +206,6 @@ func (d *delays) sleep(_ context.Context, w time.Duration) error {
 	defer d.mu.Unlock()
 	d.d = append(d.d, w)
 	return nil
-}
-
-// exportOne exports one span through exp.
-func exportOne(t *testing.T, exp sdktrace.SpanExporter) {
-	t.Helper()
-	tp := provider(exp)
-	_, sp := tp.Tracer("t").Start(context.Background(), "x")
-	sp.End()
 }
 
 // TestOTLPExporterRetries: 429, 502, 503 and 504 are retried, after the
@@ -251,7 +220,7 @@ func TestOTLPExporterRetries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := exp.ExportSpans(context.Background(), spansOf(t)); err != nil {
+	if err := exp.Export(context.Background(), nil, spansOf()); err != nil {
 		t.Fatalf("export: %v", err)
 	}
 	if len(rc.requests) != 5 || len(d.d) != 4 {
@@ -273,7 +242,7 @@ func TestOTLPExporterRetries(t *testing.T) {
 	defer srv2.Close()
 	var d2 delays
 	exp2, _ := tracing.NewOTLPExporter(tracing.ExporterOptions{Endpoint: srv2.URL, Sleep: d2.sleep})
-	if err := exp2.ExportSpans(context.Background(), spansOf(t)); err != nil {
+	if err := exp2.Export(context.Background(), nil, spansOf()); err != nil {
 		t.Fatalf("export: %v", err)
 	}
 	if len(d2.d) != 3 || !(d2.d[0] > 0 && d2.d[2] > d2.d[0]) {
@@ -299,7 +268,7 @@ func TestOTLPExporterStops(t *testing.T) {
 		srv := httptest.NewServer(rc)
 		var d delays
 		exp, _ := tracing.NewOTLPExporter(tracing.ExporterOptions{Endpoint: srv.URL, Sleep: d.sleep, Headers: map[string]string{"Authorization": "Bearer s3cret"}})
-		err := exp.ExportSpans(context.Background(), spansOf(t))
+		err := exp.Export(context.Background(), nil, spansOf())
 		srv.Close()
 		if err == nil || len(rc.requests) != 1 || len(d.d) != 0 {
 			t.Fatalf("status %d: %v after %d requests", code, err, len(rc.requests))
@@ -313,7 +282,7 @@ func TestOTLPExporterStops(t *testing.T) {
 	defer srv.Close()
 	var d delays
 	exp, _ := tracing.NewOTLPExporter(tracing.ExporterOptions{Endpoint: srv.URL, Sleep: d.sleep, MaxAttempts: 3})
-	if err := exp.ExportSpans(context.Background(), spansOf(t)); err == nil || len(rc.requests) != 3 {
+	if err := exp.Export(context.Background(), nil, spansOf()); err == nil || len(rc.requests) != 3 {
 		t.Fatalf("%v after %d requests, want an error after 3", err, len(rc.requests))
 	}
 	// A transport error is retried too.
@@ -322,15 +291,13 @@ func TestOTLPExporterStops(t *testing.T) {
 	dead.Close()
 	var d2 delays
 	exp2, _ := tracing.NewOTLPExporter(tracing.ExporterOptions{Endpoint: url, Sleep: d2.sleep, MaxAttempts: 2})
-	if err := exp2.ExportSpans(context.Background(), spansOf(t)); err == nil || len(d2.d) != 1 {
+	if err := exp2.Export(context.Background(), nil, spansOf()); err == nil || len(d2.d) != 1 {
 		t.Fatalf("transport error: %v, %d waits", err, len(d2.d))
 	}
 	// After Shutdown, exports are dropped.
-	if err := exp.Shutdown(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	exp.Shutdown()
 	n := len(rc.requests)
-	if err := exp.ExportSpans(context.Background(), spansOf(t)); err != nil || len(rc.requests) != n {
+	if err := exp.Export(context.Background(), nil, spansOf()); err != nil || len(rc.requests) != n {
 		t.Fatalf("export after shutdown: %v, %d requests", err, len(rc.requests)-n)
 	}
 }
@@ -341,20 +308,18 @@ func TestOTLPExporterGzip(t *testing.T) {
 	srv := httptest.NewServer(rc)
 	defer srv.Close()
 	exp, _ := tracing.NewOTLPExporter(tracing.ExporterOptions{Endpoint: srv.URL, Gzip: true})
-	exportOne(t, exp)
+	if err := exp.Export(context.Background(), nil, spansOf()); err != nil {
+		t.Fatal(err)
+	}
 	if len(rc.decoded) != 1 || rc.requests[0].Header.Get("Content-Encoding") != "gzip" || len(rc.decoded[0].ResourceSpans) != 1 {
 		t.Fatalf("%d requests", len(rc.decoded))
 	}
 }
 
-// spansOf returns one ended span of a provider that exports nowhere.
-func spansOf(t *testing.T) []sdktrace.ReadOnlySpan {
-	t.Helper()
-	var rec recorder
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(&rec))
-	_, sp := tp.Tracer("t").Start(context.Background(), "x")
-	sp.End()
-	return []sdktrace.ReadOnlySpan{rec.spans["x"]}
+// spansOf returns one ended span.
+func spansOf() []*tracing.SpanData {
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2}, TraceFlags: trace.FlagsSampled})
+	return []*tracing.SpanData{{Name: "x", Context: sc, Kind: trace.SpanKindInternal, Start: time.Unix(1, 0), End: time.Unix(2, 0)}}
 }
 
 // sigV4 is the form of a SigV4 Authorization header: the credential's

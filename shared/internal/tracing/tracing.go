@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"strings"
@@ -20,8 +21,6 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/sdk/resource"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -84,6 +83,12 @@ type Options struct {
 	SampleRatio float64
 	// ServiceName names the process in the traces (service.name).
 	ServiceName string
+	// BatchInterval is how often spans are exported when not Sync; 0 is
+	// DefaultBatchInterval.
+	BatchInterval time.Duration
+	// Logger receives export failures (event trace_export_failed); nil
+	// discards them.
+	Logger *slog.Logger
 	// Sync exports each span as it ends rather than in batches: for a
 	// process frozen between invocations (AWS Lambda), where a batch may
 	// wait for the next invocation or be lost.
@@ -106,8 +111,9 @@ func (p *Provider) Shutdown(ctx context.Context) error {
 }
 
 // New returns the tracer provider opts ask for: nil when tracing is off
-// (ExporterNone), an SDK provider batching spans to the OTLP endpoint
-// otherwise.
+// (ExporterNone), otherwise qasync's own provider (provider.go) exporting
+// to the OTLP endpoint with its own exporter (otlp.go), in batches or,
+// with Sync, as each span ends.
 func New(ctx context.Context, opts Options) (*Provider, error) {
 	eo := ExporterOptions{Endpoint: opts.Endpoint, Gzip: opts.Gzip, Timeout: opts.Timeout,
 		Headers: ParseHeaders(os.Getenv("OTEL_EXPORTER_OTLP_HEADERS"))}
@@ -135,24 +141,20 @@ func New(ctx context.Context, opts Options) (*Provider, error) {
 	if opts.SampleRatio < 0 || opts.SampleRatio > 1 {
 		return nil, errors.New("tracing: sample ratio must be between 0 and 1")
 	}
-	exp, err := NewOTLPExporter(eo)
-	if err != nil {
-		return nil, err
-	}
 	name := opts.ServiceName
 	if name == "" {
 		name = "qasync"
 	}
-	export := sdktrace.WithBatcher(exp)
-	if opts.Sync {
-		export = sdktrace.WithSyncer(exp)
+	exp, err := NewOTLPExporter(eo)
+	if err != nil {
+		return nil, err
 	}
-	tp := sdktrace.NewTracerProvider(
-		export,
-		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(opts.SampleRatio))),
-		sdktrace.WithResource(resource.NewSchemaless(attribute.String("service.name", name))),
-	)
-	return &Provider{TracerProvider: tp, shutdown: tp.Shutdown}, nil
+	p := newProvider([]attribute.KeyValue{attribute.String("service.name", name)}, opts.SampleRatio, exp, opts.Sync, opts.BatchInterval, opts.Logger)
+	return &Provider{TracerProvider: p, shutdown: func(ctx context.Context) error {
+		err := p.shutdown(ctx)
+		exp.Shutdown()
+		return err
+	}}, nil
 }
 
 // otlpEndpoint is the export URL of exporter otlp: endpoint, with
