@@ -19,6 +19,7 @@ import (
 	"github.com/qasync/qasync/shared/dispatch"
 	"github.com/qasync/qasync/shared/internal/embedded"
 	"github.com/qasync/qasync/shared/internal/engine"
+	"github.com/qasync/qasync/shared/internal/tracing"
 	"github.com/qasync/qasync/shared/pipeline"
 	"github.com/qasync/qasync/shared/store"
 )
@@ -34,10 +35,41 @@ const secret = "SECRET-PAYLOAD-7f3a"
 // ones with an error status) under a receive span under a dispatch span,
 // every commit under its attempt, every span with the execution's ids,
 // none with payload bytes.
+//
+// It runs with the OpenTelemetry SDK's provider and with qasync's own
+// (package tracing), which the processes use.
 func TestTraceTreeAcrossRetryAndCrash(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	t.Run("sdk", func(t *testing.T) {
 		exp := tracetest.NewInMemoryExporter()
-		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+		traceTreeAcrossRetryAndCrash(t, sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp)), exp.GetSpans)
+	})
+	t.Run("qasync", func(t *testing.T) {
+		tp, mem := tracing.NewInMemory()
+		traceTreeAcrossRetryAndCrash(t, tp, func() tracetest.SpanStubs { return stubs(mem.Spans()) })
+	})
+}
+
+// stubs are qasync's provider's spans as the SDK's test stubs.
+func stubs(ds []*tracing.SpanData) tracetest.SpanStubs {
+	out := make(tracetest.SpanStubs, len(ds))
+	for i, d := range ds {
+		out[i] = tracetest.SpanStub{Name: d.Name, SpanContext: d.Context, Parent: d.Parent, SpanKind: d.Kind,
+			StartTime: d.Start, EndTime: d.End, Attributes: d.Attributes, Links: nil,
+			Status: sdktrace.Status{Code: d.Status.Code, Description: d.Status.Description}}
+		for _, ev := range d.Events {
+			out[i].Events = append(out[i].Events, sdktrace.Event{Name: ev.Name, Time: ev.Time, Attributes: ev.Attributes})
+		}
+		for _, l := range d.Links {
+			out[i].Links = append(out[i].Links, sdktrace.Link{SpanContext: l.SpanContext, Attributes: l.Attributes})
+		}
+	}
+	return out
+}
+
+// traceTreeAcrossRetryAndCrash is TestTraceTreeAcrossRetryAndCrash on
+// the provider tp, whose exported spans spans returns.
+func traceTreeAcrossRetryAndCrash(t *testing.T, tp trace.TracerProvider, spansOf func() tracetest.SpanStubs) {
+	synctest.Test(t, func(t *testing.T) {
 		c := newCluster(t)
 		c.tracer = tp
 
@@ -95,7 +127,7 @@ func TestTraceTreeAcrossRetryAndCrash(t *testing.T) {
 			t.Fatalf("status %s", got.Status)
 		}
 
-		spans := exp.GetSpans()
+		spans := spansOf()
 		byID := map[trace.SpanID]tracetest.SpanStub{}
 		for _, s := range spans {
 			byID[s.SpanContext.SpanID()] = s

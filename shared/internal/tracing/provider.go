@@ -437,3 +437,32 @@ next:
 
 // TracerProvider is the span's provider.
 func (s *span) TracerProvider() trace.TracerProvider { return s.t.p }
+
+// InMemory keeps the spans a provider of NewInMemory exports: for tests
+// and the simulator, to check the span tree qasync's own provider makes.
+type InMemory struct {
+	mu    sync.Mutex
+	spans []*SpanData
+}
+
+// NewInMemory returns a provider that samples every trace and hands each
+// span, as it ends, to the InMemory it returns.
+func NewInMemory() (*Provider, *InMemory) {
+	m := &InMemory{}
+	p := newProvider(nil, 1, m, true, 0, nil)
+	return &Provider{TracerProvider: p, shutdown: p.shutdown}, m
+}
+
+func (m *InMemory) export(_ context.Context, _ []attribute.KeyValue, spans []*SpanData) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.spans = append(m.spans, spans...)
+	return nil
+}
+
+// Spans returns the spans exported so far, in the order they ended.
+func (m *InMemory) Spans() []*SpanData {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]*SpanData(nil), m.spans...)
+}
