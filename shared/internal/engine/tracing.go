@@ -108,11 +108,14 @@ func (r *Runtime) tracedProcess(ctx context.Context, item dispatch.WorkItem) err
 	ctx, sp := r.tracer.Start(ctx, spanReceive, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(
 		tracing.Execution(item.ExecutionID, item.TenantID, item.PipelineID, "", 0, "")...))
 	err := r.process(ctx, item)
+	spanErr := err
 	if ra, ok := dispatch.AsRetryAfter(err); ok {
+		// A deferral is no failure of the span, but the transport must
+		// still see it: it keeps the item until it is due.
 		sp.SetAttributes(attribute.String("qasync.deferred", ra.Reason))
-		err = nil
+		spanErr = nil
 	}
-	endSpan(sp, err, "process_failed")
+	endSpan(sp, spanErr, "process_failed")
 	return err
 }
 

@@ -44,7 +44,7 @@ func TestTraceTreeAcrossRetryAndCrash(t *testing.T) {
 		traceTreeAcrossRetryAndCrash(t, sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp)), exp.GetSpans)
 	})
 	t.Run("qasync", func(t *testing.T) {
-		tp, mem := tracing.NewInMemory()
+		tp, mem := tracing.NewInMemory(nil)
 		traceTreeAcrossRetryAndCrash(t, tp, func() tracetest.SpanStubs { return stubs(mem.Spans()) })
 	})
 }
@@ -367,4 +367,36 @@ func TestTraceOverTheEmbeddedQueue(t *testing.T) {
 	if len(traces) != 1 || receives != 3 {
 		t.Fatalf("%d traces, %d receives", len(traces), receives)
 	}
+}
+
+// TestTracedDeferralKeepsTheItem: with tracing on, a work item that is not
+// due yet (a worker whose clock runs behind) is still handed back to the
+// transport as a RetryAfter, as with tracing off, so that the queue keeps
+// it; its receive span records the deferral (qasync.deferred) without an
+// error status. (The deterministic simulator found a traced deferral
+// answered as done: the embedded queue then delivered it again at once,
+// forever, and SQS would have deleted it.)
+func TestTracedDeferralKeepsTheItem(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		exp := tracetest.NewInMemoryExporter()
+		c := newCluster(t)
+		c.tracer = sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+		submitter := c.worker("s", engine.Config{Retry: fastRetry}, nil, threeSteps())
+		strict := c.worker("behind-3s", engine.Config{Retry: fastRetry, ClockSkewTolerance: 2 * time.Second}, skewed(-3*time.Second), threeSteps())
+		e := submitTo(t, submitter, "p.three", "k1", map[string]any{})
+		c.queue.take()
+		err := strict.Process(context.Background(), workItem(e))
+		if ra, ok := dispatch.AsRetryAfter(err); !ok || ra.Delay <= 0 {
+			t.Fatalf("traced Process of an item not due: %v, want a RetryAfter", err)
+		}
+		var recv *tracetest.SpanStub
+		for _, s := range exp.GetSpans() {
+			if s.Name == "qasync.receive" {
+				recv = &s
+			}
+		}
+		if recv == nil || attrMap(recv.Attributes)["qasync.deferred"] == "" || recv.Status.Code == codes.Error {
+			t.Fatalf("receive span %+v", recv)
+		}
+	})
 }

@@ -19,6 +19,7 @@ package tracing
 import (
 	"context"
 	"encoding/binary"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -90,6 +91,8 @@ type provider struct {
 	interval time.Duration
 	log      *slog.Logger
 	now      func() time.Time
+	// rnd draws the ids' random bits.
+	rnd func() uint64
 
 	mu      sync.Mutex
 	queue   []*SpanData
@@ -108,7 +111,7 @@ func newProvider(resource []attribute.KeyValue, ratio float64, exp spanExporter,
 	if interval <= 0 {
 		interval = DefaultBatchInterval
 	}
-	p := &provider{resource: resource, ratio: ratio, exp: exp, sync: sync, interval: interval, log: log, now: time.Now,
+	p := &provider{resource: resource, ratio: ratio, exp: exp, sync: sync, interval: interval, log: log, now: time.Now, rnd: rand.Uint64,
 		wake: make(chan struct{}, 1), done: make(chan struct{})}
 	if !sync {
 		go p.loop()
@@ -234,13 +237,13 @@ func (t *tracer) Start(ctx context.Context, name string, opts ...trace.SpanStart
 	if !cfg.NewRoot() {
 		parent = trace.SpanContextFromContext(ctx)
 	}
-	scc := trace.SpanContextConfig{SpanID: newSpanID()}
+	scc := trace.SpanContextConfig{SpanID: t.p.newSpanID()}
 	var sampled bool
 	if parent.IsValid() {
 		scc.TraceID, scc.TraceState = parent.TraceID(), parent.TraceState()
 		sampled = parent.IsSampled()
 	} else {
-		scc.TraceID = newTraceID()
+		scc.TraceID = t.p.newTraceID()
 		sampled = ratioSampled(scc.TraceID, t.p.ratio)
 	}
 	if sampled {
@@ -280,19 +283,19 @@ func ratioSampled(id trace.TraceID, ratio float64) bool {
 }
 
 // newTraceID and newSpanID are random ids, never all zeros.
-func newTraceID() trace.TraceID {
+func (p *provider) newTraceID() trace.TraceID {
 	var id trace.TraceID
 	for !id.IsValid() {
-		binary.BigEndian.PutUint64(id[:8], rand.Uint64())
-		binary.BigEndian.PutUint64(id[8:], rand.Uint64())
+		binary.BigEndian.PutUint64(id[:8], p.rnd())
+		binary.BigEndian.PutUint64(id[8:], p.rnd())
 	}
 	return id
 }
 
-func newSpanID() trace.SpanID {
+func (p *provider) newSpanID() trace.SpanID {
 	var id trace.SpanID
 	for !id.IsValid() {
-		binary.BigEndian.PutUint64(id[:], rand.Uint64())
+		binary.BigEndian.PutUint64(id[:], p.rnd())
 	}
 	return id
 }
@@ -446,10 +449,21 @@ type InMemory struct {
 }
 
 // NewInMemory returns a provider that samples every trace and hands each
-// span, as it ends, to the InMemory it returns.
-func NewInMemory() (*Provider, *InMemory) {
+// span, as it ends, to the InMemory it returns. Its ids' random bits come
+// from ids when set (the simulator's seed: the same run, the same ids).
+func NewInMemory(ids io.Reader) (*Provider, *InMemory) {
 	m := &InMemory{}
 	p := newProvider(nil, 1, m, true, 0, nil)
+	if ids != nil {
+		var mu sync.Mutex
+		p.rnd = func() uint64 {
+			mu.Lock()
+			defer mu.Unlock()
+			var b [8]byte
+			_, _ = io.ReadFull(ids, b[:])
+			return binary.BigEndian.Uint64(b[:])
+		}
+	}
 	return &Provider{TracerProvider: p, shutdown: p.shutdown}, m
 }
 
