@@ -1,9 +1,12 @@
 package tracing_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -150,5 +153,26 @@ func TestProviderBatches(t *testing.T) {
 	late.End()
 	if len(rc.requests) != 1 || len(spansSent(rc)) != 3 {
 		t.Fatalf("%d requests, spans %v", len(rc.requests), spansSent(rc))
+	}
+}
+
+// TestProviderLogsAFailedExport: an export the endpoint refuses is
+// logged (event trace_export_failed, with the status), never with a
+// header's value, and the span's code goes on.
+func TestProviderLogsAFailedExport(t *testing.T) {
+	rc := &receiver{t: t, status: []int{401}}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+	var out bytes.Buffer
+	p, err := tracing.New(context.Background(), tracing.Options{Exporter: "otlp", Endpoint: srv.URL, SampleRatio: 1, Sync: true,
+		Headers: map[string]string{"X-Api-Key": "s3cret-key"}, Logger: slog.New(slog.NewJSONHandler(&out, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sp := tracing.Tracer(p).Start(context.Background(), "s")
+	sp.End()
+	line := out.String()
+	if !strings.Contains(line, `"event":"trace_export_failed"`) || !strings.Contains(line, "status 401") || strings.Contains(line, "s3cret") {
+		t.Fatalf("log %q", line)
 	}
 }

@@ -247,7 +247,7 @@ func Assemble(ctx context.Context, c config.Config, reg *pipeline.Registry, o Op
 func tracingOptions(ctx context.Context, c config.Config, o Options) (tracing.Options, error) {
 	topts := tracing.Options{Exporter: c.TracingExporter, Endpoint: c.TracingEndpoint,
 		Headers: tracing.ParseHeaders(c.TracingHeaders), Gzip: c.TracingCompression == "gzip",
-		SampleRatio: c.TracingSampleRatio, ServiceName: "qasync", Sync: o.TracingSync}
+		SampleRatio: c.TracingSampleRatio, ServiceName: "qasync", Sync: o.TracingSync, Logger: o.Logger}
 	if !strings.EqualFold(c.TracingExporter, tracing.ExporterXRay) {
 		return topts, nil
 	}
