@@ -213,7 +213,11 @@ func (e *OTLPExporter) send(ctx context.Context, body []byte) (time.Duration, er
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+		if n, msg := partialSuccess(body); n > 0 {
+			// Accepted in part: the OTLP specification says not to retry.
+			return 0, permanent{fmt.Errorf("the endpoint rejected %d spans: %q", n, truncate(msg, maxErrorBody))}
+		}
 		return 0, nil
 	}
 	quote, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
@@ -223,6 +227,60 @@ func (e *OTLPExporter) send(ctx context.Context, body []byte) (time.Duration, er
 		return RetryAfter(resp.Header.Get("Retry-After"), time.Now()), err
 	}
 	return 0, permanent{err}
+}
+
+// partialSuccess reads an ExportTraceServiceResponse (binary protobuf):
+// the spans its partial_success says were rejected, and why; 0 when it
+// has none or is not protobuf (a JSON or empty answer).
+func partialSuccess(b []byte) (rejected int64, msg string) {
+	ps := field(b, 1, protowire.BytesType)
+	if ps == nil {
+		return 0, ""
+	}
+	if v := field(ps, 1, protowire.VarintType); v != nil {
+		n, _ := protowire.ConsumeVarint(v)
+		rejected = int64(n)
+	}
+	if v := field(ps, 2, protowire.BytesType); v != nil {
+		msg = string(v)
+	}
+	return rejected, msg
+}
+
+// field returns the value of the last field num of type typ in the
+// message b (a varint's bytes, or a length-delimited field's contents);
+// nil when absent or b does not parse.
+func field(b []byte, num protowire.Number, typ protowire.Type) []byte {
+	var out []byte
+	for len(b) > 0 {
+		n, t, l := protowire.ConsumeTag(b)
+		if l < 0 {
+			return nil
+		}
+		b = b[l:]
+		vl := protowire.ConsumeFieldValue(n, t, b)
+		if vl < 0 {
+			return nil
+		}
+		if n == num && t == typ {
+			if t == protowire.BytesType {
+				v, _ := protowire.ConsumeBytes(b[:vl])
+				out = v
+			} else {
+				out = b[:vl]
+			}
+		}
+		b = b[vl:]
+	}
+	return out
+}
+
+// truncate cuts s to at most n bytes.
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
 }
 
 // RetryAfter is the wait a Retry-After header asks for, in seconds or as

@@ -26,6 +26,7 @@ import (
 	// ResourceSpans) without the collector package's gRPC imports.
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/qasync/qasync/shared/internal/tracing"
@@ -367,4 +368,41 @@ func TestXRayExporterSignsWithSigV4(t *testing.T) {
 		t.Fatalf("xray without credentials: %v", err)
 	}
 	var _ aws.CredentialsProvider = signing.Credentials
+}
+
+// TestOTLPExporterPartialSuccess: a 200 whose ExportTraceServiceResponse
+// says some spans were rejected is an error naming how many and why, not
+// retried (the OTLP specification); a plain 200 is a success.
+func TestOTLPExporterPartialSuccess(t *testing.T) {
+	// ExportTraceServiceResponse{partial_success: {rejected_spans: 2,
+	// error_message: "too old"}}, encoded here (the generated collector
+	// package would bring gRPC into the module).
+	var ps []byte
+	ps = protowire.AppendTag(ps, 1, protowire.VarintType)
+	ps = protowire.AppendVarint(ps, 2)
+	ps = protowire.AppendTag(ps, 2, protowire.BytesType)
+	ps = protowire.AppendString(ps, "too old")
+	answer := protowire.AppendTag(nil, 1, protowire.BytesType)
+	answer = protowire.AppendBytes(answer, ps)
+	var mu sync.Mutex
+	n := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		n++
+		_, _ = w.Write(answer)
+	}))
+	defer srv.Close()
+	var d delays
+	exp, _ := tracing.NewOTLPExporter(tracing.ExporterOptions{Endpoint: srv.URL, Sleep: d.sleep})
+	err := exp.Export(context.Background(), nil, spansOf())
+	mu.Lock()
+	if err == nil || !strings.Contains(err.Error(), "rejected 2 spans") || !strings.Contains(err.Error(), "too old") || n != 1 {
+		t.Fatalf("%v after %d requests", err, n)
+	}
+	answer = nil
+	mu.Unlock()
+	if err := exp.Export(context.Background(), nil, spansOf()); err != nil {
+		t.Fatal(err)
+	}
 }
