@@ -240,6 +240,28 @@ type Config struct {
 	// set, metrics are written to stdout in CloudWatch Embedded Metric
 	// Format under this namespace.
 	MetricsNamespace string
+	// TracingExporter is key "tracing.exporter", default none (off): otlp
+	// sends OpenTelemetry spans of submits, queue hops, step attempts and
+	// commits to TracingEndpoint, xray to the region's AWS X-Ray OTLP
+	// endpoint, SigV4-signed (docs/tracing.md).
+	TracingExporter string
+	// TracingEndpoint is key "tracing.endpoint", default empty: the
+	// OTLP/HTTP endpoint URL of tracing.exporter otlp; empty uses the
+	// OpenTelemetry environment (OTEL_EXPORTER_OTLP_ENDPOINT, else a
+	// collector on localhost:4318); with xray, empty is the region's X-Ray
+	// endpoint.
+	TracingEndpoint string
+	// TracingHeaders is key "tracing.headers", default empty: headers
+	// sent with every export (key1=value1,key2=value2, values
+	// URL-encoded), a vendor's API key. A secret: never printed.
+	TracingHeaders string `json:"-"`
+	// TracingCompression is key "tracing.compression", default none: gzip
+	// compresses the export requests.
+	TracingCompression string
+	// TracingSampleRatio is key "tracing.sample-ratio", default 1, 0 to 1:
+	// the share of new traces recorded (a span with a parent follows its
+	// parent's decision).
+	TracingSampleRatio float64
 	// SQSVisibility is key "sqs.visibility-timeout", default 60s: how long
 	// a received work item stays hidden; the poller extends it while a
 	// transition runs.
@@ -346,6 +368,9 @@ func Default() Config {
 		CapacityStepsPerSecond: 1000,
 		SQSWaitSeconds:         20,
 		SQSVisibility:          schema.WorkVisibility,
+		TracingExporter:        "none",
+		TracingCompression:     "none",
+		TracingSampleRatio:     1,
 		ClockSkewTolerance:     2 * time.Second,
 		PipelineVersionWait:    time.Hour,
 		DispatchTimeout:        2 * time.Second,
@@ -567,6 +592,22 @@ var entries = []entry{
 		func(c *Config) *string { return &c.EventsSink }, lower, oneOf("eventbridge", "log")),
 	field("metrics.namespace", "CloudWatch namespace of metrics written to stdout in Embedded Metric Format; empty: off.",
 		func(c *Config) *string { return &c.MetricsNamespace }, verbatim, nil),
+	field("tracing.exporter", "OpenTelemetry traces of submits, queue hops, step attempts and commits (docs/tracing.md): none (off: no tracer, no trace context in work items), otlp (OTLP/HTTP to tracing.endpoint) or xray (the region's AWS X-Ray OTLP endpoint, SigV4-signed with the process's AWS credentials; needs CloudWatch Transaction Search).",
+		func(c *Config) *string { return &c.TracingExporter }, lower, oneOf("none", "otlp", "xray")),
+	field("tracing.endpoint", "OTLP/HTTP endpoint URL of tracing.exporter otlp (http://collector:4318; /v1/traces is added to a URL with no path); empty: the OpenTelemetry environment (OTEL_EXPORTER_OTLP_ENDPOINT), else localhost:4318. With xray, empty is https://xray.<region>.amazonaws.com/v1/traces.",
+		func(c *Config) *string { return &c.TracingEndpoint }, verbatim,
+		func(_ Config, v string) error {
+			if v != "" && !strings.HasPrefix(v, "http://") && !strings.HasPrefix(v, "https://") {
+				return fmt.Errorf("must be an http:// or https:// URL, got %q", v)
+			}
+			return nil
+		}),
+	secret(field("tracing.headers", "Headers sent with every span export (key1=value1,key2=value2, values URL-encoded, as OTEL_EXPORTER_OTLP_HEADERS, which is read too): a vendor's API key. Never printed nor logged.",
+		func(c *Config) *string { return &c.TracingHeaders }, verbatim, nil)),
+	field("tracing.compression", "Compression of span exports: none or gzip.",
+		func(c *Config) *string { return &c.TracingCompression }, lower, oneOf("none", "gzip")),
+	field("tracing.sample-ratio", "Share of new traces recorded when tracing.exporter is on; a span with a parent follows its parent's decision; 0 to 1.",
+		func(c *Config) *float64 { return &c.TracingSampleRatio }, parseFloat, between(0.0, 1.0)),
 	field("sqs.wait-seconds", "Long-poll wait of the work queue poller in seconds; 1 to 20 (0, short polling, would send requests back to back on an idle queue).",
 		func(c *Config) *int { return &c.SQSWaitSeconds }, parseInt[int], between(1, 20)),
 	field("sqs.visibility-timeout", "Visibility timeout of a received work item (duration); the poller extends it while a transition runs; 1s to 12h.",

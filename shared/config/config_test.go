@@ -165,6 +165,10 @@ func TestLoadErrors(t *testing.T) {
 			[]string{"pipeline.orchestrator.priority.aging: must be between 1s and 24h0m0s, got 0s (from PIPELINE_ORCHESTRATOR_PRIORITY_AGING)"}},
 		{"mode sync", map[string]string{"PIPELINE_ORCHESTRATOR_MODE": "sync"}, nil,
 			[]string{"pipeline.orchestrator.mode: only QUEUE_ASYNC is supported"}},
+		{"tracing", map[string]string{"PIPELINE_ORCHESTRATOR_TRACING_EXPORTER": "jaeger"},
+			[]string{"--tracing.sample-ratio=1.5", "--tracing.endpoint=collector:4318"},
+			[]string{"pipeline.orchestrator.tracing.exporter: ", `"jaeger"`, "pipeline.orchestrator.tracing.sample-ratio: must be between 0 and 1, got 1.5",
+				`pipeline.orchestrator.tracing.endpoint: must be an http:// or https:// URL, got "collector:4318"`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -23,6 +23,11 @@ type WorkItem struct {
 	// items delivers the smaller rank first (the embedded and in-process
 	// queues do; SQS has no order).
 	Rank int64 `json:"rank,omitempty"`
+	// TraceParent is the W3C traceparent of the span that dispatched the
+	// item (package tracing), so that the worker's spans join the
+	// submitter's trace; empty when tracing is off. Transports carry it
+	// beside the body where they can (SQS: a message attribute).
+	TraceParent string `json:"traceParent,omitempty"`
 }
 
 // Message is a work item with its delivery delay.

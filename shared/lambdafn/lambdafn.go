@@ -251,6 +251,8 @@ func Boot(ctx context.Context, fn Function, reg *pipeline.Registry, opts ...Opti
 	wo := wiring.Options{
 		Backends: map[string]backend.Backend{"memory": memory.Backend(), "dynamo": awsbackend.New(sess)},
 		Backend:  o.backend, Logger: log, AWS: sess, Faults: keys.Faults,
+		// A function is frozen between invocations: spans go out as they end.
+		TracingSync: true,
 	}
 	if r.Parts != nil {
 		r.Parts(&wo, sess)

@@ -42,6 +42,7 @@ const (
 	keyEventsTypes      = "events.types"
 	keyEventsSink       = "events.sink"
 	keyMetricsNamespace = "metrics.namespace"
+	keyTracingExporter  = "tracing.exporter"
 	keyTenantSource     = "http.tenant-source"
 	keyTenantClaim      = "http.tenant-claim"
 	// keyAllowHeaderTenant stays false: no stage takes the tenant from

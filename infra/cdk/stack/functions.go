@@ -249,6 +249,13 @@ func (b *builder) grants(f *function) {
 	if usesResumeSecret(f.name) {
 		f.allow("ReadResumeTokenSecret", []string{"secretsmanager:GetSecretValue"}, b.secret.SecretArn())
 	}
+	if b.s.TracesToXRay() {
+		// The X-Ray OTLP endpoint (tracing.exporter xray) authorizes
+		// xray:PutSpans, and xray:PutSpansForIndexing for the share of
+		// spans Transaction Search indexes; neither has resource-level
+		// permissions.
+		f.allow("ExportSpansToXRay", []string{"xray:PutSpans", "xray:PutSpansForIndexing"}, jsii.String("*"))
+	}
 	if f.name == Worker && b.output != nil {
 		f.allow("PublishOutputs", []string{"s3:PutObject"}, b.output.ArnForObjects(jsii.String("*")))
 	}

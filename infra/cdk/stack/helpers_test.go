@@ -147,7 +147,7 @@ func settingsFor(variant string) Settings {
 		s.WorkerBatchSize, s.WorkerBatchingWindow = 5, 2*time.Second
 		s.ReservedConcurrency = map[string]int{Worker: 60, Sweeper: 1}
 		s.SweeperRate = 5 * time.Minute
-		s.RuntimeConfig = map[string]string{"max-retries": "5", "pipeline.orchestrator.retry-delay": "2s"}
+		s.RuntimeConfig = map[string]string{"max-retries": "5", "pipeline.orchestrator.retry-delay": "2s", "tracing.exporter": "xray"}
 		s.OutputBucket = true
 		s.AwaitWAFRateLimit, s.AwaitWAFWindow = 300, 5*time.Minute
 		return s

@@ -115,6 +115,32 @@ func TestLeastPrivilegePerFunction(t *testing.T) {
 	}
 }
 
+// TestXRayExporterGrant: with runtimeConfig tracing.exporter xray (full)
+// every function may put spans to the X-Ray OTLP endpoint
+// (xray:PutSpans, xray:PutSpansForIndexing, on Resource * as X-Ray has no
+// resource-level permissions); without it (dev) none may
+// (TestLeastPrivilegePerFunction holds dev's exact grants).
+func TestXRayExporterGrant(t *testing.T) {
+	want := []string{"xray:PutSpans *", "xray:PutSpansForIndexing *"}
+	for variant, grants := range map[string]bool{"full": true, "dev": false} {
+		v := synth(t, variant)
+		if v.settings.TracesToXRay() != grants {
+			t.Fatalf("%s: TracesToXRay %v", variant, !grants)
+		}
+		for _, name := range FunctionNames {
+			var got []string
+			for _, g := range v.grantsOf(t, FunctionIDs[name]+"Role") {
+				if strings.HasPrefix(g, "xray:PutSpans") {
+					got = append(got, g)
+				}
+			}
+			if grants && !reflect.DeepEqual(got, want) || !grants && len(got) != 0 {
+				t.Errorf("%s %s: X-Ray span grants %v", variant, name, got)
+			}
+		}
+	}
+}
+
 // No policy of any variant grants a wildcard action; a wildcard resource
 // appears only for X-Ray, which has no resource-level permissions.
 func TestNoWildcardActions(t *testing.T) {
@@ -137,7 +163,7 @@ func TestNoWildcardActions(t *testing.T) {
 						continue
 					}
 					for _, a := range list(st["Action"]) {
-						if !strings.HasPrefix(str(a), "xray:") || !v.settings.Tracing {
+						if !strings.HasPrefix(str(a), "xray:") || !v.settings.Tracing && !v.settings.TracesToXRay() {
 							t.Errorf("%s %s: %s on Resource *", variant, id, str(a))
 						}
 					}

@@ -85,10 +85,10 @@ func (b *builder) suppressions() {
 			"The worker publishes each execution's terminal output to a key of its own chosen by the pipeline's Output.To template (tenant, pipeline and execution ids): the object wildcard is confined to the stack's own output bucket and the only action is s3:PutObject.",
 			"Resource::<"+OutputBucketID+".Arn>/*")
 	}
-	if b.s.Tracing {
+	if b.s.Tracing || b.s.TracesToXRay() {
 		for _, name := range FunctionNames {
 			b.suppress(b.fn[name].role.Node().FindChild(jsii.String("DefaultPolicy")), "AwsSolutions-IAM5",
-				"X-Ray active tracing: xray:PutTraceSegments and xray:PutTelemetryRecords support no resource-level permissions, so CDK grants them on Resource '*' (the actions are explicit).",
+				"X-Ray: xray:PutTraceSegments and xray:PutTelemetryRecords (active tracing) and xray:PutSpans and xray:PutSpansForIndexing (tracing.exporter xray, the OTLP endpoint) support no resource-level permissions, so they are granted on Resource '*' (the actions are explicit).",
 				"Resource::*")
 		}
 	}

@@ -785,6 +785,18 @@ func (s Settings) Validate() error {
 	return errors.Join(errs...)
 }
 
+// TracesToXRay reports whether the functions export their spans to the
+// X-Ray OTLP endpoint: runtimeConfig sets tracing.exporter to xray
+// (docs/tracing.md). Their roles then get xray:PutSpans.
+func (s Settings) TracesToXRay() bool {
+	for k, v := range s.RuntimeConfig {
+		if config.ShortKey(k) == keyTracingExporter && strings.EqualFold(strings.TrimSpace(v), "xray") {
+			return true
+		}
+	}
+	return false
+}
+
 // testOnlyKeyPrefixes mark configuration keys meant for chaos and crash
 // tests and dev drills, never for production: the processes read them
 // from their environment alone (the qasync module's internal/testkeys),

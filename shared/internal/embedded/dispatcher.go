@@ -86,7 +86,7 @@ func (db *DB) enqueue(ctx context.Context, msgs []dispatch.Message) error {
 	now := db.clock.Now()
 	var need []dispatch.Message
 	for _, m := range msgs {
-		if !db.queue.covered(string(execKey(itemKey(m.Item))), now.Add(max(m.Delay, 0))) {
+		if !db.queue.covered(string(execKey(itemKey(m.Item))), now.Add(max(m.Delay, 0)), m.Item.TraceParent) {
 			need = append(need, m)
 		}
 	}

@@ -238,7 +238,12 @@ func (q *queueMirror) settle(e *qentry) (deleteIt bool) {
 // at due: an entry due no later that no worker holds, or one a worker
 // holds (then marked to be delivered again after it). Otherwise Dispatch
 // must write one.
-func (q *queueMirror) covered(key string, due time.Time) bool {
+//
+// A covered entry not being delivered takes traceParent (when set) as its
+// item's trace context, in memory only: a commit writes its hand-over's
+// entry itself, without one, and the dispatch that follows carries the
+// trace context of the span that committed (docs/tracing.md).
+func (q *queueMirror) covered(key string, due time.Time, traceParent string) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	e := q.entries[key]
@@ -252,7 +257,13 @@ func (q *queueMirror) covered(key string, due time.Time) bool {
 		e.redispatch = true
 		return true
 	default:
-		return !e.due.After(due)
+		if e.due.After(due) {
+			return false
+		}
+		if traceParent != "" {
+			e.item.TraceParent = traceParent
+		}
+		return true
 	}
 }
 

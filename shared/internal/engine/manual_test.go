@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/qasync/qasync/shared/clock"
 	"github.com/qasync/qasync/shared/dispatch"
 	"github.com/qasync/qasync/shared/effect"
@@ -36,6 +38,8 @@ type cluster struct {
 	logs     *logtest.Buffer
 	// observers hear every worker made after they are set.
 	observers []engine.Observer
+	// tracer, when set, traces every worker made after it is set.
+	tracer trace.TracerProvider
 }
 
 // queue records dispatched messages; the test takes them with take.
@@ -117,7 +121,8 @@ func (c *cluster) workerOn(id string, cfg engine.Config, clk clock.Clock, st sto
 	cfg.WorkerID = id
 	rt, err := engine.New(cfg, engine.Deps{
 		Registry: reg, Store: st, Payloads: c.payloads, Effects: c.effects, Dispatcher: c.queue, DeadLetter: c.dlq, Clock: clk, Observers: c.observers,
-		Logger: slog.New(slog.NewJSONHandler(c.logs, &slog.HandlerOptions{Level: slog.LevelDebug})).With(slog.String("worker", id)),
+		TracerProvider: c.tracer,
+		Logger:         slog.New(slog.NewJSONHandler(c.logs, &slog.HandlerOptions{Level: slog.LevelDebug})).With(slog.String("worker", id)),
 	})
 	if err != nil {
 		c.t.Fatal(err)

@@ -26,11 +26,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/qasync/qasync/shared/clock"
 	"github.com/qasync/qasync/shared/deadletter"
 	"github.com/qasync/qasync/shared/dispatch"
 	"github.com/qasync/qasync/shared/effect"
 	"github.com/qasync/qasync/shared/history"
+	"github.com/qasync/qasync/shared/internal/tracing"
 	"github.com/qasync/qasync/shared/payload"
 	"github.com/qasync/qasync/shared/pipeline"
 	"github.com/qasync/qasync/shared/store"
@@ -292,6 +295,9 @@ type Deps struct {
 	// incarnations and random slots, worker ids, job ids). Default
 	// crypto/rand; the simulator passes a seeded one.
 	Rand io.Reader
+	// TracerProvider receives the runtime's spans (package tracing,
+	// docs/tracing.md). Optional: nil (the default) turns tracing off.
+	TracerProvider trace.TracerProvider
 }
 
 // Runtime is the execution engine. It is safe for concurrent use.
@@ -303,6 +309,8 @@ type Runtime struct {
 	// randMu serializes reads of deps.Rand (a seeded source is not safe
 	// for concurrent use).
 	randMu sync.Mutex
+	// tracer is nil when tracing is off (tracing.go).
+	tracer trace.Tracer
 }
 
 // Drain tells the runtime that its process is shutting down: the steps it
@@ -344,7 +352,7 @@ func New(cfg Config, deps Deps) (*Runtime, error) {
 	if js, ok := deps.Store.(store.JobStore); ok && deps.Jobs == nil {
 		deps.Jobs = js
 	}
-	return &Runtime{cfg: cfg, deps: deps}, nil
+	return &Runtime{cfg: cfg, deps: deps, tracer: tracing.Tracer(deps.TracerProvider)}, nil
 }
 
 // Registry is the registry the runtime serves.
@@ -379,6 +387,11 @@ type SubmitRequest struct {
 	// to pipeline.LowestPriority (5); 0 takes the pipeline's default
 	// (pipeline.PriorityOf). Out of range: ErrInvalidInput.
 	Priority int
+	// TraceParent is the caller's W3C traceparent (the submit request's
+	// header), when it sent one: with tracing on, the submit span is its
+	// child, so that the execution's trace continues the caller's. Ignored
+	// when tracing is off, or when ctx carries a span already.
+	TraceParent string
 	// scheduled: a schedule's fire (schedules.go), whose key is kept
 	// whatever the idempotency policy.
 	scheduled bool
@@ -399,6 +412,13 @@ type SubmitResult struct {
 // stores anything: a keyed submit whose input is too large for the row
 // looks for the key's live execution before it writes the input.
 func (r *Runtime) Submit(ctx context.Context, req SubmitRequest) (SubmitResult, error) {
+	if r.tracer != nil {
+		return r.tracedSubmit(ctx, req)
+	}
+	return r.submit(ctx, req)
+}
+
+func (r *Runtime) submit(ctx context.Context, req SubmitRequest) (SubmitResult, error) {
 	p, ok := r.deps.Registry.Get(req.PipelineID)
 	if !ok {
 		return SubmitResult{}, fmt.Errorf("%w: %s", ErrPipelineNotFound, req.PipelineID)
@@ -642,7 +662,12 @@ func (r *Runtime) dispatch(ctx context.Context, e *store.Execution, delay time.D
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.DispatchTimeout)
 	defer cancel()
 	item := dispatch.ItemOf(e)
-	if err := r.deps.Dispatcher.Dispatch(dctx, dispatch.Message{Item: item, Delay: delay}); err != nil {
+	sp, dctx := r.startDispatch(dctx, spanDispatch, e, &item)
+	err := r.deps.Dispatcher.Dispatch(dctx, dispatch.Message{Item: item, Delay: delay})
+	if sp != nil {
+		endSpan(sp, err, "dispatch_failed")
+	}
+	if err != nil {
 		r.execLogger(e).LogAttrs(ctx, slog.LevelWarn, "dispatch_failed", slog.String("event", "dispatch_failed"),
 			slog.String("error", err.Error()))
 		return false

@@ -145,7 +145,10 @@ func (r *Runtime) Sweep(ctx context.Context, pass *SweepPass) (SweepResult, erro
 		}
 	}
 	if len(msgs) > 0 {
-		if err := r.deps.Dispatcher.Dispatch(ctx, msgs...); err != nil {
+		spans := r.redispatchSpans(ctx, msgs, redispatched)
+		err := r.deps.Dispatcher.Dispatch(ctx, msgs...)
+		endSpans(spans, err)
+		if err != nil {
 			res.Failed += len(msgs)
 			r.deps.Logger.LogAttrs(ctx, slog.LevelWarn, "dispatch_failed", slog.String("event", "dispatch_failed"),
 				slog.Int("items", len(msgs)), slog.String("error", err.Error()))

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/qasync/qasync/shared/await"
 	"github.com/qasync/qasync/shared/deadletter"
 	"github.com/qasync/qasync/shared/dispatch"
@@ -47,6 +49,13 @@ const (
 // pipeline definition. Any other error means a backend failed before the
 // outcome was recorded; the transport should deliver the item again.
 func (r *Runtime) Process(ctx context.Context, item dispatch.WorkItem) error {
+	if r.tracer != nil {
+		return r.tracedProcess(ctx, item)
+	}
+	return r.process(ctx, item)
+}
+
+func (r *Runtime) process(ctx context.Context, item dispatch.WorkItem) error {
 	key := store.Key{TenantID: item.TenantID, ExecutionID: item.ExecutionID}
 	row, err := r.deps.Store.Get(ctx, key)
 	if errors.Is(err, store.ErrNotFound) {
@@ -136,7 +145,7 @@ func (r *Runtime) Process(ctx context.Context, item dispatch.WorkItem) error {
 	t := &transition{r: r, row: claimed, log: log, p: p}
 	for chained := 0; ; chained++ {
 		t.chained = chained
-		err := t.run(ctx, takeover)
+		err := t.runTraced(ctx, takeover)
 		if t.next == nil {
 			return err
 		}
@@ -246,6 +255,12 @@ type transition struct {
 	// written is the payload this transition wrote for its commit (a
 	// step's output), with the horizon the commit sets already.
 	written payload.Ref
+	// span is the attempt's span (nil when tracing is off), with the
+	// step's name and the outcome it records (tracing.go).
+	span     trace.Span
+	stepName string
+	stepErr  error
+	stepCode string
 }
 
 func (t *transition) run(ctx context.Context, takeover bool) error {
@@ -291,6 +306,7 @@ func (t *transition) run(ctx context.Context, takeover bool) error {
 		return err // released until its turn (or a backend failed: released)
 	}
 	out, cause, stepErr := t.invoke(ctx, step, in)
+	t.traceOutcome(cause, stepErr)
 	switch {
 	case errors.Is(cause, ErrCancelled):
 		t.log.LogAttrs(ctx, slog.LevelWarn, "step_cancelled", slog.String("event", "step_cancelled"))
@@ -738,6 +754,15 @@ const (
 // commit. The commit runs on a context that a shutdown does not cut
 // short, so that a finished step is not handed back for nothing.
 func (t *transition) commit(ctx context.Context, next store.Execution, keepSweep bool, attrs ...slog.Attr) (*store.Execution, error) {
+	if t.span != nil {
+		return t.tracedCommit(ctx, func(ctx context.Context) (*store.Execution, error) {
+			return t.commitRow(ctx, next, keepSweep, attrs...)
+		})
+	}
+	return t.commitRow(ctx, next, keepSweep, attrs...)
+}
+
+func (t *transition) commitRow(ctx context.Context, next store.Execution, keepSweep bool, attrs ...slog.Attr) (*store.Execution, error) {
 	r := t.r
 	guard := store.Guard{Key: t.row.Key(), Version: t.row.Version, LeaseOwner: r.cfg.WorkerID, KeepSweep: keepSweep}
 	if t.unleased {

@@ -348,7 +348,8 @@ func (a *api) submit(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	res, err := a.rt.Submit(r.Context(), engine.SubmitRequest{TenantID: tenant, PipelineID: pid, IdempotencyKey: key, Input: in, Priority: prio})
+	res, err := a.rt.Submit(r.Context(), engine.SubmitRequest{TenantID: tenant, PipelineID: pid, IdempotencyKey: key, Input: in, Priority: prio,
+		TraceParent: r.Header.Get("Traceparent")})
 	if err != nil {
 		a.fail(w, r, err)
 		return

@@ -162,6 +162,7 @@ func processRecord(ctx context.Context, rt *engine.Runtime, m *events.SQSMessage
 	receives, _ := strconv.Atoi(m.Attributes["ApproximateReceiveCount"])
 	rlog := log.With(slog.String("message_id", m.MessageId), slog.Int("receive_count", receives))
 	item, err := sqsbackend.Decode(m.Body)
+	item.TraceParent = sqsbackend.EventTraceParent(*m)
 	if err != nil {
 		rlog.LogAttrs(ctx, slog.LevelError, "work_item_malformed", slog.String("event", "work_item_malformed"),
 			slog.String("error", err.Error()), slog.Int("body_bytes", len(m.Body)))

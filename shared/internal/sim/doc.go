@@ -49,5 +49,8 @@
 // the history is complete and in order; nothing is stored for a refused
 // request; a paused execution is never claimed, holds no lease, is not
 // swept and does not expire while paused; no work item is poisoned unless a worker crashed or failed on
-// it.
+// it; every committed step attempt has its OpenTelemetry span in its
+// execution's trace, under the receive and the dispatch of the work item
+// that brought it (every process traces into one in-memory exporter of
+// package tracing, its ids drawn from the seed; spans.go).
 package sim

@@ -106,7 +106,7 @@ var invariantNames = []string{invSettles, invNoStall, invNoVanish, invExactlyOnc
 	invDeadLetterViews, invSignedOut, invAwaitIsolation, invCheckpointReadable, invHistory, invRefusedStoresNothing, invKeylessIsNew, invNoFalsePoison,
 	invBackupNoPin, invOneJobPerKey, invSleepOnTime, invJoinSawAll, invMapRerunsFailed, invMapInFlight, invParentWakes, invRejectedStays, invMapCounts,
 	invRejectsTolerated, invEvents, invKeyLimit, invKeyWaitersRun, invRateLimit, invKeyRankOrder,
-	invPausedNotClaimed, invPausedNotSwept, invPausedKept, invScheduleOnce,
+	invPausedNotClaimed, invPausedNotSwept, invPausedKept, invScheduleOnce, invSpans,
 	invConfigRefused, invSetup}
 
 // stallBound is how long an execution may stay claimable without a claim:
@@ -587,6 +587,7 @@ func (w *world) finish() {
 	w.checkEvents(incs)
 	w.checkKeyWaiters(incs)
 	w.checkDeadLetterViews(ctx)
+	w.checkSpans()
 }
 
 // checkDeadLetterViews reads the tenant's whole dead-letter list as an

@@ -219,6 +219,9 @@ func (p *proc) newRuntime(reg *pipeline.Registry, prov providers) (*engine.Runti
 		Observers:   []engine.Observer{p},
 		Rand:        p.w.randReader(),
 	}
+	if p.w.tracer != nil {
+		deps.TracerProvider = p.w.tracer
+	}
 	return engine.New(p.w.cfg.engineConfig(p.name), deps)
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/qasync/qasync/shared/deadletter"
 	"github.com/qasync/qasync/shared/dispatch"
+	"github.com/qasync/qasync/shared/internal/sqsbackend"
 )
 
 // sqsQueue models an SQS standard queue as the worker and dlq functions'
@@ -33,13 +34,16 @@ type sqsQueue struct {
 
 // message is one queued message.
 type message struct {
-	id        string
-	body      string
-	exec      string
-	visibleAt time.Time
-	receives  int
-	receipt   string
-	epoch     int // grows with every visibility change: stale receive events see it moved
+	id   string
+	body string
+	exec string
+	// traceParent is the String message attribute traceparent (as
+	// sqsbackend.Dispatcher sends it; empty: none).
+	traceParent string
+	visibleAt   time.Time
+	receives    int
+	receipt     string
+	epoch       int // grows with every visibility change: stale receive events see it moved
 	// deferredAt is the receive during which the handler deferred it.
 	deferredAt int
 	// Why earlier receives ended: a crash or a failure makes a poison
@@ -61,12 +65,13 @@ func sqsDelay(d time.Duration) time.Duration {
 	return min(s, 900*time.Second)
 }
 
-// send stores a message (the queue's answer to SendMessage).
-func (q *sqsQueue) send(body, exec string, delay time.Duration) {
+// send stores a message (the queue's answer to SendMessage), with a
+// traceparent message attribute when traceParent is set.
+func (q *sqsQueue) send(body, exec, traceParent string, delay time.Duration) {
 	w := q.w
 	w.mu.Lock()
 	q.next++
-	m := &message{id: fmt.Sprintf("%s-%d", q.name, q.next), body: body, exec: exec, visibleAt: time.Now().Add(sqsDelay(delay))}
+	m := &message{id: fmt.Sprintf("%s-%d", q.name, q.next), body: body, exec: exec, traceParent: traceParent, visibleAt: time.Now().Add(sqsDelay(delay))}
 	q.msgs[m.id] = m
 	q.scheduleLocked(m)
 	w.mu.Unlock()
@@ -115,6 +120,11 @@ func (q *sqsQueue) receive(id string, epoch int) {
 		EventSourceARN: "arn:aws:sqs:sim-1:000000000000:" + q.name, AWSRegion: "sim-1",
 		Attributes: map[string]string{"ApproximateReceiveCount": strconv.Itoa(receives)},
 	}}}
+	if m.traceParent != "" {
+		tp := m.traceParent
+		ev.Records[0].MessageAttributes = map[string]events.SQSMessageAttribute{
+			sqsbackend.AttrTraceParent: {StringValue: &tp, DataType: "String"}}
+	}
 	w.mu.Unlock()
 	w.async(func() {
 		resp, err := q.handle(p, m, ev)
@@ -201,6 +211,8 @@ type queueDispatcher struct {
 func (d *queueDispatcher) Dispatch(_ context.Context, msgs ...dispatch.Message) error {
 	w := d.w
 	for _, m := range msgs {
+		tp := m.Item.TraceParent // a message attribute, not the body
+		m.Item.TraceParent = ""
 		body, _ := json.Marshal(m.Item) // cannot fail
 		delay := m.Delay
 		if !w.settling {
@@ -212,13 +224,13 @@ func (d *queueDispatcher) Dispatch(_ context.Context, msgs ...dispatch.Message) 
 				continue
 			case w.chance(w.cfg.rates.duplicate):
 				w.fault("work_item_duplicated")
-				d.q.send(string(body), m.Item.ExecutionID, delay+w.between(0, 30*time.Second))
+				d.q.send(string(body), m.Item.ExecutionID, tp, delay+w.between(0, 30*time.Second))
 			case w.chance(w.cfg.rates.delay):
 				w.fault("work_item_delayed")
 				delay += w.between(time.Second, 2*time.Minute)
 			}
 		}
-		d.q.send(string(body), m.Item.ExecutionID, delay)
+		d.q.send(string(body), m.Item.ExecutionID, tp, delay)
 	}
 	return nil
 }
@@ -232,6 +244,6 @@ func (d *queuePublisher) Publish(_ context.Context, env deadletter.Envelope) err
 	if err != nil {
 		return err
 	}
-	d.q.send(string(body), env.ExecutionID, 0)
+	d.q.send(string(body), env.ExecutionID, "", 0)
 	return nil
 }

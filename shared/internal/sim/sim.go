@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"github.com/qasync/qasync/shared/internal/outbox"
+	"github.com/qasync/qasync/shared/internal/tracing"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -249,6 +250,9 @@ type world struct {
 
 	report Report
 	trace  *traceLog
+	// tracer and spans: every process's OpenTelemetry spans (spans.go).
+	tracer *tracing.Provider
+	spans  *tracing.InMemory
 	events int
 	// instant and atInstant count the events run at one virtual instant:
 	// past maxEventsPerInstant the simulator itself is spinning (time
@@ -324,6 +328,7 @@ func newWorld(t *testing.T, o Options) (*world, error) {
 		Faults: map[string]int{}, Outcomes: map[string]int{}, Checks: map[string]int{}}
 	w.cfg = drawSettings(w.rng, o)
 	w.report.Settings = w.cfg.String()
+	w.tracer, w.spans = newSpans(o.Seed)
 	w.bank = &bank{w: w, charges: map[string][]charge{}}
 	w.partner = &partner{w: w}
 	b, err := newBackend(w)

@@ -220,6 +220,7 @@ func (p *Poller) receive(ctx context.Context, n int) ([]types.Message, error) {
 		WaitTimeSeconds:             p.opts.WaitTimeSeconds,
 		VisibilityTimeout:           seconds(p.opts.VisibilityTimeout),
 		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount},
+		MessageAttributeNames:       []string{AttrTraceParent},
 	})
 	if err != nil {
 		return nil, err
@@ -236,6 +237,7 @@ func (p *Poller) handle(ctx context.Context, m types.Message, del *deleter) {
 	receives, _ := strconv.Atoi(m.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
 	log := p.log.With(slog.String("message_id", aws.ToString(m.MessageId)), slog.Int("receive_count", receives))
 	item, err := decode(aws.ToString(m.Body))
+	item.TraceParent = traceParent(m.MessageAttributes)
 	if err != nil {
 		// Leave it: it becomes visible again when its visibility timeout
 		// ends, and the redrive policy moves it to the poison queue.

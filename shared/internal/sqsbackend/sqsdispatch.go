@@ -4,7 +4,8 @@
 //
 // A message body is the JSON of a dispatch.WorkItem
 // ({"tenantId","executionId","pipelineId"}); it carries a String message
-// attribute "tenant" (the tenant id) for routing and observability.
+// attribute "tenant" (the tenant id) for routing and observability, and
+// with tracing on a String attribute "traceparent" (WorkItem.TraceParent).
 // Delivery is at-least-once; duplicates are harmless because every claim
 // is OCC-guarded.
 //
@@ -219,6 +220,7 @@ func (d *Dispatcher) sendBatch(ctx context.Context, group []dispatch.Message, se
 }
 
 func encode(item dispatch.WorkItem) (string, error) {
+	item.TraceParent = "" // a message attribute (AttrTraceParent), not the body
 	b, err := json.Marshal(item)
 	if err != nil {
 		return "", fmt.Errorf("sqsbackend: encode work item: %w", err)
@@ -229,7 +231,7 @@ func encode(item dispatch.WorkItem) (string, error) {
 // attributes are a message's attributes. SQS refuses empty attribute
 // values, so an item without a tenant gets none.
 func attributes(item dispatch.WorkItem) map[string]types.MessageAttributeValue {
-	return Attributes(map[string]string{AttrTenant: item.TenantID})
+	return Attributes(map[string]string{AttrTenant: item.TenantID, AttrTraceParent: item.TraceParent})
 }
 
 // DelaySeconds is the SQS DelaySeconds for a delay: rounded up to whole

@@ -40,6 +40,7 @@ import (
 	"github.com/qasync/qasync/shared/internal/memory"
 	"github.com/qasync/qasync/shared/internal/metrics"
 	"github.com/qasync/qasync/shared/internal/outbox"
+	"github.com/qasync/qasync/shared/internal/tracing"
 	"github.com/qasync/qasync/shared/pipeline"
 	"github.com/qasync/qasync/shared/reject"
 	"github.com/qasync/qasync/shared/store"
@@ -84,6 +85,10 @@ type Options struct {
 	// process's clock skewed, its DynamoDB calls, dispatches, commits and
 	// dead-letter publishes failed at the given rates. Zero: none.
 	Faults testkeys.Faults
+	// TracingSync exports each span as it ends instead of in batches
+	// (tracing.Options.Sync): for Lambda functions, whose process is frozen
+	// between invocations and may end without a flush.
+	TracingSync bool
 }
 
 // Process is an assembled process.
@@ -109,8 +114,10 @@ type Process struct {
 	EventTypes outbox.Types
 
 	closeDefaults func(ctx context.Context) error
-	once          sync.Once
-	closeErr      error
+	// tracer is the tracer provider of tracing.exporter (nil: off).
+	tracer   *tracing.Provider
+	once     sync.Once
+	closeErr error
 }
 
 // Assemble validates c, opens the backend, fills in the defaults, and
@@ -195,6 +202,15 @@ func Assemble(ctx context.Context, c config.Config, reg *pipeline.Registry, o Op
 		_ = p.Close(context.Background())
 		return nil, err
 	}
+	topts, err := tracingOptions(ctx, c, o)
+	if err != nil {
+		_ = p.Close(context.Background())
+		return nil, err
+	}
+	if p.tracer, err = tracing.New(ctx, topts); err != nil {
+		_ = p.Close(context.Background())
+		return nil, fmt.Errorf("wiring: %s: %w", config.FullKey("tracing.exporter"), err)
+	}
 	deps := faultSeams(o.Faults, log, engine.Deps{
 		Registry: reg, Store: p.Seams.State, Payloads: p.Seams.Payloads, Dispatcher: p.Seams.Dispatcher,
 		DeadLetter: p.Seams.DeadLetters, Effects: p.Seams.Effects, Clock: clk, Logger: log, Observers: observers,
@@ -204,6 +220,9 @@ func Assemble(ctx context.Context, c config.Config, reg *pipeline.Registry, o Op
 	})
 	if lister, ok := p.Seams.Recorder.(deadletter.Lister); ok {
 		deps.DeadLetters = lister
+	}
+	if p.tracer != nil {
+		deps.TracerProvider = p.tracer
 	}
 	if js, ok := p.Seams.State.(store.JobStore); ok {
 		deps.Jobs = js // beside the rows (a fault wrapper of the store hides it)
@@ -219,6 +238,31 @@ func Assemble(ctx context.Context, c config.Config, reg *pipeline.Registry, o Op
 		p.Handler = o.HTTP(rt, c, log)
 	}
 	return p, nil
+}
+
+// tracingOptions are the tracer provider's options of c's tracing.*
+// keys. Exporter xray signs with the credentials and region of the
+// process's AWS session (the Lambda function's execution role), loaded
+// here, once, only then.
+func tracingOptions(ctx context.Context, c config.Config, o Options) (tracing.Options, error) {
+	topts := tracing.Options{Exporter: c.TracingExporter, Endpoint: c.TracingEndpoint,
+		Headers: tracing.ParseHeaders(c.TracingHeaders), Gzip: c.TracingCompression == "gzip",
+		SampleRatio: c.TracingSampleRatio, ServiceName: "qasync", Sync: o.TracingSync, Logger: o.Logger}
+	if !strings.EqualFold(c.TracingExporter, tracing.ExporterXRay) {
+		return topts, nil
+	}
+	if o.AWS == nil {
+		return topts, fmt.Errorf("wiring: %s xray: this process has no AWS session", config.FullKey("tracing.exporter"))
+	}
+	cfg, err := o.AWS.Config(ctx)
+	if err != nil {
+		return topts, fmt.Errorf("wiring: %s xray: %w", config.FullKey("tracing.exporter"), err)
+	}
+	if cfg.Credentials == nil || cfg.Region == "" {
+		return topts, fmt.Errorf("wiring: %s xray: the AWS configuration has no credentials or no region", config.FullKey("tracing.exporter"))
+	}
+	topts.AWS = &tracing.SigV4{Credentials: cfg.Credentials, Region: cfg.Region}
+	return topts, nil
 }
 
 // defaults fills in what the backend left nil, refusing a provider key
@@ -308,6 +352,8 @@ func (p *Process) Close(ctx context.Context) error {
 		if p.Seams.Close != nil {
 			p.closeErr = errors.Join(p.closeErr, p.Seams.Close(ctx))
 		}
+		// Last: the spans of the work drained above are flushed.
+		p.closeErr = errors.Join(p.closeErr, p.tracer.Shutdown(ctx))
 	})
 	return p.closeErr
 }
