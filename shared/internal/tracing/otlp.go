@@ -200,11 +200,11 @@ func (e *OTLPExporter) send(ctx context.Context, body []byte) (time.Duration, er
 	if s := e.o.SigV4; s != nil {
 		creds, err := s.Credentials.Retrieve(ctx)
 		if err != nil {
-			return 0, fmt.Errorf("credentials: %w", err)
+			return 0, fmt.Errorf("tracing: credentials: %w", err)
 		}
 		sum := sha256.Sum256(body)
 		if err := e.signer.SignHTTP(ctx, creds, req, hex.EncodeToString(sum[:]), s.Service, s.Region, s.Now()); err != nil {
-			return 0, permanent{fmt.Errorf("sigv4: %w", err)}
+			return 0, permanent{fmt.Errorf("tracing: sigv4: %w", err)}
 		}
 	}
 	resp, err := e.o.Client.Do(req)
