@@ -80,7 +80,8 @@ type PipelineRateLimit struct {
 // PipelineConcurrency is a definition's concurrency key: at most Limit
 // executions of one key (taken from the input) hold a slot at once, from
 // their first step's claim until they end; the others wait as
-// WAITING_KEY and start in submission order.
+// WAITING_KEY and start in rank order (submission order aged by
+// priority).
 type PipelineConcurrency struct {
 	// Name is the key's name ("customerId").
 	Name string `json:"name"`

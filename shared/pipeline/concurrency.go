@@ -22,7 +22,8 @@ const (
 // key taken from their input (a customer, an account): at most Limit
 // executions of one key hold a slot, from their first step's claim until
 // they end (sleeps, awaits, retries and map waits keep the slot); the
-// others wait, with status WAITING_KEY, and start in submission order as
+// others wait, with status WAITING_KEY, and start in rank order (submission
+// order aged by priority: Priority) as
 // slots free up. The key is computed once, at submit, and stored with the
 // execution: a later definition that computes it otherwise does not move
 // executions already submitted. The limit is the one of the definition an

@@ -15,7 +15,7 @@ package engine
 //   - WAITING_KEY: PAUSED at once too, which takes it out of the key's
 //     waiting index (the others' turn comes meanwhile); a paused waiter
 //     holds no slot (concurrency_keys.go: waiterPaused). Resume queues
-//     it: it takes a free slot, or waits again in its submission order.
+//     it: it takes a free slot, or waits again in its rank order.
 //     An execution that holds its key's slot (started, not ended) keeps
 //     it while paused: its steps so far ran under the key, and a limit of
 //     1 is a promise that no other execution of the key runs in between.
@@ -267,7 +267,7 @@ func (r *Runtime) resumeOnce(ctx context.Context, e store.Execution, reason, job
 	next.Status, next.PausedFrom, next.PauseRequestedAt, next.UpdatedAt = from, "", time.Time{}, now
 	if from == store.WaitingKey {
 		// Paused while waiting for its key: queued now, its claim takes a
-		// free slot or waits again (in submission order).
+		// free slot or waits again (in its rank order).
 		next.Status, next.NextDueAt = store.Queued, now
 	}
 	next.Sweeps = 0
