@@ -561,35 +561,15 @@ func appendAnyValue(b []byte, v attribute.Value) []byte {
 		b = protowire.AppendTag(b, fAnyBytes, protowire.BytesType)
 		b = protowire.AppendBytes(b, v.AsByteSlice())
 	case attribute.BOOLSLICE:
-		var l []byte
-		for _, x := range v.AsBoolSlice() {
-			l = appendMessage(l, fListValues, appendAnyValue(nil, attribute.BoolValue(x)))
-		}
-		b = appendMessage(b, fAnyArray, l)
+		b = appendArray(b, v.AsBoolSlice(), func(x bool) []byte { return appendAnyValue(nil, attribute.BoolValue(x)) })
 	case attribute.INT64SLICE:
-		var l []byte
-		for _, x := range v.AsInt64Slice() {
-			l = appendMessage(l, fListValues, appendAnyValue(nil, attribute.Int64Value(x)))
-		}
-		b = appendMessage(b, fAnyArray, l)
+		b = appendArray(b, v.AsInt64Slice(), func(x int64) []byte { return appendAnyValue(nil, attribute.Int64Value(x)) })
 	case attribute.FLOAT64SLICE:
-		var l []byte
-		for _, x := range v.AsFloat64Slice() {
-			l = appendMessage(l, fListValues, appendDouble(nil, x))
-		}
-		b = appendMessage(b, fAnyArray, l)
+		b = appendArray(b, v.AsFloat64Slice(), func(x float64) []byte { return appendDouble(nil, x) })
 	case attribute.STRINGSLICE:
-		var l []byte
-		for _, x := range v.AsStringSlice() {
-			l = appendMessage(l, fListValues, appendAnyValue(nil, attribute.StringValue(x)))
-		}
-		b = appendMessage(b, fAnyArray, l)
+		b = appendArray(b, v.AsStringSlice(), func(x string) []byte { return appendAnyValue(nil, attribute.StringValue(x)) })
 	case attribute.SLICE:
-		var l []byte
-		for _, x := range v.AsSlice() {
-			l = appendMessage(l, fListValues, appendAnyValue(nil, x))
-		}
-		b = appendMessage(b, fAnyArray, l)
+		b = appendArray(b, v.AsSlice(), func(x attribute.Value) []byte { return appendAnyValue(nil, x) })
 	case attribute.MAP:
 		var l []byte
 		for _, kv := range v.AsMap() {
@@ -598,6 +578,16 @@ func appendAnyValue(b []byte, v attribute.Value) []byte {
 		b = appendMessage(b, fAnyKVList, l)
 	}
 	return b
+}
+
+// appendArray appends an AnyValue's array_value: each element of xs,
+// encoded as an AnyValue by enc, as one of the ArrayValue's values.
+func appendArray[T any](b []byte, xs []T, enc func(T) []byte) []byte {
+	var l []byte
+	for _, x := range xs {
+		l = appendMessage(l, fListValues, enc(x))
+	}
+	return appendMessage(b, fAnyArray, l)
 }
 
 // appendDouble appends an AnyValue's double_value.

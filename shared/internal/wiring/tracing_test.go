@@ -28,23 +28,7 @@ func TestTracingKeysReachTheRuntime(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 	}))
 	defer srv.Close()
-	c := config.Default()
-	c.EmbeddedDataDir = t.TempDir()
-	c.TenantSource = "none"
-	c.TracingExporter, c.TracingEndpoint = "otlp", srv.URL+"/v1/traces"
-	set, err := open(context.Background(), c, embeddedRegistry(t), slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	in, _ := payload.JSON(map[string]int{})
-	res, err := set.Runtime.Submit(context.Background(), engine.SubmitRequest{TenantID: "default", PipelineID: "e.ok", Input: in})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitStatus(t, set.Runtime, res.Execution.Key(), store.Succeeded)
-	if err := set.Close(context.Background()); err != nil {
-		t.Fatal(err)
-	}
+	runTraced(t, "otlp", srv.URL+"/v1/traces")
 	if posts.Load() == 0 {
 		t.Fatal("no spans reached the OTLP endpoint")
 	}
@@ -68,10 +52,28 @@ func TestXRayExporterSignsWithTheSessionsCredentials(t *testing.T) {
 		w.WriteHeader(http.StatusOK)
 	}))
 	defer srv.Close()
+	runTraced(t, "xray", srv.URL+"/v1/traces")
+	mu.Lock()
+	defer mu.Unlock()
+	if len(auth) == 0 {
+		t.Fatal("no spans exported")
+	}
+	for _, a := range auth {
+		if !strings.HasPrefix(a, "AWS4-HMAC-SHA256 Credential=AKIDWIRING/") || !strings.Contains(a, "/eu-central-1/xray/aws4_request") {
+			t.Fatalf("Authorization %q", a)
+		}
+	}
+}
+
+// runTraced assembles an embedded process exporting spans with exporter
+// to endpoint, runs one execution to SUCCEEDED and closes the process
+// (which flushes its spans).
+func runTraced(t *testing.T, exporter, endpoint string) {
+	t.Helper()
 	c := config.Default()
 	c.EmbeddedDataDir = t.TempDir()
 	c.TenantSource = "none"
-	c.TracingExporter, c.TracingEndpoint = "xray", srv.URL+"/v1/traces"
+	c.TracingExporter, c.TracingEndpoint = exporter, endpoint
 	set, err := open(context.Background(), c, embeddedRegistry(t), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -84,15 +86,5 @@ func TestXRayExporterSignsWithTheSessionsCredentials(t *testing.T) {
 	waitStatus(t, set.Runtime, res.Execution.Key(), store.Succeeded)
 	if err := set.Close(context.Background()); err != nil {
 		t.Fatal(err)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(auth) == 0 {
-		t.Fatal("no spans exported")
-	}
-	for _, a := range auth {
-		if !strings.HasPrefix(a, "AWS4-HMAC-SHA256 Credential=AKIDWIRING/") || !strings.Contains(a, "/eu-central-1/xray/aws4_request") {
-			t.Fatalf("Authorization %q", a)
-		}
 	}
 }
