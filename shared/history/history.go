@@ -46,7 +46,8 @@ const (
 	CancelRequested  Type = "CANCEL_REQUESTED"
 	Cancelled        Type = "CANCELLED"
 	// PauseRequested: an operator asked to pause a RUNNING (or
-	// WAITING_CHILDREN) execution; it parks PAUSED at its next hand-over.
+	// WAITING_CHILDREN, or a QUEUED or WAIT_RETRY one that needs its map's
+	// children) execution; it parks PAUSED at its next hand-over.
 	PauseRequested Type = "PAUSE_REQUESTED"
 	// Paused: the execution became PAUSED (Reason: the operator's).
 	Paused Type = "PAUSED"

@@ -226,7 +226,9 @@ type Execution struct {
 	PauseReason string // pause_reason
 	// PauseRequestedAt is when the pause in force was asked for: set on a
 	// PAUSED row, and on a RUNNING or WAITING_CHILDREN row whose pause is
-	// requested (it parks PAUSED at its next hand-over); zero otherwise.
+	// requested (it parks PAUSED at its next hand-over), or a QUEUED or
+	// WAIT_RETRY one that needs its map's children (it parks past them);
+	// zero otherwise.
 	PauseRequestedAt time.Time // pause_requested_epoch_ms
 	// PausedFrom is the status a PAUSED row resumes to: QUEUED,
 	// WAIT_RETRY or WAITING_EXTERNAL ("" on a row that is not PAUSED).

@@ -28,7 +28,8 @@ func pausable(e *store.Execution) bool {
 // resumable reports whether a resume applies: PAUSED, or a pause request
 // not yet honoured (withdrawn by the resume).
 func resumable(e *store.Execution) bool {
-	return e.Status == store.Paused || (!e.PauseRequestedAt.IsZero() && (e.Status == store.Running || e.Status == store.WaitingChildren))
+	return e.Status == store.Paused || (!e.PauseRequestedAt.IsZero() && (e.Status == store.Running || e.Status == store.WaitingChildren ||
+		e.Status == store.Queued || e.Status == store.WaitRetry)) // the last two where they need a map's children
 }
 
 // pause handles POST /console/executions/{id}/pause.

@@ -849,3 +849,76 @@ func TestMapOutlastsRetention(t *testing.T) {
 		}
 	})
 }
+
+// A map parent handed back in the middle of its fan-out (a child's
+// create failed: QUEUED at the map step, some children created) and
+// paused then is not parked PAUSED: a paused row keeps nothing of its
+// children alive, so its first children ended and expired while it was
+// paused, and the fan-out run after the resume created them again and
+// ran them a second time (the simulation, seed 3 on DynamoDB: a child's
+// transitions committed twice, a rejected item run again, more children
+// in flight than the map's limit). The pause is a request, as for a
+// parent waiting for its children: the fan-out and the collect run, and
+// the step after the map parks it (here the join ends it). The same when
+// the worker running the fan-out again died (its lease lapsed): the pause
+// does not park it, the takeover runs the fan-out on.
+func TestMapPauseMidFanOutWaitsForTheMap(t *testing.T) {
+	for _, died := range []bool{false, true} {
+		t.Run(fmt.Sprintf("worker_died=%v", died), func(t *testing.T) { pauseMidFanOut(t, died) })
+	}
+}
+
+func pauseMidFanOut(t *testing.T, died bool) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		var runs sync.Map
+		f := &flakyMaps{Store: c.store, ms: c.store.(store.MapStore), failCreate: 2}
+		ttl := 2 * time.Hour
+		cfg := engine.Config{ExecutionTTL: ttl, FanOutParallel: 1}
+		rt := c.workerOn("w", cfg, nil, f, fanPipelines(pipeline.MapOptions{MaxInFlight: 2}, &runs)...)
+		e := submitTo(t, rt, "p.fan", "k", nums(1, 2, 3))
+		deliver(rt, c.queue) // the fan-out: the second create fails, the parent is handed back
+		row := c.get(e.ExecutionID)
+		if row.Status != store.Queued || row.Releases != 1 {
+			t.Fatalf("parent %s releases %d, want QUEUED after a failed fan-out", row.Status, row.Releases)
+		}
+		want := store.Queued
+		if died {
+			// Another worker claims the fan-out again and dies.
+			now := time.Now()
+			if _, err := c.store.Claim(context.Background(), store.ClaimRequest{Key: row.Key(), ExpectVersion: row.Version, Owner: "ghost",
+				Now: now, DueBy: now, TakeoverBy: now, LeaseUntil: now.Add(30 * time.Second), Attempt: row.Attempt, Releases: row.Releases}); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Minute) // its lease lapses
+			want = store.Running
+		}
+		got, changed, err := rt.Pause(context.Background(), e.Key(), pauseOpts("hold the map"))
+		if err != nil || !changed || got.Status != want || got.PauseRequestedAt.IsZero() {
+			t.Errorf("Pause = %s requested %v changed %v, %v; want a request on the %s row", got.Status, got.PauseRequestedAt, changed, err, want)
+		}
+		first, _ := engine.ChildID(e.ExecutionID, e.CreateToken, 0, 0)
+		for range 20 { // the sweeper finds the first child and runs it
+			if c.get(first).Status.Terminal() || c.get(e.ExecutionID).Status.Terminal() {
+				break
+			}
+			time.Sleep(time.Minute)
+			if _, err := rt.SweepOnce(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			drainChecked(t, c, rt, e, 0, 0)
+		}
+		if c.get(e.ExecutionID).Status == store.Paused {
+			time.Sleep(ttl + time.Hour) // what ended expires
+			if _, err := rt.Resume(context.Background(), e.Key(), pauseOpts("")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		untilEnded(t, c, rt, e, 50)
+		done := c.get(e.ExecutionID)
+		if done.Status != store.Succeeded || fmt.Sprint(output(t, c, done).Outputs) != "[2 4 6]" {
+			t.Fatalf("parent %s %+v, want SUCCEEDED with every output", done.Status, done.Error)
+		}
+		ranOnce(t, &runs, 1, 2, 3)
+	})
+}

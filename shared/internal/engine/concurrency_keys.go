@@ -295,6 +295,35 @@ func (r *Runtime) lookAtKeyWait(ctx context.Context, e store.Execution) time.Tim
 	return later
 }
 
+// renewWaiter keeps a WAITING_KEY row alive while it waits: its key's
+// holders may hold their slots longer than the retention (a holder keeps
+// its slot while it sleeps, awaits, retries, waits for a map, or is
+// paused), and waiting is not idleness. Once its expiry is less than half
+// a retention away, the look extends it (its payloads with it: update) to
+// a retention from now, moving its next look to look in the same write.
+// It expired at its retention before: an accepted execution gone with no
+// outcome and no dead letter. Cost: nothing until a row has waited half a
+// retention; then one write per half retention.
+//
+// It reports whether it wrote the row (and so moved its next look); false
+// leaves the look to the caller.
+func (r *Runtime) renewWaiter(ctx context.Context, e store.Execution, look time.Time) bool {
+	now := r.deps.Clock.Now()
+	if e.Status != store.WaitingKey || !e.ExpiresAt.Before(now.Add(r.cfg.ExecutionTTL/2)) {
+		return false
+	}
+	next := e
+	next.ExpiresAt = now.Add(r.cfg.ExecutionTTL)
+	next.SweepAt, next.Sweeps = look, 0
+	got, err := r.update(ctx, store.Guard{Key: e.Key(), Version: e.Version}, next)
+	if err != nil {
+		return false // woken, paused or cancelled meanwhile: the caller's reschedule decides
+	}
+	r.execLogger(&got).LogAttrs(ctx, slog.LevelInfo, "key_wait_kept_alive", slog.String("event", "key_wait_kept_alive"),
+		slog.Time("expires_at", got.ExpiresAt))
+	return true
+}
+
 // evictStale releases the slots of holders whose rows ended, are gone or
 // live another life (store.SlotStale), and returns how many it freed.
 func (r *Runtime) evictStale(ctx context.Context, ss store.SlotStore, sc store.SlotScope, holders []store.SlotHolder) int {

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -313,4 +314,60 @@ func TestKeyedPipelineNeedsASlotStore(t *testing.T) {
 		Dispatcher: c.queue, DeadLetter: c.dlq}); err != nil {
 		t.Fatalf("New without keyed pipelines: %v", err)
 	}
+}
+
+// An execution waiting for its key's slot longer than the retention (the
+// holder paused, or sleeping, awaiting, retrying: a holder keeps its slot)
+// is kept alive by the sweeper's looks: waiting is not idleness. It
+// expired at its retention, an accepted execution gone with no outcome
+// and no dead letter (the simulation, seed 34 on memory: "no execution
+// vanishes while it lives", two WAITING_KEY rows).
+func TestConcurrencyKeyWaiterOutlastsRetention(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		var mu sync.Mutex
+		var started []string
+		ttl := 2 * time.Hour
+		rt := c.worker("w", engine.Config{ExecutionTTL: ttl}, nil, keyedPipeline(1, &started, &mu))
+		holder := submitTo(t, rt, "p.keyed", "e1", keyedOrder{Customer: "c1", Label: "e1"})
+		time.Sleep(time.Millisecond)
+		waiter := submitTo(t, rt, "p.keyed", "e2", keyedOrder{Customer: "c1", Label: "e2"})
+		deliver(rt, c.queue)
+		if row := c.get(waiter.ExecutionID); row.Status != store.WaitingKey {
+			t.Fatalf("waiter %s, want WAITING_KEY", row.Status)
+		}
+		if _, _, err := rt.Pause(context.Background(), holder.Key(), pauseOpts("hold the key")); err != nil {
+			t.Fatal(err)
+		}
+		c.queue.msgs = nil
+		// A retention and a half, a sweep every 10 minutes (the holder's
+		// slot record lives two retentions past its last write).
+		for range 3 * ttl / 2 / (10 * time.Minute) {
+			time.Sleep(10 * time.Minute)
+			c.sweep(rt)
+			c.queue.msgs = nil
+		}
+		if _, err := c.store.Get(context.Background(), waiter.Key()); err != nil {
+			t.Fatalf("the waiter after a retention and a half: %v (expired while it waited)", err)
+		}
+		if _, err := rt.Resume(context.Background(), holder.Key(), pauseOpts("")); err != nil {
+			t.Fatal(err)
+		}
+		for range 6 {
+			drainKeyed(t, c, rt, []string{waiter.ExecutionID}, 1)
+			if c.get(waiter.ExecutionID).Status.Terminal() {
+				break
+			}
+			time.Sleep(time.Hour + time.Minute)
+			c.sweep(rt)
+		}
+		if row := c.get(waiter.ExecutionID); row.Status != store.Succeeded {
+			t.Fatalf("the waiter ended %s; want SUCCEEDED", row.Status)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if fmt.Sprint(started) != "[e1 e2]" {
+			t.Fatalf("started %v, want [e1 e2]", started)
+		}
+	})
 }

@@ -30,8 +30,12 @@ package engine
 //     the row to the next work item or the sweeper, which parks it PAUSED
 //     at the same step and attempt (the lost run counts as a release).
 //   - WAITING_CHILDREN: a request too. The children go on (pause them by
-//     filter to hold them); when the last one ends, the parent parks
-//     PAUSED instead of being queued to collect.
+//     filter to hold them); when the last one ends, the parent collects
+//     and the step after the map parks it (see pauseOnCommit).
+//   - QUEUED or WAIT_RETRY where it needs its map's children (a map step
+//     whose fan-out may have run, the step after a map: holdsChildren),
+//     and RUNNING there with its worker gone: a request too, for the
+//     same reason (a PAUSED row keeps none of its children alive).
 //   - PAUSED, or a request already recorded: nothing changes.
 //   - PENDING (a map's child not released yet), REMOTE_OUTCOME_UNKNOWN
 //     (parked for an operator already) and the terminal statuses:
@@ -66,6 +70,7 @@ import (
 	"time"
 
 	"github.com/qasync/qasync/shared/payload"
+	"github.com/qasync/qasync/shared/pipeline"
 	"github.com/qasync/qasync/shared/store"
 )
 
@@ -125,10 +130,17 @@ func (r *Runtime) Pause(ctx context.Context, key store.Key, opts PauseOptions) (
 
 func (r *Runtime) pauseOnce(ctx context.Context, e store.Execution, reason, jobID string) (store.Execution, bool, error) {
 	now := r.deps.Clock.Now()
+	held := r.holdsChildren(&e)
 	switch e.Status {
 	case store.Paused:
 		return e, false, nil
 	case store.Queued, store.WaitRetry, store.WaitingExternal, store.WaitingKey:
+		if !e.PauseRequestedAt.IsZero() {
+			return e, false, nil // requested already (see holdsChildren): a later hand-over parks it
+		}
+		if held {
+			return r.requestPause(ctx, e, reason, jobID, now)
+		}
 		next := e
 		next.PauseReason, next.PauseRequestedAt = reason, now
 		got, err := r.parkPaused(ctx, store.Guard{Key: e.Key(), Version: e.Version}, next, e.Status, "requester", jobID)
@@ -140,25 +152,68 @@ func (r *Runtime) pauseOnce(ctx context.Context, e store.Execution, reason, jobI
 		if !e.PauseRequestedAt.IsZero() {
 			return e, false, nil // requested already: the hand-over parks it
 		}
-		next := e
-		next.PauseReason, next.PauseRequestedAt = reason, now
-		if e.Status == store.Running && !e.Leased(now.Add(-r.cfg.ClockSkewTolerance)) {
+		if e.Status == store.Running && !held && !e.Leased(now.Add(-r.cfg.ClockSkewTolerance)) {
 			// Its worker is gone (the lease lapsed beyond the tolerance).
+			next := e
+			next.PauseReason, next.PauseRequestedAt = reason, now
 			got, err := r.pauseLapsed(ctx, next, "requester", jobID)
 			return got, err == nil, err
 		}
-		next.UpdatedAt = now
-		got, err := r.deps.Store.Update(ctx, store.Guard{Key: e.Key(), Version: e.Version, LeaseOwner: e.LeaseOwner, KeepSweep: true}, next)
-		if err != nil {
-			return e, false, err
-		}
-		r.execLogger(&got).LogAttrs(ctx, slog.LevelWarn, "execution_pause_requested", slog.String("event", "execution_pause_requested"),
-			slog.String("reason", reason), slog.String("status", string(got.Status)), slog.String("lease_owner", got.LeaseOwner),
-			slog.Int64("version", got.Version), slog.String("job_id", jobID))
-		return got, true, nil
+		return r.requestPause(ctx, e, reason, jobID, now)
 	default: // PENDING, REMOTE_OUTCOME_UNKNOWN, terminal
 		return e, false, fmt.Errorf("%w: status %s", ErrNotPausable, e.Status)
 	}
+}
+
+// requestPause records a pause request on e (PauseRequestedAt, a new
+// version; status, lease and sweep kept): a RUNNING or WAITING_CHILDREN
+// row, or one that holds its children (holdsChildren). The row's next
+// hand-over that may park parks it PAUSED (pauseOnCommit).
+func (r *Runtime) requestPause(ctx context.Context, e store.Execution, reason, jobID string, now time.Time) (store.Execution, bool, error) {
+	next := e
+	next.PauseReason, next.PauseRequestedAt, next.UpdatedAt = reason, now, now
+	got, err := r.deps.Store.Update(ctx, store.Guard{Key: e.Key(), Version: e.Version, LeaseOwner: e.LeaseOwner, KeepSweep: true}, next)
+	if err != nil {
+		return e, false, err
+	}
+	r.execLogger(&got).LogAttrs(ctx, slog.LevelWarn, "execution_pause_requested", slog.String("event", "execution_pause_requested"),
+		slog.String("reason", reason), slog.String("status", string(got.Status)), slog.String("lease_owner", got.LeaseOwner),
+		slog.Int64("version", got.Version), slog.String("job_id", jobID))
+	return got, true, nil
+}
+
+// holdsChildren reports whether e stands where it needs its map's
+// children: at a map step whose fan-out may have run (claimed there
+// before: a takeover's or a retry's attempt, a hand-back, a RUNNING row;
+// or parked and woken there: its collect reads their rows), or at the
+// step after a map step (its input holds their outputs, by reference). A
+// PAUSED row keeps none of its children's rows and payloads alive (they
+// expire a retention after they ended, a count row a retention later),
+// so such an execution is not parked PAUSED where it stands: the pause is
+// a request, honoured at its first hand-over past them (pauseOnCommit).
+// Parked at once, a parent handed back mid-fan-out and paused past the
+// retention created its ended children again at the resume and ran them
+// a second time (the simulation, seed 3 on DynamoDB).
+func (r *Runtime) holdsChildren(e *store.Execution) bool {
+	p, ok := r.deps.Registry.Version(e.PipelineID, e.PipelineVersion)
+	if !ok {
+		return false
+	}
+	return readsChildren(p, e.StepIndex, e)
+}
+
+// readsChildren is holdsChildren for e's definition p at step i.
+func readsChildren(p *pipeline.Pipeline, i int, e *store.Execution) bool {
+	if i < 0 || i >= len(p.Steps) {
+		return false
+	}
+	if p.Steps[i].Map == nil {
+		return i > 0 && p.Steps[i-1].Map != nil
+	}
+	if c := e.Children; c != nil && c.StepIndex == i && !c.Retry {
+		return true // parked there, or woken to collect
+	}
+	return e.Status == store.Running || e.Attempt > 1 || e.Releases > 0
 }
 
 // pausedRow turns next (the row a write would leave, with the pause's
@@ -247,7 +302,8 @@ func (r *Runtime) resumeOnce(ctx context.Context, e store.Execution, reason, job
 			slog.Int64("version", got.Version), slog.Time("next_due_at", got.NextDueAt), slog.String("job_id", jobID))
 	}
 	if e.Status != store.Paused {
-		if (e.Status != store.Running && e.Status != store.WaitingChildren) || e.PauseRequestedAt.IsZero() {
+		if e.PauseRequestedAt.IsZero() || (e.Status != store.Running && e.Status != store.WaitingChildren &&
+			e.Status != store.Queued && e.Status != store.WaitRetry) {
 			return e, fmt.Errorf("%w: status %s", ErrNotPaused, e.Status)
 		}
 		next := e
@@ -318,6 +374,12 @@ func (t *transition) pauseOnCommit(next *store.Execution) bool {
 	if i := t.row.StepIndex; i < len(t.p.Steps) && t.p.Steps[i].Map != nil && next.Status != store.WaitingChildren && !next.Status.Terminal() {
 		// The map step's collect hands over to the step reading its
 		// children's outputs: the request waits for that step's commit.
+		next.PauseReason, next.PauseRequestedAt = t.row.PauseReason, t.row.PauseRequestedAt
+		return false
+	}
+	if i := t.row.StepIndex; i > 0 && i < len(t.p.Steps) && t.p.Steps[i-1].Map != nil && next.StepIndex == i && !next.Status.Terminal() {
+		// The step reading the children's outputs retries or is handed
+		// back: it still needs them (holdsChildren).
 		next.PauseReason, next.PauseRequestedAt = t.row.PauseReason, t.row.PauseRequestedAt
 		return false
 	}

@@ -322,12 +322,25 @@ func (r *Runtime) ListSchedules(ctx context.Context, tenant string) ([]Schedule,
 }
 
 // PauseSchedule pauses a schedule: it fires no more until resumed, and
-// the fire times meanwhile are not caught up.
+// the fire times meanwhile are not caught up. A fire time BUFFER_ONE kept
+// for later will not start either: the pause counts it skipped.
 func (r *Runtime) PauseSchedule(ctx context.Context, tenant, id string) (Schedule, error) {
 	return r.changeSchedule(ctx, tenant, id, "schedule_paused", func(st *scheduleState, _ *schedule.Cron, _ time.Time) bool {
 		st.Paused = true
+		st.dropPending()
 		return true
 	})
+}
+
+// dropPending gives up the fire time BUFFER_ONE kept (a pause): it fell
+// while the schedule was active and will not start, so it is counted
+// skipped, as the overlap policy counts the kept times it replaces.
+// Without the count a fire time had neither an execution nor a skip.
+func (st *scheduleState) dropPending() {
+	if !st.Pending.IsZero() {
+		st.Skipped++
+		st.Pending = time.Time{}
+	}
 }
 
 // ResumeSchedule resumes a paused schedule: its next fire time is the
@@ -339,7 +352,7 @@ func (r *Runtime) ResumeSchedule(ctx context.Context, tenant, id string) (Schedu
 			return true
 		}
 		st.Paused = false
-		st.Pending = time.Time{}
+		st.dropPending() // a record paused before the pause counted it
 		st.Next = c.First(now)
 		return true
 	})

@@ -133,7 +133,7 @@ func (r *Runtime) Sweep(ctx context.Context, pass *SweepPass) (SweepResult, erro
 				res.Rescheduled++
 			}
 		case sweepKeyWait:
-			if look := r.lookAtKeyWait(ctx, e); !look.IsZero() && r.reschedule(ctx, &e, look, 0) {
+			if look := r.lookAtKeyWait(ctx, e); !look.IsZero() && (r.renewWaiter(ctx, e, look) || r.reschedule(ctx, &e, look, 0)) {
 				res.Rescheduled++
 			}
 		case sweepReschedule:

@@ -94,9 +94,10 @@ func (r *Runtime) process(ctx context.Context, item dispatch.WorkItem) error {
 			}
 			return nil
 		}
-		if pausePending(&row) {
+		if pausePending(&row) && !r.holdsChildren(&row) {
 			// Its worker died after an operator asked to pause it: park it
-			// here instead of taking the step over.
+			// here instead of taking the step over (not where it needs its
+			// map's children: the takeover runs on, the request with it).
 			if _, err := r.pauseLapsed(ctx, row, "takeover", ""); err != nil && !errors.Is(err, store.ErrConflict) &&
 				!errors.Is(err, store.ErrLeaseLost) && !errors.Is(err, store.ErrNotFound) {
 				return err

@@ -30,6 +30,11 @@ var errCrashed = errors.New("sim: the process crashed")
 // errInjected is a backend failure the simulator injected (transient).
 var errInjected = fmt.Errorf("sim: injected backend failure: %w", store.ErrUnavailable)
 
+// errDiskFull is a write of the embedded process while its disk is full.
+// It is not store.ErrUnavailable: the embedded store passes the file
+// system's error on as it is (as bbolt's ENOSPC would reach a caller).
+var errDiskFull = errors.New("sim: write failed: no space left on device")
+
 // proc is one worker process: a runtime with its providers behind fault
 // gates, and the Lambda handlers on it.
 type proc struct {
@@ -188,7 +193,7 @@ func (p *proc) diskFull(kind ioKind) error {
 	until := p.diskFullUntil
 	p.mu.Unlock()
 	if time.Now().Before(until) {
-		return fmt.Errorf("sim: write failed: no space left on device")
+		return errDiskFull
 	}
 	return nil
 }
