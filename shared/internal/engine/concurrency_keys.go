@@ -167,6 +167,32 @@ func (r *Runtime) waiterPaused(ctx context.Context, e store.Execution) {
 	r.passSlot(ctx, ss, e)
 }
 
+// slotKept re-asserts the slot of a paused holder e as it resumes (one
+// conditional write; nothing for a row without a key or whose definition
+// is not served here): it reports whether e still holds it. A holder
+// paused longer than its key's record lives (slotExpires: two retentions
+// past the record's last write) finds the record gone, and a newcomer may
+// have taken the slot meanwhile: e then gets it back if the key has room,
+// or resumes without it, and its next claim waits for a slot
+// (WAITING_KEY) instead of running beside the newcomer over the limit.
+func (r *Runtime) slotKept(ctx context.Context, e store.Execution) (bool, error) {
+	ss := r.slotStore()
+	p, ok := r.deps.Registry.Version(e.PipelineID, e.PipelineVersion)
+	limit := keyLimit(p)
+	if e.ConcurrencyKey == "" || ss == nil || !ok || limit == 0 {
+		return e.SlotHeld, nil
+	}
+	_, got, err := ss.AcquireSlot(ctx, e.SlotScope(), e.Holder(), limit, r.slotExpires(r.deps.Clock.Now()))
+	if err != nil {
+		return false, err
+	}
+	if !got {
+		r.execLogger(&e).LogAttrs(ctx, slog.LevelWarn, "key_slot_lost_while_paused", slog.String("event", "key_slot_lost_while_paused"),
+			slog.Int("limit", limit))
+	}
+	return got, nil
+}
+
 // passSlot releases e's slot, handing it to the key's first waiter (smallest rank)
 // (woken at once) when one waits.
 func (r *Runtime) passSlot(ctx context.Context, ss store.SlotStore, e store.Execution) {

@@ -371,3 +371,60 @@ func TestConcurrencyKeyWaiterOutlastsRetention(t *testing.T) {
 		}
 	})
 }
+
+// TestPausedHolderOutlivesItsSlotRecord: a holder paused longer than its
+// key's record lives (two retentions past its last write) lost its slot
+// to a newcomer; resumed, it ran beside the newcomer, over the limit
+// (found by the simulation of a pause past three retentions). Now its
+// resume re-asserts the slot: the key being full, it waits (WAITING_KEY)
+// and runs after the newcomer ends.
+func TestPausedHolderOutlivesItsSlotRecord(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		var mu sync.Mutex
+		var started []string
+		ttl := 2 * time.Hour
+		rt := c.worker("w", engine.Config{ExecutionTTL: ttl}, nil, keyedPipeline(1, &started, &mu))
+		holder := submitTo(t, rt, "p.keyed", "e1", keyedOrder{Customer: "c1", Label: "e1"})
+		deliver(rt, c.queue) // e1 takes the slot, runs a and naps
+		if row := c.get(holder.ExecutionID); !row.SlotHeld {
+			t.Fatalf("holder %s without its slot", row.Status)
+		}
+		if _, _, err := rt.Pause(context.Background(), holder.Key(), pauseOpts("hold the key")); err != nil {
+			t.Fatal(err)
+		}
+		c.queue.msgs = nil
+		// Three retentions, a sweep every 10 minutes: the key's record
+		// expires under the paused holder.
+		for range 3 * ttl / (10 * time.Minute) {
+			time.Sleep(10 * time.Minute)
+			c.sweep(rt)
+			c.queue.msgs = nil
+		}
+		if hs := holdersOf(t, c.store, "c1"); len(hs) != 0 {
+			t.Fatalf("the key's record outlived three retentions: %v (the test no longer sets up the loss)", hs)
+		}
+		newcomer := submitTo(t, rt, "p.keyed", "e3", keyedOrder{Customer: "c1", Label: "e3"})
+		deliver(rt, c.queue) // e3 finds the key free, takes it, runs a and naps
+		if row := c.get(newcomer.ExecutionID); !row.SlotHeld {
+			t.Fatalf("newcomer %s without a slot", row.Status)
+		}
+		if _, err := rt.Resume(context.Background(), holder.Key(), pauseOpts("")); err != nil {
+			t.Fatal(err)
+		}
+		ids := []string{holder.ExecutionID, newcomer.ExecutionID}
+		for range 6 {
+			drainKeyed(t, c, rt, ids, 1)
+			if c.get(holder.ExecutionID).Status.Terminal() && c.get(newcomer.ExecutionID).Status.Terminal() {
+				break
+			}
+			time.Sleep(time.Hour + time.Minute)
+			c.sweep(rt)
+		}
+		for _, id := range ids {
+			if row := c.get(id); row.Status != store.Succeeded {
+				t.Fatalf("%s ended %s; want SUCCEEDED", id, row.Status)
+			}
+		}
+	})
+}

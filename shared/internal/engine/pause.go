@@ -344,6 +344,13 @@ func (r *Runtime) resumeOnce(ctx context.Context, e store.Execution, reason, job
 		next.SweepAt, live, delay = r.firstLook(due), due, due.Sub(now)
 	}
 	next.ExpiresAt = live.Add(r.cfg.ExecutionTTL)
+	if e.SlotHeld {
+		kept, err := r.slotKept(ctx, e)
+		if err != nil {
+			return e, err
+		}
+		next.SlotHeld = kept
+	}
 	got, err := r.update(ctx, store.Guard{Key: e.Key(), Version: e.Version}, next)
 	if err != nil {
 		return e, err
