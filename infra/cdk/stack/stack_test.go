@@ -36,7 +36,7 @@ func TestResourceCounts(t *testing.T) {
 		"AWS::Lambda::Permission":         30, // twenty-nine routes, the schedule
 		"AWS::Events::EventBus":           1,
 		"AWS::Events::Rule":               1,
-		"AWS::CloudWatch::Alarm":          8,
+		"AWS::CloudWatch::Alarm":          9,
 		"AWS::SNS::Topic":                 0,
 		"AWS::KMS::Key":                   0,
 		"AWS::SecretsManager::Secret":     1, // the await resume-token secret
@@ -818,6 +818,7 @@ func TestAlarms(t *testing.T) {
 		DLQVisibleAlarmID:      {"ApproximateNumberOfMessagesVisible", "AWS/SQS", "Maximum", `[{"Name":"QueueName","Value":{"Fn::GetAtt":["DlqQueue","QueueName"]}}]`, 0},
 		PoisonVisibleAlarmID:   {"ApproximateNumberOfMessagesVisible", "AWS/SQS", "Maximum", `[{"Name":"QueueName","Value":{"Fn::GetAtt":["PoisonQueue","QueueName"]}}]`, 0},
 		OldestWorkAlarmID:      {"ApproximateAgeOfOldestMessage", "AWS/SQS", "Maximum", `[{"Name":"QueueName","Value":{"Fn::GetAtt":["WorkQueue","QueueName"]}}]`, 300},
+		OldestUrgentAlarmID:    {"ApproximateAgeOfOldestMessage", "AWS/SQS", "Maximum", `[{"Name":"QueueName","Value":{"Fn::GetAtt":["UrgentQueue","QueueName"]}}]`, 300},
 		WorkerErrorsAlarmID:    {"Errors", "AWS/Lambda", "Sum", `[{"Name":"FunctionName","Value":{"Ref":"WorkerFunction"}}]`, 0},
 		WorkerThrottlesAlarmID: {"Throttles", "AWS/Lambda", "Sum", `[{"Name":"FunctionName","Value":{"Ref":"WorkerFunction"}}]`, 0},
 		HistoryFailuresAlarmID: {"ApproximateNumberOfMessagesVisible", "AWS/SQS", "Maximum", `[{"Name":"QueueName","Value":{"Fn::GetAtt":["HistoryFailureQueue","QueueName"]}}]`, 0},

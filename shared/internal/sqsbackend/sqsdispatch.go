@@ -125,13 +125,20 @@ func queueName(s, sep string) string {
 }
 
 // QueueFor is the URL of the queue an item is sent to: the urgent queue
-// for an item of priority 1 to the urgent threshold when the dispatcher
-// has an urgent lane, else the work queue.
+// for an Urgent item when the dispatcher has an urgent lane, else the
+// work queue.
 func (d *Dispatcher) QueueFor(item dispatch.WorkItem) string {
-	if d.urgentURL != "" && item.Priority >= 1 && item.Priority <= d.urgentAt {
+	if d.urgentURL != "" && Urgent(item, d.urgentAt) {
 		return d.urgentURL
 	}
 	return d.queueURL
+}
+
+// Urgent reports whether item takes the urgent lane under the threshold
+// urgentAt (priority.urgent-at): its priority is 1 to urgentAt. An item
+// without a priority (0) is not urgent.
+func Urgent(item dispatch.WorkItem, urgentAt int) bool {
+	return item.Priority >= 1 && item.Priority <= urgentAt
 }
 
 // SendError reports messages that SQS did not accept: entries it refused
