@@ -60,8 +60,10 @@ var budget = map[string]struct{ bootstrap, zip float64 }{
 	"dlq":     {10.5, 3.85},
 	// history: 10.25 MiB (3.76 zipped) since it puts the lifecycle events
 	// it derives from the stream (the EventBridge client, +0.3 MiB; the
-	// worker, sweeper and dlq functions no longer put them).
-	"history": {10.65, 3.95},
+	// worker, sweeper and dlq functions no longer put them); the urgent
+	// lane (the SQS dispatcher's routing, the poller's two lanes) took it
+	// from 10.63 to 10.69 MiB (measured), so +0.1.
+	"history": {10.75, 3.95},
 }
 
 // forbidden are the packages no function imports, directly or not, and

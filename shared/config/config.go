@@ -310,6 +310,16 @@ type Config struct {
 	// difference of priorities) times this after it (at most four
 	// agings).
 	PriorityAging time.Duration
+	// UrgentQueueURL is key "queue.urgent-url", default empty (off): the
+	// SQS urgent work queue. With it set (and dispatcher-provider sqs) an
+	// execution of priority at most UrgentAt is dispatched there instead
+	// of to QueueURL, and qasync serve's poller receives from it first
+	// (the work queue at least every sqsbackend.WorkEvery receives), so
+	// that urgent work never waits behind a backlog of normal work.
+	UrgentQueueURL string
+	// UrgentAt is key "priority.urgent-at", default 1, 1 to 5: the least
+	// urgent priority that takes the urgent lane (queue.urgent-url).
+	UrgentAt int
 	// ItemRejectProvider is key pipeline.item-reject.provider: where
 	// steps' rejected items go: embedded (kept in the embedded store),
 	// log, memory or sqs; empty (default) means embedded with
@@ -378,6 +388,7 @@ func Default() Config {
 		ChainMaxSteps:          16,
 		RateLimitHorizon:       15 * time.Minute,
 		PriorityAging:          time.Minute,
+		UrgentAt:               1,
 
 		HTTPReadHeaderTimeout: 10 * time.Second,
 		HTTPReadTimeout:       time.Minute,
@@ -563,6 +574,10 @@ var entries = []entry{
 	field("queue-url", "SQS work queue URL; required when dispatcher-provider is sqs.",
 		func(c *Config) *string { return &c.QueueURL }, verbatim,
 		requiredWhen("dispatcher-provider", "sqs", func(c Config) bool { return c.DispatcherProvider == "sqs" })),
+	field("queue.urgent-url", "SQS urgent work queue URL; empty (default): none, every execution goes to queue-url. With dispatcher-provider sqs, executions of priority at most priority.urgent-at are dispatched here, and qasync serve receives from it first (from queue-url at least every 4th receive and whenever it is empty).",
+		func(c *Config) *string { return &c.UrgentQueueURL }, verbatim, nil),
+	field("priority.urgent-at", "The least urgent priority that takes the urgent lane (queue.urgent-url): executions of priority 1 to this go there; 1 to 5.",
+		func(c *Config) *int { return &c.UrgentAt }, parseInt[int], between(1, 5)),
 	field("dlq-url", "SQS dead-letter queue URL; required when dlq-provider is sqs.",
 		func(c *Config) *string { return &c.DLQURL }, verbatim,
 		requiredWhen("dlq-provider", "sqs", func(c Config) bool { return c.DLQProvider == "sqs" })),

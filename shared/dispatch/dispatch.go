@@ -23,6 +23,14 @@ type WorkItem struct {
 	// items delivers the smaller rank first (the embedded and in-process
 	// queues do; SQS has no order).
 	Rank int64 `json:"rank,omitempty"`
+	// Priority is the execution's priority, 1 (most urgent) to 5
+	// (store.Execution.Priority; 0 when unknown): the SQS dispatcher
+	// sends an item of priority at most its urgent threshold to the
+	// urgent work queue when one is configured (queue.urgent-url), so
+	// that every dispatch of an urgent execution (submit, hand-over,
+	// retry, sweeper re-dispatch, resume, re-drive, a deferred item's
+	// hand-back) takes the urgent lane.
+	Priority int `json:"priority,omitempty"`
 	// TraceParent is the W3C traceparent of the span that dispatched the
 	// item (package tracing), so that the worker's spans join the
 	// submitter's trace; empty when tracing is off. Transports carry it

@@ -151,6 +151,10 @@ type Names struct {
 	// table's stream.
 	HistoryTable string
 	WorkQueue    string
+	// UrgentQueue is the urgent work queue (queue.urgent-url): work items
+	// of urgent executions, received before the work queue's. Empty: none
+	// (Queues leaves it out).
+	UrgentQueue string
 	// PoisonQueue receives work items the work queue gave up on.
 	PoisonQueue string
 	// DLQQueue receives execution dead-letter envelopes.
@@ -177,6 +181,7 @@ func Prefixed(prefix string) Names {
 		EffectTable:     prefix + "-effects",
 		HistoryTable:    prefix + "-execution-history",
 		WorkQueue:       prefix + "-work",
+		UrgentQueue:     prefix + "-work-urgent",
 		PoisonQueue:     prefix + "-work-poison",
 		DLQQueue:        prefix + "-dlq",
 		RejectQueue:     prefix + "-item-rejects",
@@ -274,15 +279,20 @@ const (
 	PoisonAfter = 5
 )
 
-// Queues lists every queue: the work queue (redriving to the poison
-// queue), the poison queue, the DLQ queue, the item reject queue and the
-// history failure queue.
+// Queues lists every queue: the work queue and the urgent work queue
+// (both redriving to the poison queue after the same receives; the
+// urgent one only when n names it), the poison queue, the DLQ queue, the
+// item reject queue and the history failure queue.
 func Queues(n Names) []Queue {
-	return []Queue{
+	qs := []Queue{
 		{Name: n.PoisonQueue, VisibilityTimeout: WorkVisibility, Retention: Retention},
 		{Name: n.DLQQueue, VisibilityTimeout: WorkVisibility, Retention: Retention},
 		{Name: n.RejectQueue, VisibilityTimeout: WorkVisibility, Retention: Retention},
 		{Name: n.HistoryFailureQueue, VisibilityTimeout: WorkVisibility, Retention: Retention},
 		{Name: n.WorkQueue, VisibilityTimeout: WorkVisibility, Retention: Retention, RedriveTo: n.PoisonQueue, MaxReceiveCount: PoisonAfter},
 	}
+	if n.UrgentQueue != "" {
+		qs = append(qs, Queue{Name: n.UrgentQueue, VisibilityTimeout: WorkVisibility, Retention: Retention, RedriveTo: n.PoisonQueue, MaxReceiveCount: PoisonAfter})
+	}
+	return qs
 }

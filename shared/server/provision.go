@@ -57,6 +57,7 @@ func provisionCmd(args []string) int {
 	fmt.Printf("export %s=sqs\n", config.EnvName(config.KeyPrefix+"dispatcher-provider"))
 	fmt.Printf("export %s=sqs\n", config.EnvName(config.KeyPrefix+"dlq-provider"))
 	fmt.Printf("export %s=%s\n", config.EnvName(config.KeyPrefix+"queue-url"), urls[names.WorkQueue])
+	fmt.Printf("export %s=%s\n", config.EnvName(config.FullKey("queue.urgent-url")), urls[names.UrgentQueue])
 	fmt.Printf("export %s=%s\n", config.EnvName(config.KeyPrefix+"dlq-url"), urls[names.DLQQueue])
 	fmt.Printf("export %s=%s\n", config.EnvName(config.KeyPrefix+"dynamo.execution-table"), names.ExecutionTable)
 	fmt.Printf("export %s=%s\n", config.EnvName(config.KeyPrefix+"dynamo.execution-payload-table"), names.PayloadTable)

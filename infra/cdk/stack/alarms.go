@@ -18,6 +18,7 @@ const (
 	DLQVisibleAlarmID        = "DlqQueueMessagesVisibleAlarm"
 	PoisonVisibleAlarmID     = "PoisonQueueMessagesVisibleAlarm"
 	OldestWorkAlarmID        = "WorkQueueOldestMessageAlarm"
+	OldestUrgentAlarmID      = "UrgentQueueOldestMessageAlarm"
 	WorkerErrorsAlarmID      = "WorkerErrorsAlarm"
 	WorkerThrottlesAlarmID   = "WorkerThrottlesAlarm"
 	DeadLetterRecordsAlarmID = "DeadLetterRecordsAlarm"
@@ -42,8 +43,9 @@ type alarmSet struct {
 //   - DLQ queue and poison queue: messages visible > 0. The dlq function
 //     consumes both at once, so a visible message means it is failing or
 //     throttled and dead letters are not being recorded.
-//   - Work queue: age of the oldest message above the threshold: workers
-//     are not keeping up, or failing.
+//   - Work queue, and the urgent work queue with the urgent lane: age of
+//     the oldest message above the threshold: workers are not keeping
+//     up, or failing.
 //   - Worker errors and throttles > 0 over 5 minutes.
 //   - Dead-letter records > 0 (the dlq function's DeadLetterRecords EMF
 //     metric, both kinds): an execution was dead-lettered or a work item
@@ -109,6 +111,10 @@ func (b *builder) alarms() {
 		b.queue[PoisonQueueID].MetricApproximateNumberOfMessagesVisible(maxOver(minute)), 0)
 	add(OldestWorkAlarmID, "The oldest work item is older than the threshold: workers are not keeping up or failing.",
 		b.queue[WorkQueueID].MetricApproximateAgeOfOldestMessage(maxOver(minute)), b.s.OldestMessageAlarm.Seconds())
+	if u, ok := b.queue[UrgentQueueID]; ok {
+		add(OldestUrgentAlarmID, "The oldest urgent work item is older than the threshold: the urgent lane's workers are not keeping up (its maximum concurrency?) or failing.",
+			u.MetricApproximateAgeOfOldestMessage(maxOver(minute)), b.s.OldestMessageAlarm.Seconds())
+	}
 	add(WorkerErrorsAlarmID, "Worker invocations failed (a handler error, a crash or a timeout).",
 		b.fn[Worker].fn.MetricErrors(sumOver(five)), 0)
 	add(WorkerThrottlesAlarmID, "Worker invocations were throttled (reserved or account concurrency).",

@@ -20,6 +20,7 @@ const (
 	keyLease              = "lease-ms"
 	keyQueueURL           = "queue-url"
 	keyDLQURL             = "dlq-url"
+	keyUrgentURL          = "queue.urgent-url"
 	keyExecutionTable     = "dynamo.execution-table"
 	keyPayloadTable       = "dynamo.execution-payload-table"
 	keyDeadLetterTable    = "dynamo.dead-letter-table"
@@ -77,7 +78,7 @@ const (
 // derivedKeys are the keys Settings.RuntimeConfig may not set.
 var derivedKeys = map[string]struct{}{
 	keyStateProvider: {}, keyDispatcherProvider: {}, keyDLQProvider: {}, keyIdempotencyPolicy: {},
-	keyStrictStartup: {}, keyLease: {}, keyQueueURL: {}, keyDLQURL: {}, keyExecutionTable: {},
+	keyStrictStartup: {}, keyLease: {}, keyQueueURL: {}, keyUrgentURL: {}, keyDLQURL: {}, keyExecutionTable: {},
 	keyPayloadTable: {}, keyDeadLetterTable: {}, keyEffectTable: {}, keyHistoryTable: {}, keyHistoryPoller: {}, keyHistoryPollInterval: {}, keyEmbeddedDataDir: {}, keyEventsBus: {}, keyMetricsNamespace: {},
 	keyEventsTypes: {}, keyEventsSink: {},
 	keyTenantSource: {}, keyTenantClaim: {}, keySQSVisibility: {}, keyLogLevel: {}, keySweepInterval: {},
@@ -96,11 +97,19 @@ var derivedFromContext = map[string]string{
 // ExcludedEnv lists the environment variables of configuration keys that
 // no function gets: the secrets, the admin token (see docs/deployment.md's IAM
 // section) and the await resume-token secret's value (its ARN is passed),
-// and the settings only qasync serve uses: its history stream poller and
-// the embedded store's directory.
+// and the settings only qasync serve uses: its history stream poller, the
+// embedded store's directory, its HTTP server's timeouts and its SQS
+// poller's long-poll wait.
 var ExcludedEnv = []string{config.EnvName(config.FullKey(keyAdminToken)), config.EnvName(config.FullKey(keyResumeTokenSecret)),
 	config.EnvName(config.FullKey(keyHistoryPoller)), config.EnvName(config.FullKey(keyHistoryPollInterval)),
-	config.EnvName(config.FullKey(keyEmbeddedDataDir))}
+	config.EnvName(config.FullKey(keyEmbeddedDataDir)),
+	// qasync serve's own HTTP server and SQS poller, which no function
+	// runs (API Gateway and the event source mappings stand in for them):
+	// leaving them out keeps the functions' environment within Lambda's
+	// 4 KB with the urgent lane's queue URL.
+	config.EnvName(config.FullKey("sqs.wait-seconds")), config.EnvName(config.FullKey("http.read-header-timeout")),
+	config.EnvName(config.FullKey("http.read-timeout")), config.EnvName(config.FullKey("http.write-timeout")),
+	config.EnvName(config.FullKey("http.idle-timeout"))}
 
 // Resources are the deployed names and URLs a function's environment is
 // built from (CloudFormation tokens at synthesis).
@@ -117,6 +126,9 @@ type Resources struct {
 	HistoryTable string
 	// QueueURL is the work queue's URL.
 	QueueURL string
+	// UrgentQueueURL is the urgent work queue's URL ("" without the
+	// urgent lane: Settings.UrgentLane).
+	UrgentQueueURL string
 	// DLQURL is the DLQ queue's URL.
 	DLQURL string
 	// RejectQueueURL is the item reject queue's URL.
@@ -163,6 +175,7 @@ func Environment(s Settings, r Resources) (map[string]string, error) {
 		keyStrictStartup:      "true",
 		keyLease:              strconv.FormatInt(s.Lease.Milliseconds(), 10),
 		keyQueueURL:           r.QueueURL,
+		keyUrgentURL:          r.UrgentQueueURL,
 		keyDLQURL:             r.DLQURL,
 		keyExecutionTable:     r.ExecutionTable,
 		keyPayloadTable:       r.PayloadTable,

@@ -2,6 +2,7 @@ package stack
 
 import (
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
@@ -65,6 +66,9 @@ func (b *builder) functions() error {
 		EffectTable: *b.tbl[EffectTableID].TableName(), HistoryTable: *b.tbl[HistoryTableID].TableName(),
 		QueueURL: *b.queue[WorkQueueID].QueueUrl(), DLQURL: *b.queue[DLQQueueID].QueueUrl(),
 		RejectQueueURL: *b.queue[RejectQueueID].QueueUrl(),
+	}
+	if u, ok := b.queue[UrgentQueueID]; ok {
+		res.UrgentQueueURL = *u.QueueUrl()
 	}
 	timeouts := map[string]time.Duration{Submit: b.s.SubmitTimeout, Worker: b.s.WorkerTimeout, Sweeper: b.s.SweeperTimeout, DLQ: b.s.DLQTimeout,
 		History: b.s.HistoryTimeout}
@@ -233,10 +237,17 @@ func (b *builder) grants(f *function) {
 	exec, payloads, dead, effects := b.tbl[ExecutionTableID], b.tbl[PayloadTableID], b.tbl[DeadLetterTableID], b.tbl[EffectTableID]
 	hist := b.tbl[HistoryTableID]
 	work, dlq, poison, rejects := b.queue[WorkQueueID], b.queue[DLQQueueID], b.queue[PoisonQueueID], b.queue[RejectQueueID]
+	// The work queues: the work queue and, with the urgent lane, the
+	// urgent one; whatever dispatches sends to both (the dispatcher routes
+	// by priority) and the worker consumes both.
+	workQueues := []*string{work.QueueArn()}
+	if u, ok := b.queue[UrgentQueueID]; ok {
+		workQueues = append(workQueues, u.QueueArn())
+	}
 	f.allow("WriteOwnLogs", []string{"logs:CreateLogStream", "logs:PutLogEvents"}, f.logs.LogGroupArn())
 	f.allow("StrictStartupTables", []string{"dynamodb:DescribeTable"},
 		exec.TableArn(), payloads.TableArn(), dead.TableArn(), effects.TableArn(), hist.TableArn())
-	f.allow("StrictStartupQueues", []string{"sqs:GetQueueAttributes"}, work.QueueArn(), dlq.QueueArn(), rejects.QueueArn())
+	f.allow("StrictStartupQueues", []string{"sqs:GetQueueAttributes"}, append(slices.Clone(workQueues), dlq.QueueArn(), rejects.QueueArn())...)
 	consume := []string{"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"}
 	putEvents := func() {
 		f.role.AddToPrincipalPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
@@ -266,7 +277,7 @@ func (b *builder) grants(f *function) {
 			jsii.String(*exec.TableArn()+"/index/"+schema.ListIndexName), jsii.String(*dead.TableArn()+"/index/"+schema.DeadLetterTenantIndexName))
 		f.allow("Payloads", []string{"dynamodb:GetItem", "dynamodb:PutItem"}, payloads.TableArn())
 		f.allow("QueryWaitIndex", []string{"dynamodb:Query"}, jsii.String(*exec.TableArn()+"/index/"+schema.WaitIndexName))
-		f.allow("DispatchWork", []string{"sqs:SendMessage"}, work.QueueArn())
+		f.allow("DispatchWork", []string{"sqs:SendMessage"}, workQueues...)
 		f.allow("PublishDeadLetters", []string{"sqs:SendMessage"}, dlq.QueueArn())
 		f.allow("ReadHistory", []string{"dynamodb:Query"}, hist.TableArn())
 	case Worker:
@@ -276,8 +287,8 @@ func (b *builder) grants(f *function) {
 		f.allow("QueryWaitIndex", []string{"dynamodb:Query"}, jsii.String(*exec.TableArn()+"/index/"+schema.WaitIndexName))
 		f.allow("Payloads", []string{"dynamodb:GetItem", "dynamodb:PutItem"}, payloads.TableArn())
 		f.allow("CommandEffects", []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, effects.TableArn())
-		f.allow("ConsumeWork", append(consume, "sqs:ChangeMessageVisibility"), work.QueueArn())
-		f.allow("DispatchWork", []string{"sqs:SendMessage"}, work.QueueArn())
+		f.allow("ConsumeWork", append(consume, "sqs:ChangeMessageVisibility"), workQueues...)
+		f.allow("DispatchWork", []string{"sqs:SendMessage"}, workQueues...)
 		f.allow("PublishDeadLetters", []string{"sqs:SendMessage"}, dlq.QueueArn())
 		f.allow("PublishItemRejects", []string{"sqs:SendMessage"}, rejects.QueueArn())
 	case Sweeper:
@@ -286,7 +297,7 @@ func (b *builder) grants(f *function) {
 		f.allow("QueryListIndex", []string{"dynamodb:Query"}, jsii.String(*exec.TableArn()+"/index/"+schema.ListIndexName))
 		f.allow("QueryWaitIndex", []string{"dynamodb:Query"}, jsii.String(*exec.TableArn()+"/index/"+schema.WaitIndexName))
 		f.allow("ExecutionRows", []string{"dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, exec.TableArn())
-		f.allow("DispatchWork", []string{"sqs:SendMessage"}, work.QueueArn())
+		f.allow("DispatchWork", []string{"sqs:SendMessage"}, workQueues...)
 		f.allow("PublishDeadLetters", []string{"sqs:SendMessage"}, dlq.QueueArn())
 	case DLQ:
 		f.allow("DeadLetterRecords", []string{"dynamodb:GetItem", "dynamodb:PutItem"}, dead.TableArn())
@@ -325,10 +336,19 @@ func (b *builder) eventSources() {
 		esm.Node().DefaultChild().(awscdk.CfnResource).OverrideLogicalId(jsii.String(id))
 	}
 	add(b.fn[Worker], "WorkerWorkQueueSource", b.queue[WorkQueueID], b.s.WorkerBatchSize, b.s.WorkerBatchingWindow, b.s.WorkerMaxConcurrency)
+	if u, ok := b.queue[UrgentQueueID]; ok {
+		// Its own mapping: urgent work never waits behind the work
+		// queue's backlog, and its own concurrency cap.
+		add(b.fn[Worker], UrgentSourceID, u, b.s.WorkerBatchSize, b.s.WorkerBatchingWindow, b.s.UrgentMaxConcurrency)
+	}
 	add(b.fn[DLQ], "DlqDlqQueueSource", b.queue[DLQQueueID], b.s.DLQBatchSize, 0, b.s.DLQMaxConcurrency)
 	add(b.fn[DLQ], "DlqPoisonQueueSource", b.queue[PoisonQueueID], b.s.DLQBatchSize, 0, b.s.DLQMaxConcurrency)
 	b.historySource()
 }
+
+// UrgentSourceID is the logical id of the worker function's event source
+// mapping on the urgent work queue.
+const UrgentSourceID = "WorkerUrgentQueueSource"
 
 // HistorySourceID is the logical id of the history function's event
 // source mapping on the execution table's stream.

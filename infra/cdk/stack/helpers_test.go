@@ -136,6 +136,11 @@ func settingsFor(variant string) Settings {
 		s.MemoryMB = 512
 		s.RuntimeConfig = map[string]string{"max-retries": "6"}
 		return s
+	case "no-urgent": // dev without the urgent lane
+		s := DefaultSettings("dev")
+		s.DistDir = distDir
+		s.UrgentLane = false
+		return s
 	case "full": // every option on
 		s := DefaultSettings("staging")
 		s.DistDir = distDir
@@ -143,7 +148,7 @@ func settingsFor(variant string) Settings {
 		s.AlarmEmail = "ops@example.com"
 		s.JWTIssuer, s.JWTAudience = "https://issuer.example.com/", []string{"qasync-api", "qasync-cli"}
 		s.WorkerTimeout, s.Lease = 120*time.Second, 45*time.Second
-		s.WorkerMaxConcurrency, s.DLQMaxConcurrency = 50, 2
+		s.WorkerMaxConcurrency, s.DLQMaxConcurrency, s.UrgentMaxConcurrency = 50, 2, 7
 		s.WorkerBatchSize, s.WorkerBatchingWindow = 5, 2*time.Second
 		s.ReservedConcurrency = map[string]int{Worker: 60, Sweeper: 1}
 		s.SweeperRate = 5 * time.Minute

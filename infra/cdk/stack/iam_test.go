@@ -26,20 +26,23 @@ func TestLeastPrivilegePerFunction(t *testing.T) {
 	tables := []string{"<ExecutionTable.Arn>", "<PayloadTable.Arn>", "<DeadLetterTable.Arn>", "<EffectTable.Arn>", "<HistoryTable.Arn>"}
 	common := func(fnID string) []string {
 		out := grant(arn(fnID+"Logs"), "logs:CreateLogStream", "logs:PutLogEvents")
-		out = append(out, grant(tables, "dynamodb:DescribeTable")...)                                                                 // strict startup
-		out = append(out, grant([]string{"<WorkQueue.Arn>", "<DlqQueue.Arn>", "<ItemRejectQueue.Arn>"}, "sqs:GetQueueAttributes")...) // strict startup
+		out = append(out, grant(tables, "dynamodb:DescribeTable")...)                                                                                      // strict startup
+		out = append(out, grant([]string{"<WorkQueue.Arn>", "<UrgentQueue.Arn>", "<DlqQueue.Arn>", "<ItemRejectQueue.Arn>"}, "sqs:GetQueueAttributes")...) // strict startup
 		return out
 	}
 	events := `events:PutEvents <LifecycleEventBus.Arn> if {"StringEquals":{"events:source":"qasync"}}`
 	consume := []string{"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:GetQueueAttributes"}
 	secret := grant([]string{"<" + ResumeSecretID + ">"}, "secretsmanager:GetSecretValue")
+	// Whatever dispatches sends to both work queues (the dispatcher routes
+	// by priority: the urgent lane); the worker consumes both.
+	workQueues := []string{"<WorkQueue.Arn>", "<UrgentQueue.Arn>"}
 	want := map[string][]string{
 		SubmitFunctionID: concat(common(SubmitFunctionID),
 			grant(arn(ExecutionTableID), "dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
 			grant([]string{"<ExecutionTable.Arn>/index/list", "<DeadLetterTable.Arn>/index/tenant"}, "dynamodb:Query"),
 			grant([]string{"<ExecutionTable.Arn>/index/wait"}, "dynamodb:Query"), // concurrency keys: a cancel's hand-over
 			grant(arn(PayloadTableID), "dynamodb:GetItem", "dynamodb:PutItem"),
-			grant(arn(WorkQueueID), "sqs:SendMessage"),
+			grant(workQueues, "sqs:SendMessage"),
 			grant(arn(DLQQueueID), "sqs:SendMessage"),
 			grant(arn(HistoryTableID), "dynamodb:Query"), // the history route
 			secret),
@@ -48,14 +51,14 @@ func TestLeastPrivilegePerFunction(t *testing.T) {
 			grant([]string{"<ExecutionTable.Arn>/index/wait"}, "dynamodb:Query"), // concurrency keys
 			grant(arn(PayloadTableID), "dynamodb:GetItem", "dynamodb:PutItem"),
 			grant(arn(EffectTableID), "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
-			grant(arn(WorkQueueID), append(consume, "sqs:ChangeMessageVisibility")...),
-			grant(arn(WorkQueueID), "sqs:SendMessage"),
+			grant(workQueues, append(consume, "sqs:ChangeMessageVisibility")...),
+			grant(workQueues, "sqs:SendMessage"),
 			grant(arn(DLQQueueID), "sqs:SendMessage"),
 			grant(arn(RejectQueueID), "sqs:SendMessage")),
 		SweeperFunctionID: concat(common(SweeperFunctionID),
 			grant([]string{"<ExecutionTable.Arn>/index/sweep", "<ExecutionTable.Arn>/index/list", "<ExecutionTable.Arn>/index/wait"}, "dynamodb:Query"),
 			grant(arn(ExecutionTableID), "dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
-			grant(arn(WorkQueueID), "sqs:SendMessage"),
+			grant(workQueues, "sqs:SendMessage"),
 			grant(arn(DLQQueueID), "sqs:SendMessage")),
 		DLQFunctionID: concat(common(DLQFunctionID),
 			grant(arn(DeadLetterTableID), "dynamodb:GetItem", "dynamodb:PutItem"),

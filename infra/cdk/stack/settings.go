@@ -88,6 +88,19 @@ type Settings struct {
 	// queue event source starts (context "workerMaxConcurrency", 2 to
 	// 1000; default 0: no cap).
 	WorkerMaxConcurrency int
+	// UrgentLane creates the urgent work queue (context "urgentLane",
+	// default true): executions of priority at most priority.urgent-at
+	// (1 unless runtimeConfig sets it) are dispatched to it, and the
+	// worker function consumes it through a second event source mapping,
+	// so that urgent work never waits behind the work queue's backlog.
+	// Its cost while idle is the mapping's polling, billed as SQS
+	// requests (docs/cost.md); false leaves it out, and every execution
+	// goes to the work queue.
+	UrgentLane bool
+	// UrgentMaxConcurrency caps the concurrent worker invocations the
+	// urgent queue's event source starts (context "urgentMaxConcurrency",
+	// 2 to 1000; default 0: no cap), apart from WorkerMaxConcurrency.
+	UrgentMaxConcurrency int
 	// DLQBatchSize is the batch size of the dlq function's two event
 	// sources (context "dlqBatchSize", default 10, 1 to 10).
 	DLQBatchSize int
@@ -245,6 +258,8 @@ const (
 	CtxWorkerBatchSize       = "workerBatchSize"
 	CtxWorkerBatchingWindow  = "workerBatchingWindowSeconds"
 	CtxWorkerMaxConcurrency  = "workerMaxConcurrency"
+	CtxUrgentLane            = "urgentLane"
+	CtxUrgentMaxConcurrency  = "urgentMaxConcurrency"
 	CtxDLQBatchSize          = "dlqBatchSize"
 	CtxDLQMaxConcurrency     = "dlqMaxConcurrency"
 	CtxHistoryTimeout        = "historyTimeoutSeconds"
@@ -285,7 +300,7 @@ const DefaultService = "qasync"
 var ContextKeys = []string{
 	CtxService, CtxStage, CtxPrefix, CtxDistDir, CtxRetain, CtxDeletionProtection, CtxLogRetentionDays, CtxMemoryMB,
 	CtxSubmitTimeout, CtxWorkerTimeout, CtxLeaseMs, CtxSweeperTimeout, CtxDLQTimeout,
-	CtxWorkerBatchSize, CtxWorkerBatchingWindow, CtxWorkerMaxConcurrency, CtxDLQBatchSize, CtxDLQMaxConcurrency,
+	CtxWorkerBatchSize, CtxWorkerBatchingWindow, CtxWorkerMaxConcurrency, CtxUrgentLane, CtxUrgentMaxConcurrency, CtxDLQBatchSize, CtxDLQMaxConcurrency,
 	CtxReservedConcurrency, CtxTracing, CtxSweeperRateMinutes, CtxOldestMessageAlarm, CtxAlarmEmail,
 	CtxJWTIssuer, CtxJWTAudience, CtxJWTTenantClaim, CtxJWTRedriveScope,
 	CtxThrottleRateLimit, CtxThrottleBurstLimit, CtxMetricsNamespace, CtxLogLevel, CtxRuntimeConfig,
@@ -322,6 +337,7 @@ func DefaultServiceSettings(service, stage string) Settings {
 		SweeperTimeout:     60 * time.Second,
 		DLQTimeout:         30 * time.Second,
 		WorkerBatchSize:    10,
+		UrgentLane:         true,
 		DLQBatchSize:       10,
 		HistoryTimeout:     60 * time.Second,
 		HistoryBatchSize:   1000,
@@ -442,6 +458,8 @@ func settingsFrom(get func(string) (any, bool), baseDir string) (Settings, error
 	try(CtxWorkerBatchSize, integer(&s.WorkerBatchSize))
 	try(CtxWorkerBatchingWindow, seconds(&s.WorkerBatchingWindow, time.Second))
 	try(CtxWorkerMaxConcurrency, integer(&s.WorkerMaxConcurrency))
+	try(CtxUrgentLane, boolean(&s.UrgentLane))
+	try(CtxUrgentMaxConcurrency, integer(&s.UrgentMaxConcurrency))
 	try(CtxDLQBatchSize, integer(&s.DLQBatchSize))
 	try(CtxDLQMaxConcurrency, integer(&s.DLQMaxConcurrency))
 	try(CtxHistoryTimeout, seconds(&s.HistoryTimeout, time.Second))
@@ -675,7 +693,7 @@ func (s Settings) Validate() error {
 	if s.HistoryBatchingWindow < 0 || s.HistoryBatchingWindow > 5*time.Minute {
 		bad(CtxHistoryBatchingWindow, "%v must be between 0 and 300 seconds", s.HistoryBatchingWindow)
 	}
-	for key, n := range map[string]int{CtxWorkerMaxConcurrency: s.WorkerMaxConcurrency, CtxDLQMaxConcurrency: s.DLQMaxConcurrency} {
+	for key, n := range map[string]int{CtxWorkerMaxConcurrency: s.WorkerMaxConcurrency, CtxUrgentMaxConcurrency: s.UrgentMaxConcurrency, CtxDLQMaxConcurrency: s.DLQMaxConcurrency} {
 		if n != 0 && (n < 2 || n > 1000) {
 			bad(key, "%d must be 0 (no cap) or between 2 and 1000", n)
 		}

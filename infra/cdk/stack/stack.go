@@ -55,17 +55,19 @@ const (
 	// mapping's on-failure destination).
 	HistoryFailureQueueID = "HistoryFailureQueue"
 	WorkQueueID           = "WorkQueue"
-	PoisonQueueID         = "PoisonQueue"
-	DLQQueueID            = "DlqQueue"
-	RejectQueueID         = "ItemRejectQueue"
-	EventBusID            = "LifecycleEventBus"
-	SweeperScheduleID     = "SweeperSchedule"
-	HTTPAPIID             = "HttpApi"
-	SubmitRouteID         = "SubmitRoute"
-	StatusRouteID         = "StatusRoute"
-	ResultRouteID         = "ResultRoute"
-	RedriveRouteID        = "RedriveRoute"
-	HealthRouteID         = "HealthRoute"
+	// UrgentQueueID is the urgent work queue (Settings.UrgentLane).
+	UrgentQueueID     = "UrgentQueue"
+	PoisonQueueID     = "PoisonQueue"
+	DLQQueueID        = "DlqQueue"
+	RejectQueueID     = "ItemRejectQueue"
+	EventBusID        = "LifecycleEventBus"
+	SweeperScheduleID = "SweeperSchedule"
+	HTTPAPIID         = "HttpApi"
+	SubmitRouteID     = "SubmitRoute"
+	StatusRouteID     = "StatusRoute"
+	ResultRouteID     = "ResultRoute"
+	RedriveRouteID    = "RedriveRoute"
+	HealthRouteID     = "HealthRoute"
 	// The operator plane's routes: list, history, dead letters and
 	// their counts, and the pipelines are client routes; cancel, bulk
 	// re-drive and an execution's input are operator routes, like
@@ -272,18 +274,23 @@ func QueueVisibility(q schema.Queue, consumerTimeout time.Duration) time.Duratio
 	return max(q.VisibilityTimeout, VisibilityFor(consumerTimeout))
 }
 
-// queues creates every queue of schema.Queues: SQS managed encryption,
-// TLS enforced, the schema's retention and redrive, and a visibility
-// timeout raised to six times the consuming function's timeout.
+// queues creates every queue of schema.Queues (the urgent work queue only
+// with Settings.UrgentLane): SQS managed encryption, TLS enforced, the
+// schema's retention and redrive, and a visibility timeout raised to six
+// times the consuming function's timeout.
 func (b *builder) queues() {
 	b.queue = map[string]awssqs.Queue{}
-	ids := map[string]string{b.names.WorkQueue: WorkQueueID, b.names.PoisonQueue: PoisonQueueID, b.names.DLQQueue: DLQQueueID,
-		b.names.RejectQueue: RejectQueueID, b.names.HistoryFailureQueue: HistoryFailureQueueID}
+	names := b.names
+	if !b.s.UrgentLane {
+		names.UrgentQueue = ""
+	}
+	ids := map[string]string{names.WorkQueue: WorkQueueID, names.PoisonQueue: PoisonQueueID, names.DLQQueue: DLQQueueID,
+		names.RejectQueue: RejectQueueID, names.HistoryFailureQueue: HistoryFailureQueueID, names.UrgentQueue: UrgentQueueID}
 	consumer := map[string]time.Duration{
-		b.names.WorkQueue: b.s.WorkerTimeout, b.names.PoisonQueue: b.s.DLQTimeout, b.names.DLQQueue: b.s.DLQTimeout,
+		names.WorkQueue: b.s.WorkerTimeout, names.UrgentQueue: b.s.WorkerTimeout, names.PoisonQueue: b.s.DLQTimeout, names.DLQQueue: b.s.DLQTimeout,
 	}
 	byName := map[string]awssqs.Queue{}
-	for _, q := range schema.Queues(b.names) {
+	for _, q := range schema.Queues(names) {
 		id, ok := ids[q.Name]
 		if !ok {
 			panic(fmt.Sprintf("stack: schema queue %q has no logical id", q.Name))
@@ -378,6 +385,9 @@ func (b *builder) outputs() {
 		out("ApiUrl", "HTTP API base URL (IAM SigV4-signed requests, service execute-api; the await completion route takes its resume token instead)", b.http.stage.Url())
 	}
 	out("WorkQueueUrl", "SQS work queue", b.queue[WorkQueueID].QueueUrl())
+	if u, ok := b.queue[UrgentQueueID]; ok {
+		out("UrgentQueueUrl", "SQS urgent work queue (executions of priority at most priority.urgent-at)", u.QueueUrl())
+	}
 	out("DlqQueueUrl", "SQS queue of execution dead-letter envelopes", b.queue[DLQQueueID].QueueUrl())
 	out("PoisonQueueUrl", "SQS poison queue (work items the work queue gave up on)", b.queue[PoisonQueueID].QueueUrl())
 	out("ItemRejectQueueUrl", "SQS queue of the Item Reject Sink (items and streams steps rejected)", b.queue[RejectQueueID].QueueUrl())

@@ -20,14 +20,14 @@ func TestResourceCounts(t *testing.T) {
 	dev := synth(t, "dev")
 	want := map[string]int{
 		"AWS::DynamoDB::Table":            5, // the schema's four, the history
-		"AWS::SQS::Queue":                 5, // work, poison, DLQ, item rejects, history failures
-		"AWS::SQS::QueuePolicy":           5, // enforceSSL
+		"AWS::SQS::Queue":                 6, // work, urgent, poison, DLQ, item rejects, history failures
+		"AWS::SQS::QueuePolicy":           6, // enforceSSL
 		"AWS::Lambda::Function":           5,
 		"AWS::IAM::Role":                  5,
 		"AWS::IAM::Policy":                5,
 		"AWS::IAM::ManagedPolicy":         2,
 		"AWS::Logs::LogGroup":             6, // one per function, the API's access logs
-		"AWS::Lambda::EventSourceMapping": 4, // three queues, the execution table's stream
+		"AWS::Lambda::EventSourceMapping": 5, // four queues, the execution table's stream
 		"AWS::ApiGatewayV2::Api":          1,
 		"AWS::ApiGatewayV2::Stage":        1,
 		"AWS::ApiGatewayV2::Integration":  1,
@@ -36,7 +36,7 @@ func TestResourceCounts(t *testing.T) {
 		"AWS::Lambda::Permission":         30, // twenty-nine routes, the schedule
 		"AWS::Events::EventBus":           1,
 		"AWS::Events::Rule":               1,
-		"AWS::CloudWatch::Alarm":          8,
+		"AWS::CloudWatch::Alarm":          9,
 		"AWS::SNS::Topic":                 0,
 		"AWS::KMS::Key":                   0,
 		"AWS::SecretsManager::Secret":     1, // the await resume-token secret
@@ -211,8 +211,8 @@ func TestQueues(t *testing.T) {
 		v := synth(t, variant)
 		names := schema.Prefixed(v.settings.Prefix)
 		ids := map[string]string{names.WorkQueue: WorkQueueID, names.PoisonQueue: PoisonQueueID, names.DLQQueue: DLQQueueID,
-			names.RejectQueue: RejectQueueID, names.HistoryFailureQueue: HistoryFailureQueueID}
-		consumer := map[string]string{WorkQueueID: WorkerFunctionID, PoisonQueueID: DLQFunctionID, DLQQueueID: DLQFunctionID}
+			names.RejectQueue: RejectQueueID, names.HistoryFailureQueue: HistoryFailureQueueID, names.UrgentQueue: UrgentQueueID}
+		consumer := map[string]string{WorkQueueID: WorkerFunctionID, UrgentQueueID: WorkerFunctionID, PoisonQueueID: DLQFunctionID, DLQQueueID: DLQFunctionID}
 		for _, q := range schema.Queues(names) {
 			id := ids[q.Name]
 			p := v.props(t, id)
@@ -250,6 +250,13 @@ func TestQueues(t *testing.T) {
 		}
 		if want := VisibilityFor(v.settings.WorkerTimeout).Seconds(); num(t, v.props(t, WorkQueueID)["VisibilityTimeout"]) != want {
 			t.Errorf("%s: work queue visibility %v, want %v", variant, v.props(t, WorkQueueID)["VisibilityTimeout"], want)
+		}
+		// The urgent queue is the work queue's twin: visibility, redrive
+		// to the poison queue after as many receives, encryption.
+		for _, k := range []string{"VisibilityTimeout", "RedrivePolicy", "MessageRetentionPeriod", "SqsManagedSseEnabled"} {
+			if u, w := v.props(t, UrgentQueueID)[k], v.props(t, WorkQueueID)[k]; !reflect.DeepEqual(u, w) {
+				t.Errorf("%s: urgent queue %s %v, work queue's %v", variant, k, u, w)
+			}
 		}
 		// enforceSSL: each queue's policy denies requests without TLS.
 		for _, id := range v.ofType("AWS::SQS::QueuePolicy") {
@@ -451,11 +458,12 @@ func TestEventSources(t *testing.T) {
 	v := synth(t, "dev")
 	want := map[string][2]string{ // mapping -> function, queue
 		"WorkerWorkQueueSource": {WorkerFunctionID, WorkQueueID},
+		UrgentSourceID:          {WorkerFunctionID, UrgentQueueID},
 		"DlqDlqQueueSource":     {DLQFunctionID, DLQQueueID},
 		"DlqPoisonQueueSource":  {DLQFunctionID, PoisonQueueID},
 	}
 	if got := v.ofType("AWS::Lambda::EventSourceMapping"); len(got) != len(want)+1 {
-		t.Fatalf("event source mappings %v, want the three queues' and the history's", got)
+		t.Fatalf("event source mappings %v, want the four queues' and the history's", got)
 	}
 	for id, fq := range want {
 		p := v.props(t, id)
@@ -491,6 +499,37 @@ func TestEventSources(t *testing.T) {
 		"FunctionName":  map[string]any{"Ref": DLQFunctionID},
 		"ScalingConfig": map[string]any{"MaximumConcurrency": 2},
 	}, jsii.Number(2))
+	// The urgent queue's mapping: the worker's batch settings, its own cap.
+	if p := full.props(t, UrgentSourceID); num(t, p["BatchSize"]) != 5 || num(t, p["MaximumBatchingWindowInSeconds"]) != 2 ||
+		str(p["ScalingConfig"]) != `{"MaximumConcurrency":7}` || str(p["EventSourceArn"]) != "<"+UrgentQueueID+".Arn>" {
+		t.Errorf("full: urgent mapping %v, want batch 5, window 2, its own maximum concurrency 7", p)
+	}
+}
+
+// Without the urgent lane (context urgentLane false) there is no urgent
+// queue, no mapping on it, no grant on it and no queue.urgent-url in any
+// function's environment: every execution goes to the work queue.
+func TestUrgentLaneOff(t *testing.T) {
+	v := synth(t, "no-urgent")
+	if _, ok := v.res[UrgentQueueID]; ok {
+		t.Errorf("urgent queue created with urgentLane false")
+	}
+	if _, ok := v.res[UrgentSourceID]; ok {
+		t.Errorf("urgent mapping created with urgentLane false")
+	}
+	if got := len(v.ofType("AWS::SQS::Queue")); got != 5 {
+		t.Errorf("%d queues, want 5", got)
+	}
+	env := config.EnvName(config.FullKey("queue.urgent-url"))
+	for _, id := range v.ofType("AWS::Lambda::Function") {
+		vars, _ := v.props(t, id)["Environment"].(map[string]any)["Variables"].(map[string]any)
+		if s, ok := vars[env]; ok && s != "" {
+			t.Errorf("%s: %s = %v, want none", id, env, s)
+		}
+	}
+	if strings.Contains(str(v.doc["Resources"]), UrgentQueueID) {
+		t.Errorf("the template names %s", UrgentQueueID)
+	}
 }
 
 // The history function reads the execution table's stream from its oldest
@@ -779,6 +818,7 @@ func TestAlarms(t *testing.T) {
 		DLQVisibleAlarmID:      {"ApproximateNumberOfMessagesVisible", "AWS/SQS", "Maximum", `[{"Name":"QueueName","Value":{"Fn::GetAtt":["DlqQueue","QueueName"]}}]`, 0},
 		PoisonVisibleAlarmID:   {"ApproximateNumberOfMessagesVisible", "AWS/SQS", "Maximum", `[{"Name":"QueueName","Value":{"Fn::GetAtt":["PoisonQueue","QueueName"]}}]`, 0},
 		OldestWorkAlarmID:      {"ApproximateAgeOfOldestMessage", "AWS/SQS", "Maximum", `[{"Name":"QueueName","Value":{"Fn::GetAtt":["WorkQueue","QueueName"]}}]`, 300},
+		OldestUrgentAlarmID:    {"ApproximateAgeOfOldestMessage", "AWS/SQS", "Maximum", `[{"Name":"QueueName","Value":{"Fn::GetAtt":["UrgentQueue","QueueName"]}}]`, 300},
 		WorkerErrorsAlarmID:    {"Errors", "AWS/Lambda", "Sum", `[{"Name":"FunctionName","Value":{"Ref":"WorkerFunction"}}]`, 0},
 		WorkerThrottlesAlarmID: {"Throttles", "AWS/Lambda", "Sum", `[{"Name":"FunctionName","Value":{"Ref":"WorkerFunction"}}]`, 0},
 		HistoryFailuresAlarmID: {"ApproximateNumberOfMessagesVisible", "AWS/SQS", "Maximum", `[{"Name":"QueueName","Value":{"Fn::GetAtt":["HistoryFailureQueue","QueueName"]}}]`, 0},
@@ -862,7 +902,7 @@ func TestOutputBucket(t *testing.T) {
 
 func TestOutputs(t *testing.T) {
 	v := synth(t, "dev")
-	for _, id := range []string{"ApiUrl", "WorkQueueUrl", "DlqQueueUrl", "PoisonQueueUrl", "ItemRejectQueueUrl", "ExecutionTableName",
+	for _, id := range []string{"ApiUrl", "WorkQueueUrl", "UrgentQueueUrl", "DlqQueueUrl", "PoisonQueueUrl", "ItemRejectQueueUrl", "ExecutionTableName",
 		"PayloadTableName", "DeadLetterTableName", "EffectTableName", "HistoryTableName", "HistoryFailureQueueUrl", "EventBusName", "ClientPolicyArn", "OperatorPolicyArn", "RedriveRouteArn",
 		"ResumeTokenSecretArn"} {
 		v.tpl.HasOutput(jsii.String(id), assertions.Match_AnyValue())

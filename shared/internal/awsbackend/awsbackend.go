@@ -155,7 +155,8 @@ func (p *provider) Open(ctx context.Context, env backend.Env) (*backend.Seams, e
 		Recorder: dynamo.NewDeadLetters(db, c.DeadLetterTable, env.Clock),
 	}
 	if c.DispatcherProvider == "sqs" {
-		s.Dispatcher = sqsbackend.NewDispatcher(q, c.QueueURL, sqsbackend.WithLogger(env.Logger))
+		s.Dispatcher = sqsbackend.NewDispatcher(q, c.QueueURL, sqsbackend.WithLogger(env.Logger),
+			sqsbackend.WithUrgentLane(c.UrgentQueueURL, c.UrgentAt))
 	}
 	if c.DLQProvider == "sqs" {
 		s.DeadLetters = sqsbackend.NewDLQ(q, c.DLQURL)
@@ -192,6 +193,9 @@ func checkResources(ctx context.Context, c config.Config, db *dynamodb.Client, q
 	}
 	if c.DispatcherProvider == "sqs" {
 		checks = append(checks, check{"queue-url", queue(c.QueueURL)})
+		if c.UrgentQueueURL != "" {
+			checks = append(checks, check{"queue.urgent-url", queue(c.UrgentQueueURL)})
+		}
 	}
 	if c.DLQProvider == "sqs" {
 		checks = append(checks, check{"dlq-url", queue(c.DLQURL)})
@@ -226,6 +230,7 @@ func servingLoops(ctx context.Context, o *opened) error {
 		poller := sqsbackend.NewPoller(o.sqs, c.QueueURL, o.env.Work, sqsbackend.PollerOptions{
 			WaitTimeSeconds: int32(c.SQSWaitSeconds), Concurrency: c.WorkerConcurrency,
 			VisibilityTimeout: c.SQSVisibility, DrainTimeout: o.drain, Logger: log,
+			UrgentURL: c.UrgentQueueURL,
 		})
 		s.Loops = append(s.Loops, backend.Loop{Name: LoopPoller, Run: poller.Run})
 	}

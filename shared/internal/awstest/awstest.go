@@ -77,7 +77,7 @@ func Names(t testing.TB) schema.Names {
 	return schema.Names{
 		ExecutionTable: base + "-exec", PayloadTable: base + "-payload", DeadLetterTable: base + "-dl",
 		EffectTable: base + "-fx", HistoryTable: base + "-hist",
-		WorkQueue: base + "-work", PoisonQueue: base + "-poison", DLQQueue: base + "-dlq",
+		WorkQueue: base + "-work", UrgentQueue: base + "-urgent", PoisonQueue: base + "-poison", DLQQueue: base + "-dlq",
 		RejectQueue: base + "-rej", HistoryFailureQueue: base + "-histfail",
 	}
 }

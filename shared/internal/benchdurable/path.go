@@ -122,7 +122,7 @@ func target(body []byte, n schema.Names) string {
 	if in.TableName != "" {
 		return tables[in.TableName]
 	}
-	queues := map[string]string{n.WorkQueue: "work queue", n.DLQQueue: "DLQ queue", n.PoisonQueue: "poison queue", n.RejectQueue: "reject queue"}
+	queues := map[string]string{n.WorkQueue: "work queue", n.UrgentQueue: "urgent queue", n.DLQQueue: "DLQ queue", n.PoisonQueue: "poison queue", n.RejectQueue: "reject queue"}
 	if i := strings.LastIndexByte(in.QueueUrl, '/'); i >= 0 {
 		return queues[in.QueueUrl[i+1:]]
 	}

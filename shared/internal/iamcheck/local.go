@@ -49,7 +49,7 @@ var (
 			"DeadLetterTable": n.DeadLetterTable, "EffectTable": n.EffectTable, "HistoryTable": n.HistoryTable}
 	}
 	queueIDs = func(n schema.Names) map[string]string {
-		return map[string]string{"WorkQueue": n.WorkQueue, "PoisonQueue": n.PoisonQueue, "DlqQueue": n.DLQQueue,
+		return map[string]string{"WorkQueue": n.WorkQueue, "UrgentQueue": n.UrgentQueue, "PoisonQueue": n.PoisonQueue, "DlqQueue": n.DLQQueue,
 			"ItemRejectQueue": n.RejectQueue, "HistoryFailureQueue": n.HistoryFailureQueue}
 	}
 )

@@ -136,8 +136,10 @@ type workerOptions struct {
 }
 
 // Deferrer makes a received work queue message invisible for d (SQS
-// ChangeMessageVisibility with its receipt handle).
-type Deferrer func(ctx context.Context, receiptHandle string, d time.Duration) error
+// ChangeMessageVisibility with its receipt handle, on the queue whose
+// ARN is sourceARN, the record's eventSourceARN: the work queue or the
+// urgent one).
+type Deferrer func(ctx context.Context, sourceARN, receiptHandle string, d time.Duration) error
 
 // WithDeferrer lets the worker keep a deferred record (a
 // dispatch.RetryAfterError) in the queue, invisible until it is due,
@@ -180,7 +182,9 @@ func processRecord(ctx context.Context, rt *engine.Runtime, m *events.SQSMessage
 	if ra, ok := dispatch.AsRetryAfter(err); ok {
 		d := sqsbackend.Deferral{Item: item, Receives: receives, Wait: ra, Requeue: o.requeue}
 		if o.deferrer != nil {
-			d.Hide = func(ctx context.Context, wait time.Duration) error { return o.deferrer(ctx, m.ReceiptHandle, wait) }
+			d.Hide = func(ctx context.Context, wait time.Duration) error {
+				return o.deferrer(ctx, m.EventSourceARN, m.ReceiptHandle, wait)
+			}
 		}
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deferTimeout)
 		defer cancel()

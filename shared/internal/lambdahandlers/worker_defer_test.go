@@ -34,6 +34,7 @@ func (d *failingDispatcher) Dispatch(ctx context.Context, msgs ...dispatch.Messa
 
 // visibilityCall is one call of a Deferrer.
 type visibilityCall struct {
+	source  string // the record's eventSourceARN
 	receipt string
 	wait    time.Duration
 }
@@ -53,10 +54,10 @@ func TestWorkerRequeuesDeferredRecord(t *testing.T) {
 	})
 	var mu sync.Mutex
 	var hidden []visibilityCall
-	deferrer := lambdahandlers.WithDeferrer(func(_ context.Context, receipt string, d time.Duration) error {
+	deferrer := lambdahandlers.WithDeferrer(func(_ context.Context, source, receipt string, d time.Duration) error {
 		mu.Lock()
 		defer mu.Unlock()
-		hidden = append(hidden, visibilityCall{receipt, d})
+		hidden = append(hidden, visibilityCall{source, receipt, d})
 		return nil
 	})
 	for _, tc := range []struct {
@@ -97,8 +98,8 @@ func TestWorkerRequeuesDeferredRecord(t *testing.T) {
 		if got := failureIDs(resp); len(got) != 1 || got[0] != ev.Records[0].MessageId {
 			t.Errorf("%s: failures %v, want the record", tc.name, got)
 		}
-		if len(calls) != 1 || calls[0].receipt != ev.Records[0].ReceiptHandle || calls[0].wait <= 55*time.Second || calls[0].wait > time.Minute {
-			t.Errorf("%s: visibility changes %v, want the record's, for the minute", tc.name, calls)
+		if len(calls) != 1 || calls[0].receipt != ev.Records[0].ReceiptHandle || calls[0].source != ev.Records[0].EventSourceARN || calls[0].wait <= 55*time.Second || calls[0].wait > time.Minute {
+			t.Errorf("%s: visibility changes %v, want the record's (on its source queue, for the urgent lane), for the minute", tc.name, calls)
 		}
 	}
 	if n := len(logEvents(t, logs, "work_item_requeue_failed")); n != 1 {
@@ -136,7 +137,7 @@ func TestWorkerFailuresStillReachPoisonQueue(t *testing.T) {
 	}
 	queue := sqsbackend.NewDispatcher(c.SQS, urls[work])
 	worker := lambdahandlers.Worker(rt, time.Second, rt.Logger(), lambdahandlers.WithRequeue(queue),
-		lambdahandlers.WithDeferrer(func(ctx context.Context, receipt string, d time.Duration) error {
+		lambdahandlers.WithDeferrer(func(ctx context.Context, _, receipt string, d time.Duration) error {
 			return sqsbackend.Defer(ctx, c.SQS, urls[work], receipt, d)
 		}))
 	cons := sqsbackend.NewConsumer(c.SQS, urls[work], func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -526,5 +527,31 @@ func TestE2EFunctionsRunWithTheTemplatesEnvironment(t *testing.T) {
 	st := a.waitStatus(t, id, 30*time.Second, func(m map[string]any) bool { return m["status"] == "DLQ" || m["status"] == "SUCCEEDED" })
 	if st["status"] != "DLQ" {
 		t.Errorf("with max-retries 0 in the template, a failing step ended %v", st)
+	}
+}
+
+// TestE2EUrgentExecutionTakesTheUrgentLane: on the dev template, with the
+// worker's mapping on the work queue removed, an execution submitted
+// with priority 1 still succeeds: the submit function sent it to the
+// urgent queue (its role allows it, IAM enforced) and the worker's
+// second mapping delivered it; nothing was denied.
+func TestE2EUrgentExecutionTakesTheUrgentLane(t *testing.T) {
+	t.Parallel()
+	a := startApp(t, nil, func(o *localcloud.Options) {
+		o.Queues = slices.DeleteFunc(o.Queues, func(q localcloud.QueueMapping) bool { return q.ID == "WorkerWorkQueueSource" })
+	})
+	h := map[string]string{"Idempotency-Key": awstest.Name(t, "key")}
+	status, m := a.call(t, http.MethodPost, "/v1/pipelines/checkout.deliver-order/executions?priority=1",
+		`{"orderId":"1002","items":[{"sku":"pen","qty":1}],"amountCents":150}`, h)
+	id, _ := m["executionId"].(string)
+	if status != http.StatusAccepted || id == "" {
+		t.Fatalf("urgent submit: %d %v", status, m)
+	}
+	st := a.waitStatus(t, id, 30*time.Second, statusIs("SUCCEEDED"))
+	if st["priority"] != 1.0 {
+		t.Errorf("status %v, want priority 1", st)
+	}
+	if d := a.Denials(); len(d) != 0 {
+		t.Errorf("denials %v", d)
 	}
 }

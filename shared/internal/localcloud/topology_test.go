@@ -62,17 +62,21 @@ func TestTopologyOfTheDevStack(t *testing.T) {
 		queues[q.ID] = q
 	}
 	for id, want := range map[string]struct{ fn, queue string }{
-		"WorkerWorkQueueSource": {localcloud.Worker, names.WorkQueue},
-		"DlqDlqQueueSource":     {localcloud.DLQ, names.DLQQueue},
-		"DlqPoisonQueueSource":  {localcloud.DLQ, names.PoisonQueue},
+		"WorkerWorkQueueSource":   {localcloud.Worker, names.WorkQueue},
+		"WorkerUrgentQueueSource": {localcloud.Worker, names.UrgentQueue},
+		"DlqDlqQueueSource":       {localcloud.DLQ, names.DLQQueue},
+		"DlqPoisonQueueSource":    {localcloud.DLQ, names.PoisonQueue},
 	} {
 		q, ok := queues[id]
 		if !ok || q.Function != want.fn || !strings.HasSuffix(q.QueueURL, "/"+want.queue) || q.BatchSize != 10 || !q.ReportBatchItemFailures {
 			t.Errorf("%s: %+v, want %s on %s, batch 10, ReportBatchItemFailures", id, q, want.fn, want.queue)
 		}
 	}
-	if len(tp.Queues) != 3 {
-		t.Errorf("%d queue mappings, want 3", len(tp.Queues))
+	if len(tp.Queues) != 4 {
+		t.Errorf("%d queue mappings, want 4", len(tp.Queues))
+	}
+	if got := w.Env["PIPELINE_ORCHESTRATOR_QUEUE_URGENT_URL"]; !strings.HasSuffix(got, "/"+names.UrgentQueue) {
+		t.Errorf("worker's urgent queue URL %q, want the local urgent queue", got)
 	}
 
 	if len(tp.Streams) != 1 {

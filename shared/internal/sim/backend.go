@@ -76,10 +76,7 @@ type memoryBackend struct {
 
 func newMemoryBackend(w *world) *memoryBackend {
 	c := clock.System{}
-	w.work = newQueue(w, "work", w.cfg.visibility, w.cfg.poisonAfter)
-	w.work.handle = deliverWork
-	w.dlq = newQueue(w, "dlq", 30*time.Second, 0)
-	w.dlq.handle = deliverDLQ
+	w.newQueues()
 	b := &memoryBackend{w: w, state: memory.NewStateStore(c), payloads: memory.NewPayloadStore(c),
 		effects: memory.NewEffects(c), dead: memory.NewDeadLetters(c)}
 	b.state.EnableOutbox(simEventTypes)

@@ -50,10 +50,7 @@ func newDynamoBackend(w *world) (backend, error) {
 	if _, err := provision.CreateTables(ctx, b.clients.DynamoDB, schema.Tables(b.names)); err != nil {
 		return nil, fmt.Errorf("sim: create the tables on the model: %w", err)
 	}
-	w.work = newQueue(w, "work", w.cfg.visibility, w.cfg.poisonAfter)
-	w.work.handle = deliverWork
-	w.dlq = newQueue(w, "dlq", 30*time.Second, 0)
-	w.dlq.handle = deliverDLQ
+	w.newQueues()
 	prov, err := b.adapters(b.clients.DynamoDB, clock.System{})
 	if err != nil {
 		return nil, err

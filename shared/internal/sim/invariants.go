@@ -105,7 +105,7 @@ const (
 var invariantNames = []string{invSettles, invNoStall, invNoVanish, invExactlyOnce, invEffectIsolation, invDeadLetterIsolation,
 	invDeadLetterViews, invSignedOut, invAwaitIsolation, invCheckpointReadable, invHistory, invRefusedStoresNothing, invKeylessIsNew, invNoFalsePoison,
 	invBackupNoPin, invOneJobPerKey, invSleepOnTime, invJoinSawAll, invMapRerunsFailed, invMapInFlight, invParentWakes, invRejectedStays, invMapCounts,
-	invRejectsTolerated, invEvents, invKeyLimit, invKeyWaitersRun, invRateLimit, invKeyRankOrder,
+	invRejectsTolerated, invEvents, invKeyLimit, invKeyWaitersRun, invRateLimit, invKeyRankOrder, invUrgentLane,
 	invPausedNotClaimed, invPausedNotSwept, invPausedKept, invScheduleOnce, invSpans,
 	invConfigRefused, invSetup}
 

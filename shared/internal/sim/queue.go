@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -12,6 +13,7 @@ import (
 	"github.com/qasync/qasync/shared/deadletter"
 	"github.com/qasync/qasync/shared/dispatch"
 	"github.com/qasync/qasync/shared/internal/sqsbackend"
+	"github.com/qasync/qasync/shared/pipeline"
 )
 
 // sqsQueue models an SQS standard queue as the worker and dlq functions'
@@ -53,6 +55,55 @@ type message struct {
 
 func newQueue(w *world, name string, visibility time.Duration, maxReceive int) *sqsQueue {
 	return &sqsQueue{w: w, name: name, visibility: visibility, maxReceive: maxReceive, msgs: map[string]*message{}}
+}
+
+// urgentAt is the simulated deployment's priority.urgent-at (its
+// default): priority 1 takes the urgent lane.
+const urgentAt = 1
+
+// invUrgentLane: every work item of an urgent execution travels the
+// urgent queue, whichever path dispatched it (submit, hand-over, retry,
+// the sweeper, a resume, a re-drive, a hand-back), so that it never
+// waits behind the work queue's backlog. The simulated queues deliver
+// every visible message at once (no consumer capacity), so the check is
+// on the lane each item takes, judged by the priority the execution was
+// submitted with (not the one the item carries).
+const invUrgentLane = "urgent work takes the urgent lane"
+
+// newQueues creates the work queue, the urgent work queue (both
+// redriving after the same receives) and the dead-letter queue, as the
+// stack does.
+func (w *world) newQueues() {
+	w.work = newQueue(w, "work", w.cfg.visibility, w.cfg.poisonAfter)
+	w.work.handle = deliverWork
+	w.urgent = newQueue(w, "urgent", w.cfg.visibility, w.cfg.poisonAfter)
+	w.urgent.handle = deliverWork
+	w.dlq = newQueue(w, "dlq", 30*time.Second, 0)
+	w.dlq.handle = deliverDLQ
+}
+
+// queueOf is the work queue a record came from, by its event source ARN
+// (what the worker function's DeferFrom goes by).
+func (w *world) queueOf(sourceARN string) *sqsQueue {
+	if w.urgent != nil && strings.HasSuffix(sourceARN, ":"+w.urgent.name) {
+		return w.urgent
+	}
+	return w.work
+}
+
+// urgentLocked reports whether exec was submitted urgent (priority at
+// most urgentAt, the pipeline's default when none was asked for), as far
+// as the simulator knows it. Callers hold w.mu.
+func (w *world) urgentLocked(exec string) bool {
+	inc := w.latest[exec]
+	if inc == nil {
+		return false
+	}
+	prio := inc.last.Priority
+	if inc.sub != nil {
+		prio = pipeline.PriorityOf(nil, inc.sub.priority)
+	}
+	return prio >= 1 && prio <= urgentAt
 }
 
 // sqsDelay is how SQS applies a requested delay: whole seconds, rounded
@@ -110,6 +161,8 @@ func (q *sqsQueue) receive(id string, epoch int) {
 		w.mu.Unlock()
 		return
 	}
+	lane := q == w.work || q == w.urgent
+	misrouted := q == w.work && w.urgentLocked(m.exec)
 	m.receives++
 	m.receipt = fmt.Sprintf("%s#%d", m.id, m.receives)
 	m.visibleAt = time.Now().Add(q.visibility)
@@ -126,6 +179,12 @@ func (q *sqsQueue) receive(id string, epoch int) {
 			sqsbackend.AttrTraceParent: {StringValue: &tp, DataType: "String"}}
 	}
 	w.mu.Unlock()
+	if lane {
+		w.check(invUrgentLane)
+	}
+	if misrouted {
+		w.violate(invUrgentLane, m.exec, "work item %s of an urgent execution was received from the work queue, not the urgent queue", m.id)
+	}
 	w.async(func() {
 		resp, err := q.handle(p, m, ev)
 		if p.isCrashed() {
@@ -211,6 +270,10 @@ type queueDispatcher struct {
 func (d *queueDispatcher) Dispatch(_ context.Context, msgs ...dispatch.Message) error {
 	w := d.w
 	for _, m := range msgs {
+		q := d.q
+		if q == w.work && w.urgent != nil && !w.o.urgentToWork && sqsbackend.Urgent(m.Item, urgentAt) {
+			q = w.urgent // the lane, as sqsbackend.Dispatcher routes it
+		}
 		tp := m.Item.TraceParent // a message attribute, not the body
 		m.Item.TraceParent = ""
 		body, _ := json.Marshal(m.Item) // cannot fail
@@ -224,13 +287,13 @@ func (d *queueDispatcher) Dispatch(_ context.Context, msgs ...dispatch.Message) 
 				continue
 			case w.chance(w.cfg.rates.duplicate):
 				w.fault("work_item_duplicated")
-				d.q.send(string(body), m.Item.ExecutionID, tp, delay+w.between(0, 30*time.Second))
+				q.send(string(body), m.Item.ExecutionID, tp, delay+w.between(0, 30*time.Second))
 			case w.chance(w.cfg.rates.delay):
 				w.fault("work_item_delayed")
 				delay += w.between(time.Second, 2*time.Minute)
 			}
 		}
-		d.q.send(string(body), m.Item.ExecutionID, tp, delay)
+		q.send(string(body), m.Item.ExecutionID, tp, delay)
 	}
 	return nil
 }

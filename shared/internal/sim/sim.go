@@ -56,6 +56,10 @@ type Options struct {
 	// wait line of a key is read in creation order, as by a store that
 	// ignores the rank; invKeyRankOrder must catch it.
 	ignoreRank bool
+	// urgentToWork is the broken variant of the urgent lane (tests only):
+	// the dispatcher sends urgent work items to the work queue, as one
+	// without the lane; invUrgentLane must catch it.
+	urgentToWork bool
 }
 
 func (o *Options) defaults() {
@@ -237,7 +241,10 @@ type world struct {
 	back  backend
 	procs []*proc
 	work  *sqsQueue // memory and dynamo: the work queue (SQS semantics)
-	dlq   *sqsQueue // memory and dynamo: the dead-letter queue
+	// urgent is the urgent work queue (memory and dynamo): the lane of
+	// executions of priority at most urgentAt.
+	urgent *sqsQueue
+	dlq    *sqsQueue // memory and dynamo: the dead-letter queue
 
 	bank    *bank
 	partner *partner

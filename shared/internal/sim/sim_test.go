@@ -177,3 +177,32 @@ func TestRankInvariantCatchesIgnoredRank(t *testing.T) {
 		t.Fatalf("the broken variant (wait line in creation order) broke no rank order:\n%s", bad.Table())
 	}
 }
+
+// TestUrgentLaneInvariantCatchesUrgentOnTheWorkQueue: every work item of
+// an urgent execution (priority 1) travels the urgent queue on a run,
+// whichever path dispatched it, and the invariant finds the broken
+// variant (a dispatcher without the lane, urgent items on the work
+// queue) on the same seed.
+func TestUrgentLaneInvariantCatchesUrgentOnTheWorkQueue(t *testing.T) {
+	o := Options{Seed: 20261203, Store: StoreMemory, Executions: 400, VirtualDays: 1}
+	good := Run(t, o)
+	if good.Checks[invUrgentLane] == 0 {
+		t.Fatalf("no receive was checked:\n%s", good.Table())
+	}
+	for _, v := range good.Violations {
+		if v.Invariant == invUrgentLane {
+			t.Fatalf("a violation on the correct runtime: %+v", v)
+		}
+	}
+	o.urgentToWork = true
+	bad := Run(t, o)
+	n := 0
+	for _, v := range bad.Violations {
+		if v.Invariant == invUrgentLane {
+			n++
+		}
+	}
+	if n == 0 {
+		t.Fatalf("the broken variant (urgent items on the work queue) broke no lane:\n%s", bad.Table())
+	}
+}

@@ -69,8 +69,8 @@ func (w *world) newProc(slot, gen, version int, dropOld bool) (*proc, error) {
 	log := rt.Logger()
 	var opts []lambdahandlers.WorkerOption
 	if w.work != nil {
-		opts = append(opts, lambdahandlers.WithDeferrer(func(_ context.Context, receipt string, d time.Duration) error {
-			return w.work.changeVisibility(receipt, d)
+		opts = append(opts, lambdahandlers.WithDeferrer(func(_ context.Context, source, receipt string, d time.Duration) error {
+			return w.queueOf(source).changeVisibility(receipt, d)
 		}), lambdahandlers.WithRequeue(&gatedDispatcher{p: p, d: &queueDispatcher{w: w, q: w.work}}))
 	}
 	p.worker = lambdahandlers.Worker(rt, w.cfg.lease, log, opts...)

@@ -6,6 +6,12 @@
 // mapping. The dispatcher and both publishers pass the suites of package
 // backendtest against the local SQS server (TestConformance).
 //
+// The urgent lane: with an urgent work queue (WithUrgentLane,
+// PollerOptions.UrgentURL; config key queue.urgent-url) the dispatcher
+// sends the work items of urgent executions (Urgent: priority 1 to
+// priority.urgent-at) there, and the poller receives from it first, from
+// the work queue at least every WorkEvery-th receive.
+//
 // Deferral is how both consumers of the work queue (the Lambda worker
 // handler and the poller) hand back a work item that is not due yet
 // without counting a receive towards the poison queue: as a fresh message

@@ -42,7 +42,19 @@ type PollerOptions struct {
 	DrainTimeout time.Duration
 	// Logger receives the poller's events. Default: discarded.
 	Logger *slog.Logger
+	// UrgentURL is the urgent work queue (queue.urgent-url); empty: none,
+	// every receive is a long poll of the work queue. With it the poller
+	// receives from the urgent queue first, and from the work queue every
+	// WorkEvery-th receive and whenever the urgent queue came back empty
+	// (see lanes), so that urgent work does not wait behind a backlog and
+	// normal work waits a bounded number of receives.
+	UrgentURL string
 }
+
+// WorkEvery bounds how long normal work waits behind urgent work: with an
+// urgent queue, at least every WorkEvery-th receive of a Poller is from
+// the work queue.
+const WorkEvery = 4
 
 // Default poller settings.
 const (
@@ -76,7 +88,7 @@ type Poller struct {
 	client   *sqs.Client
 	queueURL string
 	handler  dispatch.Handler
-	requeue  *Dispatcher // hands deferred items back
+	requeue  map[string]*Dispatcher // by queue URL: hands deferred items back to their queue
 	opts     PollerOptions
 	log      *slog.Logger
 }
@@ -102,8 +114,68 @@ func NewPoller(client *sqs.Client, queueURL string, h dispatch.Handler, opts Pol
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Poller{client: client, queueURL: queueURL, handler: h, requeue: NewDispatcher(client, queueURL), opts: opts,
+	requeue := map[string]*Dispatcher{queueURL: NewDispatcher(client, queueURL)}
+	if opts.UrgentURL != "" {
+		requeue[opts.UrgentURL] = NewDispatcher(client, opts.UrgentURL)
+	}
+	return &Poller{client: client, queueURL: queueURL, handler: h, requeue: requeue, opts: opts,
 		log: log.With(slog.String("queue_url", queueURL))}
+}
+
+// lanes chooses the queue of each receive of a Poller with an urgent
+// queue, and its long-poll wait:
+//   - while the urgent queue has messages, receives go to it, except
+//     every WorkEvery-th, which goes to the work queue (so normal work's
+//     wait is bounded by WorkEvery receives); both without a long-poll
+//     wait, so that a receive of a lane that just ran dry does not hold
+//     slots the other lane's backlog could use;
+//   - once a receive of the urgent queue came back empty, receives go to
+//     the work queue with the full long poll, and the urgent queue is
+//     probed (no wait) again after a work receive that did not fill up
+//     (the work queue has no backlog) or after WorkEvery-1 work receives.
+//
+// So an urgent message waits at most WorkEvery-1 receives behind a
+// backlog of normal work, and one long poll (sqs.wait-seconds) on an
+// idle poller; an idle poller sends a probe per long poll.
+type lanes struct {
+	work, urgent string
+	wait         int32 // the long-poll wait
+	urgentEmpty  bool  // the last urgent receive found nothing
+	since        int   // receives since the other lane's last
+	probe        bool  // urgentEmpty: the next receive probes the urgent queue
+}
+
+// next is the queue and wait of the next receive.
+func (l *lanes) next() (string, int32) {
+	switch {
+	case l.urgent == "":
+		return l.work, l.wait
+	case !l.urgentEmpty && l.since < WorkEvery-1:
+		l.since++
+		return l.urgent, 0
+	case !l.urgentEmpty:
+		l.since = 0
+		return l.work, 0
+	case l.probe || l.since >= WorkEvery-1:
+		l.probe, l.since = false, 0
+		return l.urgent, 0
+	default:
+		l.since++
+		return l.work, l.wait
+	}
+}
+
+// got records what a receive of url asked for and brought.
+func (l *lanes) got(url string, asked, n int) {
+	switch {
+	case l.urgent == "":
+	case url == l.urgent:
+		if empty := n == 0; empty != l.urgentEmpty {
+			l.urgentEmpty, l.since, l.probe = empty, 0, false
+		}
+	case l.urgentEmpty && n < asked:
+		l.probe = true
+	}
 }
 
 // maxReceives bounds the ReceiveMessage calls a Poller keeps in flight
@@ -113,6 +185,7 @@ const maxReceives = 4
 // received is the answer to one ReceiveMessage call that asked for asked
 // messages.
 type received struct {
+	url   string
 	msgs  []types.Message
 	asked int
 	err   error
@@ -142,7 +215,11 @@ func (p *Poller) Run(ctx context.Context) error {
 	p.log.LogAttrs(ctx, slog.LevelInfo, "poller_started", slog.String("event", "poller_started"),
 		slog.Int("concurrency", p.opts.Concurrency), slog.Duration("visibility_timeout", p.opts.VisibilityTimeout))
 
-	del := newDeleter(p.client, p.queueURL, p.opts.Concurrency)
+	dels := map[string]*deleter{}
+	for url := range p.requeue {
+		dels[url] = newDeleter(p.client, url, p.opts.Concurrency)
+	}
+	lane := &lanes{work: p.queueURL, urgent: p.opts.UrgentURL, wait: p.opts.WaitTimeSeconds}
 	var inflight sync.WaitGroup
 	finished := make(chan struct{}, p.opts.Concurrency) // a handler's slot is free again
 	limit := min(maxReceives, p.opts.Concurrency)
@@ -155,9 +232,10 @@ func (p *Poller) Run(ctx context.Context) error {
 			n := min(free, 10)
 			free -= n
 			receiving++
+			url, wait := lane.next()
 			go func() {
-				msgs, err := p.receive(ctx, n)
-				results <- received{msgs: msgs, asked: n, err: err}
+				msgs, err := p.receive(ctx, url, wait, n)
+				results <- received{url: url, msgs: msgs, asked: n, err: err}
 			}()
 		}
 		if ctx.Err() != nil && receiving == 0 {
@@ -179,12 +257,13 @@ func (p *Poller) Run(ctx context.Context) error {
 				continue
 			}
 			failures = 0
+			lane.got(r.url, r.asked, len(r.msgs))
 			backlog = len(r.msgs) == r.asked
 			for _, m := range r.msgs {
 				inflight.Add(1)
 				go func() {
 					defer func() { finished <- struct{}{}; inflight.Done() }()
-					p.handle(hctx, m, del)
+					p.handle(hctx, r.url, m, dels[r.url])
 				}()
 			}
 		case <-finished:
@@ -208,16 +287,20 @@ func (p *Poller) Run(ctx context.Context) error {
 		}
 	}
 	<-done
-	del.close() // the last deletes
+	for _, del := range dels {
+		del.close() // the last deletes
+	}
 	p.log.LogAttrs(hctx, slog.LevelInfo, "poller_stopped", slog.String("event", "poller_stopped"))
 	return nil
 }
 
-func (p *Poller) receive(ctx context.Context, n int) ([]types.Message, error) {
+// receive asks the queue at url for up to n messages, long-polling wait
+// seconds.
+func (p *Poller) receive(ctx context.Context, url string, wait int32, n int) ([]types.Message, error) {
 	out, err := p.client.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
-		QueueUrl:                    aws.String(p.queueURL),
+		QueueUrl:                    aws.String(url),
 		MaxNumberOfMessages:         int32(n),
-		WaitTimeSeconds:             p.opts.WaitTimeSeconds,
+		WaitTimeSeconds:             wait,
 		VisibilityTimeout:           seconds(p.opts.VisibilityTimeout),
 		MessageSystemAttributeNames: []types.MessageSystemAttributeName{types.MessageSystemAttributeNameApproximateReceiveCount},
 		MessageAttributeNames:       []string{AttrTraceParent},
@@ -231,11 +314,15 @@ func (p *Poller) receive(ctx context.Context, n int) ([]types.Message, error) {
 	return out.Messages, nil
 }
 
-// handle processes one received message. ctx is the handlers' context;
-// del deletes the message once it is handled (or handed back).
-func (p *Poller) handle(ctx context.Context, m types.Message, del *deleter) {
+// handle processes one message received from the queue at url. ctx is
+// the handlers' context; del deletes the message once it is handled (or
+// handed back).
+func (p *Poller) handle(ctx context.Context, url string, m types.Message, del *deleter) {
 	receives, _ := strconv.Atoi(m.Attributes[string(types.MessageSystemAttributeNameApproximateReceiveCount)])
 	log := p.log.With(slog.String("message_id", aws.ToString(m.MessageId)), slog.Int("receive_count", receives))
+	if url != p.queueURL {
+		log = log.With(slog.String("lane", "urgent"))
+	}
 	item, err := decode(aws.ToString(m.Body))
 	item.TraceParent = traceParent(m.MessageAttributes)
 	if err != nil {
@@ -251,7 +338,7 @@ func (p *Poller) handle(ctx context.Context, m types.Message, del *deleter) {
 	extended := make(chan struct{})
 	go func() {
 		defer close(extended)
-		p.extend(ctx, log, m.ReceiptHandle, stop)
+		p.extend(ctx, log, url, m.ReceiptHandle, stop)
 	}()
 	err = p.call(ctx, item)
 	close(stop)
@@ -263,9 +350,9 @@ func (p *Poller) handle(ctx context.Context, m types.Message, del *deleter) {
 	if ra, ok := dispatch.AsRetryAfter(err); ok {
 		// Not due yet (or not for this worker): hand it back, not counting
 		// a receive, instead of acknowledging it.
-		d := Deferral{Item: item, Receives: receives, Wait: ra, Requeue: p.requeue,
+		d := Deferral{Item: item, Receives: receives, Wait: ra, Requeue: p.requeue[url],
 			Hide: func(ctx context.Context, wait time.Duration) error {
-				return Defer(ctx, p.client, p.queueURL, aws.ToString(m.ReceiptHandle), wait)
+				return Defer(ctx, p.client, url, aws.ToString(m.ReceiptHandle), wait)
 			}}
 		if d.HandBack(actx, log) {
 			del.add(m.ReceiptHandle, log)
@@ -276,7 +363,7 @@ func (p *Poller) handle(ctx context.Context, m types.Message, del *deleter) {
 		delay := retryDelay(p.opts.RetryDelay, receives, p.opts.VisibilityTimeout)
 		log.LogAttrs(ctx, slog.LevelWarn, "handler_failed", slog.String("event", "handler_failed"),
 			slog.String("error", err.Error()), slog.Duration("retry_in", delay))
-		if err := Defer(actx, p.client, p.queueURL, aws.ToString(m.ReceiptHandle), delay); err != nil {
+		if err := Defer(actx, p.client, url, aws.ToString(m.ReceiptHandle), delay); err != nil {
 			log.LogAttrs(ctx, slog.LevelWarn, "visibility_reset_failed", slog.String("event", "visibility_reset_failed"),
 				slog.String("error", err.Error()))
 		}
@@ -301,7 +388,7 @@ func (p *Poller) call(ctx context.Context, item dispatch.WorkItem) (err error) {
 // stop closes. A failed renewal is logged and tried again at the next
 // tick; if the message is delivered again meanwhile, the duplicate is
 // harmless.
-func (p *Poller) extend(ctx context.Context, log *slog.Logger, receipt *string, stop <-chan struct{}) {
+func (p *Poller) extend(ctx context.Context, log *slog.Logger, url string, receipt *string, stop <-chan struct{}) {
 	tick := time.NewTicker(p.opts.VisibilityTimeout / 2)
 	defer tick.Stop()
 	for {
@@ -312,7 +399,7 @@ func (p *Poller) extend(ctx context.Context, log *slog.Logger, receipt *string, 
 		}
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(ackTimeout, p.opts.VisibilityTimeout/2))
 		_, err := p.client.ChangeMessageVisibility(actx, &sqs.ChangeMessageVisibilityInput{
-			QueueUrl: aws.String(p.queueURL), ReceiptHandle: receipt, VisibilityTimeout: seconds(p.opts.VisibilityTimeout),
+			QueueUrl: aws.String(url), ReceiptHandle: receipt, VisibilityTimeout: seconds(p.opts.VisibilityTimeout),
 		})
 		cancel()
 		if err != nil {

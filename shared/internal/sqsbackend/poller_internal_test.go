@@ -30,6 +30,9 @@ import (
 type fakeQueue struct {
 	mu        sync.Mutex
 	items     []string // bodies not yet received
+	urgent    []string // bodies not yet received from urgentURL
+	lanes     []string // per receive that found messages: "urgent:n" or "work:n"
+	waits     map[string][]int32
 	nextID    int
 	emptyWait time.Duration
 	wake      chan struct{}
@@ -45,7 +48,7 @@ type fakeQueue struct {
 }
 
 func newFakeQueue(t *testing.T) (*fakeQueue, *sqs.Client) {
-	q := &fakeQueue{emptyWait: 20 * time.Millisecond, wake: make(chan struct{}, 1), refuse: map[string]bool{}}
+	q := &fakeQueue{emptyWait: 20 * time.Millisecond, wake: make(chan struct{}, 1), refuse: map[string]bool{}, waits: map[string][]int32{}}
 	srv := httptest.NewServer(http.HandlerFunc(q.serve))
 	t.Cleanup(srv.Close)
 	return q, sqs.New(sqs.Options{Region: "us-east-1", BaseEndpoint: aws.String(srv.URL),
@@ -65,6 +68,21 @@ func (q *fakeQueue) push(ids ...string) {
 	}
 }
 
+// fakeURL and urgentURL are the fake's queues.
+const (
+	fakeURL   = "http://fake/000/q"
+	urgentURL = "http://fake/000/urgent"
+)
+
+// pushUrgent queues work items for executions ids on urgentURL.
+func (q *fakeQueue) pushUrgent(ids ...string) {
+	q.mu.Lock()
+	for _, id := range ids {
+		q.urgent = append(q.urgent, `{"tenantId":"t","executionId":"`+id+`","priority":1}`)
+	}
+	q.mu.Unlock()
+}
+
 // get reads the fake's state under its lock.
 func (q *fakeQueue) get(f func(q *fakeQueue)) {
 	q.mu.Lock()
@@ -77,6 +95,8 @@ func (q *fakeQueue) serve(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/x-amz-json-1.0")
 	var in struct {
 		MaxNumberOfMessages int
+		WaitTimeSeconds     int32
+		QueueUrl            string
 		ReceiptHandle       string
 		Entries             []struct{ Id, ReceiptHandle string }
 	}
@@ -88,9 +108,10 @@ func (q *fakeQueue) serve(w http.ResponseWriter, r *http.Request) {
 		q.receiving++
 		q.receives++
 		q.maxReceiving = max(q.maxReceiving, q.receiving)
+		q.waits[in.QueueUrl] = append(q.waits[in.QueueUrl], in.WaitTimeSeconds)
 		q.mu.Unlock()
 		defer func() { q.mu.Lock(); q.receiving--; q.mu.Unlock() }()
-		msgs := q.take(r.Context(), max(in.MaxNumberOfMessages, 1))
+		msgs := q.take(r.Context(), in.QueueUrl, in.WaitTimeSeconds, max(in.MaxNumberOfMessages, 1))
 		if len(msgs) > 0 && q.receiveGate != nil {
 			select {
 			case <-q.receiveGate:
@@ -142,20 +163,28 @@ func (q *fakeQueue) serve(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// take removes up to n queued items as messages, waiting emptyWait (or
-// until an item is pushed) when there is none.
-func (q *fakeQueue) take(ctx context.Context, n int) []map[string]any {
-	for waited := false; ; waited = true {
+// take removes up to n items queued on url as messages, waiting
+// emptyWait (or until an item is pushed) when there is none, unless wait
+// is 0 (a short poll).
+func (q *fakeQueue) take(ctx context.Context, url string, wait int32, n int) []map[string]any {
+	for waited := wait == 0; ; waited = true {
 		q.mu.Lock()
-		k := min(n, len(q.items))
+		items, lane := &q.items, "work"
+		if url == urgentURL {
+			items, lane = &q.urgent, "urgent"
+		}
+		k := min(n, len(*items))
 		var msgs []map[string]any
-		for _, body := range q.items[:k] {
+		for _, body := range (*items)[:k] {
 			q.nextID++
 			sum := md5.Sum([]byte(body))
 			msgs = append(msgs, map[string]any{"MessageId": fmt.Sprint("m-", q.nextID), "ReceiptHandle": fmt.Sprint("r-", q.nextID),
 				"Body": body, "MD5OfBody": hex.EncodeToString(sum[:]), "Attributes": map[string]string{"ApproximateReceiveCount": "1"}})
 		}
-		q.items = q.items[k:]
+		*items = (*items)[k:]
+		if k > 0 {
+			q.lanes = append(q.lanes, fmt.Sprintf("%s:%d", lane, k))
+		}
 		q.mu.Unlock()
 		if len(msgs) > 0 || waited {
 			return msgs
@@ -175,7 +204,7 @@ func runPoller(t *testing.T, c *sqs.Client, h dispatch.Handler, opts PollerOptio
 	t.Helper()
 	logs, log := logtest.New()
 	opts.Logger = log
-	p := NewPoller(c, "http://fake/000/q", h, opts)
+	p := NewPoller(c, fakeURL, h, opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()

@@ -3,7 +3,7 @@
 // runtime's handler.
 //
 // A message body is the JSON of a dispatch.WorkItem
-// ({"tenantId","executionId","pipelineId"}); it carries a String message
+// ({"tenantId","executionId","pipelineId","rank","priority"}); it carries a String message
 // attribute "tenant" (the tenant id) for routing and observability, and
 // with tracing on a String attribute "traceparent" (WorkItem.TraceParent).
 // Delivery is at-least-once; duplicates are harmless because every claim
@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -61,13 +62,30 @@ func WithLogger(l *slog.Logger) DispatcherOption {
 	}
 }
 
+// WithUrgentLane makes the dispatcher send a work item of priority 1 to
+// urgentAt (dispatch.WorkItem.Priority) to the urgent queue at url
+// instead of the work queue: the one place that routes every dispatch of
+// an urgent execution (submit, hand-over, retry, sweeper re-dispatch,
+// resume, re-drive, a deferred item handed back). An empty url (or
+// urgentAt below 1) leaves everything on the work queue.
+func WithUrgentLane(url string, urgentAt int) DispatcherOption {
+	return func(d *Dispatcher) {
+		if url != "" && urgentAt >= 1 {
+			d.urgentURL, d.urgentAt = url, urgentAt
+		}
+	}
+}
+
 // Dispatcher is a dispatch.Dispatcher that sends work items to an SQS
-// queue: one SendMessage call for a single message, SendMessageBatch calls
-// of up to MaxBatch entries for several. It is safe for concurrent use.
+// queue (and urgent ones to a second queue, WithUrgentLane): one
+// SendMessage call for a single message, SendMessageBatch calls of up to
+// MaxBatch entries for several. It is safe for concurrent use.
 type Dispatcher struct {
-	client   *sqs.Client
-	queueURL string
-	log      *slog.Logger
+	client    *sqs.Client
+	queueURL  string
+	urgentURL string // "" without an urgent lane
+	urgentAt  int
+	log       *slog.Logger
 }
 
 var _ dispatch.Dispatcher = (*Dispatcher)(nil)
@@ -81,11 +99,46 @@ func NewDispatcher(client *sqs.Client, queueURL string, opts ...DispatcherOption
 	return d
 }
 
-// Defer makes a message received from the dispatcher's queue invisible
-// for d (see the package function Defer): the worker function keeps a
-// record that is not due yet in the queue it came from.
+// Defer makes a message received from the dispatcher's work queue
+// invisible for d (see the package function Defer): the worker function
+// keeps a record that is not due yet in the queue it came from.
 func (d *Dispatcher) Defer(ctx context.Context, receiptHandle string, wait time.Duration) error {
 	return Defer(ctx, d.client, d.queueURL, receiptHandle, wait)
+}
+
+// DeferFrom is Defer for a message received from the queue whose ARN is
+// sourceARN (a Lambda SQS record's eventSourceARN): the urgent queue's
+// when the ARN names it (its last part is the urgent queue URL's last
+// path element), else the work queue's.
+func (d *Dispatcher) DeferFrom(ctx context.Context, sourceARN, receiptHandle string, wait time.Duration) error {
+	url := d.queueURL
+	if d.urgentURL != "" && sourceARN != "" && queueName(sourceARN, ":") == queueName(d.urgentURL, "/") {
+		url = d.urgentURL
+	}
+	return Defer(ctx, d.client, url, receiptHandle, wait)
+}
+
+// queueName is the last element of a queue ARN (sep ":") or URL (sep
+// "/").
+func queueName(s, sep string) string {
+	return s[strings.LastIndex(s, sep)+1:]
+}
+
+// QueueFor is the URL of the queue an item is sent to: the urgent queue
+// for an Urgent item when the dispatcher has an urgent lane, else the
+// work queue.
+func (d *Dispatcher) QueueFor(item dispatch.WorkItem) string {
+	if d.urgentURL != "" && Urgent(item, d.urgentAt) {
+		return d.urgentURL
+	}
+	return d.queueURL
+}
+
+// Urgent reports whether item takes the urgent lane under the threshold
+// urgentAt (priority.urgent-at): its priority is 1 to urgentAt. An item
+// without a priority (0) is not urgent.
+func Urgent(item dispatch.WorkItem, urgentAt int) bool {
+	return item.Priority >= 1 && item.Priority <= urgentAt
 }
 
 // SendError reports messages that SQS did not accept: entries it refused
@@ -131,19 +184,21 @@ func (d *Dispatcher) Dispatch(ctx context.Context, msgs ...dispatch.Message) err
 	case 0:
 		return nil
 	case 1:
-		return d.sendOne(ctx, msgs[0])
+		return d.sendOne(ctx, d.QueueFor(msgs[0].Item), msgs[0])
 	}
 	se := &SendError{Total: len(msgs)}
 	var errs []error
-	for start := 0; start < len(msgs); start += MaxBatch {
-		group := msgs[start:min(start+MaxBatch, len(msgs))]
-		if err := ctx.Err(); err != nil {
-			errs = append(errs, err)
-			se.fail(group...)
-			continue
-		}
-		if err := d.sendBatch(ctx, group, se); err != nil {
-			errs = append(errs, err)
+	for _, lane := range d.lanes(msgs) {
+		for start := 0; start < len(lane.msgs); start += MaxBatch {
+			group := lane.msgs[start:min(start+MaxBatch, len(lane.msgs))]
+			if err := ctx.Err(); err != nil {
+				errs = append(errs, err)
+				se.fail(group...)
+				continue
+			}
+			if err := d.sendBatch(ctx, lane.url, group, se); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	if se.Failed == 0 {
@@ -153,6 +208,29 @@ func (d *Dispatcher) Dispatch(ctx context.Context, msgs ...dispatch.Message) err
 	return se
 }
 
+// lane is the messages bound for one queue.
+type lane struct {
+	url  string
+	msgs []dispatch.Message
+}
+
+// lanes splits msgs by queue, urgent ones first, keeping their order
+// within a queue. Without an urgent lane it is msgs as they are.
+func (d *Dispatcher) lanes(msgs []dispatch.Message) []lane {
+	if d.urgentURL == "" {
+		return []lane{{url: d.queueURL, msgs: msgs}}
+	}
+	urgent, work := lane{url: d.urgentURL}, lane{url: d.queueURL}
+	for _, m := range msgs {
+		if d.QueueFor(m.Item) == d.urgentURL {
+			urgent.msgs = append(urgent.msgs, m)
+		} else {
+			work.msgs = append(work.msgs, m)
+		}
+	}
+	return []lane{urgent, work}
+}
+
 func (e *SendError) fail(msgs ...dispatch.Message) {
 	for _, m := range msgs {
 		e.Failed++
@@ -160,13 +238,13 @@ func (e *SendError) fail(msgs ...dispatch.Message) {
 	}
 }
 
-func (d *Dispatcher) sendOne(ctx context.Context, m dispatch.Message) error {
+func (d *Dispatcher) sendOne(ctx context.Context, url string, m dispatch.Message) error {
 	body, err := encode(m.Item)
 	if err != nil {
 		return err
 	}
 	_, err = d.client.SendMessage(ctx, &sqs.SendMessageInput{
-		QueueUrl:          aws.String(d.queueURL),
+		QueueUrl:          aws.String(url),
 		MessageBody:       aws.String(body),
 		DelaySeconds:      DelaySeconds(m.Delay),
 		MessageAttributes: attributes(m.Item),
@@ -179,9 +257,10 @@ func (d *Dispatcher) sendOne(ctx context.Context, m dispatch.Message) error {
 	return nil
 }
 
-// sendBatch sends up to MaxBatch messages in one call, recording what was
-// not accepted in se. It returns the error of a call that failed as a whole.
-func (d *Dispatcher) sendBatch(ctx context.Context, group []dispatch.Message, se *SendError) error {
+// sendBatch sends up to MaxBatch messages to the queue at url in one
+// call, recording what was not accepted in se. It returns the error of a
+// call that failed as a whole.
+func (d *Dispatcher) sendBatch(ctx context.Context, url string, group []dispatch.Message, se *SendError) error {
 	entries := make([]types.SendMessageBatchRequestEntry, len(group))
 	for i, m := range group {
 		body, err := encode(m.Item)
@@ -196,7 +275,7 @@ func (d *Dispatcher) sendBatch(ctx context.Context, group []dispatch.Message, se
 			MessageAttributes: attributes(m.Item),
 		}
 	}
-	out, err := d.client.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(d.queueURL), Entries: entries})
+	out, err := d.client.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(url), Entries: entries})
 	if err != nil {
 		se.fail(group...)
 		return fmt.Errorf("send message batch: %w", err)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -321,4 +322,32 @@ func purge(t *testing.T, d *durable) {
 	if _, err := d.clients.SQS.PurgeQueue(context.Background(), &sqs.PurgeQueueInput{QueueUrl: aws.String(d.urls[d.names.WorkQueue])}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestDurableUrgentLane: qasync serve's wiring with queue.urgent-url
+// sends an urgent execution's work to the urgent queue and its poller
+// consumes both queues: a priority 1 execution and a default one both
+// succeed. (Without the urgent queue in the poller, the urgent one would
+// never be received.)
+func TestDurableUrgentLane(t *testing.T) {
+	t.Parallel()
+	d := openDurable(t, func(c *config.Config) {
+		// awstest.Names names the queues <base>-work and <base>-urgent.
+		c.UrgentQueueURL = strings.TrimSuffix(c.QueueURL, "-work") + "-urgent"
+	}, orderPipeline())
+	if d.cfg.UrgentQueueURL != d.urls[d.names.UrgentQueue] {
+		t.Fatalf("urgent queue %q, want %q", d.cfg.UrgentQueueURL, d.urls[d.names.UrgentQueue])
+	}
+	in, err := payload.JSON(order)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := d.set.Runtime.Submit(context.Background(), engine.SubmitRequest{TenantID: "t1", PipelineID: orderID, IdempotencyKey: "urgent", Input: in, Priority: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	normal := d.submit(orderID, "normal", order)
+	d.start()
+	d.await(res.Execution, store.Succeeded, 30*time.Second)
+	d.await(normal, store.Succeeded, 30*time.Second)
 }

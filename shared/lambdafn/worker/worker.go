@@ -28,9 +28,10 @@ const Function lambdafn.Function = "worker"
 // queue is a dispatcher whose messages the worker function receives as
 // SQS records: a deferred record goes back through it as a fresh message
 // (never counting towards the poison queue), or stays invisible until it
-// is due (Defer) when the send fails.
+// is due (DeferFrom, in the queue the record came from: the work queue or
+// the urgent one) when the send fails.
 type queue interface {
-	Defer(ctx context.Context, receiptHandle string, wait time.Duration) error
+	DeferFrom(ctx context.Context, sourceARN, receiptHandle string, wait time.Duration) error
 }
 
 func init() {
@@ -44,7 +45,7 @@ func init() {
 		Handler: func(p *wiring.Process) (any, error) {
 			var opts []lambdahandlers.WorkerOption
 			if q, ok := p.Seams.Dispatcher.(queue); ok {
-				opts = append(opts, lambdahandlers.WithRequeue(p.Seams.Dispatcher), lambdahandlers.WithDeferrer(q.Defer))
+				opts = append(opts, lambdahandlers.WithRequeue(p.Seams.Dispatcher), lambdahandlers.WithDeferrer(q.DeferFrom))
 			}
 			return lambdahandlers.Worker(p.Runtime, p.Config.Lease, p.Logger, opts...), nil
 		},
