@@ -155,27 +155,8 @@ func TestSimulateBudget(t *testing.T) {
 // broken variant (a key's wait line read in creation order, ignoring the
 // priorities) on the same seed.
 func TestRankInvariantCatchesIgnoredRank(t *testing.T) {
-	o := Options{Seed: 20261203, Store: StoreMemory, Executions: 400, VirtualDays: 1}
-	good := Run(t, o)
-	if good.Checks[invKeyRankOrder] == 0 {
-		t.Fatalf("no read of a wait line was checked:\n%s", good.Table())
-	}
-	for _, v := range good.Violations {
-		if v.Invariant == invKeyRankOrder {
-			t.Fatalf("a violation on the correct runtime: %+v", v)
-		}
-	}
-	o.ignoreRank = true
-	bad := Run(t, o)
-	n := 0
-	for _, v := range bad.Violations {
-		if v.Invariant == invKeyRankOrder {
-			n++
-		}
-	}
-	if n == 0 {
-		t.Fatalf("the broken variant (wait line in creation order) broke no rank order:\n%s", bad.Table())
-	}
+	brokenVariantFails(t, Options{Seed: 20261203, Store: StoreMemory, Executions: 400, VirtualDays: 1},
+		invKeyRankOrder, 1, "the wait line read in creation order", func(o *Options) { o.ignoreRank = true })
 }
 
 // TestUrgentLaneInvariantCatchesUrgentOnTheWorkQueue: every work item of
@@ -184,25 +165,35 @@ func TestRankInvariantCatchesIgnoredRank(t *testing.T) {
 // variant (a dispatcher without the lane, urgent items on the work
 // queue) on the same seed.
 func TestUrgentLaneInvariantCatchesUrgentOnTheWorkQueue(t *testing.T) {
-	o := Options{Seed: 20261203, Store: StoreMemory, Executions: 400, VirtualDays: 1}
+	brokenVariantFails(t, Options{Seed: 20261203, Store: StoreMemory, Executions: 400, VirtualDays: 1},
+		invUrgentLane, 1, "urgent items on the work queue", func(o *Options) { o.urgentToWork = true })
+}
+
+// brokenVariantFails proves that invariant inv can fail: a run with
+// options o checks it at least minChecks times and keeps it; the same
+// run with the runtime broken by breakIt (what says how) violates it.
+func brokenVariantFails(t *testing.T, o Options, inv string, minChecks int, what string, breakIt func(*Options)) {
+	t.Helper()
+	count := func(r Report) int {
+		n := 0
+		for _, v := range r.Violations {
+			if v.Invariant == inv {
+				n++
+			}
+		}
+		return n
+	}
 	good := Run(t, o)
-	if good.Checks[invUrgentLane] == 0 {
-		t.Fatalf("no receive was checked:\n%s", good.Table())
+	if good.Checks[inv] < minChecks {
+		t.Fatalf("%q: the run checked it %d times; too few to tell:\n%s", inv, good.Checks[inv], good.Table())
 	}
-	for _, v := range good.Violations {
-		if v.Invariant == invUrgentLane {
-			t.Fatalf("a violation on the correct runtime: %+v", v)
-		}
+	if n := count(good); n != 0 {
+		t.Fatalf("%q: %d violations on the correct runtime:\n%s", inv, n, good.Table())
 	}
-	o.urgentToWork = true
+	breakIt(&o)
 	bad := Run(t, o)
-	n := 0
-	for _, v := range bad.Violations {
-		if v.Invariant == invUrgentLane {
-			n++
-		}
-	}
-	if n == 0 {
-		t.Fatalf("the broken variant (urgent items on the work queue) broke no lane:\n%s", bad.Table())
+	t.Logf("%q: %d checks, 0 violations; broken (%s): %d checks, %d violations", inv, good.Checks[inv], what, bad.Checks[inv], count(bad))
+	if count(bad) == 0 {
+		t.Fatalf("%q held over %d checks with the runtime broken (%s): it checks nothing", inv, bad.Checks[inv], what)
 	}
 }
