@@ -48,12 +48,26 @@ import (
 // store.SlotStore): its limit would not hold, and a limit that silently
 // does not hold is worse than none.
 func checkKeys(s store.Store, reg *pipeline.Registry) error {
-	if _, ok := s.(store.SlotStore); ok {
+	_, kept := s.(store.SlotStore)
+	return refuseUnkept(reg, kept, "concurrency key", "concurrency keys (store.SlotStore)", func(p *pipeline.Pipeline) string {
+		if p.Concurrency == nil {
+			return ""
+		}
+		return p.Concurrency.Name
+	})
+}
+
+// refuseUnkept returns an error naming the first pipeline of reg that
+// declares a feature (named by name, "" for none) when the state store
+// does not keep it (kept false); what names the feature, storeLacks what
+// the store lacks.
+func refuseUnkept(reg *pipeline.Registry, kept bool, what, storeLacks string, name func(*pipeline.Pipeline) string) error {
+	if kept {
 		return nil
 	}
 	for _, p := range reg.All() {
-		if p.Concurrency != nil {
-			return fmt.Errorf("engine: pipeline %s declares the concurrency key %s, but the state store keeps no concurrency keys (store.SlotStore)", p.ID, p.Concurrency.Name)
+		if n := name(p); n != "" {
+			return fmt.Errorf("engine: pipeline %s declares the %s %s, but the state store keeps no %s", p.ID, what, n, storeLacks)
 		}
 	}
 	return nil

@@ -45,15 +45,13 @@ import (
 // store that keeps no rate limits (a user's backend without
 // store.RateStore): its limit would not hold.
 func checkRates(s store.Store, reg *pipeline.Registry) error {
-	if _, ok := s.(store.RateStore); ok {
-		return nil
-	}
-	for _, p := range reg.All() {
-		if p.RateLimit != nil {
-			return fmt.Errorf("engine: pipeline %s declares the rate limit %s, but the state store keeps no rate limits (store.RateStore)", p.ID, p.RateLimit.Name)
+	_, kept := s.(store.RateStore)
+	return refuseUnkept(reg, kept, "rate limit", "rate limits (store.RateStore)", func(p *pipeline.Pipeline) string {
+		if p.RateLimit == nil {
+			return ""
 		}
-	}
-	return nil
+		return p.RateLimit.Name
+	})
 }
 
 // rateOf is the rate limit name and key a new execution of p with input
