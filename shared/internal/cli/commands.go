@@ -34,7 +34,7 @@ finishing their executions are draining) and the current version's steps with th
 the JSON Schema of the input its first step decodes, pretty-printed ("any input" when the
 step takes any). An unknown pipeline exits 3. With -o json: the server's document,
 {"pipelines": [...]} or the one pipeline.`, flags: pipelinesCmd},
-	{name: "submit", usage: "submit PIPELINE [--key K] [--data JSON|@file]", summary: "submit an execution of PIPELINE",
+	{name: "submit", usage: "submit PIPELINE [--key K] [--data JSON|@file] [--priority N]", summary: "submit an execution of PIPELINE",
 		help: `Submits an execution of PIPELINE with the input --data (JSON text, @file, or @- for
 stdin; default {}) and prints the submission: the execution id and its status. With
 --key the submission is idempotent: the same key and input give the same execution
