@@ -105,7 +105,7 @@ const DueIndexName = "sweep"
 // rows it finds for their status.
 const ListIndexName = "list"
 
-// WaitIndexName is the sparse waiting GSI of concurrency keys: PK
+// WaitLineIndexName is the sparse waiting GSI of concurrency keys: PK
 // wait_key (the key's scope: tenant, pipeline and key value), SK rank
 // (the execution's rank: its submission time aged by its priority, fixed
 // at submit, so that the index is the key's wait line in rank order),
@@ -114,6 +114,16 @@ const ListIndexName = "list"
 // that an entry names the full execution id. A keyed execution that
 // waits writes it twice (in, out); one that never waits, and every
 // execution without a key, never.
+const WaitLineIndexName = "waitline"
+
+// WaitIndexName is the first waiting GSI of concurrency keys (PK
+// wait_key, SK created_at: submission order), which stacks deployed
+// before priorities have. It is kept, and no longer read, because
+// CloudFormation can neither change an index's keys nor add one index
+// and remove another in one update: a stack deployed with it could not
+// be updated to the rank-sorted WaitLineIndexName otherwise. It costs
+// what the wait line costs (two index writes per execution that waits
+// for its key, none otherwise); a later release drops it.
 const WaitIndexName = "wait"
 
 // DefaultDueShards spreads the sweep index over this many partition key
@@ -215,6 +225,11 @@ func ExecutionTable(name string) Table {
 			NonKeyAttributes: []string{keyPipelineID},
 		}, {
 			Name:             WaitIndexName,
+			PartitionKey:     Attr{keyWaitKey, String},
+			SortKey:          Attr{keyCreated, Number},
+			NonKeyAttributes: []string{keyIncarnation},
+		}, {
+			Name:             WaitLineIndexName,
 			PartitionKey:     Attr{keyWaitKey, String},
 			SortKey:          Attr{keyRank, Number},
 			NonKeyAttributes: []string{keyIncarnation},

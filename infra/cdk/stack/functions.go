@@ -276,7 +276,7 @@ func (b *builder) grants(f *function) {
 		f.allow("QueryListIndexes", []string{"dynamodb:Query"},
 			jsii.String(*exec.TableArn()+"/index/"+schema.ListIndexName), jsii.String(*dead.TableArn()+"/index/"+schema.DeadLetterTenantIndexName))
 		f.allow("Payloads", []string{"dynamodb:GetItem", "dynamodb:PutItem"}, payloads.TableArn())
-		f.allow("QueryWaitIndex", []string{"dynamodb:Query"}, jsii.String(*exec.TableArn()+"/index/"+schema.WaitIndexName))
+		f.allow("QueryWaitIndex", []string{"dynamodb:Query"}, jsii.String(*exec.TableArn()+"/index/"+schema.WaitLineIndexName))
 		f.allow("DispatchWork", []string{"sqs:SendMessage"}, workQueues...)
 		f.allow("PublishDeadLetters", []string{"sqs:SendMessage"}, dlq.QueueArn())
 		f.allow("ReadHistory", []string{"dynamodb:Query"}, hist.TableArn())
@@ -284,7 +284,7 @@ func (b *builder) grants(f *function) {
 		// BatchGetItem and PutItem: concurrency keys (a key's waiters, a
 		// key's first item).
 		f.allow("ExecutionRows", []string{"dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, exec.TableArn())
-		f.allow("QueryWaitIndex", []string{"dynamodb:Query"}, jsii.String(*exec.TableArn()+"/index/"+schema.WaitIndexName))
+		f.allow("QueryWaitIndex", []string{"dynamodb:Query"}, jsii.String(*exec.TableArn()+"/index/"+schema.WaitLineIndexName))
 		f.allow("Payloads", []string{"dynamodb:GetItem", "dynamodb:PutItem"}, payloads.TableArn())
 		f.allow("CommandEffects", []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, effects.TableArn())
 		f.allow("ConsumeWork", append(consume, "sqs:ChangeMessageVisibility"), workQueues...)
@@ -295,7 +295,7 @@ func (b *builder) grants(f *function) {
 		f.allow("QueryDueWork", []string{"dynamodb:Query"},
 			jsii.String(*exec.TableArn()+"/index/"+schema.DueIndexName))
 		f.allow("QueryListIndex", []string{"dynamodb:Query"}, jsii.String(*exec.TableArn()+"/index/"+schema.ListIndexName))
-		f.allow("QueryWaitIndex", []string{"dynamodb:Query"}, jsii.String(*exec.TableArn()+"/index/"+schema.WaitIndexName))
+		f.allow("QueryWaitIndex", []string{"dynamodb:Query"}, jsii.String(*exec.TableArn()+"/index/"+schema.WaitLineIndexName))
 		f.allow("ExecutionRows", []string{"dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, exec.TableArn())
 		f.allow("DispatchWork", []string{"sqs:SendMessage"}, workQueues...)
 		f.allow("PublishDeadLetters", []string{"sqs:SendMessage"}, dlq.QueueArn())

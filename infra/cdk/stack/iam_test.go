@@ -40,7 +40,7 @@ func TestLeastPrivilegePerFunction(t *testing.T) {
 		SubmitFunctionID: concat(common(SubmitFunctionID),
 			grant(arn(ExecutionTableID), "dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
 			grant([]string{"<ExecutionTable.Arn>/index/list", "<DeadLetterTable.Arn>/index/tenant"}, "dynamodb:Query"),
-			grant([]string{"<ExecutionTable.Arn>/index/wait"}, "dynamodb:Query"), // concurrency keys: a cancel's hand-over
+			grant([]string{"<ExecutionTable.Arn>/index/waitline"}, "dynamodb:Query"), // concurrency keys: a cancel's hand-over
 			grant(arn(PayloadTableID), "dynamodb:GetItem", "dynamodb:PutItem"),
 			grant(workQueues, "sqs:SendMessage"),
 			grant(arn(DLQQueueID), "sqs:SendMessage"),
@@ -48,7 +48,7 @@ func TestLeastPrivilegePerFunction(t *testing.T) {
 			secret),
 		WorkerFunctionID: concat(common(WorkerFunctionID), secret,
 			grant(arn(ExecutionTableID), "dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
-			grant([]string{"<ExecutionTable.Arn>/index/wait"}, "dynamodb:Query"), // concurrency keys
+			grant([]string{"<ExecutionTable.Arn>/index/waitline"}, "dynamodb:Query"), // concurrency keys
 			grant(arn(PayloadTableID), "dynamodb:GetItem", "dynamodb:PutItem"),
 			grant(arn(EffectTableID), "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
 			grant(workQueues, append(consume, "sqs:ChangeMessageVisibility")...),
@@ -56,7 +56,7 @@ func TestLeastPrivilegePerFunction(t *testing.T) {
 			grant(arn(DLQQueueID), "sqs:SendMessage"),
 			grant(arn(RejectQueueID), "sqs:SendMessage")),
 		SweeperFunctionID: concat(common(SweeperFunctionID),
-			grant([]string{"<ExecutionTable.Arn>/index/sweep", "<ExecutionTable.Arn>/index/list", "<ExecutionTable.Arn>/index/wait"}, "dynamodb:Query"),
+			grant([]string{"<ExecutionTable.Arn>/index/sweep", "<ExecutionTable.Arn>/index/list", "<ExecutionTable.Arn>/index/waitline"}, "dynamodb:Query"),
 			grant(arn(ExecutionTableID), "dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"),
 			grant(workQueues, "sqs:SendMessage"),
 			grant(arn(DLQQueueID), "sqs:SendMessage")),

@@ -33,8 +33,8 @@ func TestAttributesMatchTheSchema(t *testing.T) {
 		want  keys
 	}{
 		"execution": {schema.ExecutionTable("e"), keys{pk: AttrPK, ttl: AttrTTL,
-			indexes:   [][2]string{{AttrDueShard, AttrSweepAt}, {AttrListKey, AttrCreated}, {AttrWaitKey, AttrRank}},
-			projected: []string{AttrPipelineID, AttrPipelineID, AttrIncarnation}}},
+			indexes:   [][2]string{{AttrDueShard, AttrSweepAt}, {AttrListKey, AttrCreated}, {AttrWaitKey, AttrCreated}, {AttrWaitKey, AttrRank}},
+			projected: []string{AttrPipelineID, AttrPipelineID, AttrIncarnation, AttrIncarnation}}},
 		"history": {schema.HistoryTable("h"), keys{pk: AttrPK, sk: AttrPage, ttl: AttrTTL}},
 		"payload": {schema.PayloadTable("p"), keys{pk: AttrPayloadID, sk: AttrPayloadPart, ttl: AttrTTL}},
 		"dead-letter": {schema.DeadLetterTable("d"), keys{pk: AttrRecordID, ttl: AttrTTL,

@@ -1,7 +1,7 @@
 // Concurrency keys (store.SlotStore): one item per key in the execution
 // table, outside every index, holding its holders as a map attribute
 // (execution id to life), and the sparse waiting index (schema
-// WaitIndexName) that the rows' own writes keep (AttrWaitKey).
+// WaitLineIndexName, sorted by rank) that the rows' own writes keep (AttrWaitKey).
 //
 // An acquire is one conditional UpdateItem of the key's item, a release
 // (with or without a hand-over to a waiter) another: two writes per keyed
@@ -161,7 +161,7 @@ func (st *StateStore) Waiting(ctx context.Context, sc store.SlotScope, limit int
 	ctx, cancel := st.deadline(ctx)
 	defer cancel()
 	out, err := st.db.Query(ctx, &dynamodb.QueryInput{
-		TableName: &st.opts.ExecutionTable, IndexName: aws.String(s.WaitIndexName),
+		TableName: &st.opts.ExecutionTable, IndexName: aws.String(s.WaitLineIndexName),
 		KeyConditionExpression:    aws.String("#w = :w"),
 		ExpressionAttributeNames:  map[string]string{"#w": AttrWaitKey},
 		ExpressionAttributeValues: map[string]types.AttributeValue{":w": str(sc.ID())},
