@@ -197,7 +197,8 @@ func TestSynthesizedTemplate(t *testing.T) {
 	}{
 		{"WorkerFunction", "dynamodb:UpdateItem", exec, true},
 		{"WorkerFunction", "dynamodb:PutItem", exec, true}, // a concurrency key's first item
-		{"WorkerFunction", "dynamodb:Query", exec + "/index/wait", true},
+		{"WorkerFunction", "dynamodb:Query", exec + "/index/waitline", true},
+		{"WorkerFunction", "dynamodb:Query", exec + "/index/wait", false}, // kept for deployed stacks, never read
 		{"WorkerFunction", "dynamodb:Query", exec + "/index/sweep", false},
 		{"WorkerFunction", "dynamodb:DescribeTable", local.TableARN(names.HistoryTable), true},
 		{"WorkerFunction", "sqs:ChangeMessageVisibility", work, true},
