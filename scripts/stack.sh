@@ -145,7 +145,10 @@ start() {
     exit 1
   fi
   started+=("$name")
-  (cd "$state" && exec nohup "$@" >"$(log_file "$name")" 2>&1) &
+  # The log exists once start returns (the background shell's redirect
+  # may come later): a caller that stops at once still finds it.
+  : >"$(log_file "$name")"
+  (cd "$state" && exec nohup "$@" >>"$(log_file "$name")" 2>&1) &
   own[$name]=$!
   echo "$! $port" >"$file"
 }
