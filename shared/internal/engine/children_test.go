@@ -1055,3 +1055,60 @@ func TestMapRedriveOfACollectAfterItsChildrenExpired(t *testing.T) {
 		ranOnce(t, &runs, 1, 2, 3)
 	})
 }
+
+// A map parent that dead-letters in its fan-out after some of its
+// children were created and ended (a create failed: handed back; its
+// next attempt's worker lost, the last attempt: DLQ worker_lost, no park
+// recorded) and is re-driven after those children's rows expired (they
+// expire a retention after their end, the parent's row a retention after
+// its later one): the re-driven fan-out creates the gone children again,
+// under the same ids, and runs them a second time. KNOWN BUG, not fixed
+// yet: skipped until the children of such a parent are kept as long as
+// its row (or the re-drive refused); remove the skip with the fix.
+func TestMapRedriveOfAFanOutAfterItsChildrenExpired(t *testing.T) {
+	t.Skip("known bug: a re-driven fan-out runs its expired children again (see the comment)")
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		var runs sync.Map
+		f := &flakyMaps{Store: c.store, ms: c.store.(store.MapStore), failCreate: 2}
+		cfg := engine.Config{ExecutionTTL: 2 * time.Hour, FanOutParallel: 1,
+			Retry: pipeline.RetryPolicy{MaxRetries: 0, Delay: time.Second, Multiplier: 1, MaxDelay: time.Second}}
+		rt := c.workerOn("w", cfg, nil, f, fanPipelines(pipeline.MapOptions{MaxInFlight: 1}, &runs)...)
+		e := submitTo(t, rt, "p.fan", "k", nums(1, 2, 3))
+		deliver(rt, c.queue) // the fan-out: child 0 created, the second create fails, the parent handed back
+		first, _ := engine.ChildID(e.ExecutionID, e.CreateToken, 0, 0)
+		for range 5 { // the sweeper sends child 0, which runs; the parent's items are lost
+			time.Sleep(time.Minute)
+			_, _ = rt.SweepOnce(context.Background())
+			for _, m := range c.queue.take() {
+				if m.Item.ExecutionID != e.ExecutionID {
+					_ = rt.Process(context.Background(), m.Item)
+				}
+			}
+		}
+		row := c.get(e.ExecutionID)
+		if row.Status != store.Queued || c.get(first).Status != store.Succeeded {
+			t.Fatalf("parent %s, child 0 %s; want QUEUED mid-fan-out, child 0 SUCCEEDED", row.Status, c.get(first).Status)
+		}
+		// A worker claims the fan-out again and dies; the takeover finds
+		// the last attempt gone.
+		now := time.Now()
+		if _, err := c.store.Claim(context.Background(), store.ClaimRequest{Key: row.Key(), ExpectVersion: row.Version, Owner: "ghost",
+			Now: now, DueBy: now, TakeoverBy: now, LeaseUntil: now.Add(30 * time.Second), Attempt: row.Attempt, Releases: row.Releases}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(30 * time.Minute)
+		_, _ = rt.SweepOnce(context.Background())
+		deliver(rt, c.queue)
+		failed := c.get(e.ExecutionID)
+		if failed.Status != store.DLQ {
+			t.Fatalf("parent %s %+v, want DLQ", failed.Status, failed.Error)
+		}
+		time.Sleep(time.Until(c.get(first).ExpiresAt) + time.Minute) // child 0 expires, the parent stays
+		if _, err := rt.Redrive(context.Background(), failed.Key(), "again", nil); err != nil && !errors.Is(err, engine.ErrChildrenExpired) {
+			t.Fatal(err)
+		}
+		untilEnded(t, c, rt, e, 30)
+		ranOnce(t, &runs, 1, 2, 3)
+	})
+}
