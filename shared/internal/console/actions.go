@@ -149,6 +149,8 @@ func (c *Console) redrive(w http.ResponseWriter, r *http.Request) {
 		return
 	case errors.Is(err, engine.ErrRemoteEffectUnconfirmed):
 		msg = "The execution's remote worker may still make effects. Confirm that the remote invocation completed, was cancelled or can make no more effects, then re-drive."
+	case errors.Is(err, engine.ErrChildrenExpired):
+		msg = "The execution failed while collecting its map's outcomes, and some of its children have expired since: it cannot be re-driven. Submit it again."
 	case errors.Is(err, engine.ErrNotRedrivable):
 		msg = fmt.Sprintf("The execution is %s; only %s and %s executions (and confirmed %s ones) can be re-driven.", e.Status, store.DLQ, store.Failed, store.RemoteOutcomeUnknown)
 	case errors.Is(err, engine.ErrVersionMismatch), errors.Is(err, store.ErrConflict):

@@ -195,6 +195,54 @@ func (t *transition) mapStep(ctx context.Context, step pipeline.Step, in payload
 	return nil
 }
 
+// childrenKept checks, before a re-drive of e, that e does not need
+// children that are gone: a parent that ended at its map step after it
+// parked there (Children of that step, not a failed round's outcomes
+// kept for a re-drive) has yet to collect its round's outcomes from the
+// children's rows. A child's row lives a retention past its end, the
+// parent's a retention past its own (later) end and its dead-lettering,
+// so the children of a parent that failed in its collect (its reads
+// failing until its retries ran out, its worker lost on the last
+// attempt) may be gone while it can still be re-driven: collected then,
+// a gone child counts as failed, its success lost, and the re-drive of
+// that failure ran it again. Such a re-drive is refused
+// (ErrChildrenExpired) instead, naming the first gone child. A map that
+// failed beyond its tolerance keeps its outcomes (Children.Prior, with
+// the outputs' references) and needs no child row: nothing is read.
+//
+// Cost: nothing for any other re-drive; one read per 100 children for a
+// parent re-driven in its collect.
+func (r *Runtime) childrenKept(ctx context.Context, e *store.Execution) error {
+	c := e.Children
+	if c == nil || c.StepIndex != e.StepIndex || c.Retry {
+		return nil
+	}
+	ref := roundRef(e)
+	for start := 0; start < c.Total; start += 100 {
+		keys := make([]store.Key, 0, 100)
+		for i := start; i < min(start+100, c.Total); i++ {
+			keys = append(keys, store.Key{TenantID: e.TenantID, ExecutionID: childOf(ref, i)})
+		}
+		rows, err := r.deps.Store.GetBatch(ctx, keys)
+		if err != nil {
+			return err
+		}
+		if len(rows) == len(keys) {
+			continue
+		}
+		found := make(map[string]bool, len(rows))
+		for _, ch := range rows {
+			found[ch.ExecutionID] = true
+		}
+		for i, k := range keys {
+			if !found[k.ExecutionID] {
+				return fmt.Errorf("%w: child %d of round %d (%s) is gone", ErrChildrenExpired, start+i, c.Round, k.ExecutionID)
+			}
+		}
+	}
+	return nil
+}
+
 // rerun reports whether a re-drive of the map runs element el again: a
 // child that failed (FAILED, DLQ, or gone), not a rejected item nor a
 // cancelled one.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -245,6 +246,19 @@ type flakyMaps struct {
 	// forget makes MapCounts read every map empty (its count rows
 	// expired).
 	forget bool
+	// failBatch, while set, fails every GetBatch of an id it prefixes (a
+	// collect's reads of its children).
+	failBatch string
+}
+
+func (f *flakyMaps) GetBatch(ctx context.Context, keys []store.Key) ([]store.Execution, error) {
+	f.mu.Lock()
+	prefix := f.failBatch
+	f.mu.Unlock()
+	if prefix != "" && slices.ContainsFunc(keys, func(k store.Key) bool { return strings.HasPrefix(k.ExecutionID, prefix) }) {
+		return nil, errInjected
+	}
+	return f.Store.GetBatch(ctx, keys)
 }
 
 var errInjected = fmt.Errorf("injected: %w", store.ErrUnavailable)
@@ -919,6 +933,182 @@ func pauseMidFanOut(t *testing.T, died bool) {
 		if done.Status != store.Succeeded || fmt.Sprint(output(t, c, done).Outputs) != "[2 4 6]" {
 			t.Fatalf("parent %s %+v, want SUCCEEDED with every output", done.Status, done.Error)
 		}
+		ranOnce(t, &runs, 1, 2, 3)
+	})
+}
+
+// A map that failed beyond its tolerance (a child's retry ran an hour
+// after its siblings succeeded, so the parent ended an hour after them)
+// and is re-driven once its succeeded children's rows expired, its own
+// row still there: the re-drive runs only the failed element again (the
+// outcomes the map kept say which succeeded, and keep their outputs'
+// references), never the succeeded ones, and the join gets every output.
+func TestMapRedriveAfterItsChildrenExpired(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		var runs sync.Map
+		var healed atomic.Bool
+		kid := pipeline.NewStep("double", func(_ context.Context, _ pipeline.StepInfo, in num) (num, error) {
+			cnt, _ := runs.LoadOrStore(fmt.Sprint(in.N), new(int))
+			*cnt.(*int)++
+			if in.N < 0 && !healed.Load() {
+				return num{}, pipeline.Retryable("negative", errors.New("not yet"))
+			}
+			return num{N: 2 * in.N}, nil
+		})
+		kid.Retry = &pipeline.RetryPolicy{MaxRetries: 1, Delay: 50 * time.Minute, Multiplier: 1, MaxDelay: 50 * time.Minute}
+		pipes := fanPipelines(pipeline.MapOptions{MaxInFlight: 3}, &runs)
+		pipes[0].Steps = []pipeline.Step{kid}
+		ttl := 2 * time.Hour
+		rt := c.worker("w", engine.Config{ExecutionTTL: ttl}, nil, pipes...)
+		e := submitTo(t, rt, "p.fan", "k", nums(1, -2, 3))
+		untilEnded(t, c, rt, e, 30)
+		failed := c.get(e.ExecutionID)
+		if failed.Status != store.DLQ || failed.Error == nil || failed.Error.Code != pipeline.CodeChildrenFailed {
+			t.Fatalf("parent %s %+v, want DLQ children_failed", failed.Status, failed.Error)
+		}
+		kids := c.children(failed, 0, 3)
+		if !kids[0].ExpiresAt.Before(failed.ExpiresAt) {
+			t.Fatalf("child 0 expires %s, the parent %s: no window", kids[0].ExpiresAt, failed.ExpiresAt)
+		}
+		time.Sleep(time.Until(kids[0].ExpiresAt) + time.Minute) // the succeeded children expire, the parent stays
+		for _, i := range []int{0, 2} {
+			if _, err := c.store.Get(context.Background(), kids[i].Key()); !errors.Is(err, store.ErrNotFound) {
+				t.Fatalf("child %d: %v, want expired", i, err)
+			}
+		}
+		healed.Store(true)
+		if _, err := rt.Redrive(context.Background(), failed.Key(), "healed", nil); err != nil {
+			t.Fatal(err)
+		}
+		untilEnded(t, c, rt, e, 30)
+		done := c.get(e.ExecutionID)
+		if done.Status != store.Succeeded || fmt.Sprint(output(t, c, done).Outputs) != "[2 -4 6]" {
+			t.Fatalf("parent %s %+v, want SUCCEEDED with every output", done.Status, done.Error)
+		}
+		ranOnce(t, &runs, 1, 3)
+		if n := runsOf(&runs, "-2"); n != 3 {
+			t.Errorf("-2 ran %d times, want 3 (two attempts, then the re-drive's round)", n)
+		}
+	})
+}
+
+// A map parent that dead-lettered in its collect, every child ended (the
+// state store failing its reads until the release limit and the retries
+// ran out), is re-driven after its children's rows expired, its own row
+// still there: its outcomes were never kept, only the children's rows
+// held them. Today the re-drive collected the gone children as EXPIRED
+// and failed the map (children_failed, the succeeded children listed as
+// failures), so that the next re-drive ran them again. The re-drive is
+// refused instead (ErrChildrenExpired), naming why; nothing runs.
+func TestMapRedriveOfACollectAfterItsChildrenExpired(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		var runs sync.Map
+		f := &flakyMaps{Store: c.store, ms: c.store.(store.MapStore)}
+		ttl := 2 * time.Hour
+		cfg := engine.Config{ExecutionTTL: ttl, ReleaseLimit: 1, Retry: pipeline.RetryPolicy{MaxRetries: 0, Delay: time.Second, Multiplier: 1, MaxDelay: time.Second}}
+		rt := c.workerOn("w", cfg, nil, f, fanPipelines(pipeline.MapOptions{MaxInFlight: 3}, &runs)...)
+		e := submitTo(t, rt, "p.fan", "k", nums(1, 2, 3))
+		for range 10 {
+			if p := c.get(e.ExecutionID); p.Children != nil && p.Children.Done {
+				break
+			}
+			deliver(rt, c.queue)
+		}
+		f.mu.Lock()
+		f.failBatch = strings.ReplaceAll(e.ExecutionID, store.IncarnationSep, "-") + "-" // the children's ids
+		f.mu.Unlock()
+		for range 50 {
+			if c.get(e.ExecutionID).Status.Terminal() {
+				break
+			}
+			deliver(rt, c.queue)
+			time.Sleep(5 * time.Minute)
+			_, _ = rt.SweepOnce(context.Background()) // its looks fail too
+		}
+		f.mu.Lock()
+		f.failBatch = ""
+		f.mu.Unlock()
+		failed := c.get(e.ExecutionID)
+		if failed.Status != store.DLQ || failed.Children == nil || !failed.Children.Done || failed.Children.Retry {
+			t.Fatalf("parent %s %+v %+v, want DLQ in its collect", failed.Status, failed.Error, failed.Children)
+		}
+		kids := c.children(failed, 0, 3)
+		if !kids[0].ExpiresAt.Before(failed.ExpiresAt) {
+			t.Fatalf("child 0 expires %s, the parent %s: no window", kids[0].ExpiresAt, failed.ExpiresAt)
+		}
+		time.Sleep(time.Until(kids[2].ExpiresAt) + time.Minute) // the children expire, the parent stays
+		if _, err := c.store.Get(context.Background(), kids[0].Key()); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("child 0: %v, want expired", err)
+		}
+		got, err := rt.Redrive(context.Background(), failed.Key(), "again", nil)
+		if !errors.Is(err, engine.ErrChildrenExpired) || got.Version != failed.Version {
+			untilEnded(t, c, rt, e, 30)
+			done := c.get(e.ExecutionID)
+			t.Fatalf("Redrive: %v; the parent then ended %s %+v; want the re-drive refused (ErrChildrenExpired), the row unchanged",
+				err, done.Status, done.Error)
+		}
+		if n := len(c.queue.take()); n != 0 {
+			t.Fatalf("%d work items sent by a refused re-drive", n)
+		}
+		ranOnce(t, &runs, 1, 2, 3)
+	})
+}
+
+// A map parent that dead-letters in its fan-out after some of its
+// children were created and ended (a create failed: handed back; its
+// next attempt's worker lost, the last attempt: DLQ worker_lost, no park
+// recorded) and is re-driven after those children's rows expired (they
+// expire a retention after their end, the parent's row a retention after
+// its later one): the re-driven fan-out creates the gone children again,
+// under the same ids, and runs them a second time. KNOWN BUG, not fixed
+// yet: skipped until the children of such a parent are kept as long as
+// its row (or the re-drive refused); remove the skip with the fix.
+func TestMapRedriveOfAFanOutAfterItsChildrenExpired(t *testing.T) {
+	t.Skip("known bug: a re-driven fan-out runs its expired children again (see the comment)")
+	synctest.Test(t, func(t *testing.T) {
+		c := newCluster(t)
+		var runs sync.Map
+		f := &flakyMaps{Store: c.store, ms: c.store.(store.MapStore), failCreate: 2}
+		cfg := engine.Config{ExecutionTTL: 2 * time.Hour, FanOutParallel: 1,
+			Retry: pipeline.RetryPolicy{MaxRetries: 0, Delay: time.Second, Multiplier: 1, MaxDelay: time.Second}}
+		rt := c.workerOn("w", cfg, nil, f, fanPipelines(pipeline.MapOptions{MaxInFlight: 1}, &runs)...)
+		e := submitTo(t, rt, "p.fan", "k", nums(1, 2, 3))
+		deliver(rt, c.queue) // the fan-out: child 0 created, the second create fails, the parent handed back
+		first, _ := engine.ChildID(e.ExecutionID, e.CreateToken, 0, 0)
+		for range 5 { // the sweeper sends child 0, which runs; the parent's items are lost
+			time.Sleep(time.Minute)
+			_, _ = rt.SweepOnce(context.Background())
+			for _, m := range c.queue.take() {
+				if m.Item.ExecutionID != e.ExecutionID {
+					_ = rt.Process(context.Background(), m.Item)
+				}
+			}
+		}
+		row := c.get(e.ExecutionID)
+		if row.Status != store.Queued || c.get(first).Status != store.Succeeded {
+			t.Fatalf("parent %s, child 0 %s; want QUEUED mid-fan-out, child 0 SUCCEEDED", row.Status, c.get(first).Status)
+		}
+		// A worker claims the fan-out again and dies; the takeover finds
+		// the last attempt gone.
+		now := time.Now()
+		if _, err := c.store.Claim(context.Background(), store.ClaimRequest{Key: row.Key(), ExpectVersion: row.Version, Owner: "ghost",
+			Now: now, DueBy: now, TakeoverBy: now, LeaseUntil: now.Add(30 * time.Second), Attempt: row.Attempt, Releases: row.Releases}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(30 * time.Minute)
+		_, _ = rt.SweepOnce(context.Background())
+		deliver(rt, c.queue)
+		failed := c.get(e.ExecutionID)
+		if failed.Status != store.DLQ {
+			t.Fatalf("parent %s %+v, want DLQ", failed.Status, failed.Error)
+		}
+		time.Sleep(time.Until(c.get(first).ExpiresAt) + time.Minute) // child 0 expires, the parent stays
+		if _, err := rt.Redrive(context.Background(), failed.Key(), "again", nil); err != nil && !errors.Is(err, engine.ErrChildrenExpired) {
+			t.Fatal(err)
+		}
+		untilEnded(t, c, rt, e, 30)
 		ranOnce(t, &runs, 1, 2, 3)
 	})
 }

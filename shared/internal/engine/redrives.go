@@ -662,7 +662,7 @@ func (r *Runtime) redriveOne(ctx context.Context, job *redriveJob, id string) re
 		switch {
 		case err == nil:
 			return redriveDone
-		case errors.Is(err, ErrNotRedrivable), errors.Is(err, ErrRemoteEffectUnconfirmed), errors.Is(err, store.ErrNotFound):
+		case errors.Is(err, ErrNotRedrivable), errors.Is(err, ErrRemoteEffectUnconfirmed), errors.Is(err, ErrChildrenExpired), errors.Is(err, store.ErrNotFound):
 			return redriveSkipped
 		case try >= redriveTries:
 			r.jobLogger(job).LogAttrs(ctx, slog.LevelWarn, "bulk_redrive_execution_failed", slog.String("event", "bulk_redrive_execution_failed"),

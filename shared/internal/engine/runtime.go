@@ -78,6 +78,12 @@ var (
 	// ErrRemoteEffectUnconfirmed: re-drive of a REMOTE_OUTCOME_UNKNOWN
 	// execution without RedriveOptions.ConfirmedNoRemoteEffect.
 	ErrRemoteEffectUnconfirmed = errors.New("engine: re-driving a REMOTE_OUTCOME_UNKNOWN execution needs confirmedNoRemoteEffect")
+	// ErrChildrenExpired: re-drive asked of a map parent that failed in
+	// its collect (every child of its map's round ended, their outcomes
+	// not read yet) after some of those children's rows expired: their
+	// outcomes are gone, and re-driving would count the gone children as
+	// failed (and a later re-drive run them again). Nothing changes.
+	ErrChildrenExpired = errors.New("engine: the map's children whose outcomes the execution has yet to collect expired; it cannot be re-driven")
 	// ErrVersionMismatch: re-drive's expected version is not the current one.
 	ErrVersionMismatch = errors.New("engine: version mismatch")
 	// ErrLeaseLost is the cancellation cause of a step whose lease was lost.
@@ -584,7 +590,8 @@ func (r *Runtime) Redrive(ctx context.Context, key store.Key, reason string, exp
 // goes back to QUEUED at its current step for exactly one more (new)
 // attempt. REMOTE_OUTCOME_UNKNOWN without the confirmation returns an
 // error wrapping ErrRemoteEffectUnconfirmed; any other status
-// ErrNotRedrivable.
+// ErrNotRedrivable; a map parent whose children it has yet to collect,
+// some gone, ErrChildrenExpired (childrenKept).
 func (r *Runtime) RedriveWith(ctx context.Context, key store.Key, opts RedriveOptions) (store.Execution, error) {
 	reason, expectedVersion := opts.Reason, opts.ExpectedVersion
 	e, err := r.deps.Store.Get(ctx, key)
@@ -615,6 +622,9 @@ func (r *Runtime) RedriveWith(ctx context.Context, key store.Key, opts RedriveOp
 		if e.Status != store.DLQ {
 			return e, fmt.Errorf("%w: status %s", ErrNotRedrivable, e.Status)
 		}
+	}
+	if err := r.childrenKept(ctx, &e); err != nil {
+		return e, err
 	}
 	now := r.deps.Clock.Now()
 	next := e

@@ -488,6 +488,8 @@ func (a *api) redrive(w http.ResponseWriter, r *http.Request) {
 		return
 	case errors.Is(err, engine.ErrRemoteEffectUnconfirmed):
 		prob = kindNotRedrivable.problem(fmt.Sprintf(`The execution is %s: its remote worker may still make effects. Confirm that the remote invocation completed, was cancelled or can make no more effects, then re-drive with "confirmedNoRemoteEffect": true.`, e.Status))
+	case errors.Is(err, engine.ErrChildrenExpired):
+		prob = kindNotRedrivable.problem("The execution failed while collecting its map's outcomes, and some of its children have expired since: their outcomes are gone, so it cannot be re-driven. Submit it again.")
 	case errors.Is(err, engine.ErrNotRedrivable):
 		prob = kindNotRedrivable.problem(fmt.Sprintf("The execution is %s; only %s and %s executions (and %s ones with confirmedNoRemoteEffect) can be re-driven.", e.Status, store.DLQ, store.Failed, store.RemoteOutcomeUnknown))
 	case errors.Is(err, engine.ErrVersionMismatch):
