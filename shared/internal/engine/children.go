@@ -214,6 +214,16 @@ func (t *transition) mapStep(ctx context.Context, step pipeline.Step, in payload
 // parent re-driven in its collect.
 func (r *Runtime) childrenKept(ctx context.Context, e *store.Execution) error {
 	c := e.Children
+	if fanOutMayHaveRun(r, e, c) && !r.deps.Clock.Now().Before(e.CreatedAt.Add(r.cfg.ExecutionTTL)) {
+		// It failed in its fan-out, before it recorded its wait (a worker
+		// lost after some creates): children it created may have ended and
+		// expired, and a re-driven fan-out would create and run them again
+		// under the same ids. None can have expired within a retention of
+		// the parent's submission (a child is created after it and expires
+		// a retention after its own end); past that, refuse.
+		return fmt.Errorf("%w: it failed in the fan-out of map step %d without recording its children, more than a retention (%s) after its submission; children it created may be gone: submit it again",
+			ErrChildrenExpired, e.StepIndex, r.cfg.ExecutionTTL)
+	}
 	if c == nil || c.StepIndex != e.StepIndex || c.Retry {
 		return nil
 	}
@@ -241,6 +251,17 @@ func (r *Runtime) childrenKept(ctx context.Context, e *store.Execution) error {
 		}
 	}
 	return nil
+}
+
+// fanOutMayHaveRun reports whether e stands at a map step of its
+// definition without a record of that step's children (c: none, or an
+// earlier step's): its fan-out may have created some before it failed.
+func fanOutMayHaveRun(r *Runtime, e *store.Execution, c *store.Children) bool {
+	p, ok := r.deps.Registry.Version(e.PipelineID, e.PipelineVersion)
+	if !ok || e.StepIndex >= len(p.Steps) || p.Steps[e.StepIndex].Map == nil {
+		return false
+	}
+	return c == nil || c.StepIndex != e.StepIndex
 }
 
 // rerun reports whether a re-drive of the map runs element el again: a

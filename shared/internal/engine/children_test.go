@@ -1061,12 +1061,11 @@ func TestMapRedriveOfACollectAfterItsChildrenExpired(t *testing.T) {
 // next attempt's worker lost, the last attempt: DLQ worker_lost, no park
 // recorded) and is re-driven after those children's rows expired (they
 // expire a retention after their end, the parent's row a retention after
-// its later one): the re-driven fan-out creates the gone children again,
-// under the same ids, and runs them a second time. KNOWN BUG, not fixed
-// yet: skipped until the children of such a parent are kept as long as
-// its row (or the re-drive refused); remove the skip with the fix.
+// its later one): the re-driven fan-out created the gone children again,
+// under the same ids, and ran them a second time. Now such a re-drive,
+// more than a retention after the parent's submission, is refused
+// (ErrChildrenExpired), the row unchanged and nothing run again.
 func TestMapRedriveOfAFanOutAfterItsChildrenExpired(t *testing.T) {
-	t.Skip("known bug: a re-driven fan-out runs its expired children again (see the comment)")
 	synctest.Test(t, func(t *testing.T) {
 		c := newCluster(t)
 		var runs sync.Map
@@ -1105,10 +1104,14 @@ func TestMapRedriveOfAFanOutAfterItsChildrenExpired(t *testing.T) {
 			t.Fatalf("parent %s %+v, want DLQ", failed.Status, failed.Error)
 		}
 		time.Sleep(time.Until(c.get(first).ExpiresAt) + time.Minute) // child 0 expires, the parent stays
-		if _, err := rt.Redrive(context.Background(), failed.Key(), "again", nil); err != nil && !errors.Is(err, engine.ErrChildrenExpired) {
-			t.Fatal(err)
+		got, err := rt.Redrive(context.Background(), failed.Key(), "again", nil)
+		if !errors.Is(err, engine.ErrChildrenExpired) || got.Version != failed.Version {
+			untilEnded(t, c, rt, e, 30)
+			t.Fatalf("Redrive: %v; want it refused (ErrChildrenExpired), the row unchanged", err)
 		}
-		untilEnded(t, c, rt, e, 30)
-		ranOnce(t, &runs, 1, 2, 3)
+		if n := len(c.queue.take()); n != 0 {
+			t.Fatalf("%d work items sent by a refused re-drive", n)
+		}
+		ranOnce(t, &runs, 1)
 	})
 }
